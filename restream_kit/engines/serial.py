@@ -1,0 +1,216 @@
+"""The serial engine: one event at a time, in the kernel. The oracle every engine must equal.
+
+State lives in plain dicts (see ``_compile``). Writes with ``at=`` wait in a heap until the
+replay reaches their time; scheduled events wait in another. Before an event at time ``t``
+runs, every scheduled event with time <= ``t`` runs (each preceded by the timed writes due by
+its own time), then every timed write with ``at`` <= ``t`` is applied, which is exactly the
+order of (time, position of the writing run, position within the run) that the SPEC defines.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import linecache
+import time
+from collections import defaultdict
+from typing import Any
+
+from ..errors import HandlerError, RestreamError, user_lineno
+from ..log import Log
+from ..program import Program
+from ..progress import Observer, Progress, ReplayFinished, ReplayStarted, broadcast
+from ..result import Metrics, Result, build_table
+from .._compile import compile_program
+
+__all__ = ["replay", "SerialRuntime", "ScheduledEvent", "MAX_FLUSH", "apply_write"]
+
+#: Scheduled events allowed after the log ends, so that a timer that re-arms itself forever stops.
+MAX_FLUSH = 10_000_000
+RESERVED_FIELDS = frozenset({"kind", "ts", "lsn", "seq"})
+
+
+class ScheduledEvent:
+    """An event put into the replay by ``schedule``; ``lsn`` is its originating log event's."""
+
+    def __init__(self, kind: str, ts: int, lsn: int, seq: int, fields: dict[str, Any]):
+        self.__dict__.update(fields)
+        self.kind = kind
+        self.ts = ts
+        self.lsn = lsn
+        self.seq = seq
+
+    def __repr__(self) -> str:
+        return f"ScheduledEvent({self.__dict__})"
+
+
+def apply_write(d: dict, default: Any, op: str, key: Any, arg: Any) -> None:
+    """Apply one write to a store now: set, add, merge (``arg`` is a function) or delete."""
+    if op == "set":
+        d[key] = arg
+    elif op == "add":
+        d[key] = d.get(key, default) + arg
+    elif op == "merge":
+        d[key] = arg(d.get(key, default))
+    else:
+        d.pop(key, None)
+
+
+class TimeTravelError(ValueError):
+    """A write or a scheduled event earlier than the current event's time."""
+
+
+class SerialRuntime:
+    """The runtime behind compiled handlers in the serial engine."""
+
+    def __init__(self) -> None:
+        self.rows: defaultdict[str, list] = defaultdict(list)
+        self.future: list = []
+        self.scheduled: list = []
+        self.order = itertools.count()
+        self.scheduled_per_root: defaultdict[int, int] = defaultdict(int)
+        self.now: int = -(2**63)
+        self.event: Any = None
+        self.seq = 0
+        self.handler = ""
+
+    # Called by compiled handlers ----------------------------------------------------
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
+        if at is None or at == self.now:
+            apply_write(d, default, op, key, arg)
+            return
+        if at < self.now:
+            raise TimeTravelError(f"write at {at} is earlier than the event's time {self.now}")
+        heapq.heappush(self.future, (at, next(self.order), d, default, op, key, arg))
+
+    def emit(self, table: str, **fields: Any) -> None:
+        ev = self.event
+        self.rows[table].append((ev.lsn, ev.ts, self.handler, self.seq, fields))
+
+    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
+        if at < self.now:
+            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {self.now}")
+        clash = RESERVED_FIELDS & set(fields)
+        if clash:
+            raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
+        root = self.event.lsn
+        self.scheduled_per_root[root] += 1
+        event = ScheduledEvent(kind, at, root, self.scheduled_per_root[root], fields)
+        heapq.heappush(self.scheduled, (at, next(self.order), event))
+
+    # Driven by the engine -------------------------------------------------------------
+
+    def apply_due(self, t: int) -> None:
+        """Apply every timed write with ``at`` <= ``t``, in (at, order made) order."""
+        future = self.future
+        while future and future[0][0] <= t:
+            _at, _n, d, default, op, key, arg = heapq.heappop(future)
+            apply_write(d, default, op, key, arg)
+
+
+def replay(
+    program: Program,
+    log: Log,
+    *,
+    observer: Observer | None = None,
+    progress_every: int = 65_536,
+    **_options: Any,
+) -> Result:
+    """Replay ``log`` through ``program`` one event at a time and return the result."""
+    notify = broadcast(observer)
+    rt = SerialRuntime()
+    compiled = compile_program(program, rt)
+    by_kind = compiled.handlers_by_kind()
+    total = len(log)
+    notify(ReplayStarted("serial", total, 1, tuple(h.name for h in program.handlers), log.span_ms))
+    started = time.perf_counter()
+    done = 0
+    try:
+        for batch in log.iter_events(progress_every):
+            _run_batch(rt, by_kind, batch)
+            done += len(batch)
+            notify(Progress(done, total, time.perf_counter() - started))
+        _run_scheduled(rt, by_kind, float("inf"), limit=MAX_FLUSH)
+        if rt.scheduled:
+            raise RestreamError(
+                f"handlers kept scheduling events after the log ended (over {MAX_FLUSH:,}); "
+                "a timer that re-arms itself forever never lets the replay finish"
+            )
+    except HandlerError as exc:
+        notify(ReplayFinished(done, time.perf_counter() - started, ok=False, error=str(exc)))
+        raise
+    except Exception as exc:
+        error = _handler_error(program, rt, exc)
+        notify(ReplayFinished(done, time.perf_counter() - started, ok=False, error=str(error)))
+        raise error from exc
+    wall = time.perf_counter() - started
+    tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
+    scheduled = sum(rt.scheduled_per_root.values())
+    metrics = Metrics(
+        engine="serial",
+        events=total,
+        scheduled_events=scheduled,
+        wall_s=wall,
+        span_ms=log.span_ms,
+        rows={name: t.num_rows for name, t in tables.items()},
+    )
+    notify(ReplayFinished(total, wall))
+    return Result(tables=tables, state=compiled.stores, metrics=metrics)
+
+
+def _run_batch(rt: SerialRuntime, by_kind: dict, batch: list) -> None:
+    no_handlers: tuple = ()
+    get_handlers = by_kind.get
+    for ev in batch:
+        t = ev.ts
+        if rt.scheduled and rt.scheduled[0][0] <= t:
+            _run_scheduled(rt, by_kind, t)
+        if rt.future and rt.future[0][0] <= t:
+            rt.apply_due(t)
+        rt.now = t
+        rt.event = ev
+        rt.seq = 0
+        for name, fn in get_handlers(ev.kind, no_handlers):
+            rt.handler = name
+            fn(ev)
+
+
+def _run_scheduled(rt: SerialRuntime, by_kind: dict, t: float, limit: int | None = None) -> int:
+    """Run scheduled events due by ``t`` (including ones they schedule); return how many ran."""
+    ran = 0
+    scheduled = rt.scheduled
+    while scheduled and scheduled[0][0] <= t and (limit is None or ran < limit):
+        at, _n, ev = heapq.heappop(scheduled)
+        if rt.future and rt.future[0][0] <= at:
+            rt.apply_due(at)
+        rt.now = at
+        rt.event = ev
+        rt.seq = ev.seq
+        for name, fn in by_kind.get(ev.kind, ()):
+            rt.handler = name
+            fn(ev)
+        ran += 1
+    return ran
+
+
+def _handler_error(program: Program, rt: SerialRuntime, exc: BaseException) -> RestreamError:
+    """Turn an exception inside a handler into one line: handler, user line, event."""
+    if isinstance(exc, RestreamError) and not isinstance(exc, TimeTravelError):
+        return exc
+    ev = rt.event
+    if ev is None:
+        return RestreamError(str(exc))
+    lineno = user_lineno(exc, program.filename)
+    return HandlerError(
+        handler=rt.handler,
+        filename=program.filename,
+        lineno=lineno,
+        line=linecache.getline(program.filename, lineno) if lineno else None,
+        lsn=ev.lsn,
+        seq=rt.seq,
+        kind=ev.kind,
+        ts=ev.ts,
+        cause=exc,
+    )
+

@@ -1,0 +1,98 @@
+"""The errors a user can cause, each rendered as one line naming where the problem is."""
+
+from __future__ import annotations
+
+__all__ = [
+    "RestreamError",
+    "ProgramError",
+    "LogError",
+    "HandlerError",
+    "OutputError",
+    "user_lineno",
+]
+
+
+class RestreamError(Exception):
+    """Base of every error caused by the user's program, log or arguments.
+
+    ``str(err)`` is one line that names the file, column, row, handler or line involved.
+    """
+
+
+class ProgramError(RestreamError):
+    """A program that cannot be loaded: syntax error, undeclared state, bad handler."""
+
+    def __init__(self, message: str, *, filename: str | None = None, lineno: int | None = None):
+        self.filename = filename
+        self.lineno = lineno
+        where = f"{filename}:{lineno}: " if filename and lineno else f"{filename}: " if filename else ""
+        super().__init__(f"{where}{message}")
+
+
+class LogError(RestreamError):
+    """A log that cannot be read or is not a valid, ordered event log."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        column: str | None = None,
+        row: int | None = None,
+    ):
+        self.path = path
+        self.column = column
+        self.row = row
+        parts = [p for p in (path, f"column {column!r}" if column else None) if p]
+        if row is not None:
+            parts.append(f"row {row}")
+        where = ", ".join(parts)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class HandlerError(RestreamError):
+    """A user's handler raised while processing an event."""
+
+    def __init__(
+        self,
+        *,
+        handler: str,
+        filename: str,
+        lineno: int | None,
+        line: str | None,
+        lsn: int | None,
+        seq: int,
+        kind: str,
+        ts: int,
+        cause: BaseException,
+    ):
+        self.handler = handler
+        self.filename = filename
+        self.lineno = lineno
+        self.line = line
+        self.lsn = lsn
+        self.seq = seq
+        self.kind = kind
+        self.ts = ts
+        self.cause = cause
+        event = f"lsn {lsn}" + (f" (scheduled #{seq})" if seq else "")
+        code = f" `{line.strip()}`" if line else ""
+        super().__init__(
+            f"{filename}:{lineno}: handler {handler!r} raised "
+            f"{type(cause).__name__}: {cause} on {kind!r} event {event} at ts {ts};{code}"
+        )
+
+
+class OutputError(RestreamError):
+    """Emitted rows that cannot form a table (for example one field with two types)."""
+
+
+def user_lineno(exc: BaseException, filename: str) -> int | None:
+    """The deepest line of ``filename`` in the exception's traceback (the user's own line)."""
+    tb = exc.__traceback__
+    lineno = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    return lineno

@@ -1,0 +1,162 @@
+"""The result of a replay: output tables, final state and metrics, the same for every engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import OutputError
+
+__all__ = ["Result", "Metrics", "build_table", "ROW_COLUMNS", "state_table"]
+
+#: Columns every output row starts with, before the emitted fields.
+ROW_COLUMNS = ("lsn", "ts", "handler", "seq")
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What a replay measured. ``realtime_multiple`` is the log's span over the wall time."""
+
+    engine: str
+    events: int
+    scheduled_events: int
+    wall_s: float
+    span_ms: int
+    rows: dict[str, int] = field(default_factory=dict)
+    stages: dict[str, float] = field(default_factory=dict)
+    epochs: int = 1
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def realtime_multiple(self) -> float:
+        return (self.span_ms / 1000.0) / self.wall_s if self.wall_s > 0 else float("inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["events_per_s"] = self.events_per_s
+        out["realtime_multiple"] = self.realtime_multiple
+        return out
+
+
+@dataclass
+class Result:
+    """Output tables (Arrow, in processing order), the final state of every key, metrics."""
+
+    tables: dict[str, pa.Table]
+    state: dict[str, dict]
+    metrics: Metrics
+    warnings: list[str] = field(default_factory=list)
+
+    def __getitem__(self, table: str):
+        """The output table as a polars DataFrame (empty when the table was never emitted)."""
+        import polars as pl
+
+        if table not in self.tables:
+            return pl.DataFrame({c: [] for c in ROW_COLUMNS})
+        return pl.from_arrow(self.tables[table])
+
+    def write(self, out_dir: str | Path) -> dict[str, str]:
+        """Write each table as ``out_dir/<table>.parquet``; return table name -> path."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        written = {}
+        for name, table in self.tables.items():
+            path = out / f"{name}.parquet"
+            pq.write_table(table, path)
+            written[name] = str(path)
+        return written
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able summary: metrics, rows per table, state sizes, warnings."""
+        return {
+            "metrics": self.metrics.as_dict(),
+            "tables": {name: t.num_rows for name, t in self.tables.items()},
+            "state": {name: len(values) for name, values in self.state.items()},
+            "warnings": list(self.warnings),
+        }
+
+    def summary_json(self) -> str:
+        return json.dumps(self.summary(), default=str)
+
+
+def build_table(name: str, rows: Iterable[tuple]) -> pa.Table:
+    """Make output table ``name`` from rows ``(lsn, ts, handler, seq, fields)``.
+
+    Columns are the row columns, then the fields in order of first appearance. A field whose
+    values cannot share one type is an :class:`OutputError` naming the first row that differs.
+    """
+    rows = list(rows)
+    fields: dict[str, None] = {}
+    for row in rows:
+        for key in row[4]:
+            if key not in fields:
+                if key in ROW_COLUMNS:
+                    raise OutputError(
+                        f"table {name!r}: field {key!r} clashes with a column every row has "
+                        f"(emitted by handler {row[2]!r} at lsn {row[0]})"
+                    )
+                fields[key] = None
+    columns: dict[str, pa.Array] = {
+        "lsn": pa.array([r[0] for r in rows], pa.int64()),
+        "ts": pa.array([r[1] for r in rows], pa.int64()),
+        "handler": pa.array([r[2] for r in rows], pa.string()),
+        "seq": pa.array([r[3] for r in rows], pa.int64()),
+    }
+    for key in fields:
+        values = [r[4].get(key) for r in rows]
+        columns[key] = _column(name, key, values, rows)
+    return pa.table(columns)
+
+
+def _column(table: str, key: str, values: list, rows: list[tuple]) -> pa.Array:
+    try:
+        kinds = {_type_class(v) for v in values if v is not None}
+        if len(kinds) > 1 and kinds != {"int", "float"}:
+            raise TypeError("mixed")
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        first = next(v for v in values if v is not None)
+        for row, value in zip(rows, values):
+            if value is not None and _type_class(value) != _type_class(first) and not (
+                {_type_class(value), _type_class(first)} == {"int", "float"}
+            ):
+                raise OutputError(
+                    f"table {table!r}: field {key!r} is {type(first).__name__} in earlier rows but "
+                    f"{type(value).__name__} ({value!r}) in the row emitted by handler {row[2]!r} "
+                    f"at lsn {row[0]}"
+                ) from None
+        raise OutputError(
+            f"table {table!r}: field {key!r} holds values that cannot be stored in a table "
+            f"(first: {first!r})"
+        ) from None
+
+
+def _type_class(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    return type(value).__name__
+
+
+def state_table(values: dict) -> pa.Table:
+    """One state's final values as a table: ``key`` (or ``key_0``, ``key_1``...) and ``value``."""
+    keys = list(values)
+    if keys and all(isinstance(k, tuple) for k in keys) and len({len(k) for k in keys}) == 1:
+        width = len(keys[0])
+        columns = {f"key_{i}": pa.array([k[i] for k in keys]) for i in range(width)}
+    else:
+        columns = {"key": pa.array(keys)}
+    columns["value"] = pa.array(list(values.values()))
+    return pa.table(columns)
