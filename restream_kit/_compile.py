@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import program as program_module
+from ._inline import RUNNER_NAME, build_runner
 from .errors import ProgramError
 from .program import Program
 from .state import Value
 
-__all__ = ["Runtime", "CompiledProgram", "compile_program", "dict_name", "default_name"]
+__all__ = ["Runtime", "CompiledProgram", "compile_program", "check", "dict_name", "default_name"]
 
 RUNTIME_NAME = "_rs_rt"
 WRITE_OPS = {"set", "add", "merge", "delete"}
@@ -52,6 +53,9 @@ class CompiledProgram:
     handlers: tuple[tuple[str, Callable], ...]
     stores: dict[str, dict]
     namespace: dict[str, Any]
+    #: ``run_batch(events)`` when compiled for a log's columns (see ``_inline``), else None.
+    run_batch: Callable[[list], None] | None = None
+    needs_named_events: bool = True
 
     def handlers_by_kind(self) -> dict[str, tuple[tuple[str, Callable], ...]]:
         by_kind: dict[str, list[tuple[str, Callable]]] = {}
@@ -62,16 +66,32 @@ class CompiledProgram:
 
 
 def compile_program(
-    program: Program, runtime: Runtime, stores: dict[str, dict] | None = None
+    program: Program,
+    runtime: Runtime,
+    stores: dict[str, dict] | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+    kind_order: Sequence[str] = (),
+    extra_globals: dict[str, Any] | None = None,
 ) -> CompiledProgram:
-    """Rewrite and execute ``program`` against ``runtime``, with ``stores`` (fresh when None)."""
+    """Rewrite and execute ``program`` against ``runtime``, with ``stores`` (fresh when None).
+
+    Given the log's ``columns`` (and its kinds, most frequent first), also generate the batch
+    runner that dispatches log events to handlers with their bodies inlined where safe.
+    """
     tree = _rewrite(program)
+    dispatch = None
+    if columns is not None:
+        handlers_kinds = [(h.name, h.kinds) for h in program.handlers]
+        dispatch = build_runner(tree, handlers_kinds, list(columns), list(kind_order))
+        tree.body.append(dispatch.function)
     code = compile(tree, program.filename, "exec")
     stores = stores if stores is not None else {name: {} for name in program.states}
     namespace: dict[str, Any] = {
         "__name__": f"restream_program_{program.name}",
         "__file__": program.filename,
         RUNTIME_NAME: runtime,
+        **(extra_globals or {}),
     }
     for name, decl in program.states.items():
         namespace[dict_name(name)] = stores[name]
@@ -84,7 +104,16 @@ def compile_program(
         elif value is program_module.schedule:
             namespace[var] = runtime.schedule
     handlers = tuple((h.name, namespace[h.name]) for h in program.handlers)
-    return CompiledProgram(program, handlers, stores, namespace)
+    compiled = CompiledProgram(program, handlers, stores, namespace)
+    if dispatch is not None:
+        compiled.run_batch = namespace[RUNNER_NAME]
+        compiled.needs_named_events = dispatch.needs_named_events
+    return compiled
+
+
+def check(program: Program) -> None:
+    """Raise the ProgramError that compiling ``program`` would raise, without running it."""
+    _rewrite(program)
 
 
 def _rewrite(program: Program) -> ast.Module:
@@ -127,7 +156,7 @@ class _StateRewriter(ast.NodeTransformer):
     # -- scopes -------------------------------------------------------------------------
 
     def _enter(self, node: ast.FunctionDef | ast.Lambda | ast.AsyncFunctionDef) -> ast.AST:
-        shadowed, aliases = _scope_of(node, self._resolve_name)
+        shadowed, aliases = _scope_of(node, self._resolve_enclosing)
         self.scopes.append((shadowed, aliases))
         try:
             self.generic_visit(node)
@@ -138,8 +167,10 @@ class _StateRewriter(ast.NodeTransformer):
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _enter
 
     def _resolve_name(self, name: str) -> str | None:
-        if not self.scopes:
-            return None
+        """The state ``name`` refers to inside the current function, or None (also at module level)."""
+        return self._resolve_enclosing(name) if self.scopes else None
+
+    def _resolve_enclosing(self, name: str) -> str | None:
         for shadowed, aliases in reversed(self.scopes):
             if name in aliases:
                 return aliases[name]
@@ -151,7 +182,9 @@ class _StateRewriter(ast.NodeTransformer):
         return self._resolve_name(node.id) if isinstance(node, ast.Name) else None
 
     def _error(self, node: ast.AST, message: str) -> ProgramError:
-        return ProgramError(message, filename=self.program.filename, lineno=getattr(node, "lineno", None))
+        return ProgramError(
+            message, filename=self.program.filename, lineno=getattr(node, "lineno", None)
+        )
 
     # -- reads and plain writes ---------------------------------------------------------
 
@@ -166,7 +199,9 @@ class _StateRewriter(ast.NodeTransformer):
         if state is None:
             return self.generic_visit(node)
         if isinstance(self.states[state], Value):
-            raise self._error(node, f"{state} is a state.Value: use {state}.value, not {state}[...]")
+            raise self._error(
+                node, f"{state} is a state.Value: use {state}.value, not {state}[...]"
+            )
         key = self.visit(node.slice)
         if isinstance(node.ctx, ast.Load):
             get = ast.Attribute(value=_load(dict_name(state)), attr="get", ctx=ast.Load())
@@ -181,7 +216,9 @@ class _StateRewriter(ast.NodeTransformer):
             if isinstance(node.ctx, ast.Load):
                 return ast.copy_location(self._get(state, ast.Tuple(elts=[], ctx=ast.Load())), node)
             target = ast.Subscript(
-                value=_load(dict_name(state)), slice=ast.Tuple(elts=[], ctx=ast.Load()), ctx=node.ctx
+                value=_load(dict_name(state)),
+                slice=ast.Tuple(elts=[], ctx=ast.Load()),
+                ctx=node.ctx,
             )
             return ast.copy_location(target, node)
         if (
@@ -216,7 +253,9 @@ class _StateRewriter(ast.NodeTransformer):
                 raise self._error(node, f"{state} is a state.Value: use {state}.value")
             # Evaluate the key once: the right-hand side runs first and binds the temp.
             temp = f"_rs_k{next(self.temps)}"
-            key_expr = ast.NamedExpr(target=ast.Name(id=temp, ctx=ast.Store()), value=self.visit(target.slice))
+            key_expr = ast.NamedExpr(
+                target=ast.Name(id=temp, ctx=ast.Store()), value=self.visit(target.slice)
+            )
             store_key = _load(temp)
         new_value = ast.BinOp(left=self._get(state, key_expr), op=node.op, right=value)
         store = ast.Subscript(value=_load(dict_name(state)), slice=store_key, ctx=ast.Store())
@@ -226,7 +265,11 @@ class _StateRewriter(ast.NodeTransformer):
         out: list[ast.AST] = []
         kept = []
         for target in node.targets:
-            state = self.state_of(getattr(target, "value", None)) if isinstance(target, ast.Subscript) else None
+            state = (
+                self.state_of(getattr(target, "value", None))
+                if isinstance(target, ast.Subscript)
+                else None
+            )
             if state is None:
                 kept.append(self.visit(target))
                 continue
@@ -265,12 +308,22 @@ class _StateRewriter(ast.NodeTransformer):
         )
 
     def _write(
-        self, node: ast.Call, state: str, method: str, args: list[ast.expr], keywords: dict[str, ast.expr]
+        self,
+        node: ast.Call,
+        state: str,
+        method: str,
+        args: list[ast.expr],
+        keywords: dict[str, ast.expr],
     ) -> ast.Call:
         unknown = set(keywords) - {"at"}
         wanted = 1 if method == "delete" else 2
         if unknown or len(args) != wanted:
-            shape = {"delete": "key", "set": "key, value", "add": "key, amount", "merge": "key, fn"}[method]
+            shape = {
+                "delete": "key",
+                "set": "key, value",
+                "add": "key, amount",
+                "merge": "key, fn",
+            }[method]
             raise self._error(node, f"{state}.{method} takes ({shape}) and an optional at=")
         arg = args[1] if method != "delete" else ast.Constant(value=None)
         at = keywords.get("at", ast.Constant(value=None))
@@ -288,7 +341,9 @@ class _StateRewriter(ast.NodeTransformer):
         )
 
 
-def _scope_of(node: ast.AST, resolve: Callable[[str], str | None]) -> tuple[set[str], dict[str, str]]:
+def _scope_of(
+    node: ast.AST, resolve: Callable[[str], str | None]
+) -> tuple[set[str], dict[str, str]]:
     """Names a function binds locally, and its local aliases of state (``m = friends``)."""
     if isinstance(node, ast.Lambda):
         args = node.args
@@ -314,7 +369,9 @@ def _scope_of(node: ast.AST, resolve: Callable[[str], str | None]) -> tuple[set[
                 for target in sub.targets:
                     if isinstance(target, ast.Name):
                         assignments.setdefault(target.id, []).append(sub.value)
-            elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)) and isinstance(sub.target, ast.Name):
+            elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)) and isinstance(
+                sub.target, ast.Name
+            ):
                 assignments.setdefault(sub.target.id, []).extend([sub, sub])
     aliases = {}
     for name, values in assignments.items():
@@ -339,5 +396,3 @@ def _walk_same_scope(node: ast.AST):
                 yield child  # its name is bound here
             continue
         yield from _walk_same_scope(child)
-
-

@@ -33,7 +33,11 @@ def scheduled_kinds(program: Program) -> set[str]:
     kinds = set()
     for node in ast.walk(program.module_ast):
         if isinstance(node, ast.Call):
-            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            name = (
+                node.func.id
+                if isinstance(node.func, ast.Name)
+                else getattr(node.func, "attr", None)
+            )
             if name == "schedule" and node.args and isinstance(node.args[0], ast.Constant):
                 kinds.add(node.args[0].value)
     return kinds

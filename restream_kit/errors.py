@@ -25,7 +25,9 @@ class ProgramError(RestreamError):
     def __init__(self, message: str, *, filename: str | None = None, lineno: int | None = None):
         self.filename = filename
         self.lineno = lineno
-        where = f"{filename}:{lineno}: " if filename and lineno else f"{filename}: " if filename else ""
+        where = (
+            f"{filename}:{lineno}: " if filename and lineno else f"{filename}: " if filename else ""
+        )
         super().__init__(f"{where}{message}")
 
 

@@ -8,6 +8,7 @@ cache directory, keyed by the sources' fingerprint, so that a second replay does
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -82,10 +83,18 @@ def _to_arrow(data: Any) -> pa.Table:
     if hasattr(data, "to_arrow"):  # polars
         return data.to_arrow()
     if isinstance(data, list):
-        return pa.Table.from_pylist(data)
+        return _rows_to_arrow(data)
     if isinstance(data, Mapping):
         return pa.table(dict(data))
-    raise LogError(f"cannot use {type(data).__name__} as a log source (give a path, an Arrow or polars table, or rows)")
+    raise LogError(
+        f"cannot use {type(data).__name__} as a log source (give a path, an Arrow or polars table, or rows)"
+    )
+
+
+def _rows_to_arrow(rows: list[Mapping]) -> pa.Table:
+    """Rows as dicts to a table whose columns are the union of the rows' keys."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    return pa.table({c: [row.get(c) for row in rows] for c in columns})
 
 
 class Log:
@@ -99,11 +108,15 @@ class Log:
         if isinstance(sources, Log):
             sources = sources.sources
         if isinstance(sources, list) and sources and all(isinstance(r, Mapping) for r in sources):
-            sources = [pa.Table.from_pylist(sources)]  # rows of one in-memory log
-        if isinstance(sources, Mapping) and all(isinstance(v, (str, Path)) for v in sources.values()):
+            sources = [_rows_to_arrow(sources)]  # rows of one in-memory log
+        if isinstance(sources, Mapping) and all(
+            isinstance(v, (str, Path)) for v in sources.values()
+        ):
             items = list(sources.items())
         elif isinstance(sources, (list, tuple)) and not (
-            isinstance(sources, tuple) and len(sources) == 2 and isinstance(sources[0], str)
+            isinstance(sources, tuple)
+            and len(sources) == 2
+            and isinstance(sources[0], str)
             and not isinstance(sources[1], str)
         ):
             items = list(sources)
@@ -132,7 +145,11 @@ class Log:
                 h.update(json.dumps([src.name]).encode())
                 if src.path is not None:
                     st = _stat(src.path)
-                    h.update(json.dumps([str(Path(src.path).resolve()), st.st_size, st.st_mtime_ns]).encode())
+                    h.update(
+                        json.dumps(
+                            [str(Path(src.path).resolve()), st.st_size, st.st_mtime_ns]
+                        ).encode()
+                    )
                 else:
                     sink = pa.BufferOutputStream()
                     with pa.ipc.new_stream(sink, src.table.schema) as writer:
@@ -184,13 +201,19 @@ class Log:
         """The named tuple type of this log's events (``e.ts``, ``e.lsn``, ``e.kind``, ...)."""
         return namedtuple("Event", self.table.column_names, rename=True)
 
-    def iter_events(self, batch_size: int = 65_536) -> Iterator[list[tuple]]:
-        """The events as lists of named tuples, one list per batch, in log order."""
-        event = self.event_type()
-        make = event._make
+    def iter_events(self, batch_size: int = 65_536, *, named: bool = True) -> Iterator[list[tuple]]:
+        """The events in log order, a list per batch: named tuples, or plain tuples of the
+        columns in order when ``named`` is False (``lsn``, ``ts`` and ``kind`` come first)."""
+        # tuple.__new__ straight away skips namedtuple._make's Python frame, once per event.
+        make = functools.partial(tuple.__new__, self.event_type()) if named else None
         for batch in self.table.to_batches(max_chunksize=batch_size):
-            columns = [col.to_pylist() for col in batch.columns]
-            yield list(map(make, zip(*columns)))
+            rows = zip(*(col.to_pylist() for col in batch.columns))
+            yield list(map(make, rows)) if make else list(rows)
+
+    def kinds_by_frequency(self) -> list[str]:
+        """The kinds present, most frequent first."""
+        counts = self.table.column("kind").value_counts().to_pylist()
+        return [c["values"] for c in sorted(counts, key=lambda c: -c["counts"])]
 
 
 def canonicalize(sources: Sequence[Source]) -> pa.Table:
@@ -207,7 +230,9 @@ def canonicalize(sources: Sequence[Source]) -> pa.Table:
         table = table.append_column("_row", pa.array(range(table.num_rows), pa.int64()))
         tables.append(table)
     if any(with_lsn) and not all(with_lsn):
-        raise LogError("some sources have an lsn column and others do not; give lsn everywhere or nowhere")
+        raise LogError(
+            "some sources have an lsn column and others do not; give lsn everywhere or nowhere"
+        )
     merged = pa.concat_tables(tables, promote_options="permissive")
     if all(with_lsn):
         order = pc.sort_indices(merged, sort_keys=[("ts", "ascending"), ("lsn", "ascending")])
@@ -252,7 +277,9 @@ def _normalize(table: pa.Table, src: Source, kind_name: str) -> pa.Table:
     """Give one source the canonical leading columns, with ``ts`` as int64 milliseconds."""
     label = src.label
     if "ts" not in table.column_names:
-        raise LogError(f"no 'ts' column (columns: {', '.join(table.column_names)})", path=label, column="ts")
+        raise LogError(
+            f"no 'ts' column (columns: {', '.join(table.column_names)})", path=label, column="ts"
+        )
     ts = _ts_to_ms(table.column("ts"), label)
     if "kind" in table.column_names:
         kind = table.column("kind")
@@ -292,7 +319,10 @@ def _ts_to_ms(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:
         frac = pc.not_equal(pc.floor(col), col)
         if pc.any(frac).as_py():
             raise LogError(
-                "ts must be whole milliseconds, found a fraction", path=label, column="ts", row=_first_true(frac)
+                "ts must be whole milliseconds, found a fraction",
+                path=label,
+                column="ts",
+                row=_first_true(frac),
             )
         return pc.cast(col, pa.int64())
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -303,7 +333,9 @@ def _ts_to_ms(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:
                 out.append(int(text))
             except ValueError:
                 try:
-                    out.append(pc.cast(pa.scalar(text).cast(pa.timestamp("ms")), pa.int64()).as_py())
+                    out.append(
+                        pc.cast(pa.scalar(text).cast(pa.timestamp("ms")), pa.int64()).as_py()
+                    )
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     raise LogError(
                         f"ts {text!r} is neither integer milliseconds nor a timestamp",

@@ -74,7 +74,9 @@ class Program:
         try:
             self.module_ast = ast.parse(source, filename=filename)
         except SyntaxError as exc:
-            raise ProgramError(f"syntax error: {exc.msg}", filename=filename, lineno=exc.lineno) from None
+            raise ProgramError(
+                f"syntax error: {exc.msg}", filename=filename, lineno=exc.lineno
+            ) from None
         # Keep the text where tracebacks and error messages can find it, also for cells.
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         namespace = self._execute()
@@ -88,6 +90,9 @@ class Program:
         self.handlers: tuple[Handler, ...] = self._collect_handlers(namespace)
         self.namespace_names = frozenset(namespace)
         self._check_writes(namespace)
+        from ._compile import check  # the compiler imports this module
+
+        check(self)
 
     # -- construction -------------------------------------------------------------------
 
@@ -111,8 +116,9 @@ class Program:
         """Accept a Program, a path to a ``.py`` file, or program source text."""
         if isinstance(program, Program):
             return program
-        if isinstance(program, Path) or (isinstance(program, str) and program.endswith(".py")
-                                         and "\n" not in program):
+        if isinstance(program, Path) or (
+            isinstance(program, str) and program.endswith(".py") and "\n" not in program
+        ):
             return cls.from_file(program)
         return cls.from_source(program)
 
@@ -122,12 +128,17 @@ class Program:
     # -- loading --------------------------------------------------------------------------
 
     def _execute(self) -> dict[str, Any]:
-        namespace: dict[str, Any] = {"__name__": f"restream_program_{self.name}", "__file__": self.filename}
+        namespace: dict[str, Any] = {
+            "__name__": f"restream_program_{self.name}",
+            "__file__": self.filename,
+        }
         try:
             code = compile(self.module_ast, self.filename, "exec")
             exec(code, namespace)
         except ProgramError as exc:
-            raise ProgramError(str(exc), filename=self.filename, lineno=user_lineno(exc, self.filename)) from None
+            raise ProgramError(
+                str(exc), filename=self.filename, lineno=user_lineno(exc, self.filename)
+            ) from None
         except Exception as exc:
             raise ProgramError(
                 f"{type(exc).__name__} while loading: {exc}",
@@ -138,9 +149,7 @@ class Program:
 
     def _collect_handlers(self, namespace: dict[str, Any]) -> tuple[Handler, ...]:
         defs = {
-            node.name: node
-            for node in self.module_ast.body
-            if isinstance(node, ast.FunctionDef)
+            node.name: node for node in self.module_ast.body if isinstance(node, ast.FunctionDef)
         }
         found = []
         for var, value in namespace.items():
@@ -213,4 +222,3 @@ def _local_names(fn: ast.FunctionDef) -> set[str]:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
     return names
-

@@ -79,7 +79,15 @@ class ReplayFinished:
     error: str | None = None
 
 
-ProgressEvent = ReplayStarted | EpochStarted | StageStarted | StageFinished | EpochFinished | Progress | ReplayFinished
+ProgressEvent = (
+    ReplayStarted
+    | EpochStarted
+    | StageStarted
+    | StageFinished
+    | EpochFinished
+    | Progress
+    | ReplayFinished
+)
 Observer = Callable[[ProgressEvent], None]
 
 

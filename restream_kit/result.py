@@ -119,25 +119,32 @@ def build_table(name: str, rows: Iterable[tuple]) -> pa.Table:
 
 def _column(table: str, key: str, values: list, rows: list[tuple]) -> pa.Array:
     try:
-        kinds = {_type_class(v) for v in values if v is not None}
-        if len(kinds) > 1 and kinds != {"int", "float"}:
-            raise TypeError("mixed")
-        return pa.array(values)
+        column = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        first = next(v for v in values if v is not None)
-        for row, value in zip(rows, values):
-            if value is not None and _type_class(value) != _type_class(first) and not (
-                {_type_class(value), _type_class(first)} == {"int", "float"}
-            ):
-                raise OutputError(
-                    f"table {table!r}: field {key!r} is {type(first).__name__} in earlier rows but "
-                    f"{type(value).__name__} ({value!r}) in the row emitted by handler {row[2]!r} "
-                    f"at lsn {row[0]}"
-                ) from None
-        raise OutputError(
-            f"table {table!r}: field {key!r} holds values that cannot be stored in a table "
-            f"(first: {first!r})"
-        ) from None
+        column = None
+    if column is not None and not (pa.types.is_boolean(column.type) and _has_numbers(values)):
+        return column
+    first = next(v for v in values if v is not None)
+    for row, value in zip(rows, values):
+        if value is not None and not _same_kind(first, value):
+            raise OutputError(
+                f"table {table!r}: field {key!r} is {type(first).__name__} in earlier rows but "
+                f"{type(value).__name__} ({value!r}) in the row emitted by handler {row[2]!r} "
+                f"at lsn {row[0]}"
+            ) from None
+    raise OutputError(
+        f"table {table!r}: field {key!r} holds values that cannot be stored in a table "
+        f"(first: {first!r})"
+    ) from None
+
+
+def _has_numbers(values: list) -> bool:
+    return any(not isinstance(v, bool) and v is not None for v in values)
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    ka, kb = _type_class(a), _type_class(b)
+    return ka == kb or {ka, kb} == {"int", "float"}
 
 
 def _type_class(value: Any) -> str:

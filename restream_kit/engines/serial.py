@@ -16,12 +16,13 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from .._compile import compile_program
+from .._inline import SCHEDULED_RUNNER_NAME
 from ..errors import HandlerError, RestreamError, user_lineno
 from ..log import Log
 from ..program import Program
 from ..progress import Observer, Progress, ReplayFinished, ReplayStarted, broadcast
 from ..result import Metrics, Result, build_table
-from .._compile import compile_program
 
 __all__ = ["replay", "SerialRuntime", "ScheduledEvent", "MAX_FLUSH", "apply_write"]
 
@@ -42,6 +43,10 @@ class ScheduledEvent:
 
     def __repr__(self) -> str:
         return f"ScheduledEvent({self.__dict__})"
+
+    def __getitem__(self, index: int) -> Any:
+        # Log events are tuples that start (lsn, ts, kind); scheduled events answer the same.
+        return (self.lsn, self.ts, self.kind)[index]
 
 
 def apply_write(d: dict, default: Any, op: str, key: Any, arg: Any) -> None:
@@ -69,7 +74,6 @@ class SerialRuntime:
         self.scheduled: list = []
         self.order = itertools.count()
         self.scheduled_per_root: defaultdict[int, int] = defaultdict(int)
-        self.now: int = -(2**63)
         self.event: Any = None
         self.seq = 0
         self.handler = ""
@@ -77,24 +81,27 @@ class SerialRuntime:
     # Called by compiled handlers ----------------------------------------------------
 
     def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
-        if at is None or at == self.now:
+        now = self.event[1]
+        if at is None or at == now:
             apply_write(d, default, op, key, arg)
             return
-        if at < self.now:
-            raise TimeTravelError(f"write at {at} is earlier than the event's time {self.now}")
+        if at < now:
+            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
         heapq.heappush(self.future, (at, next(self.order), d, default, op, key, arg))
 
     def emit(self, table: str, **fields: Any) -> None:
         ev = self.event
-        self.rows[table].append((ev.lsn, ev.ts, self.handler, self.seq, fields))
+        self.rows[table].append((ev[0], ev[1], self.handler, self.seq, fields))
 
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
-        if at < self.now:
-            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {self.now}")
+        if at < self.event[1]:
+            raise TimeTravelError(
+                f"schedule at {at} is earlier than the event's time {self.event[1]}"
+            )
         clash = RESERVED_FIELDS & set(fields)
         if clash:
             raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
-        root = self.event.lsn
+        root = self.event[0]
         self.scheduled_per_root[root] += 1
         event = ScheduledEvent(kind, at, root, self.scheduled_per_root[root], fields)
         heapq.heappush(self.scheduled, (at, next(self.order), event))
@@ -120,15 +127,23 @@ def replay(
     """Replay ``log`` through ``program`` one event at a time and return the result."""
     notify = broadcast(observer)
     rt = SerialRuntime()
-    compiled = compile_program(program, rt)
-    by_kind = compiled.handlers_by_kind()
+    by_kind: dict = {}
+    compiled = compile_program(
+        program,
+        rt,
+        columns=log.columns,
+        kind_order=log.kinds_by_frequency(),
+        extra_globals={SCHEDULED_RUNNER_NAME: lambda t: _run_scheduled(rt, by_kind, t)},
+    )
+    by_kind.update(compiled.handlers_by_kind())
+    run_batch = compiled.run_batch
     total = len(log)
     notify(ReplayStarted("serial", total, 1, tuple(h.name for h in program.handlers), log.span_ms))
     started = time.perf_counter()
     done = 0
     try:
-        for batch in log.iter_events(progress_every):
-            _run_batch(rt, by_kind, batch)
+        for batch in log.iter_events(progress_every, named=compiled.needs_named_events):
+            run_batch(batch)
             done += len(batch)
             notify(Progress(done, total, time.perf_counter() - started))
         _run_scheduled(rt, by_kind, float("inf"), limit=MAX_FLUSH)
@@ -159,23 +174,6 @@ def replay(
     return Result(tables=tables, state=compiled.stores, metrics=metrics)
 
 
-def _run_batch(rt: SerialRuntime, by_kind: dict, batch: list) -> None:
-    no_handlers: tuple = ()
-    get_handlers = by_kind.get
-    for ev in batch:
-        t = ev.ts
-        if rt.scheduled and rt.scheduled[0][0] <= t:
-            _run_scheduled(rt, by_kind, t)
-        if rt.future and rt.future[0][0] <= t:
-            rt.apply_due(t)
-        rt.now = t
-        rt.event = ev
-        rt.seq = 0
-        for name, fn in get_handlers(ev.kind, no_handlers):
-            rt.handler = name
-            fn(ev)
-
-
 def _run_scheduled(rt: SerialRuntime, by_kind: dict, t: float, limit: int | None = None) -> int:
     """Run scheduled events due by ``t`` (including ones they schedule); return how many ran."""
     ran = 0
@@ -184,13 +182,13 @@ def _run_scheduled(rt: SerialRuntime, by_kind: dict, t: float, limit: int | None
         at, _n, ev = heapq.heappop(scheduled)
         if rt.future and rt.future[0][0] <= at:
             rt.apply_due(at)
-        rt.now = at
         rt.event = ev
         rt.seq = ev.seq
         for name, fn in by_kind.get(ev.kind, ()):
             rt.handler = name
             fn(ev)
         ran += 1
+    rt.seq = 0
     return ran
 
 
@@ -201,16 +199,16 @@ def _handler_error(program: Program, rt: SerialRuntime, exc: BaseException) -> R
     ev = rt.event
     if ev is None:
         return RestreamError(str(exc))
+    lsn, ts, kind = ev[0], ev[1], ev[2]
     lineno = user_lineno(exc, program.filename)
     return HandlerError(
         handler=rt.handler,
         filename=program.filename,
         lineno=lineno,
         line=linecache.getline(program.filename, lineno) if lineno else None,
-        lsn=ev.lsn,
+        lsn=lsn,
         seq=rt.seq,
-        kind=ev.kind,
-        ts=ev.ts,
+        kind=kind,
+        ts=ts,
         cause=exc,
     )
-

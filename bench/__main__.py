@@ -1,0 +1,50 @@
+"""``python -m bench [NAME ...] [options]``: run every benchmark, or the named ones.
+
+Options after the names go to each benchmark run (``python -m bench serial --events 20000``);
+``python -m bench --list`` lists the benchmarks. To add one, write a module with a
+``main(argv) -> int`` and register it in ``BENCHMARKS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+__all__ = ["BENCHMARKS", "main"]
+
+#: Benchmark name -> (module, what it measures).
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "serial": ("bench.serial_vs_loop", "serial engine vs a plain-Python loop, anti-spam rule"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks named at the start of ``argv`` (all by default) with the rest."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--list"], ["-h"], ["--help"]):
+        print(__doc__.strip().splitlines()[0])
+        for name, (module, what) in BENCHMARKS.items():
+            print(f"  {name:<10} {what} ({module})")
+        return 0
+    names = []
+    while argv and not argv[0].startswith("-"):
+        names.append(argv.pop(0))
+    unknown = [name for name in names if name not in BENCHMARKS]
+    if unknown:
+        print(
+            f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}",
+            file=sys.stderr,
+        )
+        return 2
+    failed = []
+    for name in names or list(BENCHMARKS):
+        module = importlib.import_module(BENCHMARKS[name][0])
+        if module.main(argv) != 0:
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

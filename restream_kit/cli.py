@@ -1,0 +1,153 @@
+"""The ``restream`` command line: ``plan``, ``replay``, ``diff``, ``bench``.
+
+Every user error exits non-zero with one line naming the problem; ``--debug`` shows the
+traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections.abc import Sequence
+
+from .errors import RestreamError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="restream", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    plan = commands.add_parser("plan", help="show how a program's handlers depend on each other")
+    plan.add_argument("program", help="the program, a .py file")
+    plan.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        metavar="LOG",
+        help="a log (or NAME=PATH), for hot keys and predicted speedups; repeatable",
+    )
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument(
+        "--allow-nondeterminism",
+        action="store_true",
+        help="plan even when the determinism lint finds problems",
+    )
+
+    replay = commands.add_parser("replay", help="replay a log through a program")
+    replay.add_argument("program", help="the program, a .py file")
+    replay.add_argument(
+        "--log",
+        action="append",
+        required=True,
+        metavar="LOG",
+        help="a Parquet or CSV log, or NAME=PATH to set its kind; repeatable",
+    )
+    replay.add_argument("--engine", choices=("serial", "spark"), default="serial")
+    replay.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    replay.add_argument(
+        "--epoch", default=None, help="epoch size: events (e.g. 100000) or time (e.g. 1h)"
+    )
+    replay.add_argument("--out", default=None, metavar="DIR", help="write DIR/<table>.parquet")
+    replay.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            code = COMMANDS[args.command](args)
+        for w in caught:
+            if not args.json:
+                print(f"warning: {w.message}", file=sys.stderr)
+        return code
+    except RestreamError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line unless --debug
+        if args.debug:
+            raise
+        print(
+            f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
+
+
+def _log_arg(values: list[str]):
+    from .log import Log
+
+    return Log(values)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .api import replay
+
+    options = {}
+    if args.master:
+        options["master"] = args.master
+    if args.epoch:
+        options["epoch"] = args.epoch
+    result = replay(args.program, _log_arg(args.log), engine=args.engine, **options)
+    summary = result.summary()
+    if args.out:
+        summary["outputs"] = result.write(args.out)
+    if args.json:
+        print(json.dumps(summary, default=str))
+    else:
+        print(_replay_text(summary))
+    return 0
+
+
+def _replay_text(summary: dict) -> str:
+    m = summary["metrics"]
+    lines = [
+        f"replayed {m['events']:,} events on {m['engine']} in {m['wall_s']:.2f} s "
+        f"({m['events_per_s']:,.0f} events/s, {m['realtime_multiple']:,.0f}x real time)"
+    ]
+    for name, rows in summary["tables"].items():
+        where = summary.get("outputs", {}).get(name)
+        lines.append(f"  {name}: {rows:,} rows" + (f" -> {where}" if where else ""))
+    if not summary["tables"]:
+        lines.append("  no rows emitted")
+    for name, size in summary["state"].items():
+        lines.append(f"  state {name}: {size:,} keys")
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .planner import plan as build_plan
+    from .planner.render import plan_text
+    from .program import Program
+
+    log = _log_arg(args.log) if args.log else None
+    the_plan = build_plan(
+        Program.from_file(args.program), log, allow_nondeterminism=args.allow_nondeterminism
+    )
+    if args.json:
+        print(json.dumps(the_plan.to_dict(), default=str))
+    else:
+        print(plan_text(the_plan))
+    return 0
+
+
+COMMANDS = {"replay": cmd_replay, "plan": cmd_plan}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,855 @@
+"""Static analysis of handlers: every state access with its key, every emit and every schedule.
+
+The analysis walks each handler's ``ast`` the way the compiler (``restream_kit._compile``)
+reads it, so that what counts as a state access here is exactly what becomes one at run time:
+``m[k]``, ``m.get(k)``, ``k in m``, ``m[k] = v``, ``m[k] += d``, ``del m[k]``,
+``m.set/add/merge/delete(k, ..., at=...)``, ``v.value`` and local aliases (``m = friends``).
+A bare state name used any other way (``len(m)``, ``for k in m``) reads the whole state.
+
+Calls of functions defined with ``def`` in the program are followed: the callee's parameters
+are bound to the caller's arguments, so a key built in a helper is written in terms of the
+handler's event. Calls that cannot be followed (recursion through state, a helper passed as a
+value, a state-using callable that is not a plain function) are rejected with the line.
+
+Key expressions are canonicalised: the event argument becomes ``e``, locals assigned once are
+replaced by their value, helpers that only ``return`` an expression are inlined. Two ways of
+writing one key in a handler then give the same text, and the text can be evaluated with the
+event bound to ``e`` in the program's namespace (see ``plan.compile_key``).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ..errors import ProgramError
+from ..program import Program
+
+__all__ = ["RawAccess", "ScheduleCall", "HandlerAccess", "ModuleInfo", "analyse", "EVENT"]
+
+#: The canonical name of the event in key expressions.
+EVENT = "e"
+_SENTINEL = "__rs_event__"
+_MAX_DEPTH = 40
+_STATE_METHODS = {"get", "set", "add", "merge", "delete"}
+#: Builtins whose result differs between processes or runs: never part of an event key.
+_IMPURE_BUILTINS = {
+    "hash",
+    "id",
+    "input",
+    "open",
+    "print",
+    "eval",
+    "exec",
+    "globals",
+    "locals",
+    "vars",
+    "__import__",
+    "breakpoint",
+    "iter",
+    "next",
+}
+
+
+@dataclass(frozen=True)
+class RawAccess:
+    """One state access found in a handler (or in a helper it calls, named by ``via``)."""
+
+    state: str
+    op: str  # read, overwrite, merge, future, delete
+    key: str | None
+    event_key: bool
+    lineno: int
+    via: str | None
+    whole: bool = False  # the whole state (bare name), not one key
+
+
+@dataclass(frozen=True)
+class ScheduleCall:
+    """A ``schedule(kind, at=..., **fields)`` call: kind when literal, fields as canonical text."""
+
+    kind: str | None
+    at: str | None
+    fields: tuple[tuple[str, str, bool], ...]  # (field, canonical expression, event key)
+    lineno: int
+    via: str | None
+
+
+@dataclass(frozen=True)
+class HandlerAccess:
+    """What one handler does to state and outputs, found by reading its source."""
+
+    name: str
+    kinds: tuple[str, ...]
+    lineno: int
+    event_arg: str
+    accesses: tuple[RawAccess, ...]
+    emits: tuple[str, ...]
+    schedules: tuple[ScheduleCall, ...]
+    helpers: tuple[str, ...]  # module-level functions followed from this handler
+    notes: tuple[tuple[str, str, int], ...]  # (code, message, line) worth a warning
+
+
+# -- the module ----------------------------------------------------------------------------
+
+
+class ModuleInfo:
+    """Module-level names of a program: state, functions, imports and other bindings."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.filename = program.filename
+        self.states = {name: decl.kind for name, decl in program.states.items()}
+        self.defs: dict[str, ast.FunctionDef | ast.Lambda] = {}
+        self.others: dict[str, ast.AST] = {}
+        self.imports: dict[str, str] = {}
+        self.emit_names: set[str] = set()
+        self.schedule_names: set[str] = set()
+        self.kit_modules: set[str] = set()
+        for node in program.module_ast.body:
+            self._bind(node)
+        self._mentions: set[str] | None = None
+
+    def _bind(self, node: ast.stmt) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self.defs[node.name] = node
+            self.others.pop(node.name, None)
+        elif isinstance(node, ast.ClassDef):
+            self.others[node.name] = node
+            self.defs.pop(node.name, None)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                self.imports[local] = alias.name if alias.asname else local
+                if alias.name == "restream_kit":
+                    self.kit_modules.add(local)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                local = alias.asname or alias.name
+                self.imports[local] = f"{node.module}.{alias.name}"
+                if node.module.split(".")[0] == "restream_kit":
+                    if alias.name == "emit":
+                        self.emit_names.add(local)
+                    elif alias.name == "schedule":
+                        self.schedule_names.add(local)
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Lambda)
+        ):
+            self.defs[node.targets[0].id] = node.value
+        else:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    if sub.id not in self.states:
+                        self.defs.pop(sub.id, None)
+                        self.others[sub.id] = node
+
+    def _reaching_state(self) -> set[str]:
+        """Module-level names from which declared state can be reached through references."""
+        refs: dict[str, set[str]] = {}
+        for name, node in list(self.defs.items()) + list(self.others.items()):
+            refs[name] = {
+                sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name) and sub.id != name
+            }
+        reaching = set(self.states)
+        changed = True
+        while changed:
+            changed = False
+            for name, names in refs.items():
+                if name not in reaching and names & reaching:
+                    reaching.add(name)
+                    changed = True
+        return reaching
+
+    def mentions_state(self, name: str) -> bool:
+        """Whether module-level ``name`` (a function or other binding) can reach declared state."""
+        if self._mentions is None:
+            self._mentions = self._reaching_state()
+        return name in self._mentions
+
+
+# -- scopes --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Scope:
+    """One function's names: locals, aliases of state, values of locals assigned once."""
+
+    node: ast.AST
+    shadowed: set[str]
+    aliases: dict[str, str]
+    simple: dict[str, ast.expr]
+    nested: dict[str, ast.FunctionDef]
+    subst: dict[str, tuple[ast.expr, bool]] = field(default_factory=dict)
+    state_params: dict[str, str] = field(default_factory=dict)
+
+
+def walk_same_scope(node: ast.AST) -> Iterator[ast.AST]:
+    """Walk ``node`` without entering nested functions, lambdas or classes (it yields defs)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            if not isinstance(child, ast.Lambda):
+                yield child
+            continue
+        yield from walk_same_scope(child)
+
+
+def param_names(args: ast.arguments) -> list[str]:
+    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+    return names
+
+
+def make_scope(node: ast.AST, resolve: Callable[[str], str | None]) -> _Scope:
+    """The scope of a function or lambda, by the compiler's rules for locals and aliases."""
+    args = node.args
+    body: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
+    params = set(param_names(args))
+    bound = set(params)
+    declared_global: set[str] = set()
+    assignments: dict[str, list[ast.AST]] = {}
+    stores: dict[str, int] = {}
+    values: dict[str, ast.expr] = {}
+    nested: dict[str, ast.FunctionDef] = {}
+    for stmt in body:
+        for sub in walk_same_scope(stmt):
+            if isinstance(sub, ast.Global):
+                declared_global.update(sub.names)
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                bound.add(sub.id)
+                stores[sub.id] = stores.get(sub.id, 0) + 1
+            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(sub.name)
+                stores[sub.name] = stores.get(sub.name, 0) + 1
+                if isinstance(sub, ast.FunctionDef):
+                    nested[sub.name] = sub
+            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+                for alias in sub.names:
+                    name = (alias.asname or alias.name).split(".")[0]
+                    bound.add(name)
+                    stores[name] = stores.get(name, 0) + 1
+            if isinstance(sub, ast.Assign):
+                for target in sub.targets:
+                    if isinstance(target, ast.Name):
+                        assignments.setdefault(target.id, []).append(sub.value)
+                        values[target.id] = sub.value
+                    elif (
+                        isinstance(target, (ast.Tuple, ast.List))
+                        and isinstance(sub.value, (ast.Tuple, ast.List))
+                        and len(target.elts) == len(sub.value.elts)
+                        and not any(
+                            isinstance(x, ast.Starred) for x in target.elts + sub.value.elts
+                        )
+                    ):
+                        for t, v in zip(target.elts, sub.value.elts):
+                            if isinstance(t, ast.Name):
+                                values[t.id] = v
+            elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)) and isinstance(
+                sub.target, ast.Name
+            ):
+                assignments.setdefault(sub.target.id, []).extend([sub, sub])
+                if isinstance(sub, ast.AnnAssign) and sub.value is not None:
+                    values[sub.target.id] = sub.value
+            elif isinstance(sub, ast.NamedExpr):
+                values[sub.target.id] = sub.value
+    aliases = {}
+    for name, vals in assignments.items():
+        if len(vals) == 1 and isinstance(vals[0], ast.Name) and name not in params:
+            target_state = resolve(vals[0].id)
+            if target_state:
+                aliases[name] = target_state
+    shadowed = (bound - declared_global) - set(aliases)
+    simple = {
+        name: value
+        for name, value in values.items()
+        if stores.get(name) == 1 and name not in params and name not in aliases
+    }
+    return _Scope(node, shadowed, aliases, simple, nested)
+
+
+# -- canonical key expressions ----------------------------------------------------------------
+
+
+class _Canon(ast.NodeTransformer):
+    """Rewrite an expression in terms of the handler's event; note whether it stays pure."""
+
+    def __init__(self, walker: _Walker, stack: list[_Scope], expanding: frozenset = frozenset()):
+        self.w = walker
+        self.stack = stack
+        self.expanding = expanding
+        self.pure = True
+        self.bound_here: set[str] = set()
+
+    def run(self, node: ast.expr) -> tuple[ast.expr, bool]:
+        out = self.visit(copy.deepcopy(node))
+        return out, self.pure
+
+    def _comprehension(self, node: ast.AST) -> ast.AST:
+        for gen in node.generators:
+            for sub in ast.walk(gen.target):
+                if isinstance(sub, ast.Name):
+                    self.bound_here.add(sub.id)
+        return self.generic_visit(node)
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
+
+    def _impure(self, node: ast.AST) -> ast.AST:
+        self.pure = False
+        return self.generic_visit(node)
+
+    visit_Lambda = visit_NamedExpr = visit_Await = visit_Yield = visit_YieldFrom = _impure
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if not isinstance(node.ctx, ast.Load) or node.id in self.bound_here:
+            return node
+        where, payload = self.w.lookup(node.id, self.stack)
+        if where == "state":
+            self.pure = False
+        elif where == "local":
+            index = payload
+            scope = self.stack[index]
+            if node.id in scope.subst:
+                value, pure = scope.subst[node.id]
+                self.pure &= pure
+                return copy.deepcopy(value)
+            marker = (id(scope.node), node.id)
+            if (
+                node.id in scope.simple
+                and marker not in self.expanding
+                and len(self.expanding) < _MAX_DEPTH
+            ):
+                inner = _Canon(self.w, self.stack[: index + 1], self.expanding | {marker})
+                value, pure = inner.run(scope.simple[node.id])
+                self.pure &= pure
+                return value
+            self.pure = False
+        elif where in ("def", "module"):
+            if self.w.mod.mentions_state(node.id):
+                self.pure = False
+        elif where == "builtin" and node.id in _IMPURE_BUILTINS:
+            self.pure = False
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id not in self.bound_here:
+            where, payload = self.w.lookup(func.id, self.stack)
+            if where == "def":
+                inlined = self._inline(func.id, node)
+                if inlined is not None:
+                    return inlined
+        return self.generic_visit(node)
+
+    def _inline(self, name: str, call: ast.Call) -> ast.expr | None:
+        """Inline a pure helper whose body is one ``return`` of an expression."""
+        fn = self.w.mod.defs[name]
+        if self.w.mod.mentions_state(name) or len(self.expanding) >= _MAX_DEPTH:
+            return None
+        if isinstance(fn, ast.Lambda):
+            result = fn.body
+        else:
+            body = [s for s in fn.body if not _is_docstring(s)]
+            if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+                return None
+            result = body[0].value
+        marker = (id(fn), name)
+        if marker in self.expanding:
+            return None
+        binding = _bind_arguments(fn.args, call)
+        if binding is None:
+            return None
+        scope = make_scope(fn, lambda n: None)
+        for param, arg in binding.items():
+            if arg is None:
+                return None
+            value, pure = (
+                _Canon(self.w, self.stack, self.expanding).run(arg)
+                if param[1]
+                else (_Canon(self.w, [], self.expanding).run(arg))
+            )
+            scope.subst[param[0]] = (value, pure)
+        if set(param_names(fn.args)) - set(scope.subst):
+            return None
+        inner = _Canon(self.w, [scope], self.expanding | {marker})
+        value, pure = inner.run(result)
+        self.pure &= pure
+        return value
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
+
+
+def _bind_arguments(
+    args: ast.arguments, call: ast.Call
+) -> dict[tuple[str, bool], ast.expr | None] | None:
+    """Map each parameter to (argument, from the caller) or (default, from the definition).
+
+    None when the call cannot be bound statically (``*args``, ``**kwargs``, unknown names).
+    """
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    ):
+        return None
+    if args.vararg or args.kwarg:
+        return None
+    positional = args.posonlyargs + args.args
+    if len(call.args) > len(positional):
+        return None
+    out: dict[tuple[str, bool], ast.expr | None] = {}
+    given: dict[str, ast.expr] = {}
+    for param, arg in zip(positional, call.args):
+        given[param.arg] = arg
+    for kw in call.keywords:
+        if kw.arg in given or kw.arg not in {a.arg for a in args.args + args.kwonlyargs}:
+            return None
+        given[kw.arg] = kw.value
+    defaults = dict(
+        zip([a.arg for a in positional][len(positional) - len(args.defaults) :], args.defaults)
+    )
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    for param in positional + args.kwonlyargs:
+        if param.arg in given:
+            out[(param.arg, True)] = given[param.arg]
+        elif param.arg in defaults:
+            out[(param.arg, False)] = defaults[param.arg]
+        else:
+            return None
+    return out
+
+
+def render(expr: ast.expr) -> tuple[str, bool]:
+    """The text of a canonical expression with the event named ``e``; False if ``e`` clashes."""
+    clash = any(isinstance(n, ast.Name) and n.id == EVENT for n in ast.walk(expr))
+    renamed = copy.deepcopy(expr)
+    for sub in ast.walk(renamed):
+        if isinstance(sub, ast.Name) and sub.id == _SENTINEL:
+            sub.id = EVENT
+    return ast.unparse(renamed), not clash
+
+
+# -- the walk -------------------------------------------------------------------------------
+
+
+class _Walker:
+    """Walks one handler and every helper it calls, recording what they do."""
+
+    def __init__(self, mod: ModuleInfo, handler: str):
+        self.mod = mod
+        self.handler = handler
+        self.accesses: list[RawAccess] = []
+        self.emits: list[str] = []
+        self.schedules: list[ScheduleCall] = []
+        self.helpers: list[str] = []
+        self.notes: list[tuple[str, str, int]] = []
+        self.calls: list[str] = []  # the helpers being followed, innermost last
+        self.visited_nested: set[int] = set()
+        self.reached: list[ast.AST] = []  # every function body walked, for the lint
+
+    # names
+
+    def lookup(self, name: str, stack: list[_Scope]) -> tuple[str, object]:
+        for index in range(len(stack) - 1, -1, -1):
+            scope = stack[index]
+            if name in scope.aliases:
+                return "state", scope.aliases[name]
+            if name in scope.shadowed:
+                return "local", index
+        if name in self.mod.states:
+            return "state", name
+        if name in self.mod.defs:
+            return "def", name
+        if name in self.mod.others or name in self.mod.imports:
+            return "module", name
+        return "builtin", name
+
+    def state_of(self, node: ast.AST, stack: list[_Scope]) -> str | None:
+        if isinstance(node, ast.Name):
+            where, payload = self.lookup(node.id, stack)
+            if where == "state":
+                return payload
+        return None
+
+    def error(self, lineno: int | None, message: str) -> ProgramError:
+        return ProgramError(
+            f"handler {self.handler!r}: {message}", filename=self.mod.filename, lineno=lineno
+        )
+
+    @property
+    def via(self) -> str | None:
+        return self.calls[-1] if self.calls else None
+
+    # recording
+
+    def canon(self, expr: ast.expr, stack: list[_Scope]) -> tuple[ast.expr, bool]:
+        return _Canon(self, stack).run(expr)
+
+    def record(
+        self,
+        state: str,
+        op: str,
+        key: ast.expr | None,
+        node: ast.AST,
+        stack: list[_Scope],
+        whole: bool = False,
+    ) -> None:
+        if key is None:
+            text, event_key = None, not whole
+        else:
+            expr, pure = self.canon(key, stack)
+            text, no_clash = render(expr)
+            event_key = pure and no_clash
+        self.accesses.append(RawAccess(state, op, text, event_key, node.lineno, self.via, whole))
+
+    # the walk proper
+
+    def function(self, fn: ast.AST, stack: list[_Scope]) -> None:
+        self.reached.append(fn)
+        body = [fn.body] if isinstance(fn, ast.Lambda) else fn.body
+        for stmt in body:
+            self.visit(stmt, stack)
+
+    def visit(self, node: ast.AST, stack: list[_Scope]) -> None:
+        method = getattr(self, f"visit_{type(node).__name__}", None)
+        if method is not None:
+            method(node, stack)
+        else:
+            self.children(node, stack)
+
+    def children(self, node: ast.AST, stack: list[_Scope]) -> None:
+        for child in ast.iter_child_nodes(node):
+            self.visit(child, stack)
+
+    def _is_value(self, name: str) -> bool:
+        return name in self.mod.states and self.mod.states[name] == "value"
+
+    def visit_Name(self, node: ast.Name, stack: list[_Scope]) -> None:
+        where, payload = self.lookup(node.id, stack)
+        if not isinstance(node.ctx, ast.Load):
+            return
+        if where == "state":
+            self.record(payload, "read", None, node, stack, whole=True)
+        elif where == "def" and self.mod.mentions_state(node.id):
+            raise self.error(
+                node.lineno,
+                f"helper {node.id!r} uses state and is passed as a value, so its accesses "
+                "cannot be followed; call it directly instead",
+            )
+        elif (
+            where == "module"
+            and node.id not in self.mod.imports
+            and self.mod.mentions_state(node.id)
+        ):
+            raise self.error(
+                node.lineno,
+                f"{node.id!r} reaches state but is not a function defined with def, so its "
+                "accesses cannot be followed; make it a plain module-level function",
+            )
+        elif where == "local":
+            scope = stack[payload]
+            nested = scope.nested.get(node.id)
+            if nested is not None and id(nested) not in self.visited_nested:
+                # A nested function used as a value: walk it once with unknown parameters.
+                self.visited_nested.add(id(nested))
+                inner = make_scope(nested, lambda n: self._resolve_state(n, stack))
+                self.function(nested, stack + [inner])
+
+    def _resolve_state(self, name: str, stack: list[_Scope]) -> str | None:
+        where, payload = self.lookup(name, stack)
+        return payload if where == "state" else None
+
+    def visit_Subscript(self, node: ast.Subscript, stack: list[_Scope]) -> None:
+        state = self.state_of(node.value, stack)
+        if state is None:
+            self.children(node, stack)
+            return
+        if self._is_value(state):
+            raise self.error(
+                node.lineno, f"{state} is a state.Value: use {state}.value, not {state}[...]"
+            )
+        op = {ast.Load: "read", ast.Store: "overwrite", ast.Del: "delete"}[type(node.ctx)]
+        self.record(state, op, node.slice, node, stack)
+        self.visit(node.slice, stack)
+
+    def visit_Attribute(self, node: ast.Attribute, stack: list[_Scope]) -> None:
+        state = self.state_of(node.value, stack)
+        if state is not None and node.attr == "value" and self._is_value(state):
+            op = {ast.Load: "read", ast.Store: "overwrite", ast.Del: "delete"}[type(node.ctx)]
+            self.record(state, op, None, node, stack)
+            return
+        if isinstance(node.value, ast.Name) and node.value.id in self.mod.kit_modules:
+            return
+        if state is not None:
+            # m.get etc. are handled by visit_Call; any other attribute reads the whole state.
+            self.record(state, "read", None, node, stack, whole=True)
+            return
+        self.children(node, stack)
+
+    def visit_AugAssign(self, node: ast.AugAssign, stack: list[_Scope]) -> None:
+        target = node.target
+        state = self.state_of(getattr(target, "value", None), stack)
+        if state is not None and isinstance(target, ast.Subscript):
+            if self._is_value(state):
+                raise self.error(node.lineno, f"{state} is a state.Value: use {state}.value")
+            self.record(state, "merge", target.slice, node, stack)
+            self.visit(target.slice, stack)
+        elif (
+            state is not None
+            and isinstance(target, ast.Attribute)
+            and target.attr == "value"
+            and (self._is_value(state))
+        ):
+            self.record(state, "merge", None, node, stack)
+        else:
+            self.visit(target, stack)
+        self.visit(node.value, stack)
+
+    def visit_Assign(self, node: ast.Assign, stack: list[_Scope]) -> None:
+        # An alias (m = friends) is not a use of the state.
+        if (
+            len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Name)
+            and stack
+            and node.targets[0].id in stack[-1].aliases
+        ):
+            return
+        self.children(node, stack)
+
+    def visit_Compare(self, node: ast.Compare, stack: list[_Scope]) -> None:
+        operands = [node.left, *node.comparators]
+        handled: set[int] = set()
+        for i, op in enumerate(node.ops):
+            right = operands[i + 1]
+            if isinstance(op, (ast.In, ast.NotIn)):
+                state = self.state_of(right, stack)
+                if state is not None and not self._is_value(state):
+                    self.record(state, "read", operands[i], node, stack)
+                    handled.add(i + 1)
+        for i, operand in enumerate(operands):
+            if i not in handled:
+                self.visit(operand, stack)
+
+    def visit_Call(self, node: ast.Call, stack: list[_Scope]) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            state = self.state_of(func.value, stack)
+            if state is not None:
+                self._state_call(node, state, func.attr, stack)
+                return
+            if isinstance(func.value, ast.Name) and func.value.id in self.mod.kit_modules:
+                if func.attr in ("emit", "schedule"):
+                    self._output(node, func.attr, stack)
+                    return
+        if isinstance(func, ast.Name):
+            where, payload = self.lookup(func.id, stack)
+            if where == "builtin" or where == "module":
+                if func.id in self.mod.emit_names:
+                    self._output(node, "emit", stack)
+                    return
+                if func.id in self.mod.schedule_names:
+                    self._output(node, "schedule", stack)
+                    return
+            if where == "def":
+                self._follow(node, self.mod.defs[func.id], func.id, [], stack)
+                return
+            if where == "local":
+                nested = stack[payload].nested.get(func.id)
+                if nested is not None:
+                    self._follow(node, nested, func.id, stack[: payload + 1], stack)
+                    return
+            if (
+                where == "module"
+                and func.id not in self.mod.imports
+                and self.mod.mentions_state(func.id)
+            ):
+                raise self.error(
+                    node.lineno,
+                    f"cannot follow the call of {func.id!r}: it reaches state but is not a "
+                    "function defined with def; make it a plain module-level function",
+                )
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            where, _ = self.lookup(func.value.id, stack)
+            if (
+                where == "module"
+                and func.value.id not in self.mod.imports
+                and self.mod.mentions_state(func.value.id)
+            ):
+                raise self.error(
+                    node.lineno,
+                    f"cannot follow the call {func.value.id}.{func.attr}(...): {func.value.id!r} "
+                    "reaches state but is not a plain function; use module-level functions",
+                )
+        self.children(node, stack)
+
+    def _state_call(self, node: ast.Call, state: str, method: str, stack: list[_Scope]) -> None:
+        if method not in _STATE_METHODS:
+            raise self.error(
+                node.lineno,
+                f"{state}.{method}(...) is not a state operation (use [k], get, set, add, merge, "
+                "delete, `in`)",
+            )
+        is_value = self._is_value(state)
+        args = list(node.args)
+        key = None if is_value else (args.pop(0) if args else None)
+        if key is None and not is_value:
+            raise self.error(node.lineno, f"{state}.{method} needs a key")
+        timed = any(kw.arg == "at" for kw in node.keywords)
+        if method == "get":
+            op = "read"
+        elif timed:
+            op = "future"
+        else:
+            op = {"set": "overwrite", "add": "merge", "merge": "merge", "delete": "delete"}[method]
+        self.record(state, op, key, node, stack)
+        if key is not None:
+            self.visit(key, stack)
+        for arg in args:
+            self.visit(arg, stack)
+        for kw in node.keywords:
+            self.visit(kw.value, stack)
+
+    def _output(self, node: ast.Call, what: str, stack: list[_Scope]) -> None:
+        first = node.args[0] if node.args else None
+        literal = (
+            first.value
+            if isinstance(first, ast.Constant) and isinstance(first.value, str)
+            else None
+        )
+        if what == "emit":
+            if literal is not None and literal not in self.emits:
+                self.emits.append(literal)
+        else:
+            fields = []
+            at = None
+            for kw in node.keywords:
+                if kw.arg is None:
+                    continue
+                expr, pure = self.canon(kw.value, stack)
+                text, no_clash = render(expr)
+                if kw.arg == "at":
+                    at = text
+                else:
+                    fields.append((kw.arg, text, pure and no_clash))
+            self.schedules.append(ScheduleCall(literal, at, tuple(fields), node.lineno, self.via))
+        self.children(node, stack)
+
+    def _follow(
+        self, node: ast.Call, fn: ast.AST, name: str, outer: list[_Scope], stack: list[_Scope]
+    ) -> None:
+        """Walk a called function with its parameters bound to this call's arguments."""
+        binding = _bind_arguments(fn.args, node)
+        state_args = [a for a in node.args if self.state_of(a, stack)] + [
+            k.value for k in node.keywords if self.state_of(k.value, stack)
+        ]
+        reaches = self.mod.mentions_state(name) or bool(state_args) or bool(outer)
+        if binding is None:
+            if reaches:
+                raise self.error(
+                    node.lineno,
+                    f"cannot follow the call of helper {name!r}: its arguments cannot be matched "
+                    "to its parameters (*args or **kwargs); pass them by position or name",
+                )
+            self.children(node, stack)
+            return
+        if name in self.calls or len(self.calls) >= _MAX_DEPTH:
+            if reaches:
+                raise self.error(
+                    node.lineno,
+                    f"cannot follow the recursive call of helper {name!r}, which uses state",
+                )
+            self.children(node, stack)
+            return
+        # Arguments are evaluated in the caller: their own reads belong there.
+        for arg in node.args:
+            if not self.state_of(arg, stack):
+                self.visit(arg, stack)
+        for kw in node.keywords:
+            if not self.state_of(kw.value, stack):
+                self.visit(kw.value, stack)
+        base = outer if outer else []
+        scope = make_scope(
+            fn,
+            lambda n: (
+                self._resolve_state(n, base) if base else (n if n in self.mod.states else None)
+            ),
+        )
+        for (param, from_call), arg in binding.items():
+            state = self.state_of(arg, stack if from_call else base)
+            if state is not None:
+                scope.aliases[param] = state
+                scope.shadowed.discard(param)
+                scope.state_params[param] = state
+                self.notes.append(
+                    (
+                        "state-argument",
+                        f"state {state!r} is passed to {name!r} as argument {param!r}; inside it "
+                        f"{param}[k] is a plain dictionary lookup (no default): prefer using "
+                        f"{state} by its global name",
+                        node.lineno,
+                    )
+                )
+            else:
+                scope.subst[param] = self.canon(arg, stack if from_call else base)
+        if name not in self.helpers and not outer:
+            self.helpers.append(name)
+        self.calls.append(name)
+        try:
+            self.function(fn, base + [scope])
+        finally:
+            self.calls.pop()
+
+    def visit_Lambda(self, node: ast.Lambda, stack: list[_Scope]) -> None:
+        inner = make_scope(node, lambda n: self._resolve_state(n, stack))
+        self.function(node, stack + [inner])
+
+    def visit_FunctionDef(self, node: ast.FunctionDef, stack: list[_Scope]) -> None:
+        # Nested functions are walked where they are called (or used as values); their
+        # decorators and defaults run here.
+        for deco in node.decorator_list:
+            self.visit(deco, stack)
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.visit(default, stack)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node: ast.ClassDef, stack: list[_Scope]) -> None:
+        raise self.error(node.lineno, "a class defined inside a handler cannot be analysed")
+
+
+def analyse(
+    program: Program, mod: ModuleInfo | None = None
+) -> tuple[tuple[HandlerAccess, ...], dict]:
+    """Analyse every handler of ``program``; also return the functions reached, per handler."""
+    mod = mod or ModuleInfo(program)
+    out = []
+    reached: dict[str, list[ast.AST]] = {}
+    for h in program.handlers:
+        walker = _Walker(mod, h.name)
+        scope = make_scope(h.node, lambda n: n if n in mod.states else None)
+        scope.subst[h.event_arg] = (ast.Name(id=_SENTINEL, ctx=ast.Load()), True)
+        walker.function(h.node, [scope])
+        reached[h.name] = walker.reached
+        out.append(
+            HandlerAccess(
+                name=h.name,
+                kinds=tuple(h.kinds),
+                lineno=h.lineno,
+                event_arg=h.event_arg,
+                accesses=tuple(dict.fromkeys(walker.accesses)),
+                emits=tuple(walker.emits),
+                schedules=tuple(walker.schedules),
+                helpers=tuple(walker.helpers),
+                notes=tuple(dict.fromkeys(walker.notes)),
+            )
+        )
+    return tuple(out), reached

@@ -1,0 +1,46 @@
+"""A smoke test of the benchmark harness (python -m bench): it runs and both sides agree.
+
+Timings over 20,000 events say nothing, so nothing here asserts on speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_serial_vs_loop_quick_run(tmp_path):
+    out = tmp_path / "serial_vs_loop.json"
+    command = [
+        sys.executable, "-m", "bench", "serial",
+        "--events", "20000", "--runs", "1",
+        "--log", str(tmp_path / "social_20000.parquet"),
+        "--out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"outputs agree: [\d,]+ spam rows from [\d,]+ senders", proc.stdout), (
+        proc.stdout
+    )
+    match = re.search(r"ratio plain/serial: (\d+\.\d+)", proc.stdout)
+    assert match, proc.stdout
+    results = json.loads(out.read_text())
+    assert results["events"] == 20_000 and results["runs"] == 1
+    assert results["spam_rows"] > 0
+    assert set(results["median_s"]) == {"plain loop", "serial engine"}
+    assert abs(results["ratio"] - float(match.group(1))) < 0.01
+
+
+def test_unknown_benchmark_is_refused():
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "nosuch"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "unknown benchmark" in proc.stderr
