@@ -278,23 +278,26 @@ class _FunctionLint:
 
 
 def lint(mod: ModuleInfo, reached: dict[str, list[ast.AST]]) -> list[Finding]:
-    """Lint every function each handler reaches; each function is reported once."""
-    findings: list[Finding] = []
+    """Lint every module-level function each handler reaches; each is reported once.
+
+    Nested functions and lambdas are linted as part of the function that contains them.
+    """
+    findings: dict[tuple[int, str], Finding] = {}
     seen: set[int] = set()
     names = {id(node): name for name, node in mod.defs.items()}
     for handler, functions in reached.items():
-        queue = list(functions)
+        queue = [fn for fn in functions if id(fn) in names]
         while queue:
             fn = queue.pop(0)
             if id(fn) in seen:
                 continue
             seen.add(id(fn))
-            via = names.get(id(fn))
+            via = names[id(fn)]
             via = None if via == handler else via
-            findings.extend(_FunctionLint(mod, fn, handler, via).run())
+            for f in _FunctionLint(mod, fn, handler, via).run():
+                findings.setdefault((f.lineno, f.code), f)
             # Helpers called but not followed (they use no state) must be deterministic too.
             for sub in ast.walk(fn):
                 if isinstance(sub, ast.Name) and sub.id in mod.defs:
                     queue.append(mod.defs[sub.id])
-    findings.sort(key=lambda f: (f.lineno, f.code))
-    return findings
+    return sorted(findings.values(), key=lambda f: (f.lineno, f.code))
