@@ -31,16 +31,16 @@ lab: setup
 		--IdentityProvider.token="$${JUPYTER_TOKEN:-$$(../$(BIN)/python -c 'import secrets; print(secrets.token_hex(24))')}"
 
 test: setup
-	$(BIN)/ruff check restream_kit widgets tests bench sample_data examples
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests
 
 lint: setup
-	$(BIN)/ruff check restream_kit widgets tests bench sample_data examples
-	$(BIN)/ruff format --check restream_kit widgets tests bench sample_data examples
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 format: setup
-	$(BIN)/ruff check --fix restream_kit widgets tests bench sample_data examples
-	$(BIN)/ruff format restream_kit widgets tests bench sample_data examples
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 data: setup
 	$(BIN)/python -m sample_data.social --events 1000000 --out sample_data/generated/social_1m.parquet

@@ -211,11 +211,14 @@ class PlanWarning:
 
 @dataclass(frozen=True)
 class StageLoad:
-    """One stage's work on a log, in handler runs and in estimated seconds.
+    """One stage's work on a log, in handler runs and in cost.
 
     ``heaviest_work`` is the longest chain of runs that must happen one after the other: the
     heaviest partition of a partitioned stage, everything in a sequential one, one run in a
     stateless one. ``hot_keys`` are the ten heaviest partition keys with their events.
+    ``cost`` and ``heaviest_cost`` weigh the runs by handler cost: estimated seconds when the
+    data path's weighting is "measured", handler runs when it is "unit". ``keys`` counts the
+    partitions (the runs of a stateless stage).
     """
 
     stage: str
@@ -225,8 +228,8 @@ class StageLoad:
     heaviest_work: int
     heaviest_share: float
     hot_keys: tuple[tuple[str, int], ...]
-    cost_s: float
-    heaviest_cost_s: float
+    cost: float
+    heaviest_cost: float
     keys: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -278,8 +281,8 @@ class DataPath:
 def predicted_speedup(loads: Iterable[StageLoad], workers: int) -> float:
     """W / sum over stages of max(cost / P, heaviest chain cost)."""
     loads = list(loads)
-    total = sum(s.cost_s for s in loads)
-    time = sum(max(s.cost_s / workers, s.heaviest_cost_s) for s in loads)
+    total = sum(s.cost for s in loads)
+    time = sum(max(s.cost / workers, s.heaviest_cost) for s in loads)
     return total / time if time > 0 else 1.0
 
 

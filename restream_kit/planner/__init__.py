@@ -1,0 +1,102 @@
+"""The planner: how parallel a program can run, read from its source and measured on a log.
+
+``plan(program)`` reads the handlers (``_analysis``), checks that they are deterministic
+(``_lint``), and builds the :class:`~restream_kit.planner.plan.Plan`: the dependency graph,
+stages in topological order with their modes and partition keys, the static critical path.
+``plan(program, log)`` adds the data critical path (``critical_path``): hot keys, each
+stage's heaviest chain and the predicted speedup. ``causal.longest_chain`` replays a log and
+measures the true longest read-after-write chain, against which the plan can be checked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import ProgramError
+from ..log import Log
+from ..program import Program
+from ._analysis import ModuleInfo, analyse
+from ._lint import Finding, lint
+from .critical_path import SAMPLE_EVENTS, with_data
+from .plan import (
+    Access,
+    DataPath,
+    Edge,
+    HandlerInfo,
+    Plan,
+    PlanWarning,
+    Stage,
+    StageLoad,
+    StateInfo,
+    UpstreamRead,
+    build_plan,
+    compile_key,
+)
+
+__all__ = [
+    "plan",
+    "Plan",
+    "Access",
+    "HandlerInfo",
+    "StateInfo",
+    "Edge",
+    "Stage",
+    "UpstreamRead",
+    "PlanWarning",
+    "StageLoad",
+    "DataPath",
+    "compile_key",
+]
+
+
+def plan(
+    program: Program | str | Path,
+    log: Log | Any = None,
+    *,
+    allow_nondeterminism: bool = False,
+    sample_events: int = SAMPLE_EVENTS,
+) -> Plan:
+    """Plan ``program``; with ``log``, also its data critical path on that log.
+
+    Raises :class:`~restream_kit.errors.ProgramError` naming the line when a handler is not
+    deterministic (unless ``allow_nondeterminism``: then the findings become warnings) or
+    calls a helper whose accesses to state cannot be followed.
+    """
+    program = Program.load(program)
+    mod = ModuleInfo(program)
+    analysed, reached = analyse(program, mod)
+    findings = lint(mod, reached)
+    errors = [f for f in findings if f.error]
+    if errors and not allow_nondeterminism:
+        raise _rejection(program, errors)
+    warnings = [_warning(f) for f in findings]
+    for h in analysed:
+        warnings.extend(PlanWarning(code, message, h.name, line) for code, message, line in h.notes)
+    result = build_plan(program, analysed, warnings)
+    if log is not None:
+        log = log if isinstance(log, Log) else Log(log)
+        result = with_data(result, program, log, sample_events=sample_events)
+    return result
+
+
+def _where(f: Finding) -> str:
+    return f"handler {f.handler!r}" + (f" (in helper {f.via!r})" if f.via else "")
+
+
+def _warning(f: Finding) -> PlanWarning:
+    return PlanWarning(f.code, f"{_where(f)} {f.message}", f.handler, f.lineno)
+
+
+def _rejection(program: Program, errors: list[Finding]) -> ProgramError:
+    first = errors[0]
+    more = ""
+    if len(errors) > 1:
+        lines = ", ".join(str(f.lineno) for f in errors[1:6])
+        more = f" (also on line{'s' if len(errors) > 2 else ''} {lines}{', ...' if len(errors) > 6 else ''})"
+    return ProgramError(
+        f"{_where(first)} {first.message}{more}; handlers must be deterministic "
+        "(pass allow_nondeterminism=True to plan anyway)",
+        filename=program.filename,
+        lineno=first.lineno,
+    )

@@ -1,0 +1,257 @@
+"""The causal analysis: replay serially, record every read and write, find the longest chain.
+
+This is how ReStream checked how much parallelism a log really offers. A handler run depends
+on an earlier run when it reads a value that the earlier run wrote (read-after-write), and on
+the run that scheduled its event. The depth of a run is one more than the deepest run it
+depends on; the longest chain is the deepest run of the replay, counted in handler runs. No
+engine that respects the serial semantics can finish in fewer steps than that, and the
+planner's ``DataPath.chain_bound`` must never be below it.
+
+What counts as a dependency:
+
+- an overwrite or delete gives its key the depth of the writing run (so far);
+- a merge (``+=``, ``-=``, ``add``, ``merge``) does not read: it raises the key's depth to the
+  writing run's when that is deeper, so a counter read depends on the deepest of its merges,
+  not on a chain through all of them;
+- a future write takes effect at its time with the depth its run had when it was made;
+- reading a key takes the depth of its value; reading a whole state (``for k in m``) the
+  deepest of any of its keys.
+
+The replay is the planner's own small interpreter (``_replay``) over the program compiled by
+``restream_kit._compile`` with dictionaries that record their use; the serial engine is not
+touched. To tell a merge from a read followed by a write, ``m[k] += d`` is first rewritten as
+``m.merge(k, lambda old: old + d)``, which the compiler already knows.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+from .._compile import compile_program
+from ..log import Log
+from ..program import Program
+from ..state import Value
+from ._analysis import make_scope
+from ._replay import PlanRuntime, run_events, sample_events
+
+__all__ = ["CausalChain", "longest_chain"]
+
+
+@dataclass(frozen=True)
+class CausalChain:
+    """The result of the causal analysis of a replay."""
+
+    events: int
+    runs: int
+    longest: int
+    end_handler: str | None
+    end_lsn: int | None
+    scheduled_runs: int
+
+
+class _Tracker:
+    """Depth of every value written so far, and of the run in progress."""
+
+    def __init__(self) -> None:
+        self.cur = 0
+        self.depth: dict[tuple[str, Any], int] = {}
+        self.whole: dict[str, int] = {}
+
+    def read(self, state: str, key: Any) -> None:
+        d = self.depth.get((state, key), 0)
+        if d > self.cur:
+            self.cur = d
+
+    def read_whole(self, state: str) -> None:
+        d = self.whole.get(state, 0)
+        if d > self.cur:
+            self.cur = d
+
+    def wrote(self, state: str, key: Any, op: str, depth: int) -> None:
+        slot = (state, key)
+        if op in ("add", "merge"):
+            depth = max(depth, self.depth.get(slot, 0))
+        self.depth[slot] = depth
+        if depth > self.whole.get(state, 0):
+            self.whole[state] = depth
+
+
+class _RecordingDict(dict):
+    """A state's storage that tells the tracker about every use by compiled handlers."""
+
+    __slots__ = ("state", "tracker")
+
+    def __init__(self, state: str, tracker: _Tracker):
+        super().__init__()
+        self.state = state
+        self.tracker = tracker
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.tracker.read(self.state, key)
+        return dict.get(self, key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        self.tracker.read(self.state, key)
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: Any) -> bool:
+        self.tracker.read(self.state, key)
+        return dict.__contains__(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.tracker.wrote(self.state, key, "set", self.tracker.cur + 1)
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.tracker.wrote(self.state, key, "delete", self.tracker.cur + 1)
+        dict.__delitem__(self, key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.tracker.wrote(self.state, key, "delete", self.tracker.cur + 1)
+        return dict.pop(self, key, *default)
+
+    def _whole(self) -> None:
+        self.tracker.read_whole(self.state)
+
+    def __iter__(self):
+        self._whole()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._whole()
+        return dict.__len__(self)
+
+    def keys(self):
+        self._whole()
+        return dict.keys(self)
+
+    def values(self):
+        self._whole()
+        return dict.values(self)
+
+    def items(self):
+        self._whole()
+        return dict.items(self)
+
+
+class _CausalRuntime(PlanRuntime):
+    def __init__(self, tracker: _Tracker, names: dict[int, str]):
+        super().__init__()
+        self.tracker = tracker
+        self.names = names
+
+    def tag(self) -> int:
+        return self.tracker.cur + 1
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
+        if op == "merge" and (at is None or at == self.now):
+            # The merge function may itself read state: run it before stamping the write.
+            value = arg(dict.get(d, key, default))
+            self.tracker.wrote(self.names[id(d)], key, "merge", self.tag())
+            dict.__setitem__(d, key, value)
+            return
+        super().write(d, default, op, key, arg, at)
+
+    def apply(self, d: dict, default: Any, op: str, key: Any, arg: Any, tag: Any) -> None:
+        self.tracker.wrote(self.names[id(d)], key, op, tag)
+        super().apply(d, default, op, key, arg, tag)
+
+
+class _MergeRewriter(ast.NodeTransformer):
+    """``m[k] op= d`` on state becomes ``m.merge(k, lambda old: old op d)``."""
+
+    def __init__(self, program: Program):
+        self.states = program.states
+        self.scopes: list = []
+
+    def _resolve(self, name: str) -> str | None:
+        if not self.scopes:
+            return None
+        for scope in reversed(self.scopes):
+            if name in scope.aliases:
+                return scope.aliases[name]
+            if name in scope.shadowed:
+                return None
+        return name if name in self.states else None
+
+    def _enter(self, node: ast.AST) -> ast.AST:
+        self.scopes.append(make_scope(node, self._resolve))
+        try:
+            self.generic_visit(node)
+        finally:
+            self.scopes.pop()
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _enter
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        self.generic_visit(node)
+        target = node.target
+        base = getattr(target, "value", None)
+        state = self._resolve(base.id) if isinstance(base, ast.Name) else None
+        if state is None:
+            return node
+        is_value = isinstance(self.states[state], Value)
+        old = ast.Name(id="_rs_old", ctx=ast.Load())
+        fn = ast.Lambda(
+            args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="_rs_old")], kwonlyargs=[],
+                               kw_defaults=[], defaults=[]),
+            body=ast.BinOp(left=old, op=node.op, right=node.value),
+        )
+        if isinstance(target, ast.Subscript) and not is_value:
+            args = [target.slice, fn]
+        elif isinstance(target, ast.Attribute) and target.attr == "value" and is_value:
+            args = [fn]
+        else:
+            return node
+        merge = ast.Attribute(value=ast.Name(id=base.id, ctx=ast.Load()), attr="merge", ctx=ast.Load())
+        call = ast.Expr(value=ast.Call(func=merge, args=args, keywords=[]))
+        return ast.copy_location(call, node)
+
+
+def merges_made_explicit(program: Program) -> Program:
+    """The program with every augmented assignment to state written as a ``merge`` call."""
+    tree = ast.parse(program.source, filename=program.filename)
+    tree = ast.fix_missing_locations(_MergeRewriter(program).visit(tree))
+    return Program.from_source(ast.unparse(tree), name=program.name)
+
+
+def longest_chain(program: Program | str, log: Log | Any, *, max_events: int | None = None) -> CausalChain:
+    """Replay ``log`` (its first ``max_events`` events) and measure its longest causal chain."""
+    program = Program.load(program)
+    log = log if isinstance(log, Log) else Log(log)
+    explicit = merges_made_explicit(program)
+    tracker = _Tracker()
+    stores = {name: _RecordingDict(name, tracker) for name in explicit.states}
+    names = {id(d): name for name, d in stores.items()}
+    rt = _CausalRuntime(tracker, names)
+    compiled = compile_program(explicit, rt, stores)
+    best = {"longest": 0, "runs": 0, "handler": None, "lsn": None}
+
+    def hook(name: str, fn: Any, ev: Any, scheduled: bool) -> None:
+        tracker.cur = ev._tag if scheduled else 0
+        fn(ev)
+        depth = tracker.cur + 1
+        best["runs"] += 1
+        if depth > best["longest"]:
+            best.update(longest=depth, handler=name, lsn=ev.lsn)
+
+    events = 0
+
+    def counted():
+        nonlocal events
+        for ev in sample_events(log, max_events):
+            events += 1
+            yield ev
+
+    scheduled = run_events(compiled, rt, counted(), hook)
+    return CausalChain(
+        events=events,
+        runs=best["runs"],
+        longest=best["longest"],
+        end_handler=best["handler"],
+        end_lsn=best["lsn"],
+        scheduled_runs=scheduled,
+    )

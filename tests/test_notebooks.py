@@ -1,0 +1,32 @@
+"""Every demo notebook runs top to bottom in a real kernel, and is committed without outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "notebooks/ has no notebooks"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_committed_without_outputs(path):
+    cells = json.loads(path.read_text())["cells"]
+    assert all(not c.get("outputs") and not c.get("execution_count") for c in cells if c["cell_type"] == "code")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("RESTREAM_HOME", str(tmp_path / ".restream"))
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
