@@ -201,12 +201,15 @@ class Log:
         """The named tuple type of this log's events (``e.ts``, ``e.lsn``, ``e.kind``, ...)."""
         return namedtuple("Event", self.table.column_names, rename=True)
 
-    def iter_events(self, batch_size: int = 65_536, *, named: bool = True) -> Iterator[list[tuple]]:
-        """The events in log order, a list per batch: named tuples, or plain tuples of the
-        columns in order when ``named`` is False (``lsn``, ``ts`` and ``kind`` come first)."""
+    def iter_events(
+        self, batch_size: int = 65_536, *, named: bool = True, start: int = 0, stop: int | None = None
+    ) -> Iterator[list[tuple]]:
+        """Events ``start`` to ``stop`` in log order, a list per batch: named tuples, or plain
+        tuples of the columns in order when ``named`` is False (``lsn``, ``ts``, ``kind`` first)."""
         # tuple.__new__ straight away skips namedtuple._make's Python frame, once per event.
         make = functools.partial(tuple.__new__, self.event_type()) if named else None
-        for batch in self.table.to_batches(max_chunksize=batch_size):
+        stop = self.table.num_rows if stop is None else stop
+        for batch in self.table.slice(start, stop - start).to_batches(max_chunksize=batch_size):
             rows = zip(*(col.to_pylist() for col in batch.columns))
             yield list(map(make, rows)) if make else list(rows)
 

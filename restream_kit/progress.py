@@ -6,6 +6,7 @@ thread that runs the replay; views that need another thread hand the events over
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,9 @@ __all__ = [
     "ProgressEvent",
     "broadcast",
     "Recorder",
+    "CancelToken",
+    "Cancelled",
+    "ProgressState",
 ]
 
 
@@ -62,6 +66,8 @@ class EpochFinished:
     events_done: int
     seconds: float
     outputs: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: Output rows with ``ts`` below this are final; None once the whole log is done.
+    settled_ts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,3 +123,110 @@ class Recorder:
 
     def of(self, kind: type) -> list:
         return [e for e in self.events if isinstance(e, kind)]
+
+
+class Cancelled(Exception):
+    """The replay was cancelled through its CancelToken."""
+
+
+class CancelToken:
+    """Shared between a view and an engine: the view cancels, the engine checks between batches.
+
+    Engines that run jobs elsewhere (Spark) register a callback that stops those jobs at once.
+    """
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._callbacks: list[Callable[[], None]] = []
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        for callback in list(self._callbacks):
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def check(self) -> None:
+        if self.cancelled:
+            raise Cancelled("replay cancelled")
+
+
+class ProgressState:
+    """Folds progress events into the numbers every view shows: done, rate, multiple, ETA.
+
+    An observer itself; views read its fields (or ``line()``) whenever they redraw.
+    """
+
+    def __init__(self) -> None:
+        self.engine = ""
+        self.events_total = 0
+        self.events_done = 0
+        self.epochs_total = 1
+        self.epochs_done = 0
+        self.span_ms = 0
+        self.elapsed_s = 0.0
+        self.stages: dict[str, str] = {}  # stage -> "running" | "done"
+        self.finished: ReplayFinished | None = None
+        self._started = time.monotonic()
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if isinstance(event, ReplayStarted):
+            self.engine = event.engine
+            self.events_total = event.events_total
+            self.epochs_total = event.epochs_total
+            self.span_ms = event.span_ms
+            self._started = time.monotonic()
+        elif isinstance(event, Progress):
+            self.events_done = event.events_done
+        elif isinstance(event, EpochStarted):
+            self.stages = {}
+        elif isinstance(event, StageStarted):
+            self.stages[event.stage] = "running"
+        elif isinstance(event, StageFinished):
+            self.stages[event.stage] = "done"
+        elif isinstance(event, EpochFinished):
+            self.epochs_done = event.epoch + 1
+            self.events_done = max(self.events_done, event.events_done)
+        elif isinstance(event, ReplayFinished):
+            self.finished = event
+            if event.ok:
+                self.events_done = self.events_total
+        self.elapsed_s = time.monotonic() - self._started
+
+    @property
+    def fraction(self) -> float:
+        return self.events_done / self.events_total if self.events_total else (1.0 if self.finished else 0.0)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events_done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def realtime_multiple(self) -> float:
+        """Log time covered per second of replay, so far."""
+        covered_s = self.span_ms / 1000.0 * self.fraction
+        return covered_s / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        rate = self.events_per_s
+        if self.finished or rate <= 0:
+            return None
+        return (self.events_total - self.events_done) / rate
+
+    def line(self) -> str:
+        """One line: epoch, events, percent, rate, multiple of real time, elapsed, ETA."""
+        eta = self.eta_s
+        parts = [
+            f"epoch {min(self.epochs_done + (0 if self.finished else 1), self.epochs_total)}/{self.epochs_total}",
+            f"{self.events_done:,}/{self.events_total:,} events ({self.fraction:.0%})",
+            f"{self.events_per_s:,.0f} events/s",
+            f"{self.realtime_multiple:,.0f}x real time",
+            f"elapsed {self.elapsed_s:.1f} s",
+        ]
+        if eta is not None:
+            parts.append(f"ETA {eta:.1f} s")
+        if self.finished is not None:
+            parts.append("done" if self.finished.ok else f"failed: {self.finished.error}")
+        return " · ".join(parts)

@@ -22,11 +22,17 @@ def test_notebook_is_committed_without_outputs(path):
     assert all(not c.get("outputs") and not c.get("execution_count") for c in cells if c["cell_type"] == "code")
 
 
+@pytest.mark.parametrize("mode", ["text", "widgets"])
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+def test_notebook_runs_top_to_bottom(path, mode, tmp_path, monkeypatch):
+    """Text mode is what a terminal or nbclient shows; widget mode builds every view too."""
     monkeypatch.setenv("RESTREAM_HOME", str(tmp_path / ".restream"))
+    monkeypatch.setenv("RESTREAM_DISPLAY", mode)
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+    stderr = [o["text"] for c in nb.cells for o in c.get("outputs", [])
+              if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+    assert not any("Traceback" in text or "Error" in text for text in stderr), stderr

@@ -18,10 +18,21 @@ from typing import Any
 
 from .._compile import compile_program
 from .._inline import SCHEDULED_RUNNER_NAME
+from ..epochs import cut
 from ..errors import HandlerError, RestreamError, user_lineno
 from ..log import Log
 from ..program import Program
-from ..progress import Observer, Progress, ReplayFinished, ReplayStarted, broadcast
+from ..progress import (
+    Cancelled,
+    CancelToken,
+    EpochFinished,
+    EpochStarted,
+    Observer,
+    Progress,
+    ReplayFinished,
+    ReplayStarted,
+    broadcast,
+)
 from ..result import Metrics, Result, build_table
 
 __all__ = ["replay", "SerialRuntime", "ScheduledEvent", "MAX_FLUSH", "apply_write"]
@@ -121,10 +132,16 @@ def replay(
     log: Log,
     *,
     observer: Observer | None = None,
-    progress_every: int = 65_536,
+    epoch: int | str | None = None,
+    cancel: CancelToken | None = None,
+    batch_size: int = 65_536,
     **_options: Any,
 ) -> Result:
-    """Replay ``log`` through ``program`` one event at a time and return the result."""
+    """Replay ``log`` through ``program`` one event at a time and return the result.
+
+    ``epoch`` sets how often partial outputs are published (``EpochFinished``); ``cancel``
+    stops the replay between batches.
+    """
     notify = broadcast(observer)
     rt = SerialRuntime()
     by_kind: dict = {}
@@ -137,22 +154,35 @@ def replay(
     )
     by_kind.update(compiled.handlers_by_kind())
     run_batch = compiled.run_batch
+    epochs = cut(log, epoch)
     total = len(log)
-    notify(ReplayStarted("serial", total, 1, tuple(h.name for h in program.handlers), log.span_ms))
+    notify(ReplayStarted("serial", total, len(epochs), ("serial",), log.span_ms))
     started = time.perf_counter()
     done = 0
+    published = dict.fromkeys(rt.rows, 0)
     try:
-        for batch in log.iter_events(progress_every, named=compiled.needs_named_events):
-            run_batch(batch)
-            done += len(batch)
-            notify(Progress(done, total, time.perf_counter() - started))
-        _run_scheduled(rt, by_kind, float("inf"), limit=MAX_FLUSH)
-        if rt.scheduled:
-            raise RestreamError(
-                f"handlers kept scheduling events after the log ended (over {MAX_FLUSH:,}); "
-                "a timer that re-arms itself forever never lets the replay finish"
-            )
-    except HandlerError as exc:
+        for ep in epochs:
+            notify(EpochStarted(ep.index, len(ep)))
+            epoch_started = time.perf_counter()
+            for batch in log.iter_events(batch_size, named=compiled.needs_named_events, start=ep.start, stop=ep.stop):
+                if cancel is not None:
+                    cancel.check()
+                run_batch(batch)
+                done += len(batch)
+                notify(Progress(done, total, time.perf_counter() - started))
+            if ep.index == len(epochs) - 1:
+                _run_scheduled(rt, by_kind, float("inf"), limit=MAX_FLUSH)
+                if rt.scheduled:
+                    raise RestreamError(
+                        f"handlers kept scheduling events after the log ended (over {MAX_FLUSH:,}); "
+                        "a timer that re-arms itself forever never lets the replay finish"
+                    )
+            outputs = _new_rows(rt.rows, published) if observer is not None else {}
+            last = ep.index == len(epochs) - 1
+            # Every event earlier than the epoch's last one has run, scheduled ones included.
+            settled = None if last or not len(ep) else log.table.column("ts")[ep.stop - 1].as_py()
+            notify(EpochFinished(ep.index, done, time.perf_counter() - epoch_started, outputs, settled))
+    except (HandlerError, Cancelled) as exc:
         notify(ReplayFinished(done, time.perf_counter() - started, ok=False, error=str(exc)))
         raise
     except Exception as exc:
@@ -161,17 +191,28 @@ def replay(
         raise error from exc
     wall = time.perf_counter() - started
     tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
-    scheduled = sum(rt.scheduled_per_root.values())
     metrics = Metrics(
         engine="serial",
         events=total,
-        scheduled_events=scheduled,
+        scheduled_events=sum(rt.scheduled_per_root.values()),
         wall_s=wall,
         span_ms=log.span_ms,
         rows={name: t.num_rows for name, t in tables.items()},
+        epochs=len(epochs),
     )
     notify(ReplayFinished(total, wall))
     return Result(tables=tables, state=compiled.stores, metrics=metrics)
+
+
+def _new_rows(rows: dict[str, list], published: dict[str, int]) -> dict[str, Any]:
+    """Tables of the rows emitted since the last call, for views that stream outputs."""
+    out = {}
+    for name, table_rows in rows.items():
+        start = published.get(name, 0)
+        if len(table_rows) > start:
+            out[name] = build_table(name, table_rows[start:])
+            published[name] = len(table_rows)
+    return out
 
 
 def _run_scheduled(rt: SerialRuntime, by_kind: dict, t: float, limit: int | None = None) -> int:
