@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--out", default=None, metavar="DIR", help="write DIR/<table>.parquet")
     replay.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser
 
 
@@ -96,9 +97,10 @@ def _log_arg(values: list[str]):
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from ._cli_progress import cli_observer
     from .api import replay
 
-    options = {}
+    options: dict = {} if args.quiet else {"observer": cli_observer()}
     if args.master:
         options["master"] = args.master
     if args.epoch:

@@ -26,6 +26,7 @@ __all__ = [
     "CancelToken",
     "Cancelled",
     "ProgressState",
+    "TextProgress",
 ]
 
 
@@ -215,6 +216,13 @@ class ProgressState:
             return None
         return (self.events_total - self.events_done) / rate
 
+    def short(self) -> str:
+        """A compact line for narrow terminals: epoch, rate, multiple of real time, ETA."""
+        eta = self.eta_s
+        text = (f"epoch {min(self.epochs_done + 1, self.epochs_total)}/{self.epochs_total} "
+                f"{self.events_per_s:,.0f} ev/s {self.realtime_multiple:,.0f}x")
+        return text + (f" ETA {eta:.0f}s" if eta is not None else "")
+
     def line(self) -> str:
         """One line: epoch, events, percent, rate, multiple of real time, elapsed, ETA."""
         eta = self.eta_s
@@ -230,3 +238,22 @@ class ProgressState:
         if self.finished is not None:
             parts.append("done" if self.finished.ok else f"failed: {self.finished.error}")
         return " · ".join(parts)
+
+
+class TextProgress:
+    """Prints ``ProgressState.line()`` at most once a second, at every epoch and at the end."""
+
+    def __init__(self, stream: Any = None, every_s: float = 1.0):
+        import sys
+
+        self.state = ProgressState()
+        self.stream = stream or sys.stdout
+        self.every_s = every_s
+        self._last = 0.0
+
+    def __call__(self, event: ProgressEvent) -> None:
+        self.state(event)
+        now = time.monotonic()
+        if isinstance(event, (EpochFinished, ReplayFinished)) or now - self._last >= self.every_s:
+            print(self.state.line(), file=self.stream, flush=True)
+            self._last = now

@@ -35,11 +35,15 @@ def test_replay_writes_tables_and_prints_json(root, tmp_path):
     assert table.to_pylist() == expected.tables["spam"].to_pylist()
 
 
-def test_replay_text_summary(root):
-    done = restream("replay", "examples/antispam.py", "--log", SAMPLE, cwd=root)
+def test_replay_text_summary_and_progress_lines(root):
+    done = restream("replay", "examples/antispam.py", "--log", SAMPLE, "--epoch", "20000", cwd=root)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("replayed 50,000 events on serial")
     assert "spam:" in done.stdout
+    lines = done.stderr.strip().splitlines()
+    # not a terminal: plain lines, at least one per epoch, the last one complete
+    assert len(lines) >= 3 and lines[-1].startswith("epoch 3/3 · 50,000/50,000 events (100%)")
+    assert lines[-1].endswith("done")
 
 
 @pytest.mark.parametrize(
@@ -67,7 +71,7 @@ def test_handler_error_names_handler_line_and_event(root, tmp_path):
         "    if seen[e.src] == 3:\n"
         "        raise ValueError(f'third message from {e.src}')\n"
     )
-    done = restream("replay", str(program), "--log", SAMPLE, cwd=root)
+    done = restream("replay", str(program), "--log", SAMPLE, "--quiet", cwd=root)
     assert done.returncode == 2
     line = done.stderr.strip()
     assert len(line.splitlines()) == 1

@@ -7,7 +7,6 @@ for terminals and notebooks run without a frontend. Both are observers of a repl
 from __future__ import annotations
 
 import html
-import sys
 import threading
 import time
 from typing import Any
@@ -21,6 +20,7 @@ from restream_kit.progress import (
     ReplayFinished,
     StageFinished,
     StageStarted,
+    TextProgress,
 )
 
 __all__ = ["ReplayMonitor", "TextMonitor"]
@@ -35,23 +35,32 @@ class ReplayMonitor:
     def __init__(self, title: str):
         self.state = ProgressState()
         self.title = w.HTML(f"<b>replay {html.escape(title)}</b>")
-        self.events_bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, description="events",
-                                          bar_style="info", layout=w.Layout(width="60%"))
+        self.events_bar = w.FloatProgress(
+            value=0.0,
+            min=0.0,
+            max=1.0,
+            description="events",
+            bar_style="info",
+            layout=w.Layout(width="60%"),
+        )
         self.events_label = w.Label("0%")
-        self.epoch_bar = w.IntProgress(value=0, min=0, max=1, description="epochs",
-                                       layout=w.Layout(width="60%"))
+        self.epoch_bar = w.IntProgress(
+            value=0, min=0, max=1, description="epochs", layout=w.Layout(width="60%")
+        )
         self.epoch_label = w.Label("")
         self.stages = w.VBox([])
         self.stats = w.HTML("")
         self.cancel_button = w.Button(description="Cancel", button_style="warning", icon="stop")
         self.cancel_button.on_click(lambda _b: self._cancel())
-        self.widget = w.VBox([
-            self.title,
-            w.HBox([self.events_bar, self.events_label]),
-            w.HBox([self.epoch_bar, self.epoch_label]),
-            self.stages,
-            w.HBox([self.stats, self.cancel_button]),
-        ])
+        self.widget = w.VBox(
+            [
+                self.title,
+                w.HBox([self.events_bar, self.events_label]),
+                w.HBox([self.epoch_bar, self.epoch_label]),
+                self.stages,
+                w.HBox([self.stats, self.cancel_button]),
+            ]
+        )
         self._stage_bars: dict[str, w.IntProgress] = {}
         self._last_draw = 0.0
         self._lock = threading.Lock()
@@ -70,8 +79,11 @@ class ReplayMonitor:
     def finish(self, cell: Any) -> None:
         """A run ended; show its error when it failed before the replay could say so."""
         if cell.error is not None and self.state.finished is None:
-            self.state(ReplayFinished(self.state.events_done, self.state.elapsed_s, ok=False,
-                                      error=str(cell.error)))
+            self.state(
+                ReplayFinished(
+                    self.state.events_done, self.state.elapsed_s, ok=False, error=str(cell.error)
+                )
+            )
             with self._lock:
                 self._draw()
 
@@ -83,7 +95,9 @@ class ReplayMonitor:
             elif isinstance(event, StageFinished):
                 bar = self._stage_bar(event.stage)
                 bar.value, bar.bar_style = 1, "success"
-            boundary = isinstance(event, (EpochFinished, ReplayFinished, StageStarted, StageFinished))
+            boundary = isinstance(
+                event, (EpochFinished, ReplayFinished, StageStarted, StageFinished)
+            )
             now = time.monotonic()
             if boundary or now - self._last_draw >= REDRAW_EVERY_S:
                 self._draw()
@@ -91,8 +105,14 @@ class ReplayMonitor:
 
     def _stage_bar(self, stage: str) -> w.IntProgress:
         if stage not in self._stage_bars:
-            bar = w.IntProgress(value=0, min=0, max=1, description=stage[:18],
-                                layout=w.Layout(width="45%"), style={"description_width": "initial"})
+            bar = w.IntProgress(
+                value=0,
+                min=0,
+                max=1,
+                description=stage[:18],
+                layout=w.Layout(width="45%"),
+                style={"description_width": "initial"},
+            )
             self._stage_bars[stage] = bar
             self.stages.children = (*self.stages.children, bar)
         return self._stage_bars[stage]
@@ -123,18 +143,5 @@ class ReplayMonitor:
                     bar.value = 1
 
 
-class TextMonitor:
-    """Prints a progress line at most once a second, and at every epoch and at the end."""
-
-    def __init__(self, stream: Any = None, every_s: float = 1.0):
-        self.state = ProgressState()
-        self.stream = stream or sys.stdout
-        self.every_s = every_s
-        self._last = 0.0
-
-    def __call__(self, event: ProgressEvent) -> None:
-        self.state(event)
-        now = time.monotonic()
-        if isinstance(event, (EpochFinished, ReplayFinished)) or now - self._last >= self.every_s:
-            print(self.state.line(), file=self.stream, flush=True)
-            self._last = now
+#: Text mode prints the same lines as the command line.
+TextMonitor = TextProgress
