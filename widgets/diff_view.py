@@ -24,9 +24,16 @@ COLOURS = {"added": "#2ca02c", "removed": "#d62728", "changed": "#ff7f0e"}
 
 def timeline_figure(d: Diff | None = None) -> go.Figure:
     """Differences over time: rows added, removed and changed per time bucket."""
-    fig = go.Figure(layout=dict(title="Differences over time", barmode="stack", height=260,
-                                margin=dict(l=40, r=10, t=40, b=30), xaxis_title="event time",
-                                yaxis_title="rows"))
+    fig = go.Figure(
+        layout=dict(
+            title="Differences over time",
+            barmode="stack",
+            height=260,
+            margin=dict(l=40, r=10, t=40, b=30),
+            xaxis_title="event time",
+            yaxis_title="rows",
+        )
+    )
     if d is not None:
         _fill_timeline(fig, d)
     return fig
@@ -36,7 +43,12 @@ def _fill_timeline(fig: go.Figure, d: Diff) -> None:
     timeline = d.timeline()
     traces = []
     for kind, colour in COLOURS.items():
-        part = timeline.filter(pl.col("kind") == kind).group_by("ts").agg(pl.col("rows").sum()).sort("ts")
+        part = (
+            timeline.filter(pl.col("kind") == kind)
+            .group_by("ts")
+            .agg(pl.col("rows").sum())
+            .sort("ts")
+        )
         x = pl.from_epoch(part["ts"], time_unit="ms").to_list() if part.height else []
         traces.append(go.Bar(name=kind, x=x, y=part["rows"].to_list(), marker_color=colour))
     fig.data = []
@@ -65,7 +77,9 @@ class DiffView:
         base = cell.baseline
         self.baseline_label = base.label + (" (reused from the catalog)" if base.reused else "")
         self._baseline = {name: pl.from_arrow(t) for name, t in base.result.tables.items()}
-        self.header.value = f"<b>diff against {html.escape(self.baseline_label)}</b>: replay running"
+        self.header.value = (
+            f"<b>diff against {html.escape(self.baseline_label)}</b>: replay running"
+        )
 
     def __call__(self, event: ProgressEvent) -> None:
         if not isinstance(event, EpochFinished) or not self._baseline and not event.outputs:
@@ -76,16 +90,20 @@ class DiffView:
             if event.settled_ts is None:
                 return  # the final diff comes with finish()
             settled = event.settled_ts
-            ours = {n: pl.concat(parts, how="diagonal_relaxed").filter(pl.col("ts") < settled)
-                    for n, parts in self._rows.items()}
+            ours = {
+                n: pl.concat(parts, how="diagonal_relaxed").filter(pl.col("ts") < settled)
+                for n, parts in self._rows.items()
+            }
             theirs = {n: t.filter(pl.col("ts") < settled) for n, t in self._baseline.items()}
             self._render(diff(ours, theirs), partial=f"through epoch {event.epoch + 1}")
 
     def finish(self, cell: Any) -> None:
         """Show the complete diff of a finished run (or its error)."""
         if cell.error is not None:
-            self.header.value = (f"<b>diff against {html.escape(self.baseline_label)}</b>: "
-                                 f"<span style='color:#b00'>no diff, the run failed</span>")
+            self.header.value = (
+                f"<b>diff against {html.escape(self.baseline_label)}</b>: "
+                f"<span style='color:#b00'>no diff, the run failed</span>"
+            )
             return
         self._render(cell.diff, partial=None, serial_check=cell.unexpected_difference)
 
@@ -106,8 +124,10 @@ class DiffView:
             verdict = "<span style='color:#b00'>differs</span>"
         warning = ""
         if serial_check:
-            warning = ("<div style='color:#b00'><b>The parallel result differs from the serial replay of "
-                       "the same program: the engine is wrong. Please report this.</b></div>")
+            warning = (
+                "<div style='color:#b00'><b>The parallel result differs from the serial replay of "
+                "the same program: the engine is wrong. Please report this.</b></div>"
+            )
         self.header.value = f"<b>diff against {label}</b>: {verdict}{warning}"
         rows = "".join(
             f"<tr><td>{html.escape(n)}</td><td>{t.rows:,}</td><td>{t.baseline_rows:,}</td>"
@@ -127,6 +147,8 @@ class DiffView:
             for kind in ("added", "removed", "changed"):
                 frame = getattr(t, kind)
                 if frame.height:
-                    parts.append(f"<p><b>{html.escape(name)}</b>, {kind} ({frame.height:,}), first rows:</p>"
-                                 + frame.head(self.samples)._repr_html_())
+                    parts.append(
+                        f"<p><b>{html.escape(name)}</b>, {kind} ({frame.height:,}), first rows:</p>"
+                        + frame.head(self.samples)._repr_html_()
+                    )
         self.sample_rows.value = "".join(parts)

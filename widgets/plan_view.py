@@ -23,8 +23,10 @@ def stages_html(plan: Plan) -> str:
             f"<tr><td>{html.escape(stage.name)}</td><td>{html.escape(', '.join(stage.handlers))}</td>"
             f"<td>{html.escape(stage.mode)}</td><td><code>{key}</code></td><td>{why}</td></tr>"
         )
-    return ("<table><tr><th>stage</th><th>handlers</th><th>mode</th><th>partition key</th>"
-            f"<th>why</th></tr>{''.join(rows)}</table>")
+    return (
+        "<table><tr><th>stage</th><th>handlers</th><th>mode</th><th>partition key</th>"
+        f"<th>why</th></tr>{''.join(rows)}</table>"
+    )
 
 
 class PlanView:
@@ -34,15 +36,25 @@ class PlanView:
         dag = dag_figure(plan)
         dag.update_layout(title=f"Handler DAG of {name}: critical path highlighted")
         children: list[w.Widget] = [
-            w.HTML(f"<b>plan of {html.escape(name)}</b>: critical path "
-                   f"{html.escape(' → '.join(plan.critical_path))}"),
+            w.HTML(
+                f"<b>plan of {html.escape(name)}</b>: critical path "
+                f"{html.escape(' → '.join(plan.critical_path))}"
+            ),
             go.FigureWidget(dag),
             w.HTML(stages_html(plan)),
         ]
         if plan.warnings:
-            children.append(w.HTML("<br>".join(
-                f"⚠ line {x.lineno}: {html.escape(x.message)}" for x in plan.warnings)))
+            children.append(
+                w.HTML(
+                    "<br>".join(
+                        f"⚠ line {x.lineno}: {html.escape(x.message)}" for x in plan.warnings
+                    )
+                )
+            )
         if plan.data is not None:
-            children.append(w.HBox([go.FigureWidget(hot_keys_figure(plan)),
-                                    go.FigureWidget(speedup_figure(plan))]))
+            children.append(
+                w.HBox(
+                    [go.FigureWidget(hot_keys_figure(plan)), go.FigureWidget(speedup_figure(plan))]
+                )
+            )
         self.widget = w.VBox(children)

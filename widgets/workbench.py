@@ -75,8 +75,11 @@ def run_cell(
         print(f"diff against {cell.baseline.label}:")
         print(cell.diff.text())
         if cell.unexpected_difference:
-            print("The parallel result differs from the serial replay of the same program: "
-                  "the engine is wrong. Please report this.", file=sys.stderr)
+            print(
+                "The parallel result differs from the serial replay of the same program: "
+                "the engine is wrong. Please report this.",
+                file=sys.stderr,
+            )
         return cell
 
     from widgets.diff_view import DiffView
@@ -90,8 +93,14 @@ def run_cell(
         diff_view.finish(cell)
 
     run = BackgroundRun(
-        workbench, name, program, log, observer=broadcast([monitor, diff_view]),
-        before_replay=diff_view.set_baseline, on_done=finished, **options,
+        workbench,
+        name,
+        program,
+        log,
+        observer=broadcast([monitor, diff_view]),
+        before_replay=diff_view.set_baseline,
+        on_done=finished,
+        **options,
     )
     monitor.attach(run)
     return run
