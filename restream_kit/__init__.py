@@ -27,6 +27,8 @@ __all__ = [
     "Program",
     "Log",
     "replay",
+    "plan",
+    "diff",
     "Result",
     "Metrics",
     "RestreamError",
@@ -39,6 +41,19 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # plan and diff pull in networkx, duckdb and polars: import them on first use only.
+    if name == "plan":
+        from .planner import plan
+
+        return plan
+    if name == "diff":
+        from .compare import diff
+
+        return diff
+    raise AttributeError(f"module 'restream_kit' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython) -> None:  # pragma: no cover - exercised by notebook tests

@@ -5,7 +5,14 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from .progress import Observer, ProgressEvent, ProgressState, ReplayFinished, ReplayStarted, TextProgress
+from .progress import (
+    Observer,
+    ProgressEvent,
+    ProgressState,
+    ReplayFinished,
+    ReplayStarted,
+    TextProgress,
+)
 
 __all__ = ["cli_observer"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from .api import replay
 from .catalog import Catalog, RunRecord
-from .diff import Diff, diff
+from .compare import Diff, diff
 from .errors import RestreamError
 from .log import Log
 from .program import Program

@@ -11,7 +11,7 @@ import pytest
 
 import restream_kit as rk
 from restream_kit.catalog import Catalog
-from restream_kit.diff import diff
+from restream_kit.compare import diff
 from restream_kit.workbench import BackgroundRun, Workbench
 
 SAMPLE = "sample_data/social_small.parquet"

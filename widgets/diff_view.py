@@ -14,7 +14,7 @@ import ipywidgets as w
 import plotly.graph_objects as go
 import polars as pl
 
-from restream_kit.diff import Diff, diff
+from restream_kit.compare import Diff, diff
 from restream_kit.progress import EpochFinished, ProgressEvent
 
 __all__ = ["DiffView", "timeline_figure"]

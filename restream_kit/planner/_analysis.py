@@ -64,6 +64,7 @@ class RawAccess:
     lineno: int
     via: str | None
     whole: bool = False  # the whole state (bare name), not one key
+    parts: tuple[tuple[str, bool], ...] | None = None  # a tuple key's elements: (text, pure)
 
 
 @dataclass(frozen=True)
@@ -276,18 +277,34 @@ def make_scope(node: ast.AST, resolve: Callable[[str], str | None]) -> _Scope:
 
 
 class _Canon(ast.NodeTransformer):
-    """Rewrite an expression in terms of the handler's event; note whether it stays pure."""
+    """Rewrite an expression in terms of the handler's event; note which parts are not pure.
+
+    ``bad`` holds the ids of output nodes that are not a function of the event and module
+    constants (state, locals with no single value, lambdas...), so that the purity of any
+    part of the result (one element of a tuple key) can be told.
+    """
 
     def __init__(self, walker: _Walker, stack: list[_Scope], expanding: frozenset = frozenset()):
         self.w = walker
         self.stack = stack
         self.expanding = expanding
-        self.pure = True
+        self.bad: set[int] = set()
         self.bound_here: set[str] = set()
+
+    @property
+    def pure(self) -> bool:
+        return not self.bad
 
     def run(self, node: ast.expr) -> tuple[ast.expr, bool]:
         out = self.visit(copy.deepcopy(node))
         return out, self.pure
+
+    def part_is_pure(self, node: ast.AST) -> bool:
+        return not any(id(n) in self.bad for n in ast.walk(node))
+
+    def _taint(self, node: ast.AST) -> ast.AST:
+        self.bad.add(id(node))
+        return node
 
     def _comprehension(self, node: ast.AST) -> ast.AST:
         for gen in node.generators:
@@ -299,24 +316,32 @@ class _Canon(ast.NodeTransformer):
     visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
 
     def _impure(self, node: ast.AST) -> ast.AST:
-        self.pure = False
-        return self.generic_visit(node)
+        return self._taint(self.generic_visit(node))
 
-    visit_Lambda = visit_NamedExpr = visit_Await = visit_Yield = visit_YieldFrom = _impure
+    visit_Lambda = visit_Await = visit_Yield = visit_YieldFrom = _impure
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> ast.AST:
+        # ``(k := v)`` is the value ``v``.
+        return self.visit(node.value)
+
+    def _inner(self, inner: _Canon, value: ast.expr) -> ast.expr:
+        out = inner.visit(copy.deepcopy(value))
+        self.bad |= inner.bad
+        return out
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if not isinstance(node.ctx, ast.Load) or node.id in self.bound_here:
             return node
         where, payload = self.w.lookup(node.id, self.stack)
         if where == "state":
-            self.pure = False
-        elif where == "local":
+            return self._taint(node)
+        if where == "local":
             index = payload
             scope = self.stack[index]
             if node.id in scope.subst:
                 value, pure = scope.subst[node.id]
-                self.pure &= pure
-                return copy.deepcopy(value)
+                out = copy.deepcopy(value)
+                return out if pure else self._taint(out)
             marker = (id(scope.node), node.id)
             if (
                 node.id in scope.simple
@@ -324,15 +349,12 @@ class _Canon(ast.NodeTransformer):
                 and len(self.expanding) < _MAX_DEPTH
             ):
                 inner = _Canon(self.w, self.stack[: index + 1], self.expanding | {marker})
-                value, pure = inner.run(scope.simple[node.id])
-                self.pure &= pure
-                return value
-            self.pure = False
-        elif where in ("def", "module"):
-            if self.w.mod.mentions_state(node.id):
-                self.pure = False
-        elif where == "builtin" and node.id in _IMPURE_BUILTINS:
-            self.pure = False
+                return self._inner(inner, scope.simple[node.id])
+            return self._taint(node)
+        if where in ("def", "module") and self.w.mod.mentions_state(node.id):
+            return self._taint(node)
+        if where == "builtin" and node.id in _IMPURE_BUILTINS:
+            return self._taint(node)
         return node
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
@@ -375,10 +397,7 @@ class _Canon(ast.NodeTransformer):
             scope.subst[param[0]] = (value, pure)
         if set(param_names(fn.args)) - set(scope.subst):
             return None
-        inner = _Canon(self.w, [scope], self.expanding | {marker})
-        value, pure = inner.run(result)
-        self.pure &= pure
-        return value
+        return self._inner(_Canon(self.w, [scope], self.expanding | {marker}), result)
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
@@ -502,13 +521,23 @@ class _Walker:
         stack: list[_Scope],
         whole: bool = False,
     ) -> None:
+        parts = None
         if key is None:
             text, event_key = None, not whole
         else:
-            expr, pure = self.canon(key, stack)
+            canon = _Canon(self, stack)
+            expr, pure = canon.run(key)
             text, no_clash = render(expr)
             event_key = pure and no_clash
-        self.accesses.append(RawAccess(state, op, text, event_key, node.lineno, self.via, whole))
+            if isinstance(expr, ast.Tuple):
+                found = []
+                for elt in expr.elts:
+                    part, part_clear = render(elt)
+                    found.append((part, part_clear and canon.part_is_pure(elt)))
+                parts = tuple(found)
+        self.accesses.append(
+            RawAccess(state, op, text, event_key, node.lineno, self.via, whole, parts)
+        )
 
     # the walk proper
 
@@ -623,7 +652,10 @@ class _Walker:
             and node.targets[0].id in stack[-1].aliases
         ):
             return
-        self.children(node, stack)
+        # The value is evaluated before the targets are stored into.
+        self.visit(node.value, stack)
+        for target in node.targets:
+            self.visit(target, stack)
 
     def visit_Compare(self, node: ast.Compare, stack: list[_Scope]) -> None:
         operands = [node.left, *node.comparators]

@@ -33,18 +33,62 @@ __all__ = ["Finding", "lint"]
 
 _RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("randomness", "random numbers", ("random.", "numpy.random.", "secrets.", "os.urandom")),
-    ("clock", "the clock", ("time.", "datetime.datetime.now", "datetime.datetime.utcnow",
-                            "datetime.datetime.today", "datetime.date.today")),
+    (
+        "clock",
+        "the clock",
+        (
+            "time.",
+            "datetime.datetime.now",
+            "datetime.datetime.utcnow",
+            "datetime.datetime.today",
+            "datetime.date.today",
+        ),
+    ),
     ("uuid", "fresh identifiers", ("uuid.",)),
-    ("network", "the network", ("socket.", "urllib.", "http.", "requests.", "httpx.", "urllib3.",
-                                "aiohttp.", "ftplib.", "smtplib.", "ssl.")),
-    ("io", "files or other I/O", ("io.", "pathlib.", "shutil.", "tempfile.", "glob.",
-                                  "builtins.open", "builtins.input")),
-    ("environment", "the environment", ("os.", "sys.argv", "sys.stdin", "subprocess.",
-                                        "platform.", "getpass.", "socket.gethostname")),
+    (
+        "network",
+        "the network",
+        (
+            "socket.",
+            "urllib.",
+            "http.",
+            "requests.",
+            "httpx.",
+            "urllib3.",
+            "aiohttp.",
+            "ftplib.",
+            "smtplib.",
+            "ssl.",
+        ),
+    ),
+    (
+        "io",
+        "files or other I/O",
+        ("io.", "pathlib.", "shutil.", "tempfile.", "glob.", "builtins.open", "builtins.input"),
+    ),
+    (
+        "environment",
+        "the environment",
+        (
+            "os.",
+            "sys.argv",
+            "sys.stdin",
+            "subprocess.",
+            "platform.",
+            "getpass.",
+            "socket.gethostname",
+        ),
+    ),
 )
-_PURE_OS = {"os.path.join", "os.path.basename", "os.path.dirname", "os.path.splitext",
-            "os.path.split", "os.path.normpath", "os.sep"}
+_PURE_OS = {
+    "os.path.join",
+    "os.path.basename",
+    "os.path.dirname",
+    "os.path.splitext",
+    "os.path.split",
+    "os.path.normpath",
+    "os.sep",
+}
 _BUILTIN_ERRORS = {
     "open": ("io", "files or other I/O"),
     "input": ("io", "files or other I/O"),
@@ -53,9 +97,27 @@ _BUILTIN_ERRORS = {
     "__import__": ("dynamic-code", "code the analysis cannot see"),
 }
 _MUTATORS = {
-    "append", "extend", "insert", "pop", "popitem", "remove", "clear", "update", "add",
-    "discard", "setdefault", "sort", "reverse", "appendleft", "extendleft", "popleft", "rotate",
-    "difference_update", "intersection_update", "symmetric_difference_update", "__setitem__",
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "popitem",
+    "remove",
+    "clear",
+    "update",
+    "add",
+    "discard",
+    "setdefault",
+    "sort",
+    "reverse",
+    "appendleft",
+    "extendleft",
+    "popleft",
+    "rotate",
+    "difference_update",
+    "intersection_update",
+    "symmetric_difference_update",
+    "__setitem__",
     "__delitem__",
 }
 
@@ -85,8 +147,11 @@ def _root(node: ast.AST) -> ast.Name | None:
 def _is_mutable_literal(node: ast.AST | None) -> bool:
     if isinstance(node, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
         return True
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
-        "list", "dict", "set", "bytearray", "defaultdict", "deque", "Counter", "OrderedDict"
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id
+        in ("list", "dict", "set", "bytearray", "defaultdict", "deque", "Counter", "OrderedDict")
     )
 
 
@@ -115,7 +180,7 @@ class _FunctionLint:
                     if a is not None:
                         self.bound.add(a.arg)
                 positional = args.posonlyargs + args.args
-                for a, d in zip(positional[len(positional) - len(args.defaults):], args.defaults):
+                for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults):
                     if _is_mutable_literal(d):
                         self.mutable_defaults.add(a.arg)
                 for a, d in zip(args.kwonlyargs, args.kw_defaults):
@@ -134,9 +199,12 @@ class _FunctionLint:
             elif isinstance(sub, ast.ImportFrom) and sub.module and not sub.level:
                 for alias in sub.names:
                     self.local_imports[alias.asname or alias.name] = f"{sub.module}.{alias.name}"
-            if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(
-                sub.targets[0], ast.Name
-            ) and self._reads_state(sub.value):
+            if (
+                isinstance(sub, ast.Assign)
+                and len(sub.targets) == 1
+                and isinstance(sub.targets[0], ast.Name)
+                and self._reads_state(sub.value)
+            ):
                 self.from_state.add(sub.targets[0].id)
         self.bound -= self.globals
 
@@ -149,8 +217,11 @@ class _FunctionLint:
         if isinstance(node, ast.Subscript):
             return isinstance(node.value, ast.Name) and self._is_state(node.value.id)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            return (node.func.attr == "get" and isinstance(node.func.value, ast.Name)
-                    and self._is_state(node.func.value.id))
+            return (
+                node.func.attr == "get"
+                and isinstance(node.func.value, ast.Name)
+                and self._is_state(node.func.value.id)
+            )
         return False
 
     def qualified(self, node: ast.AST) -> str | None:
@@ -197,8 +268,9 @@ class _FunctionLint:
                 for name in node.names:
                     self.add("global", f"assigns the module-level name {name!r} (global)", node)
             elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-                targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete))
-                           else [node.target])
+                targets = (
+                    node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+                )
                 for target in targets:
                     for sub in ast.walk(target):
                         if isinstance(sub, (ast.Attribute, ast.Subscript)):
@@ -235,8 +307,10 @@ class _FunctionLint:
                     return
         if isinstance(func, ast.Attribute) and func.attr in _MUTATORS:
             root = _root(func.value)
-            if isinstance(func.value, ast.Subscript) and isinstance(func.value.value, ast.Name) and (
-                self._is_state(func.value.value.id)
+            if (
+                isinstance(func.value, ast.Subscript)
+                and isinstance(func.value.value, ast.Name)
+                and (self._is_state(func.value.value.id))
             ):
                 self.add(
                     "state-in-place",

@@ -52,30 +52,41 @@ class CausalChain:
 
 
 class _Tracker:
-    """Depth of every value written so far, and of the run in progress."""
+    """Depth of every value written so far (with the run that gave it that depth), and of the
+    run in progress. A run reading back its own write depends on nobody new."""
 
     def __init__(self) -> None:
         self.cur = 0
-        self.depth: dict[tuple[str, Any], int] = {}
-        self.whole: dict[str, int] = {}
+        self.run = 0
+        self.depth: dict[tuple[str, Any], tuple[int, int]] = {}
+        self.whole: dict[str, tuple[int, int]] = {}
+
+    def _see(self, slot: tuple[int, int] | None) -> None:
+        if slot is not None:
+            depth, run = slot
+            if run == self.run:
+                depth -= 1
+            if depth > self.cur:
+                self.cur = depth
 
     def read(self, state: str, key: Any) -> None:
-        d = self.depth.get((state, key), 0)
-        if d > self.cur:
-            self.cur = d
+        self._see(self.depth.get((state, key)))
 
     def read_whole(self, state: str) -> None:
-        d = self.whole.get(state, 0)
-        if d > self.cur:
-            self.cur = d
+        self._see(self.whole.get(state))
 
-    def wrote(self, state: str, key: Any, op: str, depth: int) -> None:
+    def stamp(self) -> tuple[int, int]:
+        """The depth a value written now gets, and the run writing it."""
+        return self.cur + 1, self.run
+
+    def wrote(self, state: str, key: Any, op: str, stamp: tuple[int, int]) -> None:
         slot = (state, key)
-        if op in ("add", "merge"):
-            depth = max(depth, self.depth.get(slot, 0))
-        self.depth[slot] = depth
-        if depth > self.whole.get(state, 0):
-            self.whole[state] = depth
+        old = self.depth.get(slot)
+        if op not in ("add", "merge") or old is None or stamp[0] > old[0]:
+            self.depth[slot] = stamp
+        whole = self.whole.get(state)
+        if whole is None or stamp[0] > whole[0]:
+            self.whole[state] = stamp
 
 
 class _RecordingDict(dict):
@@ -101,15 +112,15 @@ class _RecordingDict(dict):
         return dict.__contains__(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self.tracker.wrote(self.state, key, "set", self.tracker.cur + 1)
+        self.tracker.wrote(self.state, key, "set", self.tracker.stamp())
         dict.__setitem__(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
-        self.tracker.wrote(self.state, key, "delete", self.tracker.cur + 1)
+        self.tracker.wrote(self.state, key, "delete", self.tracker.stamp())
         dict.__delitem__(self, key)
 
     def pop(self, key: Any, *default: Any) -> Any:
-        self.tracker.wrote(self.state, key, "delete", self.tracker.cur + 1)
+        self.tracker.wrote(self.state, key, "delete", self.tracker.stamp())
         return dict.pop(self, key, *default)
 
     def _whole(self) -> None:
@@ -142,8 +153,8 @@ class _CausalRuntime(PlanRuntime):
         self.tracker = tracker
         self.names = names
 
-    def tag(self) -> int:
-        return self.tracker.cur + 1
+    def tag(self) -> tuple[int, int]:
+        return self.tracker.stamp()
 
     def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
         if op == "merge" and (at is None or at == self.now):
@@ -196,8 +207,13 @@ class _MergeRewriter(ast.NodeTransformer):
         is_value = isinstance(self.states[state], Value)
         old = ast.Name(id="_rs_old", ctx=ast.Load())
         fn = ast.Lambda(
-            args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="_rs_old")], kwonlyargs=[],
-                               kw_defaults=[], defaults=[]),
+            args=ast.arguments(
+                posonlyargs=[],
+                args=[ast.arg(arg="_rs_old")],
+                kwonlyargs=[],
+                kw_defaults=[],
+                defaults=[],
+            ),
             body=ast.BinOp(left=old, op=node.op, right=node.value),
         )
         if isinstance(target, ast.Subscript) and not is_value:
@@ -206,7 +222,9 @@ class _MergeRewriter(ast.NodeTransformer):
             args = [fn]
         else:
             return node
-        merge = ast.Attribute(value=ast.Name(id=base.id, ctx=ast.Load()), attr="merge", ctx=ast.Load())
+        merge = ast.Attribute(
+            value=ast.Name(id=base.id, ctx=ast.Load()), attr="merge", ctx=ast.Load()
+        )
         call = ast.Expr(value=ast.Call(func=merge, args=args, keywords=[]))
         return ast.copy_location(call, node)
 
@@ -218,7 +236,9 @@ def merges_made_explicit(program: Program) -> Program:
     return Program.from_source(ast.unparse(tree), name=program.name)
 
 
-def longest_chain(program: Program | str, log: Log | Any, *, max_events: int | None = None) -> CausalChain:
+def longest_chain(
+    program: Program | str, log: Log | Any, *, max_events: int | None = None
+) -> CausalChain:
     """Replay ``log`` (its first ``max_events`` events) and measure its longest causal chain."""
     program = Program.load(program)
     log = log if isinstance(log, Log) else Log(log)
@@ -231,7 +251,8 @@ def longest_chain(program: Program | str, log: Log | Any, *, max_events: int | N
     best = {"longest": 0, "runs": 0, "handler": None, "lsn": None}
 
     def hook(name: str, fn: Any, ev: Any, scheduled: bool) -> None:
-        tracker.cur = ev._tag if scheduled else 0
+        tracker.run += 1
+        tracker.cur = ev._tag[0] if scheduled else 0
         fn(ev)
         depth = tracker.cur + 1
         best["runs"] += 1

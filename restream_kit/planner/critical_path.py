@@ -26,9 +26,8 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -37,7 +36,18 @@ from ..log import Log
 from ..program import Program
 from ._analysis import EVENT
 from ._replay import PlanRuntime, run_events, sample_events
-from .plan import DataPath, Plan, Stage, StageLoad, compile_key, predicted_speedup, static_critical_path
+from .plan import (
+    DataPath,
+    Plan,
+    Stage,
+    StageLoad,
+    compile_key,
+    predicted_speedup,
+    static_critical_path,
+)
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = [
     "WORKERS",
@@ -111,8 +121,12 @@ def _columns_of(key: str, columns: set[str]) -> tuple[list[str], bool] | None:
     parts = expr.elts if isinstance(expr, ast.Tuple) else [expr]
     out = []
     for part in parts:
-        if not (isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name)
-                and part.value.id == EVENT and part.attr in columns):
+        if not (
+            isinstance(part, ast.Attribute)
+            and isinstance(part.value, ast.Name)
+            and part.value.id == EVENT
+            and part.attr in columns
+        ):
             return None
         out.append(part.attr)
     if not out or len(set(out)) != len(out):
@@ -168,7 +182,9 @@ class _Loads:
         if not rows:
             return [], 0, 0
         width = len(cols)
-        top = [(tuple(r[:width]), int(r[width]), int(r[width + 1]), float(r[width + 2])) for r in rows]
+        top = [
+            (tuple(r[:width]), int(r[width]), int(r[width + 1]), float(r[width + 2])) for r in rows
+        ]
         return top, int(rows[0][width + 3]), int(rows[0][width + 4])
 
     def by_python(self, key: Callable[[Any], Any], w: _Weights) -> dict[Any, list]:
@@ -224,6 +240,8 @@ def data_path(
         c = sample.cost(h.name) if measured else None
         costs[h.name] = c if c is not None else (_mean_cost(sample) if measured else 1.0)
     scale = total_events / sample.events if sample.events else 0.0
+    import duckdb  # only with a log: ``import restream_kit`` stays light
+
     con = duckdb.connect()
     con.register("plan_log", table)
     kind_counts = dict(con.execute("SELECT kind, COUNT(*) FROM plan_log GROUP BY kind").fetchall())
@@ -285,12 +303,15 @@ def _stage_load(
     if work == 0:
         return StageLoad(stage.name, stage.mode, 0, None, 0, 0.0, (), 0.0, 0.0), 0
     if stage.mode == "sequential":
-        return StageLoad(stage.name, stage.mode, work, None, work, 1.0, (), cost, cost, 1), sched_runs
+        return StageLoad(
+            stage.name, stage.mode, work, None, work, 1.0, (), cost, cost, 1
+        ), sched_runs
     if key_expr is None:
         heaviest_cost = max(costs[h.name] for h in handlers)
         share = round(heaviest_cost / cost, 6) if cost else 0.0
-        return StageLoad(stage.name, stage.mode, work, None, 1, share, (), cost,
-                         heaviest_cost, work), sched_runs
+        return StageLoad(
+            stage.name, stage.mode, work, None, 1, share, (), cost, heaviest_cost, work
+        ), sched_runs
     # Partitioned: group by key.
     scheduled = [ev for ev in sample.scheduled if ev.kind in w.runs]
     found = _columns_of(key_expr, loads.columns)
@@ -351,7 +372,9 @@ def chain_bound(plan: Plan, loads: list[StageLoad] | tuple[StageLoad, ...]) -> i
     return max(best.values(), default=0)
 
 
-def with_data(plan: Plan, program: Program, log: Log, *, sample_events: int = SAMPLE_EVENTS) -> Plan:
+def with_data(
+    plan: Plan, program: Program, log: Log, *, sample_events: int = SAMPLE_EVENTS
+) -> Plan:
     """``plan`` with its data critical path on ``log`` (and the cost-weighted static path)."""
     data, path = data_path(plan, program, log, sample_events=sample_events)
     return plan.with_data(data, path)

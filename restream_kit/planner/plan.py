@@ -20,20 +20,34 @@ How it is built:
   * ``partitioned``: every access to own state, in every handler of the stage, uses one and
     the same canonical key expression of the event (``partition_key``, with the event named
     ``e``). Events with different keys never see each other's writes, so partitions run apart.
+    When the keys differ but every key of each own state is a tuple with one element in
+    common (``(e.symbol, e.end)`` and ``(e.symbol, window(e.ts))``), the stage is partitioned
+    by that element: equal keys have equal elements, so they meet in one partition. ``reason``
+    then says so. Events the stage schedules for itself must carry what keeps the key the
+    same (``schedule("check", at=..., user=e.user)`` for ``e.user``), checked by rewriting
+    the key in the scheduled event's fields.
   * ``sequential``: own state is accessed by different keys, by a key that is not a function
     of the event (computed from another read), by a constant key (one partition anyway), as a
     ``state.Value``, or whole (``len(m)``, ``for k in m``); or the stage schedules events for
-    itself whose key maps to another partition. ``reason`` names each access that forces it.
+    itself that may change partition, or schedules events for itself at all when it has no
+    own state (each scheduled run waits for the run that scheduled it, a chain no key
+    splits). ``reason`` names each access or schedule that forces it, with handler and line.
   * ``broadcast-read``: a stage that is not sequential but reads upstream state by a key that
     is not a function of the event, or whole: the upstream state must be available to every
     partition. Its ``partition_key`` is kept when its own state is partitioned (None when it
-    has none), and ``reason`` names the reads.
+    has none), and ``reason`` names the reads. A blind write or merge by such a key (say
+    ``team_msgs[team_of[e.src]] += 1``) needs no broadcast: only reads do.
+  * A ``state.Value`` read by a stage that does not write it counts as read by an event key
+    (there is one value, so an as-of lookup finds it).
 
 - ``reads_upstream`` lists the reads of state that handlers outside the stage write (also of
   own state that an upstream stage merges into): the reads the engine resolves against
   upstream versions.
 - The static critical path is the heaviest chain of stages: each stage weighs its number of
-  handlers, or, when a log is given, the estimated time of its handlers over the log.
+  handlers, or, when a log is given, the estimated time of its handlers over the log. Ties
+  go to the stage that comes first.
+- Only literal table names and kinds are listed in ``emits`` and ``schedules`` (``?`` for a
+  scheduled kind that is not a literal).
 - Warnings: lint findings that are not errors (or all of them when non-determinism is
   allowed), keys that are not a function of the event, state read but never written, state
   keyed by ``e.ts`` or ``e.lsn`` that is never deleted (it grows with the log), state passed
@@ -46,12 +60,13 @@ import ast
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..program import Program
 from ._analysis import EVENT, HandlerAccess, ScheduleCall
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "Access",
@@ -74,8 +89,13 @@ Op = Literal["read", "overwrite", "merge", "future", "delete"]
 Mode = Literal["stateless", "partitioned", "broadcast-read", "sequential"]
 MODES = ("stateless", "partitioned", "broadcast-read", "sequential")
 WRITE_OPS = ("overwrite", "merge", "future", "delete")
-_VERB = {"read": "read", "overwrite": "written", "merge": "merged", "future": "written ahead",
-         "delete": "deleted"}
+_VERB = {
+    "read": "read",
+    "overwrite": "written",
+    "merge": "merged",
+    "future": "written ahead",
+    "delete": "deleted",
+}
 
 
 @dataclass(frozen=True)
@@ -384,7 +404,9 @@ def _access(raw: Any) -> Access:
 
 
 def _uses_event(key: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == EVENT for n in ast.walk(ast.parse(key, mode="eval")))
+    return any(
+        isinstance(n, ast.Name) and n.id == EVENT for n in ast.walk(ast.parse(key, mode="eval"))
+    )
 
 
 def _scheduled_key(key: str, call: ScheduleCall) -> str | None:
@@ -418,17 +440,14 @@ def _scheduled_key(key: str, call: ScheduleCall) -> str | None:
     return ast.unparse(out) if Swap.ok else None
 
 
-def _where(h: str, a: Access) -> str:
-    via = f" via {a.via}" if a.via else ""
-    return f"{h}{via}, line {a.lineno}"
-
-
 def build_plan(
     program: Program,
     analysed: tuple[HandlerAccess, ...],
     warnings: Iterable[PlanWarning] = (),
 ) -> Plan:
     """The plan of ``program`` from its handlers' analysis (no data critical path yet)."""
+    import networkx as nx  # only when planning: ``import restream_kit`` stays light
+
     handlers = tuple(
         HandlerInfo(
             name=h.name,
@@ -436,7 +455,9 @@ def build_plan(
             lineno=h.lineno,
             accesses=tuple(_access(a) for a in h.accesses),
             emits=h.emits,
-            schedules=tuple(dict.fromkeys(s.kind if s.kind is not None else "?" for s in h.schedules)),
+            schedules=tuple(
+                dict.fromkeys(s.kind if s.kind is not None else "?" for s in h.schedules)
+            ),
             event_arg=h.event_arg,
         )
         for h in analysed
@@ -463,22 +484,24 @@ def build_plan(
             for dst in readers.get(state, []):
                 if src != dst:
                     edges[(src, dst, state)] = None
-    self_scheduled: dict[str, list[ScheduleCall]] = {}
+    schedules: dict[str, list[tuple[ScheduleCall, tuple[str, ...]]]] = {}
     for raw in analysed:
         for call in raw.schedules:
+            targets = tuple(h.name for h in handlers if call.kind is None or call.kind in h.kinds)
+            schedules.setdefault(raw.name, []).append((call, targets))
             if call.kind is None:
-                notes.append(PlanWarning(
-                    "dynamic-schedule",
-                    "schedule() with a kind that is not a literal: every handler may depend on it",
-                    raw.name, call.lineno,
-                ))
-            for h in handlers:
-                if call.kind is None or call.kind in h.kinds:
-                    if h.name == raw.name:
-                        self_scheduled.setdefault(raw.name, []).append(call)
-                    else:
-                        label = f"schedule:{call.kind if call.kind is not None else '?'}"
-                        edges[(raw.name, h.name, label)] = None
+                notes.append(
+                    PlanWarning(
+                        "dynamic-schedule",
+                        "schedule() with a kind that is not a literal: every handler may depend on it",
+                        raw.name,
+                        call.lineno,
+                    )
+                )
+            for target in targets:
+                if target != raw.name:
+                    label = f"schedule:{call.kind if call.kind is not None else '?'}"
+                    edges[(raw.name, target, label)] = None
     edge_list = tuple(
         Edge(*e) for e in sorted(edges, key=lambda e: (order[e[0]], order[e[1]], e[2]))
     )
@@ -487,7 +510,9 @@ def build_plan(
     graph = nx.DiGraph()
     graph.add_nodes_from(order)
     graph.add_edges_from((e.src, e.dst) for e in edge_list)
-    components = [tuple(sorted(c, key=order.__getitem__)) for c in nx.strongly_connected_components(graph)]
+    components = [
+        tuple(sorted(c, key=order.__getitem__)) for c in nx.strongly_connected_components(graph)
+    ]
     stage_of = {h: comp for comp in components for h in comp}
     dag = nx.DiGraph()
     dag.add_nodes_from(components)
@@ -499,7 +524,7 @@ def build_plan(
     names = {comp: "+".join(comp) for comp in components}
     stages = []
     for comp in topo:
-        stage = _stage(comp, names, dag, by_name, raw_by_name, writers, program, self_scheduled)
+        stage = _stage(comp, names, dag, by_name, raw_by_name, writers, program, schedules)
         stages.append(stage)
     stages_t = tuple(stages)
 
@@ -526,69 +551,56 @@ def _stage(
     raw_by_name: dict[str, HandlerAccess],
     writers: dict[str, list[str]],
     program: Program,
-    self_scheduled: dict[str, list[ScheduleCall]],
+    schedules: dict[str, list[tuple[ScheduleCall, tuple[str, ...]]]],
 ) -> Stage:
     members = set(comp)
     accesses = [(h, a) for h in comp for a in by_name[h].accesses]
     read = {a.state for _, a in accesses if a.op == "read"}
-    written = [s for s in program.states if any(a.state == s and a.op != "read" for _, a in accesses)]
+    written = [
+        s for s in program.states if any(a.state == s and a.op != "read" for _, a in accesses)
+    ]
     own = read & set(written)
-    problems: list[str] = []
-    partition_key = None
-    own_accesses = [(h, a) for h, a in accesses if a.state in own]
-    whole = {(h, a.state, a.lineno): a for h, a in own_accesses if a.key is None}
-    for h, state, _line in whole:
-        a = whole[(h, state, _line)]
-        if program.states[state].kind == "value" and a.event_key:
-            problems.append(f"{state}.value is {_VERB[a.op]} in {_where(h, a)}: a state.Value is "
-                            "one value, so one chain")
-        else:
-            problems.append(f"{state} is used whole in {_where(h, a)}")
-    for h, a in own_accesses:
-        if a.key is not None and not a.event_key:
-            problems.append(f"{a.state}[{a.key}] is {_VERB[a.op]} in {_where(h, a)} by a key that "
-                            "is not a function of the event")
-    if own_accesses and not problems:
-        keys = list(dict.fromkeys(a.key for _, a in own_accesses))
-        if len(keys) > 1:
-            firsts: dict[tuple[str, str], str] = {}
-            for h, a in own_accesses:
-                firsts.setdefault((a.state, a.key), f"{a.state}[{a.key}] ({_VERB[a.op]} in {_where(h, a)})")
-            problems.append("own state is accessed by different keys: " + ", ".join(firsts.values()))
-        elif not _uses_event(keys[0]):
-            problems.append(f"own state is accessed only by the constant key {keys[0]}: "
-                            "one partition")
-        else:
-            partition_key = keys[0]
-    if partition_key is not None:
-        for h in comp:
-            for call in self_scheduled.get(h, []):
-                mapped = _scheduled_key(partition_key, call)
-                if mapped != partition_key:
-                    where = f"{h}{' via ' + call.via if call.via else ''}, line {call.lineno}"
-                    problems.append(
-                        f"{where} schedules {call.kind!r} events for this stage whose key "
-                        f"{partition_key} is not known to stay {partition_key} "
-                        "(give the scheduled event the fields its key needs)"
-                    )
-        if problems:
-            partition_key = None
+    own_raw = [(h, a) for h in comp for a in raw_by_name[h].accesses if a.state in own]
+    partition_key, problems, note = _own_partition(own_raw, program)
+    inner = [
+        (h, call) for h in comp for call, targets in schedules.get(h, []) if members & set(targets)
+    ]
+    for h, call in inner:
+        where = f"{h}{' via ' + call.via if call.via else ''}, line {call.lineno}"
+        what = f"{call.kind!r} events" if call.kind is not None else "events of a computed kind"
+        if partition_key is not None:
+            if _scheduled_key(partition_key, call) != partition_key:
+                problems.append(
+                    f"{where} schedules {what} for this stage without the fields "
+                    f"that keep {partition_key} the same, so they may belong to another partition"
+                )
+        elif not own:
+            problems.append(
+                f"{where} schedules {what} for this stage: each scheduled run "
+                "waits for the run that scheduled it"
+            )
+    if problems:
+        partition_key, note = None, None
     upstream_reads = []
     for h, a in accesses:
         if a.op == "read" and any(w not in members for w in writers.get(a.state, [])):
             upstream_reads.append(UpstreamRead(a.state, a.key, a.event_key, h, a.lineno))
     upstream_reads = list(dict.fromkeys(upstream_reads))
-    reason = "; ".join(problems) if problems else None
+    reason = "; ".join(dict.fromkeys(problems)) if problems else note
     if problems:
         mode: Mode = "sequential"
     else:
         broadcast = [r for r in upstream_reads if not r.event_key]
         if broadcast:
             mode = "broadcast-read"
-            reason = "reads upstream state by a key that is not a function of the event: " + ", ".join(
-                f"{r.state}[{r.key}] ({r.handler}, line {r.lineno})" if r.key is not None
-                else f"{r.state} whole ({r.handler}, line {r.lineno})"
-                for r in broadcast
+            reason = (
+                "reads upstream state by a key that is not a function of the event: "
+                + ", ".join(
+                    f"{r.state}[{r.key}] ({r.handler}, line {r.lineno})"
+                    if r.key is not None
+                    else f"{r.state} whole ({r.handler}, line {r.lineno})"
+                    for r in broadcast
+                )
             )
         else:
             mode = "partitioned" if partition_key is not None else "stateless"
@@ -607,6 +619,100 @@ def _stage(
     )
 
 
+def _raw_where(h: str, a: Any) -> str:
+    via = f" via {a.via}" if a.via else ""
+    return f"{h}{via}, line {a.lineno}"
+
+
+def _own_partition(
+    own: list[tuple[str, Any]], program: Program
+) -> tuple[str | None, list[str], str | None]:
+    """The partition key of a stage's own state accesses, or the problems that prevent one.
+
+    Returns (key, problems, note). The key is the one key every access uses when there is
+    one; otherwise an element common to every key of each own state (``e.symbol`` for keys
+    ``(e.symbol, e.end)`` and ``(e.symbol, window(e.ts))``): equal keys then have equal
+    elements, so they meet in one partition.
+    """
+    if not own:
+        return None, [], None
+    problems = []
+    values: dict[str, dict[str, list[int]]] = {}
+    for h, a in own:
+        if a.key is not None:
+            continue
+        if program.states[a.state].kind == "value" and not a.whole:
+            where = h + (f" via {a.via}" if a.via else "")
+            lines = values.setdefault(a.state, {}).setdefault(where, [])
+            if a.lineno not in lines:
+                lines.append(a.lineno)
+        else:
+            problems.append(f"{a.state} is used whole in {_raw_where(h, a)}")
+    for state, places in reversed(values.items()):
+        text = "; ".join(
+            f"{where}, line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
+            for where, lines in places.items()
+        )
+        problems.insert(
+            0,
+            f"{state}.value is read and written ({text}): a state.Value is one value, so one chain",
+        )
+    if problems:
+        return None, list(dict.fromkeys(problems)), None
+    keys = list(dict.fromkeys(a.key for _, a in own))
+    if len(keys) == 1 and all(a.event_key for _, a in own) and _uses_event(keys[0]):
+        return keys[0], [], None
+    common: list[str] | None = None
+    by_state: dict[str, list[Any]] = {}
+    for _, a in own:
+        by_state.setdefault(a.state, []).append(a)
+    for accs in by_state.values():
+        found = []
+        first = accs[0].key
+        if all(a.key == first and a.event_key for a in accs) and _uses_event(first):
+            found.append(first)
+        if all(a.parts is not None for a in accs):
+            for i in range(min(len(a.parts) for a in accs)):
+                texts = {a.parts[i][0] for a in accs}
+                text = accs[0].parts[i][0]
+                if len(texts) == 1 and all(a.parts[i][1] for a in accs) and _uses_event(text):
+                    found.append(text)
+        common = found if common is None else [k for k in common if k in found]
+    if common:
+        key = common[0]
+        return key, [], f"partitioned by {key}, an element of every key of its own state"
+    unkeyed = [(h, a) for h, a in own if not a.event_key]
+    if unkeyed:
+        for h, a in unkeyed:
+            problems.append(
+                f"{a.state}[{a.key}] is {_VERB[a.op]} in {_raw_where(h, a)} by a key that is not "
+                "a function of the event"
+            )
+        return None, list(dict.fromkeys(problems)), None
+    if len(keys) == 1:
+        return (
+            None,
+            [f"own state is accessed only by the constant key {keys[0]}: one partition"],
+            None,
+        )
+    counts: dict[str, int] = {}
+    for _, a in own:
+        counts[a.key] = counts.get(a.key, 0) + 1
+    main = max(keys, key=lambda k: counts[k])
+    others = {}
+    for h, a in own:
+        if a.key != main:
+            others.setdefault(
+                (a.state, a.key, a.op, h),
+                f"{a.state}[{a.key}] ({_VERB[a.op]} in {_raw_where(h, a)})",
+            )
+    problems.append(
+        f"own state is accessed by different keys: {', '.join(others.values())}, where the rest "
+        f"use {main}"
+    )
+    return None, problems, None
+
+
 def _warnings(
     handlers: tuple[HandlerInfo, ...],
     writers: dict[str, list[str]],
@@ -617,40 +723,59 @@ def _warnings(
     for h in handlers:
         for a in h.accesses:
             if a.op == "read" and a.key is not None and not a.event_key:
-                out.append(PlanWarning(
-                    "non-event-key",
-                    f"{a.state}[{a.key}] is read by a key that is not a function of the event: "
-                    "it forces a broadcast or a sequential stage",
-                    h.name, a.lineno,
-                ))
+                out.append(
+                    PlanWarning(
+                        "non-event-key",
+                        f"{a.state}[{a.key}] is read by a key that is not a function of the event: "
+                        "it forces a broadcast or a sequential stage",
+                        h.name,
+                        a.lineno,
+                    )
+                )
             elif a.key is None and a.op == "read" and not a.event_key:
-                out.append(PlanWarning(
-                    "whole-state",
-                    f"{a.state} is read whole: it forces a broadcast or a sequential stage",
-                    h.name, a.lineno,
-                ))
+                out.append(
+                    PlanWarning(
+                        "whole-state",
+                        f"{a.state} is read whole: it forces a broadcast or a sequential stage",
+                        h.name,
+                        a.lineno,
+                    )
+                )
     for state in program.states:
         if state in readers and state not in writers:
             h = readers[state][0]
             line = next(a.lineno for a in program_accesses(handlers, h) if a.state == state)
-            out.append(PlanWarning(
-                "never-written",
-                f"state {state} is read but no handler writes it: it always reads its default",
-                h, line,
-            ))
-        deletes = any(a.state == state and a.op in ("delete", "future")
-                      for hh in handlers for a in hh.accesses)
+            out.append(
+                PlanWarning(
+                    "never-written",
+                    f"state {state} is read but no handler writes it: it always reads its default",
+                    h,
+                    line,
+                )
+            )
+        deletes = any(
+            a.state == state and a.op in ("delete", "future")
+            for hh in handlers
+            for a in hh.accesses
+        )
         for hh in handlers:
             for a in hh.accesses:
-                if a.state == state and a.op != "read" and a.key and not deletes and (
-                    f"{EVENT}.ts" in a.key or f"{EVENT}.lsn" in a.key
+                if (
+                    a.state == state
+                    and a.op != "read"
+                    and a.key
+                    and not deletes
+                    and (f"{EVENT}.ts" in a.key or f"{EVENT}.lsn" in a.key)
                 ):
-                    out.append(PlanWarning(
-                        "unbounded-state",
-                        f"{state}[{a.key}] is keyed by time or position and never deleted: the "
-                        "state grows with the log",
-                        hh.name, a.lineno,
-                    ))
+                    out.append(
+                        PlanWarning(
+                            "unbounded-state",
+                            f"{state}[{a.key}] is keyed by time or position and never deleted: the "
+                            "state grows with the log",
+                            hh.name,
+                            a.lineno,
+                        )
+                    )
     return out
 
 

@@ -1,4 +1,4 @@
-"""Compare two replays by row identity: which output rows were added, removed or changed.
+"""Compare two replays (``diff``) by row identity: which output rows were added, removed or changed.
 
 A row's identity is (table, event, n): the event is (``lsn``, ``seq``) and ``n`` counts that
 event's earlier rows in the same table (SPEC section 3). Rows with the same identity in both
