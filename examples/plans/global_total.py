@@ -18,4 +18,4 @@ def running_total(e):
     before = total.value
     total.value = before + e.amount
     if before // MILESTONE != total.value // MILESTONE:
-        emit("milestones", total=total.value, ts=e.ts)
+        emit("milestones", total=total.value)

@@ -17,6 +17,6 @@ def limit(e):
     in_window.add(e.src, -1, at=e.ts + WINDOW)
     if in_window[e.src] > LIMIT and not over[e.src]:
         over[e.src] = True
-        emit("rate_limited", sender=e.src, ts=e.ts)
+        emit("rate_limited", sender=e.src)
     elif in_window[e.src] <= LIMIT and over[e.src]:
         over[e.src] = False
