@@ -149,6 +149,9 @@ class _StateRewriter(ast.NodeTransformer):
         self.program = program
         self.states = program.states
         self.kit_modules = kit_modules
+        self.helpers = {
+            n.name for n in program.module_ast.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
         # One (shadowed names, aliases) pair per enclosing function.
         self.scopes: list[tuple[set[str], dict[str, str]]] = []
         self.temps = itertools.count()
@@ -285,6 +288,7 @@ class _StateRewriter(ast.NodeTransformer):
         func = node.func
         state = self.state_of(func.value) if isinstance(func, ast.Attribute) else None
         if state is None:
+            self._reject_state_arguments(node)
             return self.generic_visit(node)
         decl = self.states[state]
         method = func.attr
@@ -306,6 +310,19 @@ class _StateRewriter(ast.NodeTransformer):
             f"{state}.{method}(...) is not a state operation "
             "(use [k], get, set, add, merge, delete, `in`)",
         )
+
+    def _reject_state_arguments(self, node: ast.Call) -> None:
+        """A helper of the program must name state globally: engines give meaning only there."""
+        if not (isinstance(node.func, ast.Name) and node.func.id in self.helpers):
+            return
+        for arg in [*node.args, *(kw.value for kw in node.keywords)]:
+            state = self.state_of(arg)
+            if state:
+                raise self._error(
+                    node,
+                    f"state {state!r} is passed to {node.func.id}(): pass the key instead and use "
+                    f"{state} by its name inside the helper",
+                )
 
     def _write(
         self,

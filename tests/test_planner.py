@@ -225,18 +225,18 @@ def test_helpers_are_followed_through_calls():
     ]
 
 
-def test_nested_helpers_and_state_arguments():
+def test_nested_helpers_are_followed():
     p = plan(
         src(
             HEAD
             + """
         counts = state.Counter()
 
-        def inner(m, key):
-            m[key] += 1
+        def inner(key):
+            counts[key] += 1
 
         def outer(ev):
-            inner(counts, (ev.a, ev.b))
+            inner((ev.a, ev.b))
 
         @on("a")
         def h(e):
@@ -252,7 +252,23 @@ def test_nested_helpers_and_state_arguments():
         True,
         "inner",
     )
-    assert any(w.code == "state-argument" for w in p.warnings)
+
+
+def test_state_passed_as_an_argument_is_rejected_at_load():
+    with pytest.raises(ProgramError, match=r"state 'counts' is passed to inner\(\)"):
+        src(
+            HEAD
+            + """
+        counts = state.Counter()
+
+        def inner(m, key):
+            m[key] += 1
+
+        @on("a")
+        def h(e):
+            inner(counts, e.a)
+    """
+        )
 
 
 @pytest.mark.parametrize(

@@ -158,3 +158,19 @@ def test_aliases_helpers_and_module_imports_compile():
     assert r.tables["out"].to_pylist() == [
         {"lsn": 0, "ts": 1, "handler": "h", "seq": 0, "n": 11, "got": 11, "ks": "?,?", "has": False}
     ]
+
+
+def test_state_passed_to_a_helper_is_rejected_with_its_line():
+    with pytest.raises(rk.ProgramError, match=r":9: state 'counts' is passed to bump\(\)"):
+        load(
+            """
+            from restream_kit import on, state
+            counts = state.Counter()
+
+            def bump(m, k):
+                m[k] += 1
+
+            @on("x")
+            def h(e): bump(counts, e.k)
+            """
+        )
