@@ -16,6 +16,7 @@ help:
 	@echo "make lint   - ruff check and format check"
 
 setup: $(STAMP)
+	@scripts/ensure_chromium.sh
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

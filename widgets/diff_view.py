@@ -63,8 +63,9 @@ class DiffView:
         self.header = w.HTML("<b>diff against the baseline</b>: waiting for the baseline")
         self.counts = w.HTML("")
         self.figure = go.FigureWidget(timeline_figure())
+        self.figure_box = w.Box([self.figure])
         self.sample_rows = w.HTML("")
-        self.widget = w.VBox([self.header, self.counts, self.figure, self.sample_rows])
+        self.widget = w.VBox([self.header, self.counts, self.figure_box, self.sample_rows])
         self.baseline_label = "the baseline"
         self._baseline: dict[str, pl.DataFrame] = {}
         self._rows: dict[str, list[Any]] = {}
@@ -142,6 +143,9 @@ class DiffView:
         )
         with self.figure.batch_update():
             _fill_timeline(self.figure, d)
+        # An empty timeline is just axes: show it only when there is something to plot.
+        self.figure.layout.height = 260 if not d.empty else 10
+        self.figure_box.layout.display = None if not d.empty else "none"
         parts = []
         for name, t in d.tables.items():
             for kind in ("added", "removed", "changed"):

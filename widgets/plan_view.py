@@ -52,9 +52,10 @@ class PlanView:
                 )
             )
         if plan.data is not None:
-            children.append(
-                w.HBox(
-                    [go.FigureWidget(hot_keys_figure(plan)), go.FigureWidget(speedup_figure(plan))]
-                )
-            )
+            figures = [go.FigureWidget(speedup_figure(plan))]
+            if any(load.hot_keys for load in plan.data.per_stage):
+                figures.insert(0, go.FigureWidget(hot_keys_figure(plan)))
+            else:
+                children.append(w.HTML("no partitioned or sequential stage: no key limits parallelism"))
+            children.append(w.HBox(figures))
         self.widget = w.VBox(children)
