@@ -28,8 +28,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lab: setup
-	cd notebooks && ../$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --port=$(JUPYTER_PORT) --no-browser \
-		--IdentityProvider.token="$${JUPYTER_TOKEN:-$$(../$(BIN)/python -c 'import secrets; print(secrets.token_hex(24))')}"
+	@# Loopback only, always with a token (random unless JUPYTER_TOKEN is set).
+	@token="$${JUPYTER_TOKEN:-$$($(BIN)/python -c 'import secrets; print(secrets.token_hex(24))')}"; \
+	echo "JupyterLab: http://127.0.0.1:$(JUPYTER_PORT)/lab?token=$$token"; \
+	cd notebooks && exec ../$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --port=$(JUPYTER_PORT) \
+		--no-browser $$([ "$$(id -u)" = 0 ] && echo --allow-root) --IdentityProvider.token="$$token"
 
 test: setup
 	$(BIN)/ruff check .
