@@ -22,8 +22,20 @@ def test_notebook_is_committed_without_outputs(path):
     assert all(not c.get("outputs") and not c.get("execution_count") for c in cells if c["cell_type"] == "code")
 
 
-@pytest.mark.parametrize("mode", ["text", "widgets"])
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def _modes(path: Path) -> list[str]:
+    """Display modes to run a notebook in: both, unless its metadata names fewer.
+
+    A notebook that never uses the ``%%restream`` views sets
+    ``"restream": {"display_modes": ["text"]}`` in its metadata.
+    """
+    meta = json.loads(path.read_text()).get("metadata", {}).get("restream", {})
+    return list(meta.get("display_modes", ["text", "widgets"]))
+
+
+CASES = [(path, mode) for path in NOTEBOOKS for mode in _modes(path)]
+
+
+@pytest.mark.parametrize(("path", "mode"), CASES, ids=[f"{p.stem}-{m}" for p, m in CASES])
 def test_notebook_runs_top_to_bottom(path, mode, tmp_path, monkeypatch):
     """Text mode is what a terminal or nbclient shows; widget mode builds every view too."""
     monkeypatch.setenv("RESTREAM_HOME", str(tmp_path / ".restream"))
