@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from . import program as program_module
 from ._inline import RUNNER_NAME, build_runner
+from ._scopes import make_scope
 from .errors import ProgramError
 from .program import Program
 from .state import Value
@@ -159,8 +160,8 @@ class _StateRewriter(ast.NodeTransformer):
     # -- scopes -------------------------------------------------------------------------
 
     def _enter(self, node: ast.FunctionDef | ast.Lambda | ast.AsyncFunctionDef) -> ast.AST:
-        shadowed, aliases = _scope_of(node, self._resolve_enclosing)
-        self.scopes.append((shadowed, aliases))
+        scope = make_scope(node, self._resolve_enclosing)
+        self.scopes.append((scope.shadowed, scope.aliases))
         try:
             self.generic_visit(node)
         finally:
@@ -356,60 +357,3 @@ class _StateRewriter(ast.NodeTransformer):
                 at,
             ],
         )
-
-
-def _scope_of(
-    node: ast.AST, resolve: Callable[[str], str | None]
-) -> tuple[set[str], dict[str, str]]:
-    """Names a function binds locally, and its local aliases of state (``m = friends``)."""
-    if isinstance(node, ast.Lambda):
-        args = node.args
-        body: list[ast.AST] = [node.body]
-    else:
-        args = node.args
-        body = list(node.body)
-    bound = {a.arg for a in args.args + args.kwonlyargs + args.posonlyargs}
-    bound |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-    declared_global: set[str] = set()
-    assignments: dict[str, list[ast.AST]] = {}
-    for stmt in body:
-        for sub in _walk_same_scope(stmt):
-            if isinstance(sub, ast.Global):
-                declared_global.update(sub.names)
-            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                bound.add(sub.id)
-            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound.add(sub.name)
-            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
-                bound.update((a.asname or a.name).split(".")[0] for a in sub.names)
-            if isinstance(sub, ast.Assign):
-                for target in sub.targets:
-                    if isinstance(target, ast.Name):
-                        assignments.setdefault(target.id, []).append(sub.value)
-            elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)) and isinstance(
-                sub.target, ast.Name
-            ):
-                assignments.setdefault(sub.target.id, []).extend([sub, sub])
-    aliases = {}
-    for name, values in assignments.items():
-        if len(values) == 1 and isinstance(values[0], ast.Name) and name not in args_names(args):
-            target_state = resolve(values[0].id)
-            if target_state:
-                aliases[name] = target_state
-    shadowed = (bound - declared_global) - set(aliases)
-    return shadowed, aliases
-
-
-def args_names(args: ast.arguments) -> set[str]:
-    return {a.arg for a in args.args + args.kwonlyargs + args.posonlyargs}
-
-
-def _walk_same_scope(node: ast.AST):
-    """Walk ``node`` without descending into nested functions, lambdas or classes."""
-    yield node
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            if not isinstance(child, ast.Lambda):
-                yield child  # its name is bound here
-            continue
-        yield from _walk_same_scope(child)

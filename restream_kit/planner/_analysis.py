@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from .._scopes import Scope, make_scope, param_names
 from ..errors import ProgramError
 from ..program import Program
 
@@ -176,103 +176,6 @@ class ModuleInfo:
 # -- scopes --------------------------------------------------------------------------------
 
 
-@dataclass
-class _Scope:
-    """One function's names: locals, aliases of state, values of locals assigned once."""
-
-    node: ast.AST
-    shadowed: set[str]
-    aliases: dict[str, str]
-    simple: dict[str, ast.expr]
-    nested: dict[str, ast.FunctionDef]
-    subst: dict[str, tuple[ast.expr, bool]] = field(default_factory=dict)
-    state_params: dict[str, str] = field(default_factory=dict)
-
-
-def walk_same_scope(node: ast.AST) -> Iterator[ast.AST]:
-    """Walk ``node`` without entering nested functions, lambdas or classes (it yields defs)."""
-    yield node
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            if not isinstance(child, ast.Lambda):
-                yield child
-            continue
-        yield from walk_same_scope(child)
-
-
-def param_names(args: ast.arguments) -> list[str]:
-    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
-    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
-    return names
-
-
-def make_scope(node: ast.AST, resolve: Callable[[str], str | None]) -> _Scope:
-    """The scope of a function or lambda, by the compiler's rules for locals and aliases."""
-    args = node.args
-    body: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
-    params = set(param_names(args))
-    bound = set(params)
-    declared_global: set[str] = set()
-    assignments: dict[str, list[ast.AST]] = {}
-    stores: dict[str, int] = {}
-    values: dict[str, ast.expr] = {}
-    nested: dict[str, ast.FunctionDef] = {}
-    for stmt in body:
-        for sub in walk_same_scope(stmt):
-            if isinstance(sub, ast.Global):
-                declared_global.update(sub.names)
-            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                bound.add(sub.id)
-                stores[sub.id] = stores.get(sub.id, 0) + 1
-            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound.add(sub.name)
-                stores[sub.name] = stores.get(sub.name, 0) + 1
-                if isinstance(sub, ast.FunctionDef):
-                    nested[sub.name] = sub
-            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
-                for alias in sub.names:
-                    name = (alias.asname or alias.name).split(".")[0]
-                    bound.add(name)
-                    stores[name] = stores.get(name, 0) + 1
-            if isinstance(sub, ast.Assign):
-                for target in sub.targets:
-                    if isinstance(target, ast.Name):
-                        assignments.setdefault(target.id, []).append(sub.value)
-                        values[target.id] = sub.value
-                    elif (
-                        isinstance(target, (ast.Tuple, ast.List))
-                        and isinstance(sub.value, (ast.Tuple, ast.List))
-                        and len(target.elts) == len(sub.value.elts)
-                        and not any(
-                            isinstance(x, ast.Starred) for x in target.elts + sub.value.elts
-                        )
-                    ):
-                        for t, v in zip(target.elts, sub.value.elts):
-                            if isinstance(t, ast.Name):
-                                values[t.id] = v
-            elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)) and isinstance(
-                sub.target, ast.Name
-            ):
-                assignments.setdefault(sub.target.id, []).extend([sub, sub])
-                if isinstance(sub, ast.AnnAssign) and sub.value is not None:
-                    values[sub.target.id] = sub.value
-            elif isinstance(sub, ast.NamedExpr):
-                values[sub.target.id] = sub.value
-    aliases = {}
-    for name, vals in assignments.items():
-        if len(vals) == 1 and isinstance(vals[0], ast.Name) and name not in params:
-            target_state = resolve(vals[0].id)
-            if target_state:
-                aliases[name] = target_state
-    shadowed = (bound - declared_global) - set(aliases)
-    simple = {
-        name: value
-        for name, value in values.items()
-        if stores.get(name) == 1 and name not in params and name not in aliases
-    }
-    return _Scope(node, shadowed, aliases, simple, nested)
-
-
 # -- canonical key expressions ----------------------------------------------------------------
 
 
@@ -284,7 +187,7 @@ class _Canon(ast.NodeTransformer):
     part of the result (one element of a tuple key) can be told.
     """
 
-    def __init__(self, walker: _Walker, stack: list[_Scope], expanding: frozenset = frozenset()):
+    def __init__(self, walker: _Walker, stack: list[Scope], expanding: frozenset = frozenset()):
         self.w = walker
         self.stack = stack
         self.expanding = expanding
@@ -476,7 +379,7 @@ class _Walker:
 
     # names
 
-    def lookup(self, name: str, stack: list[_Scope]) -> tuple[str, object]:
+    def lookup(self, name: str, stack: list[Scope]) -> tuple[str, object]:
         for index in range(len(stack) - 1, -1, -1):
             scope = stack[index]
             if name in scope.aliases:
@@ -491,7 +394,7 @@ class _Walker:
             return "module", name
         return "builtin", name
 
-    def state_of(self, node: ast.AST, stack: list[_Scope]) -> str | None:
+    def state_of(self, node: ast.AST, stack: list[Scope]) -> str | None:
         if isinstance(node, ast.Name):
             where, payload = self.lookup(node.id, stack)
             if where == "state":
@@ -509,7 +412,7 @@ class _Walker:
 
     # recording
 
-    def canon(self, expr: ast.expr, stack: list[_Scope]) -> tuple[ast.expr, bool]:
+    def canon(self, expr: ast.expr, stack: list[Scope]) -> tuple[ast.expr, bool]:
         return _Canon(self, stack).run(expr)
 
     def record(
@@ -518,7 +421,7 @@ class _Walker:
         op: str,
         key: ast.expr | None,
         node: ast.AST,
-        stack: list[_Scope],
+        stack: list[Scope],
         whole: bool = False,
     ) -> None:
         parts = None
@@ -541,27 +444,27 @@ class _Walker:
 
     # the walk proper
 
-    def function(self, fn: ast.AST, stack: list[_Scope]) -> None:
+    def function(self, fn: ast.AST, stack: list[Scope]) -> None:
         self.reached.append(fn)
         body = [fn.body] if isinstance(fn, ast.Lambda) else fn.body
         for stmt in body:
             self.visit(stmt, stack)
 
-    def visit(self, node: ast.AST, stack: list[_Scope]) -> None:
+    def visit(self, node: ast.AST, stack: list[Scope]) -> None:
         method = getattr(self, f"visit_{type(node).__name__}", None)
         if method is not None:
             method(node, stack)
         else:
             self.children(node, stack)
 
-    def children(self, node: ast.AST, stack: list[_Scope]) -> None:
+    def children(self, node: ast.AST, stack: list[Scope]) -> None:
         for child in ast.iter_child_nodes(node):
             self.visit(child, stack)
 
     def _is_value(self, name: str) -> bool:
         return name in self.mod.states and self.mod.states[name] == "value"
 
-    def visit_Name(self, node: ast.Name, stack: list[_Scope]) -> None:
+    def visit_Name(self, node: ast.Name, stack: list[Scope]) -> None:
         where, payload = self.lookup(node.id, stack)
         if not isinstance(node.ctx, ast.Load):
             return
@@ -592,11 +495,11 @@ class _Walker:
                 inner = make_scope(nested, lambda n: self._resolve_state(n, stack))
                 self.function(nested, stack + [inner])
 
-    def _resolve_state(self, name: str, stack: list[_Scope]) -> str | None:
+    def _resolve_state(self, name: str, stack: list[Scope]) -> str | None:
         where, payload = self.lookup(name, stack)
         return payload if where == "state" else None
 
-    def visit_Subscript(self, node: ast.Subscript, stack: list[_Scope]) -> None:
+    def visit_Subscript(self, node: ast.Subscript, stack: list[Scope]) -> None:
         state = self.state_of(node.value, stack)
         if state is None:
             self.children(node, stack)
@@ -609,7 +512,7 @@ class _Walker:
         self.record(state, op, node.slice, node, stack)
         self.visit(node.slice, stack)
 
-    def visit_Attribute(self, node: ast.Attribute, stack: list[_Scope]) -> None:
+    def visit_Attribute(self, node: ast.Attribute, stack: list[Scope]) -> None:
         state = self.state_of(node.value, stack)
         if state is not None and node.attr == "value" and self._is_value(state):
             op = {ast.Load: "read", ast.Store: "overwrite", ast.Del: "delete"}[type(node.ctx)]
@@ -623,7 +526,7 @@ class _Walker:
             return
         self.children(node, stack)
 
-    def visit_AugAssign(self, node: ast.AugAssign, stack: list[_Scope]) -> None:
+    def visit_AugAssign(self, node: ast.AugAssign, stack: list[Scope]) -> None:
         target = node.target
         state = self.state_of(getattr(target, "value", None), stack)
         if state is not None and isinstance(target, ast.Subscript):
@@ -642,7 +545,7 @@ class _Walker:
             self.visit(target, stack)
         self.visit(node.value, stack)
 
-    def visit_Assign(self, node: ast.Assign, stack: list[_Scope]) -> None:
+    def visit_Assign(self, node: ast.Assign, stack: list[Scope]) -> None:
         # An alias (m = friends) is not a use of the state.
         if (
             len(node.targets) == 1
@@ -657,7 +560,7 @@ class _Walker:
         for target in node.targets:
             self.visit(target, stack)
 
-    def visit_Compare(self, node: ast.Compare, stack: list[_Scope]) -> None:
+    def visit_Compare(self, node: ast.Compare, stack: list[Scope]) -> None:
         operands = [node.left, *node.comparators]
         handled: set[int] = set()
         for i, op in enumerate(node.ops):
@@ -671,7 +574,7 @@ class _Walker:
             if i not in handled:
                 self.visit(operand, stack)
 
-    def visit_Call(self, node: ast.Call, stack: list[_Scope]) -> None:
+    def visit_Call(self, node: ast.Call, stack: list[Scope]) -> None:
         func = node.func
         if isinstance(func, ast.Attribute):
             state = self.state_of(func.value, stack)
@@ -723,7 +626,7 @@ class _Walker:
                 )
         self.children(node, stack)
 
-    def _state_call(self, node: ast.Call, state: str, method: str, stack: list[_Scope]) -> None:
+    def _state_call(self, node: ast.Call, state: str, method: str, stack: list[Scope]) -> None:
         if method not in _STATE_METHODS:
             raise self.error(
                 node.lineno,
@@ -750,7 +653,7 @@ class _Walker:
         for kw in node.keywords:
             self.visit(kw.value, stack)
 
-    def _output(self, node: ast.Call, what: str, stack: list[_Scope]) -> None:
+    def _output(self, node: ast.Call, what: str, stack: list[Scope]) -> None:
         first = node.args[0] if node.args else None
         literal = (
             first.value
@@ -776,7 +679,7 @@ class _Walker:
         self.children(node, stack)
 
     def _follow(
-        self, node: ast.Call, fn: ast.AST, name: str, outer: list[_Scope], stack: list[_Scope]
+        self, node: ast.Call, fn: ast.AST, name: str, outer: list[Scope], stack: list[Scope]
     ) -> None:
         """Walk a called function with its parameters bound to this call's arguments."""
         binding = _bind_arguments(fn.args, node)
@@ -840,11 +743,11 @@ class _Walker:
         finally:
             self.calls.pop()
 
-    def visit_Lambda(self, node: ast.Lambda, stack: list[_Scope]) -> None:
+    def visit_Lambda(self, node: ast.Lambda, stack: list[Scope]) -> None:
         inner = make_scope(node, lambda n: self._resolve_state(n, stack))
         self.function(node, stack + [inner])
 
-    def visit_FunctionDef(self, node: ast.FunctionDef, stack: list[_Scope]) -> None:
+    def visit_FunctionDef(self, node: ast.FunctionDef, stack: list[Scope]) -> None:
         # Nested functions are walked where they are called (or used as values); their
         # decorators and defaults run here.
         for deco in node.decorator_list:
@@ -854,7 +757,7 @@ class _Walker:
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
-    def visit_ClassDef(self, node: ast.ClassDef, stack: list[_Scope]) -> None:
+    def visit_ClassDef(self, node: ast.ClassDef, stack: list[Scope]) -> None:
         raise self.error(node.lineno, "a class defined inside a handler cannot be analysed")
 
 

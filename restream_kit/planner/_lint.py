@@ -27,7 +27,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ._analysis import ModuleInfo, make_scope
+from .._scopes import make_scope
+from ._analysis import ModuleInfo
 
 __all__ = ["Finding", "lint"]
 

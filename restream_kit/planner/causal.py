@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._compile import compile_program
+from .._scopes import make_scope
 from ..log import Log
 from ..program import Program
 from ..state import Value
-from ._analysis import make_scope
 from ._replay import PlanRuntime, run_events, sample_events
 
 __all__ = ["CausalChain", "longest_chain"]

@@ -1,0 +1,111 @@
+"""Function scopes as the compiler and the planner both see them: locals, aliases of state.
+
+A name bound anywhere in a function (an argument, an assignment, an import, a nested def) is
+local there, unless declared ``global``. A local assigned exactly once from a state's name
+(``m = friends``) is an alias of that state rather than a local.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+__all__ = ["Scope", "make_scope", "walk_same_scope", "param_names"]
+
+
+@dataclass
+class Scope:
+    """One function's names: locals, aliases of state, values of locals assigned once."""
+
+    node: ast.AST
+    shadowed: set[str]
+    aliases: dict[str, str]
+    simple: dict[str, ast.expr]
+    nested: dict[str, ast.FunctionDef]
+    subst: dict[str, tuple[ast.expr, bool]] = field(default_factory=dict)
+    state_params: dict[str, str] = field(default_factory=dict)
+
+
+def walk_same_scope(node: ast.AST) -> Iterator[ast.AST]:
+    """Walk ``node`` without entering nested functions, lambdas or classes (it yields defs)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            if not isinstance(child, ast.Lambda):
+                yield child
+            continue
+        yield from walk_same_scope(child)
+
+
+def param_names(args: ast.arguments) -> list[str]:
+    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+    return names
+
+
+def make_scope(node: ast.AST, resolve: Callable[[str], str | None]) -> Scope:
+    """The scope of a function or lambda, by the compiler's rules for locals and aliases."""
+    args = node.args
+    body: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
+    params = set(param_names(args))
+    bound = set(params)
+    declared_global: set[str] = set()
+    assignments: dict[str, list[ast.AST]] = {}
+    stores: dict[str, int] = {}
+    values: dict[str, ast.expr] = {}
+    nested: dict[str, ast.FunctionDef] = {}
+    for stmt in body:
+        for sub in walk_same_scope(stmt):
+            if isinstance(sub, ast.Global):
+                declared_global.update(sub.names)
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                bound.add(sub.id)
+                stores[sub.id] = stores.get(sub.id, 0) + 1
+            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(sub.name)
+                stores[sub.name] = stores.get(sub.name, 0) + 1
+                if isinstance(sub, ast.FunctionDef):
+                    nested[sub.name] = sub
+            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+                for alias in sub.names:
+                    name = (alias.asname or alias.name).split(".")[0]
+                    bound.add(name)
+                    stores[name] = stores.get(name, 0) + 1
+            if isinstance(sub, ast.Assign):
+                for target in sub.targets:
+                    if isinstance(target, ast.Name):
+                        assignments.setdefault(target.id, []).append(sub.value)
+                        values[target.id] = sub.value
+                    elif (
+                        isinstance(target, (ast.Tuple, ast.List))
+                        and isinstance(sub.value, (ast.Tuple, ast.List))
+                        and len(target.elts) == len(sub.value.elts)
+                        and not any(
+                            isinstance(x, ast.Starred) for x in target.elts + sub.value.elts
+                        )
+                    ):
+                        for t, v in zip(target.elts, sub.value.elts):
+                            if isinstance(t, ast.Name):
+                                values[t.id] = v
+            elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)) and isinstance(
+                sub.target, ast.Name
+            ):
+                assignments.setdefault(sub.target.id, []).extend([sub, sub])
+                if isinstance(sub, ast.AnnAssign) and sub.value is not None:
+                    values[sub.target.id] = sub.value
+            elif isinstance(sub, ast.NamedExpr):
+                values[sub.target.id] = sub.value
+    aliases = {}
+    for name, vals in assignments.items():
+        if len(vals) == 1 and isinstance(vals[0], ast.Name) and name not in params:
+            target_state = resolve(vals[0].id)
+            if target_state:
+                aliases[name] = target_state
+    shadowed = (bound - declared_global) - set(aliases)
+    simple = {
+        name: value
+        for name, value in values.items()
+        if stores.get(name) == 1 and name not in params and name not in aliases
+    }
+    return Scope(node, shadowed, aliases, simple, nested)
