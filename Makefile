@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JUPYTER_PORT ?= 8888
 
-.PHONY: setup lab test lint format demo data bench clean help
+.PHONY: setup lab test lint format demo data bench cluster cluster-stop clean help
 
 help:
 	@echo "make lab    - JupyterLab on notebooks/ (127.0.0.1, token auth)"
@@ -14,6 +14,7 @@ help:
 	@echo "make data   - generate the 1M and 10M event sample logs"
 	@echo "make bench  - benchmarks (ratios against a baseline measured in the same run)"
 	@echo "make lint   - ruff check and format check"
+	@echo "make cluster / cluster-stop - a local standalone Spark cluster and a Spark Connect server"
 
 setup: $(STAMP)
 	@scripts/ensure_chromium.sh
@@ -52,6 +53,12 @@ data: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+cluster: setup
+	scripts/cluster.sh start
+
+cluster-stop:
+	scripts/cluster.sh stop
 
 clean:
 	rm -rf $(VENV) .restream .pytest_cache

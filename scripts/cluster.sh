@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# A local Spark cluster from the pip-installed PySpark, nothing downloaded:
+#   scripts/cluster.sh start   standalone master on 127.0.0.1:7077 with two workers, and a
+#                              Spark Connect server on 127.0.0.1:15002; returns once they work
+#   scripts/cluster.sh stop    stops exactly those processes, by their pid files
+#   scripts/cluster.sh status
+# State (pid files, logs, work dirs) lives in $RESTREAM_CLUSTER_DIR (default .restream/cluster).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-$root/.venv/bin/python}
+dir=${RESTREAM_CLUSTER_DIR:-$root/.restream/cluster}
+master_port=${RESTREAM_MASTER_PORT:-7077}
+master_ui=${RESTREAM_MASTER_UI_PORT:-8080}
+connect_port=${RESTREAM_CONNECT_PORT:-15002}
+workers=${RESTREAM_WORKERS:-2}
+wait_s=${RESTREAM_CLUSTER_WAIT:-120}
+
+spark_home() { "$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'; }
+java_home() { "$python" -c 'from restream_kit._java import ensure_java_home; print(ensure_java_home())'; }
+
+start_daemon() {  # name, then the command
+    local name=$1; shift
+    if [[ -f $dir/$name.pid ]] && kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null; then
+        echo "cluster: $name already running (pid $(cat "$dir/$name.pid"))"
+        return
+    fi
+    nohup "$@" >"$dir/$name.log" 2>&1 &
+    echo $! >"$dir/$name.pid"
+}
+
+alive_workers() {
+    "$python" - "$master_ui" <<'PY'
+import json, sys, urllib.request
+try:
+    with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/json/", timeout=2) as r:
+        state = json.load(r)
+    print(sum(w.get("state") == "ALIVE" for w in state.get("workers", [])))
+except Exception:
+    print(0)
+PY
+}
+
+port_open() { "$python" -c "import socket,sys; s=socket.socket(); s.settimeout(1); sys.exit(s.connect_ex(('127.0.0.1', $1)))"; }
+
+start() {
+    mkdir -p "$dir"
+    chmod 700 "$dir"
+    export SPARK_HOME JAVA_HOME
+    SPARK_HOME=$(spark_home)
+    JAVA_HOME=$(java_home)
+    export PYSPARK_PYTHON=$python SPARK_LOCAL_IP=127.0.0.1 SPARK_NO_DAEMONIZE=1
+    local class="$SPARK_HOME/bin/spark-class"
+    start_daemon master "$class" org.apache.spark.deploy.master.Master \
+        --host 127.0.0.1 --port "$master_port" --webui-port "$master_ui"
+    for i in $(seq 1 "$workers"); do
+        mkdir -p "$dir/work-$i"
+        start_daemon "worker-$i" "$class" org.apache.spark.deploy.worker.Worker \
+            "spark://127.0.0.1:$master_port" --host 127.0.0.1 --cores 1 --memory 2g \
+            --webui-port $((master_ui + i)) --work-dir "$dir/work-$i"
+    done
+    # The Connect server is its own driver; local[2] keeps it from taking the workers' cores.
+    start_daemon connect "$SPARK_HOME/bin/spark-submit" \
+        --class org.apache.spark.sql.connect.service.SparkConnectServer --master 'local[2]' \
+        --conf spark.connect.grpc.binding.address=127.0.0.1 \
+        --conf spark.connect.grpc.binding.port="$connect_port" \
+        --conf spark.ui.enabled=false --name restream-connect spark-internal
+    local deadline=$((SECONDS + wait_s))
+    until [[ $(alive_workers) -ge $workers ]] && port_open "$connect_port"; do
+        if ((SECONDS > deadline)); then
+            echo "cluster: not ready after ${wait_s}s (workers alive: $(alive_workers)); logs in $dir" >&2
+            stop
+            exit 1
+        fi
+        for name in master connect $(seq -f "worker-%g" 1 "$workers"); do
+            if ! kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null; then
+                echo "cluster: $name exited; see $dir/$name.log" >&2
+                tail -5 "$dir/$name.log" >&2 || true
+                stop
+                exit 1
+            fi
+        done
+        sleep 1
+    done
+    echo "cluster: master spark://127.0.0.1:$master_port ($workers workers), connect sc://127.0.0.1:$connect_port"
+}
+
+stop() {
+    [[ -d $dir ]] || return 0
+    local pids=()
+    for pidfile in "$dir"/*.pid; do
+        [[ -f $pidfile ]] || continue
+        local pid
+        pid=$(cat "$pidfile")
+        if kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            pids+=("$pid")
+        fi
+        rm -f "$pidfile"
+    done
+    for _ in $(seq 1 20); do
+        local left=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+        ((left)) || break
+        sleep 0.5
+    done
+    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    echo "cluster: stopped ${#pids[@]} process(es)"
+}
+
+status() {
+    for pidfile in "$dir"/*.pid; do
+        [[ -f $pidfile ]] || { echo "cluster: not running"; return; }
+        local name pid
+        name=$(basename "$pidfile" .pid)
+        pid=$(cat "$pidfile")
+        if kill -0 "$pid" 2>/dev/null; then echo "$name: running (pid $pid)"; else echo "$name: dead"; fi
+    done
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    status) status ;;
+    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac
