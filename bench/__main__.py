@@ -15,6 +15,7 @@ __all__ = ["BENCHMARKS", "main"]
 #: Benchmark name -> (module, what it measures).
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "serial": ("bench.serial_vs_loop", "serial engine vs a plain-Python loop, anti-spam rule"),
+    "plan": ("bench.plan_bench", "planning a 1M-event log, against a serial replay of it"),
 }
 
 
