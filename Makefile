@@ -50,6 +50,10 @@ format: setup
 data: setup
 	$(BIN)/python -m sample_data.social --events 1000000 --out sample_data/generated/social_1m.parquet
 	$(BIN)/python -m sample_data.social --events 10000000 --out sample_data/generated/social_10m.parquet
+	$(BIN)/python -m sample_data.streamscope --minutes 1440 --out sample_data/generated/streamscope_1d
+	$(BIN)/python -m sample_data.adclicks --minutes 1440 --rate 2000 --out sample_data/generated/adclicks_1d
+	$(BIN)/python -m sample_data.iot --hours 168 --sensors 200 --out sample_data/generated/iot_7d
+	$(BIN)/python -m sample_data.flights --out sample_data/generated/flights_2013
 
 bench: setup
 	$(BIN)/python -m bench
