@@ -10,6 +10,7 @@ user's own lines.
 from __future__ import annotations
 
 import ast
+import copy
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -118,7 +119,8 @@ def check(program: Program) -> None:
 
 
 def _rewrite(program: Program) -> ast.Module:
-    tree = ast.parse(program.source, filename=program.filename)
+    # The program's module as loaded (window declarations expanded), copied: rewriting mutates.
+    tree = copy.deepcopy(program.module_ast)
     kit_modules = _names_bound_to_kit(tree)
     rewritten = _StateRewriter(program, kit_modules).visit(tree)
     return ast.fix_missing_locations(rewritten)

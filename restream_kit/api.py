@@ -27,9 +27,17 @@ def missing_kinds(program: Program, log: Log) -> list[str]:
 
 
 def scheduled_kinds(program: Program) -> set[str]:
-    """Kinds named by a literal in a ``schedule(...)`` call of the program."""
+    """Kinds named by a literal in a ``schedule(...)`` call of the program.
+
+    The program's module is the one it runs, with windows expanded, so the kinds that close
+    windows count; ``schedule`` may have been imported under another name.
+    """
     import ast
 
+    names = {"schedule"}
+    for node in program.module_ast.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("restream_kit"):
+            names.update(a.asname or a.name for a in node.names if a.name == "schedule")
     kinds = set()
     for node in ast.walk(program.module_ast):
         if isinstance(node, ast.Call):
@@ -38,7 +46,7 @@ def scheduled_kinds(program: Program) -> set[str]:
                 if isinstance(node.func, ast.Name)
                 else getattr(node.func, "attr", None)
             )
-            if name == "schedule" and node.args and isinstance(node.args[0], ast.Constant):
+            if name in names and node.args and isinstance(node.args[0], ast.Constant):
                 kinds.add(node.args[0].value)
     return kinds
 

@@ -80,6 +80,13 @@ class Program:
         # Keep the text where tracebacks and error messages can find it, also for cells.
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         namespace = self._execute()
+        # Window declarations (restream_kit.windows) become plain code: run the expanded module.
+        from ._windows_expand import expand
+
+        expanded = expand(self.module_ast, namespace, filename)
+        if expanded is not None:
+            self.module_ast = expanded
+            namespace = self._execute()
         self.states: dict[str, State] = {}
         seen: dict[int, str] = {}
         for var, value in namespace.items():

@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from engine_matrix import ENGINE_PARAMS, assert_same_result  # noqa: E402
+from spark_fixtures import spark_session  # noqa: E402,F401 - one SparkSession per test session
 
 import restream_kit as rk  # noqa: E402
 
@@ -39,6 +40,8 @@ def engine(request):
     marker = request.node.get_closest_marker("notyet")
     if marker and name in marker.args[0]:
         pytest.xfail(f"not yet on {name}: {marker.args[1]}")
+    if name == "spark":
+        request.getfixturevalue("spark_session")
     return name
 
 

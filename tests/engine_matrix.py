@@ -5,7 +5,7 @@ from __future__ import annotations
 import restream_kit as rk
 
 #: Every engine the suite covers. Add an engine here and every semantic test runs on it.
-ENGINE_PARAMS = ["serial"]
+ENGINE_PARAMS = ["serial", "spark"]
 
 
 def assert_same_result(got: rk.Result, want: rk.Result) -> None:

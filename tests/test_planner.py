@@ -67,6 +67,10 @@ def test_catalogue_has_the_required_programs():
         "stateless_filter",
         "helpers",
         "nondeterministic",
+        "streamscope",
+        "adclicks",
+        "iot",
+        "flights",
     ):
         assert name in CATALOGUE
 

@@ -1,12 +1,14 @@
-"""Property tests: random programs and logs, the engines against the naive interpreter."""
+"""Property tests: random programs and logs, the engines against the naive interpreter, and the
+Spark engine against the serial engine."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from engine_matrix import rows_of
+from engine_matrix import assert_same_result, rows_of
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from naive import events, programs, render, run_naive
 
 import restream_kit as rk
@@ -30,3 +32,71 @@ def test_serial_engine_equals_the_naive_interpreter(spec, log):
         assert {k: row[k] for k in fields} == fields
         assert all(row[k] is None for k in row if k not in fields and k not in ROW_COLUMNS)
     assert result.state == want_state
+
+
+# -- the Spark engine against the serial engine --------------------------------------------------
+
+SPARK_EXAMPLES = int(os.environ.get("RESTREAM_SPARK_PROPERTY_EXAMPLES", str(EXAMPLES)))
+
+#: Handlers that send the whole replay to the Spark engine's serial fallback: a read by a key
+#: that is not a function of the event (a broadcast-read stage), and scheduled events.
+EXTRAS = {
+    "broadcast": """
+
+@on("b")
+def hx(e):
+    emit("out", v=s0[s0[e.k] % 3], w=e.v)
+""",
+    "schedule": """
+
+@on("a")
+def hx(e):
+    schedule("b", at=e.ts + 2, k=e.k, j=e.j, v=e.v)
+""",
+}
+
+
+def one_key(spec):
+    """The same program with every key ``e.k``: its stages partition by ``e.k``."""
+    from dataclasses import replace
+
+    def op(o):
+        value = ("read", o.value[1], "e.k") if o.value[0] == "read" else o.value
+        return replace(o, key="e.k", value=value)
+
+    handlers = tuple(replace(h, ops=tuple(op(o) for o in h.ops)) for h in spec.handlers)
+    return replace(spec, handlers=handlers)
+
+
+@st.composite
+def spark_cases(draw):
+    """A program (plain, partitioned by one key, or with a fallback extra), a log (with a hot
+    key holding half the events, sometimes), an epoch size (one epoch, mostly) and how the
+    engine folds merges (Spark windows, mostly, or numpy)."""
+    spec = draw(programs())
+    shape = draw(st.sampled_from(["plain", "plain", "one key", "one key", "extra"]))
+    if shape == "one key":
+        spec = one_key(spec)
+    source = render(spec)
+    if shape == "extra":
+        source = source.replace(
+            "from restream_kit import state, on, emit",
+            "from restream_kit import state, on, emit, schedule",
+        ) + EXTRAS[draw(st.sampled_from(sorted(EXTRAS)))]
+    log = draw(events)
+    if draw(st.booleans()):
+        log = [dict(e, k=0, j=0) if i % 2 else e for i, e in enumerate(log)]
+    epoch = draw(st.sampled_from([None, None, None, None, len(log) // 2 + 1, "8ms"]))
+    fold = draw(st.sampled_from(["jvm", "jvm", "jvm", "vector"]))
+    return source, log, epoch, fold
+
+
+@settings(max_examples=SPARK_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=spark_cases())
+def test_spark_engine_equals_the_serial_engine(case, spark_session):
+    source, log, epoch, fold = case
+    program = rk.Program.from_source(source, name="prop")
+    the_log = rk.Log(log)
+    want = rk.replay(program, the_log)
+    got = rk.replay(program, the_log, engine="spark", epoch=epoch, partitions=2, fold=fold)
+    assert_same_result(got, want)

@@ -173,3 +173,30 @@ def pathlib_text(path: str) -> str:
     from pathlib import Path
 
     return Path(path).read_text()
+
+
+def test_diff_view_fills_in_epoch_by_epoch_before_the_replay_ends(root, tmp_path):
+    from types import SimpleNamespace
+
+    from restream_kit.progress import EpochFinished, ReplayFinished
+    from restream_kit.workbench import Baseline
+    from widgets.diff_view import DiffView
+
+    source = (root / "examples" / "antispam.py").read_text()
+    v1 = rk.replay(rk.Program.from_source(source, "v1"), str(root / SAMPLE))
+    view = DiffView()
+    view.set_baseline(SimpleNamespace(baseline=Baseline("v1", v1, reused=False)))
+    headers = []
+
+    def observer(event):
+        view(event)
+        if isinstance(event, EpochFinished) and event.settled_ts is not None:
+            headers.append(view.header.value)
+        if isinstance(event, ReplayFinished):
+            headers.append("finished")
+
+    v2 = source.replace("0.2 * ip_msgs", "0.3 * ip_msgs")
+    rk.replay(rk.Program.from_source(v2, "v2"), str(root / SAMPLE), observer=observer, epoch=10_000)
+    partial = headers[: headers.index("finished")]
+    assert len(partial) == 4 and all("so far" in h for h in partial)
+    assert "differences found" in partial[-1] and "removed" in view.counts.value

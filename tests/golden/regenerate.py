@@ -1,6 +1,7 @@
 """Regenerate the golden plans: ``python tests/golden/regenerate.py``.
 
-Each program of the catalogue (``examples/antispam.py`` and ``examples/plans/*.py``) is planned
+Each program of the catalogue (``examples/antispam.py``, the domain examples
+``examples/{streamscope,adclicks,iot,flights}.py`` and ``examples/plans/*.py``) is planned
 without a log, and its plan (``Plan.to_dict()`` without the data part) is written to
 ``tests/golden/plans/<name>.json``. A program the planner rejects is written as the line and
 message of its error. ``tests/test_planner.py`` checks that the plans still match; after an
@@ -16,6 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "plans"
 DATA_KEYS = ("data", "hot_keys", "predicted_speedup")
+#: The example programs of the domains (windows, joins of two streams, real data).
+DOMAINS = ("streamscope", "adclicks", "iot", "flights")
 
 sys.path.insert(0, str(ROOT))
 
@@ -26,6 +29,8 @@ from restream_kit.planner import plan  # noqa: E402
 def catalogue() -> dict[str, Path]:
     """Every example program of the planner's catalogue, by name."""
     programs = {"antispam": ROOT / "examples" / "antispam.py"}
+    for name in DOMAINS:
+        programs[name] = ROOT / "examples" / f"{name}.py"
     for path in sorted((ROOT / "examples" / "plans").glob("*.py")):
         programs[path.stem] = path
     return programs

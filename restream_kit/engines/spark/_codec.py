@@ -1,0 +1,168 @@
+"""How keys and values cross the JVM: keys as strings, values as a tag and three columns.
+
+Keys. A state key becomes a string that is equal for keys that Python's dicts treat as one
+(``1``, ``1.0`` and ``True`` all encode as ``i1;``), so that Spark can partition, sort and
+join on it. Every part says its type and is self-delimiting, which makes the encoding
+injective and decodable:
+
+- ``N`` None; ``i<digits>;`` an int, a bool or an integral float; ``f<repr>;`` another float;
+- ``s<length>:<text>`` a str; ``b<length>:<hex>`` bytes;
+- ``t<n>:`` then the n encoded items, a tuple; ``z<n>:`` then the sorted encoded items, a
+  frozenset; ``p<length>:<base64 pickle>`` anything else (equal keys of other types, such as
+  ``Decimal("1")`` and ``1``, then encode differently: a documented limit).
+
+The same strings are built by Spark SQL for keys that are plain int, bool or string columns of
+the event, or tuples of them (see ``_engine.jvm_key``), so such keys are never computed in
+Python.
+
+Values. A value is a tag and three columns, so that numbers stay numbers in the JVM (running
+sums) and only other objects are pickled: ``(tag, long, double, bytes)``.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from typing import Any
+
+__all__ = [
+    "encode_key",
+    "decode_key",
+    "encode_value",
+    "decode_value",
+    "ABSENT",
+    "INT",
+    "FLOAT",
+    "BOOL",
+    "NONE",
+    "STR",
+    "PICKLE",
+    "BAD",
+    "MISSING",
+    "LONG_MIN",
+    "LONG_MAX",
+]
+
+ABSENT, INT, FLOAT, BOOL, NONE, STR, PICKLE, BAD = range(8)
+LONG_MIN = -(1 << 63)
+LONG_MAX = (1 << 63) - 1
+
+
+class _Missing:
+    """The value of a key that is not there (deleted, or never written)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
+def encode_key(key: Any) -> str:
+    """The string form of a state key (see the module docstring)."""
+    t = type(key)
+    if t is int:
+        return f"i{key};"
+    if t is str:
+        return f"s{len(key)}:{key}"
+    if t is tuple:
+        return f"t{len(key)}:" + "".join([encode_key(k) for k in key])
+    if key is None:
+        return "N"
+    if t is bool:
+        return "i1;" if key else "i0;"
+    if t is float:
+        if key.is_integer():
+            return f"i{int(key)};"
+        return f"f{key!r};"
+    if isinstance(key, int):
+        return f"i{int(key)};"
+    if t is bytes:
+        return f"b{len(key)}:{key.hex()}"
+    if t is frozenset:
+        parts = sorted(encode_key(k) for k in key)
+        return f"z{len(parts)}:" + "".join(parts)
+    data = base64.b64encode(pickle.dumps(key, protocol=5)).decode("ascii")
+    return f"p{len(data)}:{data}"
+
+
+def decode_key(text: str) -> Any:
+    """The key that :func:`encode_key` turned into ``text``."""
+    if text[0] == "i":
+        return int(text[1:-1])
+    if text[0] == "s" and text.find(":") + 1 + int(text[1 : text.find(":")]) == len(text):
+        return text[text.find(":") + 1 :]
+    key, end = _decode(text, 0)
+    if end != len(text):
+        raise ValueError(f"trailing characters in key {text!r}")
+    return key
+
+
+def _decode(text: str, pos: int) -> tuple[Any, int]:
+    tag = text[pos]
+    if tag == "N":
+        return None, pos + 1
+    if tag in "if":
+        end = text.index(";", pos)
+        body = text[pos + 1 : end]
+        return (int(body) if tag == "i" else float(body)), end + 1
+    colon = text.index(":", pos)
+    n = int(text[pos + 1 : colon])
+    start = colon + 1
+    if tag == "s":
+        return text[start : start + n], start + n
+    if tag == "b":
+        return bytes.fromhex(text[start : start + 2 * n]), start + 2 * n
+    if tag == "p":
+        return pickle.loads(base64.b64decode(text[start : start + n])), start + n
+    if tag in "tz":
+        items = []
+        pos = start
+        for _ in range(n):
+            item, pos = _decode(text, pos)
+            items.append(item)
+        return (tuple(items) if tag == "t" else frozenset(items)), pos
+    raise ValueError(f"bad key encoding {text!r} at {pos}")
+
+
+def encode_value(value: Any) -> tuple[int, int | None, float | None, bytes | None]:
+    """``(tag, long, double, bytes)`` for a value; MISSING is ABSENT."""
+    t = type(value)
+    if t is int:
+        if LONG_MIN <= value <= LONG_MAX:
+            return INT, value, None, None
+    elif t is float:
+        return FLOAT, None, value, None
+    elif t is bool:
+        return BOOL, int(value), None, None
+    elif value is None:
+        return NONE, None, None, None
+    elif t is str:
+        return STR, None, None, value.encode("utf-8", "surrogatepass")
+    elif value is MISSING:
+        return ABSENT, None, None, None
+    return PICKLE, None, None, pickle.dumps(value, protocol=5)
+
+
+def decode_value(tag: int, long: int | None, double: float | None, data: bytes | None) -> Any:
+    """The value :func:`encode_value` encoded (MISSING for ABSENT)."""
+    if tag == INT:
+        return long
+    if tag == FLOAT:
+        return double
+    if tag == BOOL:
+        return bool(long)
+    if tag == NONE:
+        return None
+    if tag == STR:
+        return data.decode("utf-8", "surrogatepass")
+    if tag == PICKLE:
+        return pickle.loads(data)
+    if tag == ABSENT:
+        return MISSING
+    raise ValueError(f"unknown value tag {tag}")
