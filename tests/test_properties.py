@@ -79,10 +79,13 @@ def spark_cases(draw):
         spec = one_key(spec)
     source = render(spec)
     if shape == "extra":
-        source = source.replace(
-            "from restream_kit import state, on, emit",
-            "from restream_kit import state, on, emit, schedule",
-        ) + EXTRAS[draw(st.sampled_from(sorted(EXTRAS)))]
+        source = (
+            source.replace(
+                "from restream_kit import state, on, emit",
+                "from restream_kit import state, on, emit, schedule",
+            )
+            + EXTRAS[draw(st.sampled_from(sorted(EXTRAS)))]
+        )
     log = draw(events)
     if draw(st.booleans()):
         log = [dict(e, k=0, j=0) if i % 2 else e for i, e in enumerate(log)]

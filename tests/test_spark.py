@@ -269,7 +269,11 @@ def test_cancel_stops_the_replay(spark_session):
 
 
 def test_keys_equal_in_python_encode_equal():
-    assert encode_key(1) == encode_key(1.0) == encode_key(True) == "i1;"
+    from decimal import Decimal
+    from fractions import Fraction
+
+    assert encode_key(1) == encode_key(1.0) == encode_key(True) == encode_key(Decimal(1)) == "i1;"
+    assert encode_key(Fraction(3, 2)) == encode_key(1.5)
     assert encode_key((1, "a")) == encode_key((True, "a")) != encode_key(("1", "a"))
     for key in [None, -5, 2.5, "a:b;", "", (), (1, (None, "x")), b"\x00z", frozenset({2, "q"})]:
         assert decode_key(encode_key(key)) == key

@@ -5,11 +5,12 @@ Keys. A state key becomes a string that is equal for keys that Python's dicts tr
 join on it. Every part says its type and is self-delimiting, which makes the encoding
 injective and decodable:
 
-- ``N`` None; ``i<digits>;`` an int, a bool or an integral float; ``f<repr>;`` another float;
+- ``N`` None; ``i<digits>;`` an int, a bool or any number equal to one (``2.0``,
+  ``Decimal("2")``); ``f<repr>;`` another number equal to a float;
 - ``s<length>:<text>`` a str; ``b<length>:<hex>`` bytes;
 - ``t<n>:`` then the n encoded items, a tuple; ``z<n>:`` then the sorted encoded items, a
-  frozenset; ``p<length>:<base64 pickle>`` anything else (equal keys of other types, such as
-  ``Decimal("1")`` and ``1``, then encode differently: a documented limit).
+  frozenset; ``p<length>:<base64 pickle>`` anything else (so keys of other types that
+  compare equal to one another, such as ``1 + 0j`` and ``1``, encode differently: a limit).
 
 The same strings are built by Spark SQL for keys that are plain int, bool or string columns of
 the event, or tuples of them (see ``_engine.jvm_key``), so such keys are never computed in
@@ -22,6 +23,7 @@ sums) and only other objects are pickled: ``(tag, long, double, bytes)``.
 from __future__ import annotations
 
 import base64
+import numbers
 import pickle
 from typing import Any
 
@@ -82,6 +84,17 @@ def encode_key(key: Any) -> str:
         return f"f{key!r};"
     if isinstance(key, int):
         return f"i{int(key)};"
+    if isinstance(key, numbers.Number):
+        # Decimal("2"), Fraction(3, 2), numpy scalars: equal keys must meet.
+        try:
+            whole = int(key)
+            if whole == key:
+                return f"i{whole};"
+            real = float(key)
+            if real == key:
+                return f"f{real!r};"
+        except (TypeError, ValueError, OverflowError, ArithmeticError):
+            pass
     if t is bytes:
         return f"b{len(key)}:{key.hex()}"
     if t is frozenset:

@@ -1,25 +1,38 @@
 """The Spark engine's driver: epochs of steps over DataFrames, and the serial fallback.
 
-Per epoch (a slice of the log, see :func:`epoch_bounds`), for each step of the layout in
-order:
+Per epoch (``restream_kit.epochs.cut``), for each step of the layout (``_layout``) in order:
 
-1. the states the step reads from upstream are *resolved*: the epoch's starting snapshot
-   (position -inf), every write row of the epoch and the requests of every step that reads
-   them (one per event and read, at the reading run's position) are unioned, repartitioned by
-   (state, key) and ordered by position; a window computes each key's value at every row:
-   the last overwrite or delete plus the running sum of later additions (in the JVM), or a
-   Python fold for other merges. Requests come out with their value, routed to their step;
+1. the states the step reads from upstream are *resolved*, once per epoch for every step that
+   reads them: the epoch's starting snapshot (position -inf), every write row of the epoch
+   (and earlier epochs' timed writes now due) and one request per event and read, at the
+   reading run's position, are unioned, repartitioned by (state, key) and ordered by
+   position. Spark windows then give each row its key's value: the last overwrite or delete
+   plus the running sum of the additions after it, in the JVM (``fold="jvm"``, the default;
+   ``fold="vector"`` does the same with numpy in ``mapInArrow``); other merges are folded in
+   Python (``_worker.FoldTask``). Requests come out with their value, routed to their step;
    each key's last row is its value at the end of the epoch;
-2. the handler pass: the step's events, their resolved reads, the snapshot and pending timed
-   writes of its own state, repartitioned by the partition key (by event order for stateless
-   steps, into one partition for sequential ones), sorted by order key within partitions and
-   run through the compiled handlers (``_worker.StepTask``).
+2. the handler pass: the step's events, their resolved reads, the snapshot of its own state
+   and the writes pending into it, repartitioned by the partition key (events of stateless
+   steps stay partitioned by order, as the epoch's persisted events already are; sequential
+   steps go to one partition), sorted by order key within partitions and run through the
+   compiled handlers (``_worker.StepTask``).
 
-At the end of the epoch each state is compacted to its last value per key (the next epoch's
-snapshot), timed writes due later are carried over, and the epoch's emitted rows are
-collected and published (``EpochFinished.outputs``). Positions are (time, order, handler,
-operation) in separate long columns, compared lexicographically, so that no read ever sees a
-version that a serial replay would not have seen.
+Keys the steps need are computed once per epoch: in Spark SQL for plain columns and tuples of
+them (:func:`jvm_key`), in Python otherwise (``_worker.KeysTask``). At the end of the epoch
+each state is compacted to its last value per key, which with the timed writes due later is
+the next epoch's start; between epochs that DataFrame is cut from its lineage by a local
+checkpoint, so that plans stay the size of one epoch. The epoch's emitted rows are collected
+(one Spark job per epoch, or one per step for epochs of 200,000 events or more, which times
+each step) and published in ``EpochFinished.outputs``; the final tables are built on the
+driver with ``result.build_table``, sorted by position, exactly as the serial engine builds
+them. Positions are (time, order, handler, operation) in separate long columns, compared
+lexicographically, so that no read ever sees a version that a serial replay would not have
+seen.
+
+When the layout has something the parallel path does not do (``Layout.fallback_reason``), or
+a task meets something it cannot do exactly (``_worker.FallbackNeeded``, a 64-bit overflow),
+the replay runs the serial engine in one Spark task instead and says why in
+``Result.warnings``.
 """
 
 from __future__ import annotations
@@ -495,7 +508,10 @@ class _Replay:
             df = df.mapInArrow(W.KeysTask(spec), out_schema)
         if jvm:
             df = df.selectExpr("*", *jvm)
-        return self._persist(df.repartition(self.partitions, "_rs_o"))
+        if any(step.mode == "stateless" for step in self.layout.steps):
+            # Stateless steps meet their resolved reads by order: partition the events so.
+            df = df.repartition(self.partitions, "_rs_o")
+        return self._persist(df)
 
     def _pk(self, step: Step) -> str:
         if step.mode == "partitioned":
@@ -708,10 +724,11 @@ class _Replay:
             route=step.route,
         )
         kinds = ", ".join("'" + k.replace("'", "\\'") + "'" for k in step.kinds)
+        routing = [f"{self._pk(step)} AS _rs_pk"] if step.mode == "partitioned" else []
         evs = ev.where(f"kind IN ({kinds})").selectExpr(
             "_rs_o",
             f"{_typed(W.TAG_EVENT, 'TINYINT')} AS _rs_tag",
-            f"{self._pk(step)} AS _rs_pk",
+            *routing,
             *[_q(c) for c in events.columns],
         )
         task = W.StepTask(spec)
@@ -723,7 +740,7 @@ class _Replay:
                 frame.where(f"_rs_kind = {W.RESOLVED} AND _rs_step = {step.index}").selectExpr(
                     "_rs_o",
                     f"{_typed(W.TAG_READ, 'TINYINT')} AS _rs_tag",
-                    "_rs_pk",
+                    *(["_rs_pk"] if routing else []),
                     "_rs_s",
                     "_rs_k",
                     "_rs_h",

@@ -5,9 +5,12 @@ Arrow record batches, called by ``mapInArrow``. The program travels as its sourc
 (:class:`ProgramRef`) and is loaded once per worker process.
 
 A handler pass (:class:`StepTask`) receives, sorted by order key within its partition: the
-snapshot rows of the step's own state (the values at the start of the epoch), its still
-pending timed writes, and then for every event the resolved reads of upstream state followed
-by the event itself. It runs the compiled handlers against
+snapshot rows of the step's own state (the values at the start of the epoch), then, at the
+order of the run that made them, pending writes into own state (its own timed writes carried
+from earlier epochs, and writes of earlier steps into it), and for every event the resolved
+reads of upstream state followed by the event itself. Pending writes wait in a heap and are
+applied before the first handler run whose position (time, order, handler) comes after
+theirs. It runs the compiled handlers against
 
 - real dicts for own state (state the step reads and writes, which the plan guarantees is
   accessed only by the partition key, or which lives in one partition);
@@ -18,6 +21,11 @@ by the event itself. It runs the compiled handlers against
 
 and writes one output table of tagged rows (see ``OUT_FIELDS``): emitted rows, write rows,
 own state's final values, timed writes still pending, errors and timings.
+
+Resolutions that need Python run here too: :class:`FoldTask` folds merges the JVM cannot
+(other operators, merge functions), :class:`VectorFoldTask` folds sets and sums with numpy
+(the alternative to Spark windows, ``fold="vector"``). :class:`KeysTask` evaluates key
+expressions that Spark SQL cannot, and :class:`SerialTask` is the serial fallback.
 """
 
 from __future__ import annotations
@@ -60,13 +68,23 @@ from ._codec import (
 
 __all__ = [
     "ProgramRef",
+    "load_program",
+    "key_function",
     "FallbackNeeded",
     "FALLBACK_MARKER",
     "StepSpec",
     "StepTask",
+    "FoldSpec",
     "FoldTask",
+    "VectorFoldSpec",
+    "VectorFoldTask",
+    "KeysSpec",
     "KeysTask",
+    "SerialSpec",
     "SerialTask",
+    "SERIAL_FIELDS",
+    "AsOfView",
+    "BlindStore",
     "OUT_FIELDS",
     "OUT_SCHEMA",
     "RES_FIELDS",
@@ -90,6 +108,7 @@ __all__ = [
     "TAG_READ",
     "TAG_EVENT",
     "event_type",
+    "pickle_error",
     "unpickle_error",
 ]
 
