@@ -16,6 +16,10 @@ __all__ = ["BENCHMARKS", "main"]
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "serial": ("bench.serial_vs_loop", "serial engine vs a plain-Python loop, anti-spam rule"),
     "plan": ("bench.plan_bench", "planning a 1M-event log, against a serial replay of it"),
+    "spark": (
+        "bench.spark_vs_serial",
+        "Spark engine local[2] vs serial engine, 10M-event anti-spam log, whole processes",
+    ),
 }
 
 

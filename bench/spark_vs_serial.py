@@ -42,6 +42,10 @@ PROGRAM = ROOT / "examples" / "antispam.py"
 DEFAULT_OUT = ROOT / "bench" / "results" / "spark_vs_serial.json"
 DEFAULT_EVENTS = 10_000_000
 DEFAULT_MASTER = "local[2]"
+#: Issue 4: on two cores the Spark engine is no slower than the serial engine (ratio >= 1).
+TARGET_SPEEDUP = 1.0
+#: Issue 8: a 10M-event replay keeps the replaying (kernel) process under 4 GiB.
+MEMORY_LIMIT_MIB = 4096
 
 #: Runs one command and prints its exit status, wall time and peak memory as JSON on stderr's
 #: last line (the command's own output passes through). Peak memory twice: getrusage of the
@@ -212,6 +216,14 @@ def run(
         f"speedup serial/spark: measured {ratio:.2f}x; the planner predicts {predicted:.2f}x "
         "on 2 cores (work / critical path, from a sample of the log)"
     )
+    speed_ok = ratio >= TARGET_SPEEDUP
+    kernel_mib = max(summary[side]["peak_rss_mib"] for side in summary)
+    memory_ok = kernel_mib < MEMORY_LIMIT_MIB
+    print(
+        f"target: Spark no slower than serial: {'met' if speed_ok else 'NOT met'} "
+        f"({ratio:.2f}x); replaying process under {MEMORY_LIMIT_MIB} MiB: "
+        f"{'met' if memory_ok else 'NOT met'} (largest {kernel_mib:,.0f} MiB)"
+    )
     results = {
         "benchmark": "spark_vs_serial",
         "log": _display(log),
@@ -224,6 +236,11 @@ def run(
         "spark_stages_s": stages,
         "measured_speedup": ratio,
         "predicted_speedup_p2": predicted,
+        "target_speedup": TARGET_SPEEDUP,
+        "speed_ok": speed_ok,
+        "memory_limit_mib": MEMORY_LIMIT_MIB,
+        "kernel_peak_mib": kernel_mib,
+        "memory_ok": memory_ok,
         "spam_rows": checked["rows"],
         "python": platform.python_version(),
         "platform": platform.platform(),

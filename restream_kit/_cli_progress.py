@@ -26,8 +26,12 @@ class _RichBar:
 
         self.state = ProgressState()
         self.progress = Progress(
-            TextColumn("[bold]replay"), BarColumn(bar_width=24), TaskProgressColumn(),
-            TextColumn("{task.description}"), console=Console(file=stream), transient=False,
+            TextColumn("[bold]replay"),
+            BarColumn(bar_width=24),
+            TaskProgressColumn(),
+            TextColumn("{task.description}"),
+            console=Console(file=stream),
+            transient=False,
         )
         self.task: Any = None
 
@@ -38,7 +42,9 @@ class _RichBar:
             self.task = self.progress.add_task(self.state.short(), total=max(1, event.events_total))
         if self.task is None:
             return
-        self.progress.update(self.task, completed=self.state.events_done, description=self.state.short())
+        self.progress.update(
+            self.task, completed=self.state.events_done, description=self.state.short()
+        )
         if isinstance(event, ReplayFinished):
             self.progress.stop()
 

@@ -75,17 +75,21 @@ def compile_program(
     columns: Sequence[str] | None = None,
     kind_order: Sequence[str] = (),
     extra_globals: dict[str, Any] | None = None,
+    guarded: bool = False,
 ) -> CompiledProgram:
     """Rewrite and execute ``program`` against ``runtime``, with ``stores`` (fresh when None).
 
     Given the log's ``columns`` (and its kinds, most frequent first), also generate the batch
-    runner that dispatches log events to handlers with their bodies inlined where safe.
+    runner that dispatches log events to handlers with their bodies inlined where safe
+    (``guarded``: the runner that rolls back handler runs that raise, see ``_inline``).
     """
     tree = _rewrite(program)
     dispatch = None
     if columns is not None:
         handlers_kinds = [(h.name, h.kinds) for h in program.handlers]
-        dispatch = build_runner(tree, handlers_kinds, list(columns), list(kind_order))
+        dispatch = build_runner(
+            tree, handlers_kinds, list(columns), list(kind_order), guarded=guarded
+        )
         tree.body.append(dispatch.function)
     code = compile(tree, program.filename, "exec")
     stores = stores if stores is not None else {name: {} for name in program.states}
@@ -153,7 +157,9 @@ class _StateRewriter(ast.NodeTransformer):
         self.states = program.states
         self.kit_modules = kit_modules
         self.helpers = {
-            n.name for n in program.module_ast.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            n.name
+            for n in program.module_ast.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
         }
         # One (shadowed names, aliases) pair per enclosing function.
         self.scopes: list[tuple[set[str], dict[str, str]]] = []

@@ -51,8 +51,15 @@ def build_runner(
     handlers: Sequence[tuple[str, tuple[str, ...]]],
     columns: Sequence[str],
     kind_order: Sequence[str],
+    *,
+    guarded: bool = False,
 ) -> Dispatch:
-    """Build ``_rs_run_batch(batch)`` for ``handlers`` [(name, kinds)] over a log of ``columns``."""
+    """Build ``_rs_run_batch(batch)`` for ``handlers`` [(name, kinds)] over a log of ``columns``.
+
+    ``guarded`` (``on_error`` skip or quarantine) builds another loop: every handler is
+    called, never inlined, inside ``try``, after clearing the runtime's journal of changes;
+    when it raises, ``_rs_rt.rollback(exc)`` undoes the run. The default loop has none of it.
+    """
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     index = {name: i for i, name in enumerate(columns)}
     bodies: dict[str, list[ast.stmt]] = {}
@@ -60,6 +67,10 @@ def build_runner(
     inlined = []
     for position, (name, _kinds) in enumerate(handlers):
         fn = defs[name]
+        if guarded:
+            needs_named = True
+            bodies[name] = [_guarded_call(name, fn.lineno)]
+            continue
         body, named = _inline(fn, position, index)
         needs_named |= named
         if body is None:
@@ -95,6 +106,8 @@ def {RUNNER_NAME}(_rs_batch):
 """,
         1,
     )
+    if guarded:
+        runner.body.insert(0, _parse_stmt("_rs_journal = _rs_rt.journal", 1))
     loop = runner.body[-1]
     chain: list[ast.stmt] = loop.body
     for kind, stmts in branches:
@@ -103,6 +116,21 @@ def {RUNNER_NAME}(_rs_batch):
         chain.append(branch)
         chain = branch.orelse
     return Dispatch(ast.fix_missing_locations(runner), tuple(inlined), needs_named)
+
+
+def _guarded_call(name: str, lineno: int) -> ast.stmt:
+    """The guarded loop's run of handler ``name``: see :func:`build_runner`."""
+    return _parse_stmt(
+        f"""
+try:
+    _rs_rt.handler = {name!r}
+    _rs_journal.clear()
+    {name}({EVENT})
+except Exception as _rs_exc:
+    _rs_rt.rollback(_rs_exc)
+""",
+        lineno,
+    )
 
 
 def _parse_stmt(source: str, lineno: int) -> ast.stmt:

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ._poison import check_on_error
 from .engines import get_engine
 from .log import Log
 from .program import Program
@@ -57,14 +58,33 @@ def replay(
     *,
     engine: str = "serial",
     observer: Observer | None = None,
+    on_error: str = "stop",
     **options: Any,
 ) -> Result:
     """Replay ``log`` through ``program`` on ``engine`` ("serial" or "spark").
 
+    ``on_error``: "stop" (a handler that raises stops the replay with a
+    :class:`~restream_kit.errors.HandlerError`), "skip" or "quarantine" (the handler run is
+    rolled back, as if it had not run, and recorded in ``Result.quarantine``; the replay goes
+    on). Every engine rolls back and records the same runs.
+
     ``program`` is a :class:`Program`, a path to a ``.py`` file or program source; ``log`` is a
     :class:`Log` or anything ``Log`` accepts. Engine options (``master``, ``epoch``,
-    ``spark``...) pass through. Raises :class:`restream_kit.errors.RestreamError` on bad input.
+    ``spark``...) pass through, and on every engine:
+
+    - ``checkpoint=DIR`` commits each finished epoch to ``DIR``; with ``resume=True`` the
+      replay continues after the last committed epoch (``Result.resumed_from_epoch``);
+    - ``start_from=(DIR, epoch)`` (or ``DIR`` for its last committed epoch) starts from the
+      state committed after that epoch, over the rest of the same log, with a program whose
+      handlers may differ (see :mod:`restream_kit.checkpoint`).
+
+    Raises :class:`restream_kit.errors.RestreamError` on bad input.
     """
+    on_error = check_on_error(on_error)
+    if engine == "spark" and options.get("session") is None:
+        from .engines.spark import warm_up
+
+        warm_up(options.get("master"), options.get("conf"))  # the JVM starts as the log loads
     program = Program.load(program)
     log = log if isinstance(log, Log) else Log(log)
     notes = []
@@ -73,6 +93,11 @@ def replay(
         note = f"no {kind!r} events in the log: handler(s) {', '.join(handlers)} will never run"
         warnings.warn(note, RestreamWarning, stacklevel=2)
         notes.append(note)
+    if on_error != "stop":
+        options["on_error"] = on_error
     result = get_engine(engine).replay(program, log, observer=observer, **options)
+    for note in result.warnings:
+        if "rolled back (on_error=" in note:
+            warnings.warn(note, RestreamWarning, stacklevel=2)
     result.warnings[:0] = notes
     return result

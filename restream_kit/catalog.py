@@ -110,13 +110,29 @@ class Catalog:
             con.execute(
                 "insert into runs values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    run_id, name, dt.datetime.now(), program.sha256, program.source, log.fingerprint,
-                    json.dumps(sources), engine, master, json.dumps(params or {}, default=str),
-                    metrics.get("wall_s"), metrics.get("events"), metrics.get("events_per_s"),
-                    metrics.get("realtime_multiple"), json.dumps(metrics, default=str), outputs, status, error,
+                    run_id,
+                    name,
+                    dt.datetime.now(),
+                    program.sha256,
+                    program.source,
+                    log.fingerprint,
+                    json.dumps(sources),
+                    engine,
+                    master,
+                    json.dumps(params or {}, default=str),
+                    metrics.get("wall_s"),
+                    metrics.get("events"),
+                    metrics.get("events_per_s"),
+                    metrics.get("realtime_multiple"),
+                    json.dumps(metrics, default=str),
+                    outputs,
+                    status,
+                    error,
                 ],
             )
-        return RunRecord(run_id, name, program.sha256, log.fingerprint, engine, master, outputs, status)
+        return RunRecord(
+            run_id, name, program.sha256, log.fingerprint, engine, master, outputs, status
+        )
 
     def find(
         self, *, program_sha: str, log_fingerprint: str, engine: str | None = "serial"
@@ -146,7 +162,9 @@ class Catalog:
 
     def program_source(self, run_id: str) -> str:
         with self._connect() as con:
-            return con.execute("select program_source from runs where run_id = ?", [run_id]).fetchone()[0]
+            return con.execute(
+                "select program_source from runs where run_id = ?", [run_id]
+            ).fetchone()[0]
 
     def _one(self, query: str, args: list[Any]) -> RunRecord | None:
         if not self.path.exists():
@@ -176,8 +194,10 @@ class Catalog:
         if not self.path.exists():
             return pl.DataFrame()
         with self._connect() as con:
-            return pl.from_arrow(con.sql(
-                "select run_id, name, started_at, engine, master, status, events, wall_s, "
-                "events_per_s, realtime_multiple, program_sha[:12] as program, log_fingerprint as log, "
-                "outputs, error from runs order by started_at desc"
-            ).to_arrow_table())
+            return pl.from_arrow(
+                con.sql(
+                    "select run_id, name, started_at, engine, master, status, events, wall_s, "
+                    "events_per_s, realtime_multiple, program_sha[:12] as program, log_fingerprint as log, "
+                    "outputs, error from runs order by started_at desc"
+                ).to_arrow_table()
+            )

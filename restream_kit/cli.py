@@ -51,11 +51,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Parquet or CSV log, or NAME=PATH to set its kind; repeatable",
     )
     replay.add_argument("--engine", choices=("serial", "spark"), default="serial")
-    replay.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    replay.add_argument(
+        "--master",
+        default=None,
+        help="Spark master: local[N], spark://host:port or sc://host:port (default: "
+        "$RESTREAM_MASTER, then the profile file, then local[*])",
+    )
+    replay.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for a new session (beats $RESTREAM_SPARK_CONF); repeatable",
+    )
     replay.add_argument(
         "--epoch", default=None, help="epoch size: events (e.g. 100000) or time (e.g. 1h)"
     )
     replay.add_argument("--out", default=None, metavar="DIR", help="write DIR/<table>.parquet")
+    replay.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="DIR",
+        help="commit every finished epoch (state, outputs, manifest) to DIR",
+    )
+    replay.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the --checkpoint DIR after its last committed epoch",
+    )
+    replay.add_argument(
+        "--start-from",
+        default=None,
+        metavar="DIR",
+        help="start from the state a checkpoint committed (after --start-epoch, default its last)",
+    )
+    replay.add_argument(
+        "--start-epoch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --start-from: the committed epoch whose state to start from",
+    )
+    replay.add_argument(
+        "--on-error",
+        choices=("stop", "skip", "quarantine"),
+        default="stop",
+        help="when a handler raises: stop (default), or roll that handler run back and go on, "
+        "recording it (quarantine also writes DIR/_quarantine.parquet with --out)",
+    )
     replay.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser
@@ -99,16 +142,54 @@ def _log_arg(values: list[str]):
 def cmd_replay(args: argparse.Namespace) -> int:
     from ._cli_progress import cli_observer
     from .api import replay
+    from .progress import broadcast
 
     options: dict = {} if args.quiet else {"observer": cli_observer()}
     if args.master:
         options["master"] = args.master
+    if args.conf:
+        options["conf"] = {}
+        for item in args.conf:
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise RestreamError(f"--conf {item!r}: expected KEY=VALUE")
+            options["conf"][key.strip()] = value
     if args.epoch:
         options["epoch"] = args.epoch
-    result = replay(args.program, _log_arg(args.log), engine=args.engine, **options)
+    if args.checkpoint:
+        options["checkpoint"] = args.checkpoint
+    if args.resume:
+        options["resume"] = True
+    if args.start_from:
+        start = args.start_from
+        options["start_from"] = start if args.start_epoch is None else (start, args.start_epoch)
+    elif args.start_epoch is not None:
+        raise RestreamError("--start-epoch needs --start-from DIR")
+    if args.on_error != "stop":
+        options["on_error"] = args.on_error
+    partial = None
+    if args.out:
+        from ._cli_outputs import PartialOutputs
+
+        partial = PartialOutputs(args.out)
+        options["observer"] = broadcast([o for o in (options.get("observer"), partial) if o])
+    if args.engine == "spark":
+        from .engines.spark import warm_up
+
+        warm_up(options.get("master"), options.get("conf"))
+    try:
+        log = _log_arg(args.log)
+        if len(log) == 0:
+            raise RestreamError(f"{', '.join(args.log)}: the log has no events, nothing to replay")
+        result = replay(args.program, log, engine=args.engine, **options)
+    except (RestreamError, KeyboardInterrupt) as exc:
+        if partial is not None:
+            partial.write_error(exc)
+        raise
     summary = result.summary()
     if args.out:
         summary["outputs"] = result.write(args.out)
+        partial.clear_error()
     if args.json:
         print(json.dumps(summary, default=str))
     else:
@@ -129,6 +210,12 @@ def _replay_text(summary: dict) -> str:
         lines.append("  no rows emitted")
     for name, size in summary["state"].items():
         lines.append(f"  state {name}: {size:,} keys")
+    if summary.get("quarantined"):
+        where = summary.get("outputs", {}).get("_quarantine.parquet")
+        lines.append(
+            f"  rolled back: {summary['quarantined']:,} handler runs"
+            + (f" -> {where}" if where else "")
+        )
     return "\n".join(lines)
 
 

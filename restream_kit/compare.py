@@ -35,7 +35,11 @@ class TableDiff:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {"added": self.added.height, "removed": self.removed.height, "changed": self.changed.height}
+        return {
+            "added": self.added.height,
+            "removed": self.removed.height,
+            "changed": self.changed.height,
+        }
 
     @property
     def empty(self) -> bool:
@@ -64,7 +68,9 @@ class Diff:
                     ts = frame.get_column("ts")
                     frames.append(pl.DataFrame({"table": name, "kind": kind, "ts": ts}))
         if not frames:
-            return pl.DataFrame(schema={"table": pl.String, "kind": pl.String, "ts": pl.Int64, "rows": pl.UInt32})
+            return pl.DataFrame(
+                schema={"table": pl.String, "kind": pl.String, "ts": pl.Int64, "rows": pl.UInt32}
+            )
         all_rows = pl.concat(frames)
         lo, hi = all_rows["ts"].min(), all_rows["ts"].max()
         width = max(1, -(-(hi - lo + 1) // buckets))
@@ -122,7 +128,9 @@ def with_identity(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _diff_table(name: str, ours: pl.DataFrame | None, theirs: pl.DataFrame | None) -> TableDiff:
-    empty = pl.DataFrame(schema={"lsn": pl.Int64, "ts": pl.Int64, "handler": pl.String, "seq": pl.Int64})
+    empty = pl.DataFrame(
+        schema={"lsn": pl.Int64, "ts": pl.Int64, "handler": pl.String, "seq": pl.Int64}
+    )
     ours = with_identity(ours if ours is not None else empty)
     theirs = with_identity(theirs if theirs is not None else empty)
     added = ours.join(theirs.select(IDENTITY), on=IDENTITY, how="anti")

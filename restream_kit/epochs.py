@@ -50,7 +50,9 @@ def parse_epoch(spec: int | str | None) -> tuple[str, int] | None:
         return ("events", n)
     match = _DURATION.match(str(spec))
     if not match:
-        raise RestreamError(f"epoch {spec!r} is neither a number of events nor a duration like 30s, 15min, 1h, 1d")
+        raise RestreamError(
+            f"epoch {spec!r} is neither a number of events nor a duration like 30s, 15min, 1h, 1d"
+        )
     ms = _UNITS[match.group(2)](float(match.group(1)))
     if ms <= 0:
         raise RestreamError(f"epoch duration must be positive, got {spec!r}")

@@ -8,7 +8,9 @@ __all__ = [
     "LogError",
     "HandlerError",
     "OutputError",
+    "StateError",
     "user_lineno",
+    "format_fields",
 ]
 
 
@@ -67,6 +69,7 @@ class HandlerError(RestreamError):
         kind: str,
         ts: int,
         cause: BaseException,
+        fields: dict | None = None,
     ):
         self.handler = handler
         self.filename = filename
@@ -77,16 +80,28 @@ class HandlerError(RestreamError):
         self.kind = kind
         self.ts = ts
         self.cause = cause
+        self.fields = fields
         event = f"lsn {lsn}" + (f" (scheduled #{seq})" if seq else "")
         code = f" `{line.strip()}`" if line else ""
+        shown = f" {{{format_fields(fields)}}}" if fields else ""
         super().__init__(
             f"{filename}:{lineno}: handler {handler!r} raised "
-            f"{type(cause).__name__}: {cause} on {kind!r} event {event} at ts {ts};{code}"
+            f"{type(cause).__name__}: {cause} on {kind!r} event {event} at ts {ts}{shown};{code}"
         )
 
 
 class OutputError(RestreamError):
     """Emitted rows that cannot form a table (for example one field with two types)."""
+
+
+class StateError(RestreamError):
+    """Final state that cannot be kept: a value (or key) that cannot be serialized."""
+
+
+def format_fields(fields: dict, limit: int = 300) -> str:
+    """An event's fields as ``k=repr(v), ...`` on one line, cut at ``limit`` characters."""
+    text = ", ".join(f"{k}={v!r}" for k, v in fields.items()).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def user_lineno(exc: BaseException, filename: str) -> int | None:

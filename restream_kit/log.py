@@ -202,7 +202,12 @@ class Log:
         return namedtuple("Event", self.table.column_names, rename=True)
 
     def iter_events(
-        self, batch_size: int = 65_536, *, named: bool = True, start: int = 0, stop: int | None = None
+        self,
+        batch_size: int = 65_536,
+        *,
+        named: bool = True,
+        start: int = 0,
+        stop: int | None = None,
     ) -> Iterator[list[tuple]]:
         """Events ``start`` to ``stop`` in log order, a list per batch: named tuples, or plain
         tuples of the columns in order when ``named`` is False (``lsn``, ``ts``, ``kind`` first)."""

@@ -27,14 +27,31 @@ class RestreamMagics(Magics):
 
     @magic_arguments()
     @argument("name", help="the program's name; later cells can use it as --baseline")
-    @argument("--log", action="append", default=[], metavar="PATH",
-              help="a Parquet or CSV log, or KIND=PATH; repeatable")
-    @argument("--baseline", default=None, metavar="NAME",
-              help="compare with the cell called NAME (default: the serial replay of this cell)")
+    @argument(
+        "--log",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a Parquet or CSV log, or KIND=PATH; repeatable",
+    )
+    @argument(
+        "--baseline",
+        default=None,
+        metavar="NAME",
+        help="compare with the cell called NAME (default: the serial replay of this cell)",
+    )
     @argument("--engine", choices=("serial", "spark"), default="serial")
     @argument("--master", default=None, metavar="URL", help="Spark master (default local[*])")
     @argument("--plan-only", action="store_true", help="show the plan, do not replay")
-    @argument("--epoch", default=None, metavar="SIZE", help="events (100000) or time (1h) per epoch")
+    @argument(
+        "--epoch", default=None, metavar="SIZE", help="events (100000) or time (1h) per epoch"
+    )
+    @argument(
+        "--on-error",
+        default="stop",
+        choices=("stop", "skip", "quarantine"),
+        help="when a handler raises: stop, or roll that run back, go on and list it",
+    )
     @line_cell_magic
     def restream(self, line: str, cell: str | None = None):
         """Replay the cell's program over a log and compare it with a baseline.
@@ -55,8 +72,16 @@ class RestreamMagics(Magics):
 
         try:
             run = run_cell(
-                self.workbench, args.name, cell, logs=args.log, baseline=args.baseline,
-                engine=args.engine, master=args.master, plan_only=args.plan_only, epoch=args.epoch,
+                self.workbench,
+                args.name,
+                cell,
+                logs=args.log,
+                baseline=args.baseline,
+                engine=args.engine,
+                master=args.master,
+                plan_only=args.plan_only,
+                epoch=args.epoch,
+                on_error=args.on_error,
             )
         except RestreamError as exc:
             raise UsageError(str(exc)) from None
@@ -80,8 +105,10 @@ class RestreamMagics(Magics):
             except RestreamError as exc:
                 raise UsageError(str(exc)) from None
             return None
-        raise UsageError("use %restream runs, %restream diff A B, or %%restream NAME as a cell magic "
-                         "(%%restream? for help)")
+        raise UsageError(
+            "use %restream runs, %restream diff A B, or %%restream NAME as a cell magic "
+            "(%%restream? for help)"
+        )
 
 
 def register(ipython) -> None:

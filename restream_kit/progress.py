@@ -197,7 +197,11 @@ class ProgressState:
 
     @property
     def fraction(self) -> float:
-        return self.events_done / self.events_total if self.events_total else (1.0 if self.finished else 0.0)
+        return (
+            self.events_done / self.events_total
+            if self.events_total
+            else (1.0 if self.finished else 0.0)
+        )
 
     @property
     def events_per_s(self) -> float:
@@ -219,8 +223,10 @@ class ProgressState:
     def short(self) -> str:
         """A compact line for narrow terminals: epoch, rate, multiple of real time, ETA."""
         eta = self.eta_s
-        text = (f"epoch {min(self.epochs_done + 1, self.epochs_total)}/{self.epochs_total} "
-                f"{self.events_per_s:,.0f} ev/s {self.realtime_multiple:,.0f}x")
+        text = (
+            f"epoch {min(self.epochs_done + 1, self.epochs_total)}/{self.epochs_total} "
+            f"{self.events_per_s:,.0f} ev/s {self.realtime_multiple:,.0f}x"
+        )
         return text + (f" ETA {eta:.0f}s" if eta is not None else "")
 
     def line(self) -> str:

@@ -13,10 +13,53 @@ import pyarrow.parquet as pq
 
 from .errors import OutputError
 
-__all__ = ["Result", "Metrics", "build_table", "ROW_COLUMNS", "state_table"]
+__all__ = [
+    "Result",
+    "Metrics",
+    "build_table",
+    "ROW_COLUMNS",
+    "state_table",
+    "ON_ERROR",
+    "QUARANTINE_SCHEMA",
+    "QUARANTINE_FILE",
+    "quarantine_table",
+]
 
 #: Columns every output row starts with, before the emitted fields.
 ROW_COLUMNS = ("lsn", "ts", "handler", "seq")
+
+#: What a replay does when a handler raises: stop (the default), or roll that handler run
+#: back and go on. ``skip`` and ``quarantine`` both record the run in ``Result.quarantine``
+#: and add a warning; ``quarantine`` also writes the table with the outputs (``write``).
+ON_ERROR = ("stop", "skip", "quarantine")
+
+#: One row per handler run that raised and was rolled back, in processing order. ``line``
+#: and ``code`` are the deepest line of the program in the traceback; ``fields`` is the
+#: event's columns (other than lsn, ts, kind) as JSON; ``traceback`` holds the program's
+#: own frames, innermost last, as ``file:line: code`` lines (the same on every engine).
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("lsn", pa.int64()),
+        ("seq", pa.int64()),
+        ("ts", pa.int64()),
+        ("kind", pa.string()),
+        ("handler", pa.string()),
+        ("line", pa.int64()),
+        ("code", pa.string()),
+        ("error", pa.string()),
+        ("fields", pa.string()),
+        ("traceback", pa.string()),
+    ]
+)
+
+#: The file ``Result.write`` puts quarantined events in (a leading _ keeps it apart from
+#: output tables, whose names are the program's).
+QUARANTINE_FILE = "_quarantine.parquet"
+
+
+def quarantine_table(rows: Iterable[dict] = ()) -> pa.Table:
+    """The quarantine table of ``rows`` (dicts with the columns of ``QUARANTINE_SCHEMA``)."""
+    return pa.Table.from_pylist(list(rows), schema=QUARANTINE_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -55,6 +98,11 @@ class Result:
     state: dict[str, dict]
     metrics: Metrics
     warnings: list[str] = field(default_factory=list)
+    #: Handler runs that raised and were rolled back (``on_error="skip"|"quarantine"``).
+    quarantine: pa.Table = field(default_factory=quarantine_table)
+    on_error: str = "stop"
+    #: The first epoch this replay ran when it resumed a checkpoint (None when it did not).
+    resumed_from_epoch: int | None = None
 
     def __getitem__(self, table: str):
         """The output table as a polars DataFrame (empty when the table was never emitted)."""
@@ -73,6 +121,10 @@ class Result:
             path = out / f"{name}.parquet"
             pq.write_table(table, path)
             written[name] = str(path)
+        if self.quarantine.num_rows and self.on_error == "quarantine":
+            path = out / QUARANTINE_FILE
+            pq.write_table(self.quarantine, path)
+            written[QUARANTINE_FILE] = str(path)
         return written
 
     def summary(self) -> dict[str, Any]:
@@ -82,6 +134,8 @@ class Result:
             "tables": {name: t.num_rows for name, t in self.tables.items()},
             "state": {name: len(values) for name, values in self.state.items()},
             "warnings": list(self.warnings),
+            "quarantined": self.quarantine.num_rows,
+            "resumed_from_epoch": self.resumed_from_epoch,
         }
 
     def summary_json(self) -> str:

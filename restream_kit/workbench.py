@@ -61,8 +61,12 @@ class CellRun:
     @property
     def unexpected_difference(self) -> bool:
         """True when the baseline is the serial replay of this program and the outputs differ."""
-        return bool(self.baseline and self.baseline.label.startswith("serial") and self.diff
-                    and not self.diff.empty)
+        return bool(
+            self.baseline
+            and self.baseline.label.startswith("serial")
+            and self.diff
+            and not self.diff.empty
+        )
 
 
 class Workbench:
@@ -89,14 +93,17 @@ class Workbench:
         self.programs[name] = program
         return program
 
-    def baseline(self, program: Program, log: Log, baseline: str | None = None) -> Baseline:
-        """The baseline result: the serial replay of ``program``, or of the cell named ``baseline``."""
+    def baseline(
+        self, program: Program, log: Log, baseline: str | None = None, on_error: str = "stop"
+    ) -> Baseline:
+        """The baseline result: the serial replay of ``program``, or of the cell named ``baseline``
+        (with ``on_error``, so that a run that rolls poison events back has a baseline)."""
         base_program = program if baseline is None else self.program(baseline)
         label = f"serial replay of {program.name}" if baseline is None else f"{baseline} (serial)"
         record = self.catalog.find(program_sha=base_program.sha256, log_fingerprint=log.fingerprint)
         if record is not None:
             return Baseline(label, self.catalog.load(record), reused=True, record=record)
-        result = replay(base_program, log, engine="serial")
+        result = replay(base_program, log, engine="serial", on_error=on_error)
         record = self.catalog.record(
             name=base_program.name, program=base_program, log=log, engine="serial", result=result
         )
@@ -115,6 +122,7 @@ class Workbench:
         observer: Observer | None = None,
         cancel: CancelToken | None = None,
         before_replay: Any = None,
+        on_error: str = "stop",
     ) -> CellRun:
         """Define ``name``, replay it on ``engine``, compare with the baseline, record the run.
 
@@ -125,14 +133,19 @@ class Workbench:
         program = source if isinstance(source, Program) else self.define(name, source)
         self.programs[name] = program
         log = log if isinstance(log, Log) else Log(log)
-        params = {k: v for k, v in {"master": master, "epoch": epoch, "baseline": baseline}.items() if v}
+        params = {"master": master, "epoch": epoch, "baseline": baseline}
+        params = {k: v for k, v in params.items() if v}
+        if on_error != "stop":
+            params["on_error"] = on_error
         cell = CellRun(name, program, log, engine, params=params)
         self.runs[name] = cell
         try:
-            cell.baseline = self.baseline(program, log, baseline)
+            cell.baseline = self.baseline(program, log, baseline, on_error)
             if before_replay is not None:
                 before_replay(cell)
             options: dict[str, Any] = {"observer": observer, "cancel": cancel, "epoch": epoch}
+            if on_error != "stop":
+                options["on_error"] = on_error
             if master:
                 options["master"] = master
             cell.result = replay(program, log, engine=engine, **options)
@@ -140,8 +153,14 @@ class Workbench:
         except BaseException as exc:  # noqa: BLE001 - kept for the view, re-raised by callers who want it
             cell.error = exc
         cell.record = self.catalog.record(
-            name=name, program=program, log=log, engine=engine, result=cell.result, master=master,
-            params=params, error=None if cell.error is None else str(cell.error),
+            name=name,
+            program=program,
+            log=log,
+            engine=engine,
+            result=cell.result,
+            master=master,
+            params=params,
+            error=None if cell.error is None else str(cell.error),
         )
         return cell
 

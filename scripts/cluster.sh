@@ -5,6 +5,11 @@
 #   scripts/cluster.sh stop    stops exactly those processes, by their pid files
 #   scripts/cluster.sh status
 # State (pid files, logs, work dirs) lives in $RESTREAM_CLUSTER_DIR (default .restream/cluster).
+# Other settings (for a second cluster beside the first, as the tests start): RESTREAM_MASTER_PORT,
+# RESTREAM_MASTER_UI_PORT (workers' UIs take the next ports), RESTREAM_CONNECT_PORT,
+# RESTREAM_WORKERS (0 for a master alone), RESTREAM_WORKER_CORES, RESTREAM_WORKER_MEMORY,
+# RESTREAM_CONNECT=0 (no Connect server), RESTREAM_CLUSTER_WAIT (seconds). A Connect server
+# started with SPARK_CONNECT_AUTHENTICATE_TOKEN in its environment requires that token.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,6 +19,9 @@ master_port=${RESTREAM_MASTER_PORT:-7077}
 master_ui=${RESTREAM_MASTER_UI_PORT:-8080}
 connect_port=${RESTREAM_CONNECT_PORT:-15002}
 workers=${RESTREAM_WORKERS:-2}
+worker_cores=${RESTREAM_WORKER_CORES:-1}
+worker_memory=${RESTREAM_WORKER_MEMORY:-2g}
+with_connect=${RESTREAM_CONNECT:-1}
 wait_s=${RESTREAM_CLUSTER_WAIT:-120}
 
 spark_home() { "$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'; }
@@ -56,23 +64,25 @@ start() {
     for i in $(seq 1 "$workers"); do
         mkdir -p "$dir/work-$i"
         start_daemon "worker-$i" "$class" org.apache.spark.deploy.worker.Worker \
-            "spark://127.0.0.1:$master_port" --host 127.0.0.1 --cores 1 --memory 2g \
+            "spark://127.0.0.1:$master_port" --host 127.0.0.1 --cores "$worker_cores" --memory "$worker_memory" \
             --webui-port $((master_ui + i)) --work-dir "$dir/work-$i"
     done
     # The Connect server is its own driver; local[2] keeps it from taking the workers' cores.
-    start_daemon connect "$SPARK_HOME/bin/spark-submit" \
+    ((with_connect)) && start_daemon connect "$SPARK_HOME/bin/spark-submit" \
         --class org.apache.spark.sql.connect.service.SparkConnectServer --master 'local[2]' \
         --conf spark.connect.grpc.binding.address=127.0.0.1 \
         --conf spark.connect.grpc.binding.port="$connect_port" \
         --conf spark.ui.enabled=false --name restream-connect spark-internal
     local deadline=$((SECONDS + wait_s))
-    until [[ $(alive_workers) -ge $workers ]] && port_open "$connect_port"; do
+    until [[ $(alive_workers) -ge $workers ]] && { ! ((with_connect)) || port_open "$connect_port"; } &&
+        port_open "$master_port"; do
         if ((SECONDS > deadline)); then
             echo "cluster: not ready after ${wait_s}s (workers alive: $(alive_workers)); logs in $dir" >&2
             stop
             exit 1
         fi
         for name in master connect $(seq -f "worker-%g" 1 "$workers"); do
+            [[ -f $dir/$name.pid ]] || continue
             if ! kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null; then
                 echo "cluster: $name exited; see $dir/$name.log" >&2
                 tail -5 "$dir/$name.log" >&2 || true
@@ -82,7 +92,8 @@ start() {
         done
         sleep 1
     done
-    echo "cluster: master spark://127.0.0.1:$master_port ($workers workers), connect sc://127.0.0.1:$connect_port"
+    echo -n "cluster: master spark://127.0.0.1:$master_port ($workers workers)"
+    if ((with_connect)); then echo ", connect sc://127.0.0.1:$connect_port"; else echo; fi
 }
 
 stop() {

@@ -17,14 +17,46 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from engine_matrix import ENGINE_PARAMS, assert_same_result  # noqa: E402
-from spark_fixtures import spark_session  # noqa: E402,F401 - one SparkSession per test session
+from engine_matrix import CLUSTER_ENGINES, ENGINE_PARAMS, assert_same_result  # noqa: E402
+from spark_fixtures import (  # noqa: E402,F401 - SparkSessions shared by the tests
+    _sessions_stopped,
+    cluster_session,
+    connect_session,
+    spark_session,
+    test_cluster,
+)
 
 import restream_kit as rk  # noqa: E402
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "notyet(engines, reason): a known gap on some engines")
+    config.addinivalue_line(
+        "markers", "cluster: also run this engine-parametrized test on the cluster engines"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Cluster engines run tests/test_semantics.py and tests marked ``cluster`` (all with
+    RESTREAM_TEST_ALL_ENGINES=1); ``spark-cluster`` tests go last but for ``spark-connect``
+    ones, since switching the process's one SparkContext from local to the cluster happens
+    once."""
+    everything = os.environ.get("RESTREAM_TEST_ALL_ENGINES") == "1"
+    kept, dropped = [], []
+    for item in items:
+        name = _engine_of(item)
+        chosen = item.path.name == "test_semantics.py" or item.get_closest_marker("cluster")
+        (dropped if name in CLUSTER_ENGINES and not (chosen or everything) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    # Connect sessions go after the classic cluster's: launching a JVM (a fork) while gRPC
+    # threads run has been seen to kill the child.
+    kept.sort(key=lambda item: {"spark-cluster": 1, "spark-connect": 2}.get(_engine_of(item), 0))
+    items[:] = kept
+
+
+def _engine_of(item) -> str | None:
+    return getattr(getattr(item, "callspec", None), "params", {}).get("engine")
 
 
 @pytest.fixture(autouse=True)
@@ -38,10 +70,16 @@ def _isolated_home(tmp_path, monkeypatch):
 def engine(request):
     name = request.param
     marker = request.node.get_closest_marker("notyet")
-    if marker and name in marker.args[0]:
+    if marker and (
+        name in marker.args[0] or ("spark" in marker.args[0] and name in CLUSTER_ENGINES)
+    ):
         pytest.xfail(f"not yet on {name}: {marker.args[1]}")
     if name == "spark":
         request.getfixturevalue("spark_session")
+    elif name == "spark-cluster":
+        request.getfixturevalue("cluster_session")
+    elif name == "spark-connect":
+        request.getfixturevalue("connect_session")
     return name
 
 
@@ -49,10 +87,16 @@ def engine(request):
 def replay_on(engine, request):
     """``replay_on(program, log, **options)`` on the parametrized engine, checked against serial."""
 
+    spark = {}
+    if engine == "spark-cluster":
+        spark = {"engine": "spark", "master": request.getfixturevalue("test_cluster").master}
+    elif engine == "spark-connect":
+        spark = {"engine": "spark", "master": request.getfixturevalue("test_cluster").connect}
+
     def run(program, log, **options):
         program = program if isinstance(program, rk.Program) else rk.Program.load(program)
         log = log if isinstance(log, rk.Log) else rk.Log(log)
-        result = rk.replay(program, log, engine=engine, **options)
+        result = rk.replay(program, log, **{"engine": engine, **spark, **options})
         if engine != "serial":
             assert_same_result(result, rk.replay(program, log, engine="serial"))
         return result

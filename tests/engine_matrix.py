@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import restream_kit as rk
 
+__all__ = ["ENGINE_PARAMS", "CLUSTER_ENGINES", "assert_same_result", "rows_of"]
+
 #: Every engine the suite covers. Add an engine here and every semantic test runs on it.
-ENGINE_PARAMS = ["serial", "spark"]
+#: ``spark-cluster`` is the Spark engine on a real standalone cluster (a master and a worker
+#: started for the test session), ``spark-connect`` the same over a real Spark Connect server.
+ENGINE_PARAMS = ["serial", "spark", "spark-cluster", "spark-connect"]
+
+#: Engines that need a cluster: they run tests/test_semantics.py and tests marked ``cluster``.
+CLUSTER_ENGINES = ("spark-cluster", "spark-connect")
 
 
 def assert_same_result(got: rk.Result, want: rk.Result) -> None:

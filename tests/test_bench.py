@@ -44,3 +44,25 @@ def test_unknown_benchmark_is_refused():
     )
     assert proc.returncode == 2
     assert "unknown benchmark" in proc.stderr
+
+
+def test_spark_vs_serial_quick_run(tmp_path):
+    """The Spark benchmark end to end on a small log: both engines agree, and it reports the
+    ratio, the per-stage seconds, the planner's prediction and both targets."""
+    out = tmp_path / "spark_vs_serial.json"
+    command = [
+        sys.executable, "-m", "bench", "spark",
+        "--events", "20000", "--runs", "1", "--epoch", "5000",
+        "--log", str(tmp_path / "social_20000.parquet"),
+        "--out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "outputs agree" in proc.stdout and "the planner predicts" in proc.stdout, proc.stdout
+    results = json.loads(out.read_text())
+    assert results["events"] == 20_000 and results["spam_rows"] > 0
+    assert results["sides"]["spark"]["epochs"] == 4
+    assert any(name.startswith("round 3") for name in results["spark_stages_s"])
+    assert results["predicted_speedup_p2"] > 1
+    assert isinstance(results["speed_ok"], bool) and results["memory_ok"] is True

@@ -16,14 +16,28 @@ SAMPLE = "sample_data/social_small.parquet"
 
 def restream(*args, cwd):
     return subprocess.run(
-        [sys.executable, "-m", "restream_kit", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+        [sys.executable, "-m", "restream_kit", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
     )
 
 
 def test_replay_writes_tables_and_prints_json(root, tmp_path):
     out = tmp_path / "out"
-    done = restream("replay", "examples/antispam.py", "--log", SAMPLE, "--engine", "serial",
-                    "--out", str(out), "--json", cwd=root)
+    done = restream(
+        "replay",
+        "examples/antispam.py",
+        "--log",
+        SAMPLE,
+        "--engine",
+        "serial",
+        "--out",
+        str(out),
+        "--json",
+        cwd=root,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     table = pq.read_table(out / "spam.parquet")
@@ -87,4 +101,7 @@ def test_missing_kind_is_a_warning_not_an_error(root, tmp_path):
     log.write_text("ts,kind,src,dst,ip,has_email\n1,message,1,2,a,true\n")
     done = restream("replay", "examples/antispam.py", "--log", str(log), cwd=root)
     assert done.returncode == 0
-    assert "warning: no 'friendship' events in the log: handler(s) befriend will never run" in done.stderr
+    assert (
+        "warning: no 'friendship' events in the log: handler(s) befriend will never run"
+        in done.stderr
+    )

@@ -14,7 +14,9 @@ SAMPLE = "sample_data/social_small.parquet"
 
 @pytest.fixture(scope="module")
 def antispam_plan(root):
-    return rk.plan(rk.Program.from_file(root / "examples" / "antispam.py"), rk.Log(str(root / SAMPLE)))
+    return rk.plan(
+        rk.Program.from_file(root / "examples" / "antispam.py"), rk.Log(str(root / SAMPLE))
+    )
 
 
 def test_dag_figure_marks_every_handler_and_state(antispam_plan):

@@ -19,7 +19,11 @@ def test_there_are_notebooks():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_is_committed_without_outputs(path):
     cells = json.loads(path.read_text())["cells"]
-    assert all(not c.get("outputs") and not c.get("execution_count") for c in cells if c["cell_type"] == "code")
+    assert all(
+        not c.get("outputs") and not c.get("execution_count")
+        for c in cells
+        if c["cell_type"] == "code"
+    )
 
 
 def _modes(path: Path) -> list[str]:
@@ -36,15 +40,27 @@ CASES = [(path, mode) for path in NOTEBOOKS for mode in _modes(path)]
 
 
 @pytest.mark.parametrize(("path", "mode"), CASES, ids=[f"{p.stem}-{m}" for p, m in CASES])
-def test_notebook_runs_top_to_bottom(path, mode, tmp_path, monkeypatch):
+def test_notebook_runs_top_to_bottom(path, mode, tmp_path, monkeypatch, request):
     """Text mode is what a terminal or nbclient shows; widget mode builds every view too."""
     monkeypatch.setenv("RESTREAM_HOME", str(tmp_path / ".restream"))
+    if path.stem == "04_remote_cluster":
+        # The tests' own cluster (never make cluster's ports); its token through the environment.
+        cluster = request.getfixturevalue("test_cluster")
+        monkeypatch.setenv("RESTREAM_DEMO_MASTER", cluster.master)
+        monkeypatch.setenv("RESTREAM_DEMO_CONNECT", cluster.connect)
+        monkeypatch.setenv("RESTREAM_CONNECT_TOKEN", cluster.token)
     monkeypatch.setenv("RESTREAM_DISPLAY", mode)
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     client.execute()
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
-    stderr = [o["text"] for c in nb.cells for o in c.get("outputs", [])
-              if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+    stderr = [
+        o["text"]
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stderr"
+    ]
     assert not any("Traceback" in text or "Error" in text for text in stderr), stderr

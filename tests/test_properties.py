@@ -91,15 +91,19 @@ def spark_cases(draw):
         log = [dict(e, k=0, j=0) if i % 2 else e for i, e in enumerate(log)]
     epoch = draw(st.sampled_from([None, None, None, None, len(log) // 2 + 1, "8ms"]))
     fold = draw(st.sampled_from(["jvm", "jvm", "jvm", "vector"]))
-    return source, log, epoch, fold
+    # "auto" takes the prefix path whenever the program lowers; "stages" never does.
+    path = draw(st.sampled_from(["auto", "stages"]))
+    return source, log, epoch, fold, path
 
 
 @settings(max_examples=SPARK_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=spark_cases())
 def test_spark_engine_equals_the_serial_engine(case, spark_session):
-    source, log, epoch, fold = case
+    source, log, epoch, fold, path = case
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
     want = rk.replay(program, the_log)
-    got = rk.replay(program, the_log, engine="spark", epoch=epoch, partitions=2, fold=fold)
+    got = rk.replay(
+        program, the_log, engine="spark", epoch=epoch, partitions=2, fold=fold, path=path
+    )
     assert_same_result(got, want)

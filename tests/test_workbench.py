@@ -23,17 +23,30 @@ def table(rows):
 
 
 def test_diff_by_row_identity():
-    baseline = table([
-        {"lsn": 1, "x": "a"}, {"lsn": 1, "x": "b"}, {"lsn": 2, "x": "c"}, {"lsn": 3, "x": "d"},
-    ])
-    run = table([
-        {"lsn": 1, "x": "a"}, {"lsn": 1, "x": "B"}, {"lsn": 1, "x": "extra"}, {"lsn": 3, "x": "d"},
-        {"lsn": 3, "seq": 1, "x": "scheduled"},
-    ])
+    baseline = table(
+        [
+            {"lsn": 1, "x": "a"},
+            {"lsn": 1, "x": "b"},
+            {"lsn": 2, "x": "c"},
+            {"lsn": 3, "x": "d"},
+        ]
+    )
+    run = table(
+        [
+            {"lsn": 1, "x": "a"},
+            {"lsn": 1, "x": "B"},
+            {"lsn": 1, "x": "extra"},
+            {"lsn": 3, "x": "d"},
+            {"lsn": 3, "seq": 1, "x": "scheduled"},
+        ]
+    )
     d = diff({"t": run}, {"t": baseline})
     t = d.tables["t"]
     assert t.counts == {"added": 2, "removed": 1, "changed": 1}
-    assert t.added.select("lsn", "seq", "n", "x").rows() == [(1, 0, 2, "extra"), (3, 1, 0, "scheduled")]
+    assert t.added.select("lsn", "seq", "n", "x").rows() == [
+        (1, 0, 2, "extra"),
+        (3, 1, 0, "scheduled"),
+    ]
     assert t.removed.select("lsn", "n", "x").rows() == [(2, 0, "c")]
     assert t.changed.select("lsn", "n", "x", "x_baseline").rows() == [(1, 1, "B", "b")]
     assert not d.empty and diff({"t": run}, {"t": run}).empty
@@ -41,13 +54,17 @@ def test_diff_by_row_identity():
 
 def test_diff_of_tables_present_on_one_side_only():
     d = diff({"new": table([{"lsn": 5}])}, {"old": table([{"lsn": 1}, {"lsn": 2}])})
-    assert d.summary() == {"old": {"added": 0, "removed": 2, "changed": 0},
-                           "new": {"added": 1, "removed": 0, "changed": 0}}
+    assert d.summary() == {
+        "old": {"added": 0, "removed": 2, "changed": 0},
+        "new": {"added": 1, "removed": 0, "changed": 0},
+    }
 
 
 def test_threshold_change_shows_as_removed_rows(root):
     v1 = rk.replay(root / "examples" / "antispam.py", str(root / SAMPLE))
-    source = (root / "examples" / "antispam.py").read_text().replace("0.2 * ip_msgs", "0.3 * ip_msgs")
+    source = (
+        (root / "examples" / "antispam.py").read_text().replace("0.2 * ip_msgs", "0.3 * ip_msgs")
+    )
     v2 = rk.replay(rk.Program.from_source(source, "v2"), str(root / SAMPLE))
     d = diff(v2, v1)
     removed = d.tables["spam"].removed
@@ -113,7 +130,9 @@ def test_progress_is_published_at_least_once_a_second_on_a_million_events(tmp_pa
     path = tmp_path / "m.parquet"
     write(generate(1_000_000, seed=3), path)
     stamps = []
-    result = rk.replay("examples/antispam.py", str(path), observer=lambda _e: stamps.append(time.monotonic()))
+    result = rk.replay(
+        "examples/antispam.py", str(path), observer=lambda _e: stamps.append(time.monotonic())
+    )
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     assert result.metrics.events == 1_000_000 and len(stamps) > 10
     assert max(gaps) < 1.0
@@ -138,7 +157,7 @@ def shell(root, monkeypatch):
 
 
 def test_cell_magic_replays_and_binds_the_run(shell, capsys):
-    body = (pathlib_text("examples/antispam.py"))
+    body = pathlib_text("examples/antispam.py")
     shell.run_cell_magic("restream", f"v1 --log {SAMPLE}", body)
     out = capsys.readouterr().out
     assert "befriend" in out and "identical" in out
@@ -146,7 +165,9 @@ def test_cell_magic_replays_and_binds_the_run(shell, capsys):
 
 
 def test_plan_only_does_not_replay(shell, capsys):
-    shell.run_cell_magic("restream", f"p1 --log {SAMPLE} --plan-only", pathlib_text("examples/antispam.py"))
+    shell.run_cell_magic(
+        "restream", f"p1 --log {SAMPLE} --plan-only", pathlib_text("examples/antispam.py")
+    )
     out = capsys.readouterr().out
     assert "flag" in out and "events/s" not in out and "p1" not in shell.user_ns
 
@@ -154,13 +175,20 @@ def test_plan_only_does_not_replay(shell, capsys):
 def test_program_error_in_a_cell_is_one_line(shell):
     from IPython.core.error import UsageError
 
-    with pytest.raises(UsageError, match=r"<restream bad>:3: write to 'counts', which is undeclared"):
-        shell.run_cell_magic("restream", "bad --plan-only", textwrap.dedent(
-            """\
+    with pytest.raises(
+        UsageError, match=r"<restream bad>:3: write to 'counts', which is undeclared"
+    ):
+        shell.run_cell_magic(
+            "restream",
+            "bad --plan-only",
+            textwrap.dedent(
+                """\
             from restream_kit import on
             @on("message")
             def h(e): counts[e.src] += 1
-            """))
+            """
+            ),
+        )
 
 
 def test_line_magic_lists_runs(shell, capsys):

@@ -56,6 +56,8 @@ class PlanView:
             if any(load.hot_keys for load in plan.data.per_stage):
                 figures.insert(0, go.FigureWidget(hot_keys_figure(plan)))
             else:
-                children.append(w.HTML("no partitioned or sequential stage: no key limits parallelism"))
+                children.append(
+                    w.HTML("no partitioned or sequential stage: no key limits parallelism")
+                )
             children.append(w.HBox(figures))
         self.widget = w.VBox(children)

@@ -51,6 +51,7 @@ def run_cell(
     plan_only: bool = False,
     epoch: str | None = None,
     mode: str | None = None,
+    on_error: str = "stop",
 ) -> CellRun | BackgroundRun | None:
     """Define the cell's program, show its plan and, given logs, replay it against the baseline."""
     mode = mode or display_mode()
@@ -66,12 +67,18 @@ def run_cell(
     if plan_only or log is None:
         return None
     options = dict(baseline=baseline, engine=engine, master=master, epoch=epoch)
+    if on_error != "stop":
+        options["on_error"] = on_error
     if mode == "text":
         from widgets.monitor import TextMonitor
 
         cell = workbench.run(name, program, log, observer=TextMonitor(), **options)
         if cell.error is not None:
             raise cell.error
+        from widgets.quarantine_view import quarantine_text
+
+        if cell.result is not None and cell.result.quarantine.num_rows:
+            print(quarantine_text(cell.result.quarantine))
         print(f"diff against {cell.baseline.label}:")
         print(cell.diff.text())
         if cell.unexpected_difference:
@@ -84,12 +91,15 @@ def run_cell(
 
     from widgets.diff_view import DiffView
     from widgets.monitor import ReplayMonitor
+    from widgets.quarantine_view import QuarantineView
 
     monitor, diff_view = ReplayMonitor(f"{name} on {engine}"), DiffView()
-    _display(monitor.widget, diff_view.widget)
+    quarantine_view = QuarantineView()
+    _display(monitor.widget, quarantine_view.widget, diff_view.widget)
 
     def finished(cell: CellRun) -> None:
         monitor.finish(cell)
+        quarantine_view.finish(cell)
         diff_view.finish(cell)
 
     run = BackgroundRun(

@@ -18,8 +18,10 @@ from typing import Any
 
 from .._compile import compile_program
 from .._inline import SCHEDULED_RUNNER_NAME
-from ..epochs import cut
-from ..errors import HandlerError, RestreamError, user_lineno
+from .._poison import check_on_error, event_fields, quarantine_row
+from ..checkpoint import Start, check_states, open_for_replay, restore_serial_state, serial_state
+from ..epochs import Epoch, cut
+from ..errors import HandlerError, RestreamError, StateError, user_lineno
 from ..log import Log
 from ..program import Program
 from ..progress import (
@@ -33,9 +35,20 @@ from ..progress import (
     ReplayStarted,
     broadcast,
 )
-from ..result import Metrics, Result, build_table
+from ..result import Metrics, Result, build_table, quarantine_table
 
-__all__ = ["replay", "SerialRuntime", "ScheduledEvent", "MAX_FLUSH", "apply_write"]
+__all__ = [
+    "replay",
+    "SerialRuntime",
+    "GuardedRuntime",
+    "JournalDict",
+    "JOURNAL_ABSENT",
+    "ScheduledEvent",
+    "MAX_FLUSH",
+    "apply_write",
+    "quarantine_warning",
+    "check_state",
+]
 
 #: Scheduled events allowed after the log ends, so that a timer that re-arms itself forever stops.
 MAX_FLUSH = 10_000_000
@@ -127,6 +140,148 @@ class SerialRuntime:
             apply_write(d, default, op, key, arg)
 
 
+#: The old value a journal records for a key that had none.
+JOURNAL_ABSENT = object()
+_FUTURE, _EMIT, _SCHEDULE = range(3)
+
+
+class JournalDict(dict):
+    """A store that journals every change (key, old value) so that a handler run can be undone.
+
+    Only ``on_error`` skip and quarantine use it; reads stay plain ``dict.get`` calls.
+    """
+
+    __slots__ = ("journal",)
+
+    def __init__(self, journal: list):
+        super().__init__()
+        self.journal = journal
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
+        dict.__setitem__(self, key, value)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
+        return dict.pop(self, key, *default)
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+
+class GuardedRuntime(SerialRuntime):
+    """The runtime of ``on_error`` skip and quarantine: a handler run that raises is undone.
+
+    Every change a run makes goes into ``journal`` (cleared when a run starts): store changes
+    (through :class:`JournalDict`), timed writes, emitted rows and scheduled events.
+    ``rollback`` undoes them newest first and records the run in ``quarantined``, so the
+    replay goes on as if that run had never happened.
+    """
+
+    def __init__(self, filename: str, columns: list[str]) -> None:
+        super().__init__()
+        self.journal: list = []
+        self.quarantined: list[dict] = []
+        self.filename = filename
+        self.columns = columns
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
+        pending = len(self.future)
+        super().write(d, default, op, key, arg, at)
+        if len(self.future) > pending:
+            self.journal.append((_FUTURE, None, None))
+
+    def emit(self, table: str, **fields: Any) -> None:
+        super().emit(table, **fields)
+        self.journal.append((_EMIT, table, None))
+
+    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
+        super().schedule(kind, at=at, **fields)
+        self.journal.append((_SCHEDULE, self.event[0], None))
+
+    def rollback(self, exc: BaseException) -> None:
+        """Undo the current handler run's changes and record it as quarantined."""
+        journal = self.journal
+        future_made = sched_made = 0
+        while journal:
+            target, key, old = journal.pop()
+            if target is _FUTURE:
+                future_made += 1
+            elif target is _EMIT:
+                rows = self.rows[key]
+                rows.pop()
+                if not rows:  # a table only this run emitted to does not exist
+                    del self.rows[key]
+            elif target is _SCHEDULE:
+                sched_made += 1
+                self.scheduled_per_root[key] -= 1
+            elif old is JOURNAL_ABSENT:
+                dict.pop(target, key, None)
+            else:
+                dict.__setitem__(target, key, old)
+        # Entries made by this run carry the newest order numbers: drop the newest ones.
+        for heap, made in ((self.future, future_made), (self.scheduled, sched_made)):
+            if made:
+                newest = sorted(heap, key=lambda entry: entry[1])[-made:]
+                drop = {id(entry) for entry in newest}
+                heap[:] = [entry for entry in heap if id(entry) not in drop]
+                heapq.heapify(heap)
+        self.quarantined.append(
+            quarantine_row(
+                filename=self.filename,
+                handler=self.handler,
+                event=self.event,
+                seq=self.seq,
+                columns=self.columns,
+                exc=exc,
+            )
+        )
+
+
+_PLAIN = frozenset({int, float, str, bool, type(None), bytes})
+
+
+def check_state(stores: dict[str, dict]) -> None:
+    """Raise :class:`StateError` naming the first state key whose value cannot be pickled.
+
+    Every engine keeps state it cannot hold in memory (Spark tables, checkpoints) pickled, so
+    a replay's final state must be; plain values are recognised by type, at C speed.
+    """
+    import pickle
+
+    for name, d in stores.items():
+        if set(map(type, d.values())) <= _PLAIN and set(map(type, d)) <= _PLAIN | {tuple}:
+            continue
+        try:
+            pickle.dumps(d if type(d) is dict else dict(d), protocol=5)
+            continue
+        except Exception:  # noqa: BLE001 - find the key to name
+            pass
+        for key, value in d.items():
+            for what, obj in (("key", key), ("value", value)):
+                try:
+                    pickle.dumps(obj, protocol=5)
+                except Exception as exc:  # noqa: BLE001 - pickling raises many kinds
+                    raise StateError(
+                        f"state {name!r}, key {key!r}: the {what} {obj!r} cannot be serialized "
+                        f"({type(exc).__name__}); state must hold picklable values"
+                    ) from None
+        raise StateError(f"state {name!r} cannot be serialized")
+
+
+def quarantine_warning(table: Any, on_error: str) -> str | None:
+    """The warning a replay adds when handler runs were rolled back, or None."""
+    n = table.num_rows
+    if not n:
+        return None
+    first = table.slice(0, 1).to_pylist()[0]
+    return (
+        f"{n:,} handler run(s) raised and were rolled back (on_error={on_error!r}); the first: "
+        f"handler {first['handler']!r} at line {first['line']} on lsn {first['lsn']}: "
+        f"{first['error']} (see Result.quarantine)"
+    )
+
+
 def replay(
     program: Program,
     log: Log,
@@ -135,42 +290,65 @@ def replay(
     epoch: int | str | None = None,
     cancel: CancelToken | None = None,
     batch_size: int = 65_536,
+    on_error: str = "stop",
+    checkpoint: Any = None,
+    resume: bool = False,
+    start_from: Any = None,
+    final: bool = True,
     **_options: Any,
 ) -> Result:
     """Replay ``log`` through ``program`` one event at a time and return the result.
 
     ``epoch`` sets how often partial outputs are published (``EpochFinished``); ``cancel``
-    stops the replay between batches.
+    stops the replay between batches. ``on_error`` "skip" or "quarantine" rolls back a
+    handler run that raises and goes on (see :class:`GuardedRuntime`). ``checkpoint`` (a
+    directory) commits every epoch, ``resume`` continues its last committed one, and
+    ``start_from`` starts from a committed epoch's state (see :mod:`restream_kit.checkpoint`).
     """
     notify = broadcast(observer)
-    rt = SerialRuntime()
+    ck, start = _checkpointing(program, log, epoch, checkpoint, resume, start_from)
+    on_error = check_on_error(on_error)
+    guarded = on_error != "stop"
+    rt = GuardedRuntime(program.filename, list(log.columns)) if guarded else SerialRuntime()
     by_kind: dict = {}
     compiled = compile_program(
         program,
         rt,
+        {name: JournalDict(rt.journal) for name in program.states} if guarded else None,
         columns=log.columns,
         kind_order=log.kinds_by_frequency(),
         extra_globals={SCHEDULED_RUNNER_NAME: lambda t: _run_scheduled(rt, by_kind, t)},
+        guarded=guarded,
     )
     by_kind.update(compiled.handlers_by_kind())
     run_batch = compiled.run_batch
     epochs = cut(log, epoch)
+    last_index = epochs[-1].index
     total = len(log)
+    notes: list[str] = []
+    done = 0
+    if start is not None:
+        notes = _restart(program, rt, compiled.stores, start)
+        done = start.done
+        # Epochs from where the checkpoint stopped (it may have cut the log differently).
+        epochs = [Epoch(e.index, max(e.start, done), e.stop) for e in epochs if e.stop > done]
     notify(ReplayStarted("serial", total, len(epochs), ("serial",), log.span_ms))
     started = time.perf_counter()
-    done = 0
-    published = dict.fromkeys(rt.rows, 0)
+    published = {name: len(rows) for name, rows in rt.rows.items()}
+    committed = dict(published)
     try:
         for ep in epochs:
             notify(EpochStarted(ep.index, len(ep)))
             epoch_started = time.perf_counter()
-            for batch in log.iter_events(batch_size, named=compiled.needs_named_events, start=ep.start, stop=ep.stop):
+            for batch in log.iter_events(
+                batch_size, named=compiled.needs_named_events, start=ep.start, stop=ep.stop
+            ):
                 if cancel is not None:
                     cancel.check()
                 run_batch(batch)
                 done += len(batch)
                 notify(Progress(done, total, time.perf_counter() - started))
-            if ep.index == len(epochs) - 1:
+            if ep.index == last_index and final:
                 _run_scheduled(rt, by_kind, float("inf"), limit=MAX_FLUSH)
                 if rt.scheduled:
                     raise RestreamError(
@@ -178,22 +356,30 @@ def replay(
                         "a timer that re-arms itself forever never lets the replay finish"
                     )
             outputs = _new_rows(rt.rows, published) if observer is not None else {}
-            last = ep.index == len(epochs) - 1
+            last = ep.index == last_index
+            if ck is not None:
+                new_rows = {n: r[committed.get(n, 0) :] for n, r in rt.rows.items()}
+                state = serial_state(rt, compiled.stores, program)
+                ck.commit(ep.index, ep.stop, state, new_rows, last=last and final)
+                committed = {n: len(r) for n, r in rt.rows.items()}
             # Every event earlier than the epoch's last one has run, scheduled ones included.
             settled = None if last or not len(ep) else log.table.column("ts")[ep.stop - 1].as_py()
-            notify(EpochFinished(ep.index, done, time.perf_counter() - epoch_started, outputs, settled))
+            notify(
+                EpochFinished(ep.index, done, time.perf_counter() - epoch_started, outputs, settled)
+            )
     except (HandlerError, Cancelled) as exc:
         notify(ReplayFinished(done, time.perf_counter() - started, ok=False, error=str(exc)))
         raise
     except Exception as exc:
-        error = _handler_error(program, rt, exc)
+        error = _handler_error(program, rt, exc, log.columns)
         notify(ReplayFinished(done, time.perf_counter() - started, ok=False, error=str(error)))
         raise error from exc
     wall = time.perf_counter() - started
     tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
+    check_state(compiled.stores)
     metrics = Metrics(
         engine="serial",
-        events=total,
+        events=total if start is None or start.resumed else total - start.done,
         scheduled_events=sum(rt.scheduled_per_root.values()),
         wall_s=wall,
         span_ms=log.span_ms,
@@ -201,7 +387,70 @@ def replay(
         epochs=len(epochs),
     )
     notify(ReplayFinished(total, wall))
-    return Result(tables=tables, state=compiled.stores, metrics=metrics)
+    resumed = start.next_epoch if start is not None and start.resumed else None
+    if not guarded:
+        return Result(
+            tables=tables,
+            state=compiled.stores,
+            metrics=metrics,
+            warnings=notes,
+            resumed_from_epoch=resumed,
+        )
+    quarantine = quarantine_table(rt.quarantined)
+    note = quarantine_warning(quarantine, on_error)
+    return Result(
+        tables=tables,
+        state={name: dict(d) for name, d in compiled.stores.items()},
+        metrics=metrics,
+        warnings=notes + ([note] if note else []),
+        quarantine=quarantine,
+        on_error=on_error,
+        resumed_from_epoch=resumed,
+    )
+
+
+def _checkpointing(program, log, epoch, checkpoint, resume, start_from):
+    """The replay's checkpointer and start (None, None without checkpoint options).
+
+    ``checkpoint`` may also be an object with ``load()`` and ``commit()``, as
+    :class:`restream_kit.checkpoint.Checkpointer` has (the Spark engine's serial fallback
+    passes one that keeps an epoch's state in memory, to run one epoch per task).
+    """
+    if checkpoint is None and start_from is None:
+        if resume:
+            raise RestreamError("resume needs a checkpoint directory (--checkpoint DIR)")
+        return None, None
+    if checkpoint is not None and hasattr(checkpoint, "commit"):
+        return checkpoint, checkpoint.load()
+    return open_for_replay(
+        program,
+        log,
+        engine="serial",
+        epoch=epoch,
+        state_format="serial",
+        checkpoint=checkpoint,
+        resume=resume,
+        start_from=start_from,
+    )
+
+
+def _restart(program: Program, rt: SerialRuntime, stores: dict, start: Start) -> list[str]:
+    """Load a committed epoch into a fresh runtime; the notes a changed program gets."""
+    state = start.state
+    notes = []
+    if not start.resumed:
+        notes = check_states(program, state["states"], "start_from")
+        where = start.info.get("start_from")
+        notes.insert(
+            0,
+            f"started from epoch {start.epoch} of {where} (the state after {start.done:,} "
+            "events); the result covers the events after it only",
+        )
+    restore_serial_state(rt, stores, program, state, outputs=start.resumed)
+    for epoch_rows in start.rows:
+        for name, rows in epoch_rows.items():
+            rt.rows[name].extend(rows)
+    return notes
 
 
 def _new_rows(rows: dict[str, list], published: dict[str, int]) -> dict[str, Any]:
@@ -225,15 +474,31 @@ def _run_scheduled(rt: SerialRuntime, by_kind: dict, t: float, limit: int | None
             rt.apply_due(at)
         rt.event = ev
         rt.seq = ev.seq
-        for name, fn in by_kind.get(ev.kind, ()):
-            rt.handler = name
-            fn(ev)
+        if type(rt) is GuardedRuntime:
+            _run_guarded(rt, by_kind.get(ev.kind, ()), ev)
+        else:
+            for name, fn in by_kind.get(ev.kind, ()):
+                rt.handler = name
+                fn(ev)
         ran += 1
     rt.seq = 0
     return ran
 
 
-def _handler_error(program: Program, rt: SerialRuntime, exc: BaseException) -> RestreamError:
+def _run_guarded(rt: GuardedRuntime, handlers: tuple, ev: ScheduledEvent) -> None:
+    """A scheduled event's handler runs, each undone when it raises (see GuardedRuntime)."""
+    for name, fn in handlers:
+        rt.handler = name
+        rt.journal.clear()
+        try:
+            fn(ev)
+        except Exception as exc:  # noqa: BLE001 - the run is rolled back and recorded
+            rt.rollback(exc)
+
+
+def _handler_error(
+    program: Program, rt: SerialRuntime, exc: BaseException, columns: list[str]
+) -> RestreamError:
     """Turn an exception inside a handler into one line: handler, user line, event."""
     if isinstance(exc, RestreamError) and not isinstance(exc, TimeTravelError):
         return exc
@@ -252,4 +517,5 @@ def _handler_error(program: Program, rt: SerialRuntime, exc: BaseException) -> R
         kind=kind,
         ts=ts,
         cause=exc,
+        fields=event_fields(ev, columns),
     )

@@ -18,7 +18,24 @@ See ``_engine`` for how a replay runs and ``_layout`` for how the plan becomes s
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 from ._engine import replay
 from ._session import get_session, stop_session
 
-__all__ = ["replay", "get_session", "stop_session"]
+__all__ = ["replay", "get_session", "stop_session", "warm_up"]
+
+
+def warm_up(master: str | None = None, conf: Any = None) -> None:
+    """Start making the session in the background while the caller loads the log (the JVM
+    takes seconds to start; so does reading a big log). The replay's own ``get_session``
+    waits for it, and reports any error it met."""
+
+    def make() -> None:
+        try:
+            get_session(master, conf)
+        except Exception:  # noqa: BLE001 - the replay's own call raises it, clearly
+            pass
+
+    threading.Thread(target=make, name="restream-spark-warm-up", daemon=True).start()

@@ -49,6 +49,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..._lower import Lowered
+from ..._poison import check_on_error
 from ...epochs import cut
 from ...errors import HandlerError, RestreamError
 from ...log import Log
@@ -64,12 +66,15 @@ from ...progress import (
     StageStarted,
     broadcast,
 )
-from ...result import Metrics, Result, build_table
+from ...result import Metrics, Result, build_table, quarantine_table
+from ..serial import quarantine_warning
+from . import _resume as R
 from . import _worker as W
 from ._codec import ABSENT, BAD, BOOL, FLOAT, INT, LONG_MIN, decode_key, decode_value
 from ._layout import Layout, Step, layout
-from ._session import get_session, session_cores
-from ._ship import ship
+from ._prefix import prefix_plan, run_prefix, spark_map_epochs
+from ._session import get_session, is_connect, session_cores, watch
+from ._ship import is_local, ship
 
 __all__ = ["replay", "FallbackSignal"]
 
@@ -229,7 +234,10 @@ class _Replay:
         self.notify = broadcast(observer)
         self.options = options
         self.session = get_session(
-            options.get("master"), options.get("conf"), options.get("session")
+            options.get("master"),
+            options.get("conf"),
+            options.get("session"),
+            options.get("executor_wait"),
         )
         ship(self.session)
         self.cores = session_cores(self.session)
@@ -238,6 +246,8 @@ class _Replay:
         if self.fold not in ("vector", "jvm"):
             raise RestreamError(f"fold must be 'vector' or 'jvm', not {self.fold!r}")
         self.ref = W.ProgramRef.of(program)
+        # Handler runs that raise: stop, or roll back and record (see _worker.StepTask).
+        self.on_error = check_on_error(options.get("on_error"))
         self.stage_seconds: dict[str, float] = defaultdict(float)
         self.persisted: list[Any] = []
         self.cancel = options.get("cancel")
@@ -248,6 +258,20 @@ class _Replay:
     # -- entry -----------------------------------------------------------------------------
 
     def run(self) -> Result:
+        # On a standalone cluster a watchdog cancels the replay's jobs when its executors are
+        # gone for good (workers died): one clear error instead of a job waiting forever.
+        with watch(self.session, self.job_group) as dog:
+            try:
+                return self._run()
+            except Exception:
+                if dog.reason:
+                    raise RestreamError(dog.reason) from None
+                raise
+            finally:
+                if is_connect(self.session):
+                    self.session.removeTag(self.job_group)
+
+    def _run(self) -> Result:
         started = time.perf_counter()
         self._tag_jobs()
         reason = None
@@ -255,7 +279,13 @@ class _Replay:
         if self.options.get("fallback"):
             reason = "asked for with fallback=True"
         if reason is None:
+            low = self._lowered()
+            if low is not None:
+                return self._prefix(low, started)
+        if reason is None:
             the_layout, reason = self._layout()
+        if reason is None and R.committed_format(self.options) == R.SERIAL:
+            reason = "the checkpoint being resumed was made by the serial fallback"
         if reason is None:
             try:
                 return self._parallel(the_layout, started)
@@ -263,6 +293,65 @@ class _Replay:
                 reason = str(signal.args[0])
                 self._unpersist_all()
         return self._fallback(reason, started)
+
+    # -- the prefix path (``_prefix``): epochs in parallel, for programs that lower --------
+
+    def _lowered(self) -> Lowered | None:
+        """The lowered program when the prefix path may run this replay, else None.
+
+        ``path="prefix"`` insists (and says why it cannot), ``path="stages"`` never takes it.
+        Replays that checkpoint, resume, start from a snapshot or skip poison events, Spark
+        Connect sessions and clusters (whose workers may not reach this machine's files) take
+        the stage path."""
+        path = self.options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
+        if path not in ("auto", "prefix", "stages"):
+            raise RestreamError(f"path must be 'auto', 'prefix' or 'stages', not {path!r}")
+        if path == "stages":
+            return None
+        blockers = [
+            name for name in ("checkpoint", "resume", "start_from") if self.options.get(name)
+        ]
+        if self.options.get("on_error") not in (None, "stop"):
+            blockers.append("on_error")
+        if not len(self.log):
+            blockers.append("an empty log")
+        if is_connect(self.session) or getattr(self.session, "sparkContext", None) is None:
+            blockers.append("Spark Connect")
+        elif not is_local(self.session):
+            # Its tasks read the log's file on this machine: a cluster's workers may not.
+            blockers.append("a cluster (its workers cannot read this machine's files)")
+        low, why = (
+            (None, f"not with {', '.join(blockers)}")
+            if blockers
+            else prefix_plan(self.program, self.log)
+        )
+        if low is None and path == "prefix":
+            raise RestreamError(f"the prefix path cannot run this replay: {why}")
+        return low
+
+    def _prefix(self, low: Lowered, started: float) -> Result:
+        try:
+            return run_prefix(
+                low,
+                self.program,
+                self.log,
+                epoch=self.options.get("epoch"),
+                map_epochs=spark_map_epochs(self.session),
+                notify=self.notify,
+                check_cancel=self._check_cancel,
+                started=started,
+            )
+        except Cancelled:
+            raise
+        except Exception:
+            if self.cancel is not None and self.cancel.cancelled:
+                self.notify(
+                    ReplayFinished(
+                        0, time.perf_counter() - started, ok=False, error="replay cancelled"
+                    )
+                )
+                raise Cancelled("replay cancelled") from None
+            raise
 
     def _check_cancel(self) -> None:
         if self.cancel is not None:
@@ -316,10 +405,26 @@ class _Replay:
         carry_w = None
         carry_p = None
         emitted: list[dict] = []
+        quarantined: list[dict] = []
         done = 0
         final_rows: list = []
+        # Checkpoints (see _resume): start from a committed epoch, commit each one.
+        ck, start = R.open_checkpoint(self, R.PARALLEL) if R.wanted(self.options) else (None, None)
+        notes: list[str] = []
+        if start is not None:
+            if start.complete:
+                final_rows = start.state["final_rows"]
+            else:
+                snap, carry_w, carry_p, notes = R.restore_parallel(self, lay, start)
+            for epoch_rows in start.rows:
+                emitted.extend(epoch_rows["emit"])
+                quarantined.extend(epoch_rows["quarantine"])
+            done = start.done
         try:
             for number, (lo, hi) in enumerate(bounds):
+                if hi <= done:
+                    continue  # committed before this resume
+                lo = max(lo, done)
                 self._check_cancel()
                 last = number == len(bounds) - 1
                 bound = int(ts[hi]) if not last else int(ts[-1])
@@ -337,9 +442,17 @@ class _Replay:
                     raise self._handler_error(errors)
                 new = [r for r in rows if r["_rs_kind"] == W.EMIT]
                 emitted.extend(new)
+                quarantined.extend(r for r in rows if r["_rs_kind"] == W.QUAR)
                 done = hi
                 if last:
                     final_rows = [r for r in rows if r["_rs_kind"] == W.FINAL]
+                if ck is not None:
+                    quar = [r for r in rows if r["_rs_kind"] == W.QUAR]
+                    if last:
+                        state = {"final_rows": final_rows}
+                    else:
+                        state = R.parallel_state(self.program, lay, snap, carry_w, carry_p)
+                    ck.commit(number, hi, state, {"emit": new, "quarantine": quar}, last=last)
                 elapsed = time.perf_counter() - epoch_started
                 outputs = self._tables(new) if new else {}
                 settled = None if last else bound
@@ -368,7 +481,7 @@ class _Replay:
         wall = time.perf_counter() - started
         metrics = Metrics(
             engine="spark",
-            events=total,
+            events=total if start is None or start.resumed else total - start.done,
             scheduled_events=0,
             wall_s=wall,
             span_ms=log.span_ms,
@@ -377,7 +490,35 @@ class _Replay:
             epochs=len(bounds),
         )
         self.notify(ReplayFinished(total, wall))
-        return Result(tables=tables, state=state, metrics=metrics)
+        quarantined.sort(key=lambda r: (r["_rs_o"], r["_rs_h"]))
+        resumed = start.next_epoch if start is not None and start.resumed else None
+        if start is not None and not start.resumed:
+            notes.insert(
+                0,
+                f"started from epoch {start.epoch} of {start.info.get('start_from')} (the state "
+                f"after {start.done:,} events); the result covers the events after it only",
+            )
+        return self._with_quarantine(
+            Result(
+                tables=tables,
+                state=state,
+                metrics=metrics,
+                warnings=notes,
+                resumed_from_epoch=resumed,
+            ),
+            quarantine_table(pickle.loads(r["_rs_vb"]) for r in quarantined),
+        )
+
+    def _with_quarantine(self, result: Result, quarantine: pa.Table) -> Result:
+        """``result`` with the handler runs rolled back under on_error skip or quarantine."""
+        if self.on_error == "stop":
+            return result
+        result.quarantine = quarantine
+        result.on_error = self.on_error
+        note = quarantine_warning(quarantine, self.on_error)
+        if note:
+            result.warnings.append(note)
+        return result
 
     # -- one epoch --------------------------------------------------------------------------
 
@@ -391,7 +532,7 @@ class _Replay:
         out: dict[int, Any] = {}
         res: dict[str, Any] = {}
         collected: list = []
-        visible = f"_rs_kind IN ({W.EMIT}, {W.ERROR}, {W.STAT})"
+        visible = f"_rs_kind IN ({W.EMIT}, {W.ERROR}, {W.STAT}, {W.QUAR})"
         for step in lay.steps:
             self._check_cancel()
             self.notify(StageStarted(number, step.name))
@@ -722,6 +863,7 @@ class _Replay:
             own_key_part=step.own_key_part,
             partitioned=step.mode == "partitioned",
             route=step.route,
+            on_error=self.on_error,
         )
         kinds = ", ".join("'" + k.replace("'", "\\'") + "'" for k in step.kinds)
         routing = [f"{self._pk(step)} AS _rs_pk"] if step.mode == "partitioned" else []
@@ -881,6 +1023,7 @@ class _Replay:
             kind=info["kind"],
             ts=info["ts"],
             cause=exc,
+            fields=info.get("fields"),
         )
         error.__cause__ = exc
         return error
@@ -900,6 +1043,9 @@ class _Replay:
 
     def _fallback(self, reason: str, started: float) -> Result:
         log = self.log
+        if R.wanted(self.options):
+            # Checkpoints need epochs: one task per epoch instead of one for the whole log.
+            return R.fallback_epochs(self, reason, started, _prepare(log))
         total = len(log)
         note = f"spark: the whole replay ran in one task with the serial algorithm: {reason}"
         self.notify(ReplayStarted("spark", total, 1, ("serial fallback",), log.span_ms))
@@ -908,7 +1054,11 @@ class _Replay:
         events = _prepare(log)
         schema = log.table.schema
         spec = W.SerialSpec(
-            self.ref, events.columns, events.pickled, schema.serialize().to_pybytes()
+            self.ref,
+            events.columns,
+            events.pickled,
+            schema.serialize().to_pybytes(),
+            on_error=self.on_error,
         )
         df = self.session.createDataFrame(events.table)
         df = df.repartition(1).sortWithinPartitions("_rs_o")
@@ -917,6 +1067,7 @@ class _Replay:
         seconds = time.perf_counter() - stage_started
         tables: dict[str, pa.Table] = {}
         state: dict[str, dict] = {}
+        quarantine = quarantine_table()
         scheduled = 0
         for r in rows:
             kind = r["_rs_kind"]
@@ -930,6 +1081,8 @@ class _Replay:
                 tables[r["_rs_name"]] = pa.ipc.open_stream(r["_rs_vb"]).read_all()
             elif kind == W.FINAL:
                 state[r["_rs_name"]] = pickle.loads(r["_rs_vb"])
+            elif kind == W.QUAR:
+                quarantine = pa.ipc.open_stream(r["_rs_vb"]).read_all()
             elif kind == W.STAT:
                 scheduled = r["_rs_vl"] or 0
         if not rows and total == 0:
@@ -949,7 +1102,9 @@ class _Replay:
             epochs=1,
         )
         self.notify(ReplayFinished(total, wall))
-        return Result(tables=tables, state=state, metrics=metrics, warnings=[note])
+        return self._with_quarantine(
+            Result(tables=tables, state=state, metrics=metrics, warnings=[note]), quarantine
+        )
 
     def _serial_error(self, data: bytes) -> Exception:
         info = pickle.loads(data)
@@ -972,6 +1127,7 @@ class _Replay:
                 kind=info["kind"],
                 ts=info["ts"],
                 cause=exc,
+                fields=info.get("fields"),
             )
             error.__cause__ = exc
             return error

@@ -1,29 +1,62 @@
-"""One SparkSession per process, created on first use with defaults that suit replays.
+"""SparkSessions for replays: one classic session per process, one Spark Connect session per URL.
 
-``get_session()`` returns the session every Spark replay of this process shares. The
-defaults: master ``local[*]`` (or ``$RESTREAM_SPARK_MASTER``), the web UI off
-(``RESTREAM_SPARK_UI=1`` turns it on), as many shuffle partitions as cores, adaptive query
-execution off (partition counts are chosen by the engine), Arrow on, quiet logs, and the
-workers' Python set to the driver's. A ``conf`` mapping overrides any of them when a session is made; a session passed in is used
-as it is, and becomes the process's session. Asking for another master while a session runs
-is an error (stop it first).
+``get_session()`` returns the session a replay uses. Where it runs comes from
+``restream_kit.config.resolve`` (arguments, then ``RESTREAM_MASTER``/``RESTREAM_SPARK_CONF``,
+then the profile file; a Connect token only from ``RESTREAM_CONNECT_TOKEN``):
+
+- ``local[N]`` / ``local[*]`` (the default): an embedded session;
+- ``spark://host:port``: a standalone cluster, through classic PySpark. Before the session is
+  made the master's port must answer; afterwards the cluster must give the application an
+  executor within the executor wait (30 s by default), or the session is stopped and a
+  :class:`RestreamError` says so (a cluster without free cores);
+- ``sc://host:port``: a Spark Connect server. Its session lives beside the classic one (it is
+  made with the Connect builder, which leaves this process's classic PySpark alone), its
+  gRPC retries are bounded so that a dead server fails in about 30 s rather than 10 minutes.
+
+For remote sessions the workers' Python version is checked against this one (major.minor).
+:func:`watch` guards a replay on a standalone cluster: when the application has had no
+executor for the executor wait (workers died), it cancels the replay's jobs and records why.
+
+Defaults for a new session: the web UI off (``RESTREAM_SPARK_UI=1`` turns it on), as many
+shuffle partitions as cores, adaptive query execution off (partition counts are chosen by the
+engine), Arrow on, quiet logs, and the workers' Python set to the driver's. Settings given
+override any of them; a session passed in is used as it is and becomes the process's session.
+Asking for another classic master while a classic session runs is an error (stop it first).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
 import sys
 import threading
-from collections.abc import Mapping
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
+from ... import config
 from ..._java import ensure_java_home
 from ...errors import RestreamError
 
-__all__ = ["get_session", "default_conf", "stop_session", "session_cores"]
+__all__ = [
+    "get_session",
+    "default_conf",
+    "stop_session",
+    "session_cores",
+    "is_connect",
+    "check_python",
+    "mismatch_message",
+    "watch",
+    "Watchdog",
+]
 
 _LOCK = threading.Lock()
 _SESSION: Any = None
+_WAIT: dict[int, float] = {}
+_REMOTE: dict[str, Any] = {}
 
 
 def _cores(master: str) -> int:
@@ -43,7 +76,7 @@ def _cores(master: str) -> int:
 def default_conf(master: str) -> dict[str, str]:
     """The settings a new session gets unless the caller overrides them."""
     cores = _cores(master)
-    return {
+    conf = {
         "spark.ui.enabled": "true" if os.environ.get("RESTREAM_SPARK_UI") == "1" else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(cores),
@@ -65,6 +98,21 @@ def default_conf(master: str) -> dict[str, str]:
         "spark.ui.dagGraph.retainedRootRDDs": "100",
         "spark.worker.ui.retainedExecutors": "100",
     }
+    if master.startswith("spark://"):
+        # The cluster's cores are known once executors register (see _fit_partitions).
+        del conf["spark.default.parallelism"], conf["spark.sql.shuffle.partitions"]
+        # A replay runs many small jobs over cached partitions: waiting up to 3 s for a task's
+        # preferred executor costs more than reading its blocks from another one.
+        conf["spark.locality.wait"] = "0s"
+        if {host for host, _ in _endpoints(master)} <= {"127.0.0.1", "localhost"}:
+            # Executors of a one-machine cluster reach the driver on loopback.
+            conf["spark.driver.host"] = "127.0.0.1"
+    return conf
+
+
+def is_connect(session: Any) -> bool:
+    """True for a Spark Connect session."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def session_cores(session: Any) -> int:
@@ -77,46 +125,310 @@ def session_cores(session: Any) -> int:
 
 
 def get_session(
-    master: str | None = None, conf: Mapping[str, Any] | None = None, session: Any = None
+    master: str | None = None,
+    conf: Mapping[str, Any] | None = None,
+    session: Any = None,
+    executor_wait: float | None = None,
 ) -> Any:
-    """The process's SparkSession: ``session`` if given, else the one made earlier, else a new
-    one for ``master`` (default ``local[*]``; ``sc://`` URLs use Spark Connect) with the
-    defaults of :func:`default_conf` overridden by ``conf``."""
+    """The SparkSession to replay on: ``session`` if given, else the one for the master that
+    ``restream_kit.config.resolve`` finds (made on first use; see the module docstring)."""
     global _SESSION
     with _LOCK:
         if session is not None:
-            _SESSION = session
+            if not is_connect(session):
+                _SESSION = session
             return session
+        target = config.resolve(master, conf, executor_wait)
+        if target.master and target.master.startswith("sc://"):
+            return _connect_session(target)
         if _SESSION is not None and not _stopped(_SESSION):
             current = _master_of(_SESSION)
-            if master and current and master != current:
+            if target.master and current and target.master != current:
                 raise RestreamError(
                     f"this process already runs a SparkSession on {current}; stop it first "
-                    "(restream_kit.engines.spark.stop_session()) to replay on " + master
+                    "(restream_kit.engines.spark.stop_session()) to replay on " + target.master
                 )
             return _SESSION
-        ensure_java_home()
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        from pyspark.sql import SparkSession
-
-        master = master or os.environ.get("RESTREAM_SPARK_MASTER") or "local[*]"
-        settings = default_conf(master)
-        settings.update({k: str(v) for k, v in (conf or {}).items()})
-        builder = SparkSession.builder.appName("restream")
-        if master.startswith("sc://"):
-            builder = builder.remote(master)
-            settings = {k: v for k, v in settings.items() if k.startswith("spark.sql.")}
-        else:
-            builder = builder.master(master)
-        for key, value in settings.items():
-            builder = builder.config(key, value)
-        _SESSION = builder.getOrCreate()
-        try:
-            _SESSION.sparkContext.setLogLevel("ERROR")
-        except Exception:  # noqa: BLE001 - no SparkContext over Spark Connect
-            pass
+        _SESSION = _classic_session(target)
         return _SESSION
+
+
+def _classic_session(target: config.SparkTarget) -> Any:
+    master = target.master or "local[*]"
+    if not (master.startswith("local") or master.startswith("spark://")):
+        raise RestreamError(
+            f"master {master!r}: expected local[N], spark://host:port or sc://host:port"
+        )
+    if master.startswith("spark://"):
+        _reachable(master, "Spark master")
+    ensure_java_home()
+    if "spark.driver.host" in default_conf(master) and "SPARK_LOCAL_IP" not in os.environ:
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # a one-machine cluster: bind to loopback
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    settings = default_conf(master)
+    settings.update(target.conf)
+    builder = SparkSession.builder.appName("restream").master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    _WAIT[id(session)] = target.executor_wait
+    if master.startswith("spark://"):
+        try:
+            _await_executors(session, master, target.executor_wait)
+            if "spark.sql.shuffle.partitions" not in target.conf:
+                cores = session.sparkContext.defaultParallelism
+                session.conf.set("spark.sql.shuffle.partitions", str(cores))
+            with watch(session, "restream-python-check") as dog:
+                try:
+                    check_python(session)
+                except Exception:
+                    if dog.reason:
+                        raise RestreamError(dog.reason) from None
+                    raise
+        except BaseException:
+            session.stop()
+            raise
+    elif settings.get("spark.pyspark.python", sys.executable) != sys.executable:
+        check_python(session)
+    return session
+
+
+def _connect_session(target: config.SparkTarget) -> Any:
+    url = target.master
+    assert url is not None
+    session = _REMOTE.get(url)
+    if session is not None and not _connect_closed(session):
+        return session
+    _reachable(url, "Spark Connect server")
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    defaults = {k: v for k, v in default_conf(url).items() if k.startswith("spark.sql.")}
+    # Not the generic builder: it would switch this whole process to Connect mode.
+    session = ConnectSession.builder.remote(url).create()
+    _bound_retries(session)
+    shown = config.redact(url)
+    try:
+        for key, value in defaults.items():
+            if key not in target.conf:
+                try:
+                    session.conf.set(key, value)
+                except Exception:  # noqa: BLE001 - a static setting: the server's stands
+                    pass
+        for key, value in target.conf.items():
+            try:
+                session.conf.set(key, value)
+            except Exception as exc:  # noqa: BLE001
+                if "CANNOT_MODIFY" not in str(exc):
+                    raise RestreamError(
+                        f"Spark Connect server {shown}: cannot set {key}: {_first_line(exc)}"
+                    ) from None
+                # Cluster settings (cores, memory) are the server's: a profile or
+                # RESTREAM_SPARK_CONF written for classic sessions still works here.
+                warnings.warn(
+                    f"Spark Connect server {shown}: {key} is set by the server, not by a "
+                    "client session; ignored",
+                    stacklevel=2,
+                )
+        check_python(session)
+    except RestreamError:
+        session.stop()
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. a bad token: one line, token hidden
+        session.stop()
+        raise RestreamError(
+            f"Spark Connect server {shown}: {type(exc).__name__}: {_first_line(exc)}"
+        ) from None
+    _WAIT[id(session)] = target.executor_wait
+    _REMOTE[url] = session
+    return session
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return config.redact(text.splitlines()[0] if text else type(exc).__name__)
+
+
+def _bound_retries(session: Any) -> None:
+    """Give up on an unreachable Connect server after ~30 s of retries, not 10 minutes."""
+    try:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        policy = DefaultPolicy(max_retries=6, initial_backoff=100, max_backoff=10_000)
+        session._client.set_retry_policies([policy])
+    except Exception:  # noqa: BLE001 - another PySpark: its defaults still end, later
+        pass
+
+
+def _connect_closed(session: Any) -> bool:
+    try:
+        return bool(session.is_stopped)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _endpoints(master: str) -> list[tuple[str, int]]:
+    """(host, port) pairs of a ``spark://h:p[,h:p]`` or ``sc://h:p/...`` URL."""
+    scheme, _, rest = master.partition("://")
+    rest = rest.split("/")[0].split(";")[0]
+    default = 15002 if scheme == "sc" else 7077
+    out = []
+    for part in rest.split(","):
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
+        try:
+            out.append((host.strip("[]") or "localhost", int(port) if port else default))
+        except ValueError:
+            raise RestreamError(f"master {config.redact(master)!r}: bad port {port!r}") from None
+    return out
+
+
+def _reachable(master: str, what: str) -> None:
+    """Fail at once, in one line, when no endpoint of ``master`` accepts a connection."""
+    errors = []
+    for host, port in _endpoints(master):
+        try:
+            with socket.create_connection((host, port), timeout=5):
+                return
+        except OSError as exc:
+            errors.append(f"{host}:{port}: {exc.strerror or exc}")
+    raise RestreamError(
+        f"cannot reach the {what} at {config.redact(master)} ({'; '.join(errors)}); "
+        "is it running? (for a local one: make cluster)"
+    )
+
+
+def _executors(session: Any) -> int:
+    """Executors registered with a classic session's driver (the driver itself not counted)."""
+    sc = session.sparkContext
+    return max(0, sc._jsc.sc().getExecutorMemoryStatus().size() - 1)
+
+
+def _await_executors(session: Any, master: str, wait: float) -> None:
+    deadline = time.monotonic() + wait
+    while _executors(session) == 0:
+        if time.monotonic() > deadline:
+            raise RestreamError(
+                f"the cluster at {master} gave this application no executor within {wait:g} s: "
+                "no worker with free cores and memory (are workers running? does another "
+                "application hold their cores?)"
+            )
+        time.sleep(0.25)
+
+
+_MISMATCH = re.compile(r"different version:?\s*\(?([\d., ]+)\)?\s*than that in driver:?\s*([\d.]+)")
+
+
+def check_python(session: Any, driver: tuple[int, int] | None = None) -> str:
+    """The workers' Python version (``"3.11"``); a RestreamError when its major.minor is not
+    ``driver``'s (this interpreter's by default)."""
+    want = "{}.{}".format(*(driver or sys.version_info[:2]))
+
+    def probe(batches):  # runs on a worker; pickled by value, so it needs nothing shipped
+        import sys as worker_sys
+
+        import pyarrow as worker_pa
+
+        for _ in batches:
+            pass
+        version = "{}.{}".format(*worker_sys.version_info[:2])
+        yield worker_pa.RecordBatch.from_pydict({"v": [version]})
+
+    try:
+        rows = session.range(1, numPartitions=1).mapInArrow(probe, "v string").collect()
+    except Exception as exc:  # noqa: BLE001 - PySpark's own check comes first
+        message = mismatch_message(str(exc))
+        if message is None:
+            raise
+        raise RestreamError(message) from None
+    got = rows[0]["v"]
+    if got != want:
+        raise RestreamError(_python_message(got, want))
+    return got
+
+
+def mismatch_message(text: str) -> str | None:
+    """Our one line for PySpark's PYTHON_VERSION_MISMATCH error text (None for other text)."""
+    found = _MISMATCH.search(text)
+    if found is None:
+        return None
+    worker = ".".join(p.strip() for p in found.group(1).split(",")[:2] if p.strip())
+    return _python_message(worker, found.group(2).rstrip("."))
+
+
+def _python_message(worker: str, driver: str) -> str:
+    return (
+        f"the cluster's workers run Python {worker} but this kernel runs Python {driver}: "
+        "use the same major.minor version on both (set spark.pyspark.python, or PYSPARK_PYTHON "
+        "on the workers)"
+    )
+
+
+class Watchdog:
+    """Cancels a replay's jobs on a standalone cluster once it has had no executor for
+    ``wait`` seconds; ``reason`` then says why (None while all is well)."""
+
+    def __init__(self, session: Any, group: str, wait: float, master: str):
+        self.session = session
+        self.group = group
+        self.wait = wait
+        self.master = master
+        self.reason: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="restream-watchdog", daemon=True)
+
+    def _run(self) -> None:
+        last_seen = time.monotonic()
+        while not self._done.wait(0.5):
+            try:
+                count = _executors(self.session)
+            except Exception:  # noqa: BLE001 - the session is stopping
+                return
+            now = time.monotonic()
+            if count:
+                last_seen = now
+                continue
+            if now - last_seen >= self.wait and self.reason is None:
+                self.reason = (
+                    f"the cluster at {self.master} lost every executor of this replay and gave "
+                    f"none back within {self.wait:g} s (did its workers die?)"
+                )
+            if self.reason is not None:
+                try:  # again every half second, for jobs started after the first cancel
+                    self.session.sparkContext.cancelJobGroup(self.group)
+                except Exception:  # noqa: BLE001
+                    return
+
+    def __enter__(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+
+class _Idle:
+    reason = None
+
+
+@contextmanager
+def watch(session: Any, group: str) -> Iterator[Watchdog | _Idle]:
+    """A :class:`Watchdog` over ``session``'s executors while the block runs, for jobs in
+    ``group`` on a standalone cluster (other sessions need none: nothing to watch)."""
+    master = None if is_connect(session) else _master_of(session)
+    if not master or not master.startswith("spark://"):
+        yield _Idle()
+        return
+    wait = _WAIT.get(id(session), config.DEFAULT_EXECUTOR_WAIT)
+    try:
+        session.sparkContext.setJobGroup(group, "restream replay", True)
+    except Exception:  # noqa: BLE001
+        pass
+    with Watchdog(session, group, wait, master) as dog:
+        yield dog
 
 
 def _master_of(session: Any) -> str | None:
@@ -133,10 +445,22 @@ def _stopped(session: Any) -> bool:
         return False
 
 
-def stop_session() -> None:
-    """Stop the process's session, if one was made (the next replay makes a new one)."""
+def _base(url: str) -> str:
+    """A Connect URL without its parameters (nor its token)."""
+    return url.split(";")[0].rstrip("/")
+
+
+def stop_session(master: str | None = None) -> None:
+    """Stop the process's sessions (or only the one on ``master``); the next replay makes a
+    new one."""
     global _SESSION
     with _LOCK:
-        if _SESSION is not None:
+        for url in list(_REMOTE):
+            if master is None or _base(url) == _base(master):
+                try:
+                    _REMOTE.pop(url).stop()
+                except Exception:  # noqa: BLE001 - the server may be gone already
+                    pass
+        if _SESSION is not None and (master is None or _master_of(_SESSION) == master):
             _SESSION.stop()
             _SESSION = None

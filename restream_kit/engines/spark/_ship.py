@@ -1,10 +1,11 @@
 """Make restream_kit importable on the workers of a remote cluster.
 
 In local mode the workers are forks of this machine's Python, where restream_kit is installed
-already. A remote cluster (``spark://``, ``sc://``) needs the package shipped: :func:`ship`
-zips it (:func:`package_zip`) and adds the zip to the session's Python path, once per
-session. Programs themselves never need shipping: their source text travels with each task
-(``_worker.ProgramRef``).
+already. A remote cluster needs the package shipped: :func:`ship` zips it (:func:`package_zip`)
+and adds the zip to the workers' Python path, once per session: ``addPyFile`` on a standalone
+cluster (``spark://``), ``addArtifacts(..., pyfile=True)`` over Spark Connect (``sc://``, where
+there is no SparkContext). Programs themselves never need shipping: their source text travels
+with each task (``_worker.ProgramRef``), whether it came from a file or a notebook cell.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ def ship(session: Any) -> None:
     """Put restream_kit on the workers' Python path, unless they run locally or have it."""
     if is_local(session) or id(session) in _SHIPPED or os.environ.get("RESTREAM_NO_SHIP"):
         return
+    from ._session import is_connect
+
     archive = str(package_zip())
-    try:
-        session.sparkContext.addPyFile(archive)
-    except Exception:  # noqa: BLE001 - Spark Connect ships artifacts instead
+    if is_connect(session):
         session.addArtifacts(archive, pyfile=True)
+    else:
+        session.sparkContext.addPyFile(archive)
     _SHIPPED.add(id(session))

@@ -26,6 +26,15 @@ Resolutions that need Python run here too: :class:`FoldTask` folds merges the JV
 (other operators, merge functions), :class:`VectorFoldTask` folds sets and sums with numpy
 (the alternative to Spark windows, ``fold="vector"``). :class:`KeysTask` evaluates key
 expressions that Spark SQL cannot, and :class:`SerialTask` is the serial fallback.
+
+With ``on_error`` skip or quarantine, a handler run that raises is rolled back inside the
+task, as the serial engine does (``serial.GuardedRuntime``): own dicts journal their changes,
+and the run's output rows (emits, writes, versions) and timed writes are dropped; a QUAR row
+carries the quarantine record to the driver.
+
+Fault injection, for tests of Spark's retries: ``$RESTREAM_FAULT`` in the workers'
+environment (see :func:`inject_fault`) kills the Python worker or fails the task in a chosen
+stage, partition and attempt.
 """
 
 from __future__ import annotations
@@ -34,7 +43,9 @@ import functools
 import heapq
 import linecache
 import operator
+import os
 import pickle
+import signal
 import time
 from collections import namedtuple
 from collections.abc import Iterator
@@ -46,9 +57,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..._compile import compile_program
+from ..._poison import event_fields, portable_fields, quarantine_row
 from ...errors import RestreamError, user_lineno
 from ...program import Program
-from ..serial import TimeTravelError, apply_write
+from ..serial import JOURNAL_ABSENT, JournalDict, TimeTravelError, apply_write
 from ._codec import (
     ABSENT,
     BAD,
@@ -110,12 +122,16 @@ __all__ = [
     "event_type",
     "pickle_error",
     "unpickle_error",
+    "QUAR",
+    "FAULT_ENV",
+    "FAULT_LOG_ENV",
+    "inject_fault",
 ]
 
 FALLBACK_MARKER = "RESTREAM_FALLBACK"
 
-# Output row kinds.
-EMIT, WRITE, FINAL, PEND, ERROR, STAT, LAST, RESOLVED = range(1, 9)
+# Output row kinds (QUAR: a handler run rolled back under on_error skip or quarantine).
+EMIT, WRITE, FINAL, PEND, ERROR, STAT, LAST, RESOLVED, QUAR = range(1, 10)
 # Write operations (and the request rows of an as-of resolution).
 OP_REQ, OP_SET, OP_DEL, OP_ADD, OP_BIN, OP_FN = range(6)
 # Input row tags of a handler pass, in the order they sort.
@@ -169,6 +185,67 @@ class FallbackNeeded(BaseException):
     def __init__(self, reason: str):
         super().__init__(f"{FALLBACK_MARKER}[{reason}]")
         self.reason = reason
+
+
+# -- fault injection ---------------------------------------------------------------------------
+
+#: Faults to inject, separated by ``;``, each ``ACTION:key=value:...``. ACTION is ``kill``
+#: (SIGKILL the Python worker running the task), ``fail`` (raise in the task) or ``sleep``
+#: (``seconds=N``, a straggler for speculation). Keys choose the task: ``stage`` (a step's
+#: name or one of its handlers, ``serial`` for the fallback, ``fold``, ``keys``; default every
+#: stage), ``partition`` (default every partition) and ``attempt`` (default 0, the first
+#: attempt only, so that Spark's retry recovers; ``*`` every attempt). Example:
+#: ``RESTREAM_FAULT="kill:stage=flag:partition=0"``.
+FAULT_ENV = "RESTREAM_FAULT"
+#: When set, a file that every injected fault appends a line to before it strikes.
+FAULT_LOG_ENV = "RESTREAM_FAULT_LOG"
+
+
+def _faults(text: str) -> list[tuple[str, dict[str, str]]]:
+    faults = []
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        action, *pairs = item.split(":")
+        where = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+        if action not in ("kill", "fail", "sleep"):
+            raise ValueError(f"{FAULT_ENV}: unknown fault {action!r} (kill, fail or sleep)")
+        faults.append((action, where))
+    return faults
+
+
+def inject_fault(stage: str) -> None:
+    """Strike the faults of ``$RESTREAM_FAULT`` that match this task (tests of retries only).
+
+    Read in the worker's own environment, which in local mode is the driver's at the time
+    the JVM started, and elsewhere comes from ``spark.executorEnv.RESTREAM_FAULT``.
+    """
+    text = os.environ.get(FAULT_ENV)
+    if not text:
+        return
+    from pyspark import TaskContext  # only when faults are asked for
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return
+    parts, attempt = ctx.partitionId(), ctx.attemptNumber()
+    for action, where in _faults(text):
+        wanted = where.get("stage", "*")
+        if wanted != "*" and wanted != stage and wanted not in stage.split(", "):
+            continue
+        if where.get("partition", "*") not in ("*", str(parts)):
+            continue
+        if where.get("attempt", "0") not in ("*", str(attempt)):
+            continue
+        note = f"{action} stage={stage} partition={parts} attempt={attempt} pid={os.getpid()}"
+        log = os.environ.get(FAULT_LOG_ENV)
+        if log:
+            with open(log, "a") as f:
+                f.write(note + "\n")
+        if action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "fail":
+            raise RuntimeError(f"injected fault: {note}")
+        else:
+            time.sleep(float(where.get("seconds", "5")))
 
 
 # -- the program on the worker ------------------------------------------------------------
@@ -272,6 +349,23 @@ class _OutRows(_Out):
 _NO_VALUE = (ABSENT, None, None, None)
 
 
+def _encode_value(value: Any) -> tuple:
+    """``encode_value``, falling back when the value cannot be pickled: whether that is an
+    error is for the serial algorithm to say (it checks the final state, not each write)."""
+    try:
+        return encode_value(value)
+    except Exception as exc:  # noqa: BLE001 - pickling can raise almost anything
+        raise FallbackNeeded(f"a state value cannot be pickled ({type(exc).__name__})") from None
+
+
+def _pickled_fields(fields: dict) -> bytes:
+    """Emitted fields as bytes; the serial algorithm names fields that cannot travel."""
+    try:
+        return pickle.dumps(fields, protocol=5)
+    except Exception as exc:  # noqa: BLE001
+        raise FallbackNeeded(f"an emitted value cannot be pickled ({type(exc).__name__})") from None
+
+
 # -- stores -----------------------------------------------------------------------------------
 
 
@@ -349,6 +443,23 @@ class _RecordingDict(dict):
     def __delitem__(self, key: Any) -> None:
         dict.__delitem__(self, key)
         self.rt.version(self.sid, key, MISSING)
+
+
+class _JournalRecordingDict(_RecordingDict):
+    """A :class:`_RecordingDict` that also journals (key, old value) for a rollback."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.rt.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
+        _RecordingDict.__setitem__(self, key, value)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.rt.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
+        return _RecordingDict.pop(self, key, *default)
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
 
 
 _BINOPS = {
@@ -457,7 +568,7 @@ class BlindStore:
                 raise FallbackNeeded(f"{self.state} was planned as {path} but gets {op}")
             if op == "set":
                 code = OP_SET
-                vt, vl, vd, vb = encode_value(arg)
+                vt, vl, vd, vb = _encode_value(arg)
             else:
                 code, vt, vl, vd, vb = OP_DEL, ABSENT, None, None, None
         elif path != "python":
@@ -554,6 +665,9 @@ class _TaskRuntime:
         self.bound = heap_bound
         # Position of version rows made now: None means (ts, o, h, next i).
         self.fixed: tuple[int, int, int, int] | None = None
+        # Changes of own dicts in the current handler run (on_error skip or quarantine).
+        self.journal: list = []
+        self.columns: tuple[str, ...] = ()
 
     def next_i(self) -> int:
         self.i += 1
@@ -579,7 +693,7 @@ class _TaskRuntime:
         self.i += 1
         self.out.rows.append(
             (EMIT, None, None, None, self.o, self.h, self.i, None, None, None, None,
-             pickle.dumps(fields, protocol=5), table, None)
+             _pickled_fields(fields), table, None)
         )  # fmt: skip
 
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
@@ -594,7 +708,7 @@ class _TaskRuntime:
         else:
             t, o, h, i = fixed
         op = OP_DEL if value is MISSING else OP_SET
-        self.out.write(WRITE, sid, encode_key(key), t, o, h, i, op, encode_value(value))
+        self.out.write(WRITE, sid, encode_key(key), t, o, h, i, op, _encode_value(value))
 
     def apply_due(self, t: int) -> None:
         """Apply pending writes with time <= ``t`` in position order (end of an epoch)."""
@@ -639,6 +753,7 @@ class StepSpec:
     own_key_part: dict[str, int | None] = field(default_factory=dict)
     partitioned: bool = False
     route: dict[str, int | None] = field(default_factory=dict)
+    on_error: str = "stop"
 
 
 class StepTask:
@@ -649,10 +764,13 @@ class StepTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         spec = self.spec
+        inject_fault(spec.step)
         started = time.perf_counter()
         program = load_program(spec.program)
         out = _OutRows()
         rt = _TaskRuntime(out, spec.bound)
+        guarded = spec.on_error != "stop"
+        rt.columns = spec.columns  # the log's names, for errors (the event type renames)
         stores: dict[str, Any] = {}
         views: dict[int, AsOfView] = {}
         sid_of = spec.state_ids
@@ -660,11 +778,11 @@ class StepTask:
         for name in program.states:
             if name in spec.own:
                 if spec.own[name]:
-                    d = _RecordingDict()
+                    d = _JournalRecordingDict() if guarded else _RecordingDict()
                     d.rt = rt
                     d.sid = sid_of[name]
                 else:
-                    d = {}
+                    d = JournalDict(rt.journal) if guarded else {}
                 stores[name] = d
             elif name in spec.upstream:
                 stores[name] = views[sid_of[name]] = AsOfView(name)
@@ -761,11 +879,18 @@ class StepTask:
                     for sid, view in view_list:
                         per = fills.get(sid)
                         view.cur = per.get(index, _EMPTY) if per else _EMPTY
+                    if guarded:
+                        rt.journal.clear()
+                        mark, mark_i = len(out.rows), rt.i
                     try:
                         fn(ev)
                     except FallbackNeeded:
                         raise
                     except Exception as exc:  # noqa: BLE001 - reported as the replay's error
+                        if guarded:
+                            self._rollback(rt, out, mark, mark_i)
+                            self._quarantine(out, program, rt, spec.columns, exc)
+                            continue
                         self._error(out, program, rt, exc)
                         failed = True
                         break
@@ -790,7 +915,7 @@ class StepTask:
                     pk = self._pk(spec, seen_pk, name, part, key)
                     out.write(
                         FINAL, sid, encode_key(key), None, None, None, None, None,
-                        encode_value(value), pk=pk,
+                        _encode_value(value), pk=pk,
                     )  # fmt: skip
             for at, o, h, i, d, _default, op, key, arg in rt.heap:
                 name = next(n for n, store in stores.items() if store is d)
@@ -861,8 +986,39 @@ class StepTask:
         elif op == "delete":
             code, value = OP_DEL, _NO_VALUE
         else:
-            code, value = (OP_SET if op == "set" else OP_ADD), encode_value(arg)
+            code, value = (OP_SET if op == "set" else OP_ADD), _encode_value(arg)
         out.write(PEND, sid, encode_key(key), at, o, h, i, code, value, pk=pk)
+
+    @staticmethod
+    def _rollback(rt: _TaskRuntime, out: _OutRows, mark: int, mark_i: int) -> None:
+        """Undo the current handler run: its output rows, own dict changes, timed writes."""
+        del out.rows[mark:]
+        journal = rt.journal
+        while journal:
+            d, key, old = journal.pop()
+            if old is JOURNAL_ABSENT:
+                dict.pop(d, key, None)
+            else:
+                dict.__setitem__(d, key, old)
+        o, h = rt.o, rt.h
+        heap = rt.heap
+        kept = [e for e in heap if not (e[1] == o and e[2] == h and e[3] > mark_i)]
+        if len(kept) != len(heap):
+            heap[:] = kept
+            heapq.heapify(heap)
+        rt.i = mark_i
+
+    @staticmethod
+    def _quarantine(out, program: Program, rt: _TaskRuntime, columns, exc: BaseException) -> None:
+        row = quarantine_row(
+            filename=program.filename,
+            handler=rt.handler,
+            event=rt.event,
+            seq=0,
+            columns=columns,
+            exc=exc,
+        )
+        out.add(_rs_kind=QUAR, _rs_o=rt.o, _rs_h=rt.h, _rs_vb=pickle.dumps(row, protocol=5))
 
     @staticmethod
     def _error(out: _OutRows, program: Program, rt: _TaskRuntime, exc: BaseException) -> None:
@@ -891,6 +1047,9 @@ def pickle_error(program: Program, rt: Any, exc: BaseException) -> bytes:
         "type": type(exc).__name__,
         "message": str(exc),
         "passthrough": isinstance(exc, RestreamError) and not isinstance(exc, TimeTravelError),
+        "fields": None
+        if ev is None
+        else portable_fields(event_fields(ev, getattr(rt, "columns", None))),
     }
     try:
         info["exc"] = pickle.dumps(exc, protocol=5)
@@ -937,6 +1096,7 @@ class FoldTask:
         self.spec = spec
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        inject_fault("fold")
         defaults = {s: pickle.loads(d) for s, d in self.spec.defaults.items()}
         out = _Out(RES_FIELDS)
         cur_s = cur_k = None
@@ -975,7 +1135,7 @@ class FoldTask:
 
 
 def _vcols(value: Any) -> dict:
-    vt, vl, vd, vb = encode_value(value)
+    vt, vl, vd, vb = _encode_value(value)
     return {"_rs_vt": vt, "_rs_vl": vl, "_rs_vd": vd, "_rs_vb": vb}
 
 
@@ -1029,6 +1189,7 @@ class VectorFoldTask:
         self.spec = spec
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        inject_fault("fold")
         carry: dict | None = None
         types = None
         for batch in batches:
@@ -1238,6 +1399,7 @@ class KeysTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         spec = self.spec
+        inject_fault("keys")
         program = load_program(spec.program)
         fns = [(col, key_function(expr, program), kinds) for col, expr, kinds in spec.keys]
         make = event_type(spec.columns)
@@ -1269,6 +1431,7 @@ class SerialSpec:
     columns: tuple[str, ...]
     pickled_columns: frozenset[str]
     types: bytes  # the log's Arrow schema, serialized
+    on_error: str = "stop"
 
 
 SERIAL_FIELDS = (
@@ -1291,6 +1454,7 @@ class SerialTask:
         from .. import serial
 
         spec = self.spec
+        inject_fault("serial")
         started = time.perf_counter()
         program = load_program(spec.program)
         schema = pa.ipc.read_schema(pa.py_buffer(spec.types))
@@ -1308,24 +1472,31 @@ class SerialTask:
         table = pa.table(arrays, names=list(spec.columns))
         out = _Out(SERIAL_FIELDS)
         try:
-            result = serial.replay(program, Log(table, cache=False))
+            result = serial.replay(program, Log(table, cache=False), on_error=spec.on_error)
         except Exception as exc:  # noqa: BLE001 - shipped to the driver, raised there
             out.add(_rs_kind=ERROR, _rs_vb=_serial_error(exc))
             yield from out.flush(force=True)
             return
         for name, t in result.tables.items():
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, t.schema) as writer:
-                writer.write_table(t)
-            out.add(_rs_kind=EMIT, _rs_name=name, _rs_vb=sink.getvalue().to_pybytes())
+            out.add(_rs_kind=EMIT, _rs_name=name, _rs_vb=_ipc(t))
         for name, values in result.state.items():
             out.add(_rs_kind=FINAL, _rs_name=name, _rs_vb=pickle.dumps(values, protocol=5))
+        if result.quarantine.num_rows:
+            out.add(_rs_kind=QUAR, _rs_vb=_ipc(result.quarantine))
         out.add(
             _rs_kind=STAT,
             _rs_vd=time.perf_counter() - started,
             _rs_vl=result.metrics.scheduled_events,
         )
         yield from out.flush(force=True)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    """A table as the bytes of an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def _serial_error(exc: BaseException) -> bytes:
@@ -1341,6 +1512,7 @@ def _serial_error(exc: BaseException) -> bytes:
             "seq": exc.seq,
             "kind": exc.kind,
             "ts": exc.ts,
+            "fields": portable_fields(exc.fields or {}),
         }
         cause = exc.cause
     else:

@@ -1,0 +1,554 @@
+"""Checkpoints: each finished epoch of a replay committed atomically to a directory.
+
+A checkpoint directory holds one sub-directory per committed epoch and a manifest::
+
+    DIR/manifest.json         written last, by an atomic rename: what is committed
+    DIR/epoch-000003/state.pkl  the replay's state after epoch 3 (engine-specific, pickled)
+    DIR/epoch-000003/rows.pkl   the output rows epoch 3 emitted (the engine's raw rows)
+
+An epoch is committed by writing its files into a temporary directory, renaming that to
+``epoch-NNNNNN`` and then replacing the manifest, so a replay killed at any moment leaves
+either the old manifest or the new one, never a half-written epoch that the manifest names.
+Everything is created readable by its owner only (0700 directories, 0600 files).
+
+The manifest's ``identity`` says what the checkpoint is a checkpoint *of*: the program's
+hash, the log's fingerprint, the engine and the configuration that sets the epochs. A resume
+(``replay(..., checkpoint=DIR, resume=True)``, ``restream replay --checkpoint DIR --resume``)
+continues after the last committed epoch only when the identity is the same; otherwise it is
+refused with one line saying what differs.
+
+``start_from=(DIR, epoch)`` (or ``start_from=DIR`` for its last committed epoch) starts a
+replay of a possibly *changed* program from the state committed after ``epoch``, over the rest
+of the same log: the log and the state declarations must match, the handlers may differ.
+
+Engines use a :class:`Checkpointer` (see :func:`open_for_replay`): ``load()`` gives the
+:class:`Start` to continue from (or None), ``commit(epoch, done, state, rows)`` commits one
+epoch. ``state`` and ``rows`` are any picklable values the engine knows how to read back;
+``state_format`` names that engine-specific form so that one engine never reads another's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RestreamError
+
+__all__ = [
+    "CheckpointError",
+    "Checkpointer",
+    "Start",
+    "Snapshot",
+    "open_for_replay",
+    "read",
+    "serial_state",
+    "restore_serial_state",
+    "check_states",
+]
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+_EPOCH_DIR = "epoch-{:06d}"
+
+
+class CheckpointError(RestreamError):
+    """A checkpoint directory that cannot be used: not one, another replay's, or unreadable."""
+
+
+@dataclass
+class Start:
+    """Where a replay starts: after epoch ``epoch`` (``done`` events in), with ``state``.
+
+    ``rows`` are the engine's raw output rows of the epochs before (a list per epoch; empty
+    for ``start_from``, whose result covers only the events it replays). ``resumed`` tells a
+    resume of the same checkpoint from a ``start_from`` of a committed snapshot.
+    """
+
+    epoch: int
+    done: int
+    state: Any
+    rows: list[Any] = field(default_factory=list)
+    resumed: bool = True
+    complete: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def next_epoch(self) -> int:
+        """The first epoch still to replay."""
+        return self.epoch + 1
+
+
+def identity(program: Any, log: Any, engine: str, epoch: Any, **config: Any) -> dict[str, Any]:
+    """What a checkpoint is a checkpoint of: program, log, engine and epoch configuration."""
+    from .epochs import default_epoch_events, parse_epoch
+
+    parsed = parse_epoch(epoch) or ("events", default_epoch_events(len(log)))
+    return {
+        "program_sha256": program.sha256,
+        "log_fingerprint": log.fingerprint,
+        "log_events": len(log),
+        "engine": engine,
+        "epoch": list(parsed),
+        **config,
+    }
+
+
+def _describe(key: str, value: Any) -> str:
+    if key == "program_sha256":
+        return f"program {str(value)[:12]}"
+    if key == "log_fingerprint":
+        return f"log {value}"
+    return f"{key} {value!r}"
+
+
+class Checkpointer:
+    """A checkpoint directory being written by one replay (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        ident: dict[str, Any],
+        *,
+        state_format: str,
+        resume: bool = False,
+    ):
+        self.directory = Path(directory)
+        self.identity = ident
+        self.state_format = state_format
+        self.resume = resume
+        self.manifest = _open_dir(self.directory, create=True)
+        if self.manifest is not None:
+            committed = self.manifest.get("epochs", [])
+            if not resume:
+                raise CheckpointError(
+                    f"checkpoint {self.directory} already holds {_committed_text(self.manifest)}; "
+                    "pass --resume (resume=True) to continue it, or choose another directory"
+                )
+            _check_identity(self.directory, self.manifest["identity"], ident)
+            if committed and self.manifest.get("state_format") != state_format:
+                raise CheckpointError(
+                    f"checkpoint {self.directory} holds {self.manifest.get('state_format')} "
+                    f"state, this replay keeps {state_format} state"
+                )
+        else:
+            self.manifest = self._fresh()
+
+    def _fresh(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "identity": self.identity,
+            "state_format": self.state_format,
+            "epochs": [],
+            "complete": False,
+        }
+
+    # -- reading -------------------------------------------------------------------------
+
+    def load(self) -> Start | None:
+        """The last committed epoch to continue after, or None when nothing is committed."""
+        epochs = self.manifest["epochs"]
+        if not epochs:
+            return None
+        last = epochs[-1]
+        rows = [_load(self.directory / e["dir"] / "rows.pkl") for e in epochs]
+        state = _load(self.directory / last["dir"] / "state.pkl")
+        return Start(
+            epoch=last["epoch"],
+            done=last["done"],
+            state=state,
+            rows=rows,
+            resumed=True,
+            complete=bool(self.manifest.get("complete")),
+            info=dict(last.get("info", {})),
+        )
+
+    # -- writing -------------------------------------------------------------------------
+
+    def commit(
+        self,
+        epoch: int,
+        done: int,
+        state: Any,
+        rows: Any,
+        *,
+        last: bool = False,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        """Commit epoch ``epoch`` (``done`` events replayed in all): state, rows, manifest."""
+        name = _EPOCH_DIR.format(epoch)
+        tmp = self.directory / f".tmp-{name}-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(mode=0o700)
+        _write(tmp / "state.pkl", _dumps(state, "the state"))
+        _write(tmp / "rows.pkl", _dumps(rows, "the output rows"))
+        _fsync_dir(tmp)
+        final = self.directory / name
+        if final.exists():  # left by a run killed between this rename and its manifest
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        entry = {"epoch": epoch, "done": done, "dir": name, "info": info or {}}
+        epochs = [e for e in self.manifest["epochs"] if e["epoch"] < epoch] + [entry]
+        manifest = {**self.manifest, "epochs": epochs, "complete": bool(last)}
+        _write(self.directory / f".{MANIFEST}.tmp", json.dumps(manifest, indent=1).encode())
+        os.replace(self.directory / f".{MANIFEST}.tmp", self.directory / MANIFEST)
+        _fsync_dir(self.directory)
+        self.manifest = manifest
+
+    def reset(self, state_format: str | None = None) -> None:
+        """Forget every committed epoch (when an engine restarts in another way)."""
+        for e in self.manifest["epochs"]:
+            shutil.rmtree(self.directory / e["dir"], ignore_errors=True)
+        if state_format is not None:
+            self.state_format = state_format
+        self.manifest = self._fresh()
+        _write(self.directory / f".{MANIFEST}.tmp", json.dumps(self.manifest, indent=1).encode())
+        os.replace(self.directory / f".{MANIFEST}.tmp", self.directory / MANIFEST)
+
+
+# -- snapshots: committed epochs read back --------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    """The state committed after one epoch of a checkpoint, to start another replay from."""
+
+    directory: Path
+    epoch: int
+    done: int
+    identity: dict[str, Any]
+    state_format: str
+    state: Any
+    info: dict[str, Any]
+
+
+def read(directory: str | Path, epoch: int | None = None) -> Snapshot:
+    """The snapshot after ``epoch`` (the last committed one when None) of checkpoint ``directory``."""
+    directory = Path(directory)
+    manifest = _open_dir(directory, create=False)
+    if manifest is None:
+        raise CheckpointError(f"start_from: {directory} holds no committed epoch")
+    epochs = manifest.get("epochs", [])
+    if not epochs:
+        raise CheckpointError(f"start_from: {directory} holds no committed epoch")
+    if epoch is None:
+        entry = epochs[-1]
+    else:
+        if epoch < 0:
+            epoch = epochs[-1]["epoch"] + 1 + epoch
+        found = [e for e in epochs if e["epoch"] == epoch]
+        if not found:
+            raise CheckpointError(
+                f"start_from: {directory} has no committed epoch {epoch} "
+                f"(committed: {epochs[0]['epoch']}..{epochs[-1]['epoch']})"
+            )
+        entry = found[0]
+    return Snapshot(
+        directory=directory,
+        epoch=entry["epoch"],
+        done=entry["done"],
+        identity=manifest["identity"],
+        state_format=manifest["state_format"],
+        state=_load(directory / entry["dir"] / "state.pkl"),
+        info=dict(entry.get("info", {})),
+    )
+
+
+def open_for_replay(
+    program: Any,
+    log: Any,
+    *,
+    engine: str,
+    epoch: Any,
+    state_format: str,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    start_from: Any = None,
+    **config: Any,
+) -> tuple[Checkpointer | None, Start | None]:
+    """The checkpointer of a replay (None without ``checkpoint``) and where it starts.
+
+    A resume of ``checkpoint`` wins over ``start_from``. For ``start_from`` the log must be
+    the same; the engine's own check of the state (:func:`check_states` for the serial one)
+    says whether the program's state declarations fit.
+    """
+    if resume and checkpoint is None:
+        raise CheckpointError("resume needs a checkpoint directory (--checkpoint DIR)")
+    snap = None
+    if start_from is not None:
+        snap = _start_snapshot(start_from)
+        _check_start(snap, log, engine, state_format)
+    ident = identity(program, log, engine, epoch, **config)
+    if snap is not None:
+        ident["start_from"] = {
+            "checkpoint": str(snap.directory.resolve()),
+            "epoch": snap.epoch,
+            "program_sha256": snap.identity.get("program_sha256"),
+        }
+    ck = None
+    if checkpoint is not None:
+        ck = Checkpointer(checkpoint, ident, state_format=state_format, resume=resume)
+        start = ck.load()
+        if start is not None:
+            return ck, start
+    if snap is None:
+        return ck, None
+    start = Start(
+        epoch=snap.epoch,
+        done=snap.done,
+        state=snap.state,
+        rows=[],
+        resumed=False,
+        info={**snap.info, "start_from": str(snap.directory), "from_epoch": snap.epoch},
+    )
+    return ck, start
+
+
+def _start_snapshot(start_from: Any) -> Snapshot:
+    if isinstance(start_from, Snapshot):
+        return start_from
+    if isinstance(start_from, (str, os.PathLike)):
+        return read(start_from)
+    if isinstance(start_from, tuple) and len(start_from) == 2:
+        directory, epoch = start_from
+        if not isinstance(epoch, int):
+            raise CheckpointError(f"start_from=(DIR, epoch): epoch must be an int, not {epoch!r}")
+        return read(directory, epoch)
+    raise CheckpointError(
+        f"start_from must be a checkpoint directory or (directory, epoch), not {start_from!r}"
+    )
+
+
+def _check_start(snap: Snapshot, log: Any, engine: str, state_format: str) -> None:
+    ident = snap.identity
+    if ident.get("log_fingerprint") != log.fingerprint or ident.get("log_events") != len(log):
+        raise CheckpointError(
+            f"start_from: {snap.directory} is a checkpoint of another log "
+            f"({ident.get('log_fingerprint')}, {ident.get('log_events')} events; this log is "
+            f"{log.fingerprint}, {len(log)} events)"
+        )
+    if snap.state_format != state_format:
+        raise CheckpointError(
+            f"start_from: {snap.directory} holds {snap.state_format} state (made with engine "
+            f"{ident.get('engine')!r}); this replay on {engine!r} keeps {state_format} state"
+        )
+
+
+def check_states(program: Any, saved: dict[str, list], where: str) -> list[str]:
+    """Check that ``program``'s states fit ``saved`` (name -> [kind, repr(default)]).
+
+    A saved state the program no longer declares, or one declared with another kind or
+    default, is refused; a state the program adds starts empty (returned as notes).
+    """
+    notes = []
+    for name, (kind, default) in saved.items():
+        decl = program.states.get(name)
+        if decl is None:
+            raise CheckpointError(
+                f"{where}: the snapshot has state {name!r}, which the program no longer declares"
+            )
+        if [decl.kind, repr(decl.default)] != [kind, default]:
+            raise CheckpointError(
+                f"{where}: state {name!r} was {kind}(default={default}) in the snapshot, "
+                f"the program declares {decl.kind}(default={decl.default!r})"
+            )
+    for name in program.states:
+        if name not in saved:
+            notes.append(f"{where}: state {name!r} is new, it starts empty")
+    return notes
+
+
+def state_declarations(program: Any) -> dict[str, list]:
+    """Name -> [kind, repr(default)] of every declared state, as :func:`check_states` reads."""
+    return {name: [decl.kind, repr(decl.default)] for name, decl in program.states.items()}
+
+
+# -- the serial engine's state --------------------------------------------------------------
+
+
+def serial_state(rt: Any, stores: dict[str, dict], program: Any) -> dict[str, Any]:
+    """The serial runtime's state between epochs, as plain picklable data.
+
+    That is every store, the timed writes still pending (their store by name), the scheduled
+    events still pending, the counter that orders both, and each log event's count of
+    scheduled events (the ``seq`` of the next one).
+    """
+    by_id = {id(d): name for name, d in stores.items()}
+    future = [(at, n, by_id[id(d)], op, key, arg) for at, n, d, _dflt, op, key, arg in rt.future]
+    order = next(rt.order)
+    rt.order = _count(order)
+    return {
+        "states": state_declarations(program),
+        # Plain dicts: on_error stores are journaling dict subclasses.
+        "stores": {name: dict(d) for name, d in stores.items()},
+        "future": future,
+        "scheduled": list(rt.scheduled),
+        "order": order,
+        "scheduled_per_root": dict(rt.scheduled_per_root),
+        "quarantined": list(getattr(rt, "quarantined", ())),
+    }
+
+
+def restore_serial_state(
+    rt: Any, stores: dict[str, dict], program: Any, state: dict[str, Any], *, outputs: bool = True
+) -> None:
+    """Put ``state`` (from :func:`serial_state`) back into a fresh runtime and its stores.
+
+    ``outputs`` False (a ``start_from``) leaves out the handler runs quarantined before.
+    """
+    for name, values in state["stores"].items():
+        # dict.update: an on_error store must not journal what it is restored to.
+        dict.clear(stores[name])
+        dict.update(stores[name], values)
+    if outputs and hasattr(rt, "quarantined"):
+        rt.quarantined[:] = state.get("quarantined", [])
+    defaults = {name: decl.default for name, decl in program.states.items()}
+    rt.future[:] = [
+        (at, n, stores[name], defaults[name], op, key, arg)
+        for at, n, name, op, key, arg in state["future"]
+    ]
+    rt.scheduled[:] = state["scheduled"]
+    rt.order = _count(state["order"])
+    rt.scheduled_per_root.clear()
+    rt.scheduled_per_root.update(state["scheduled_per_root"])
+
+
+def _count(start: int):
+    import itertools
+
+    return itertools.count(start)
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+def _open_dir(directory: Path, *, create: bool) -> dict[str, Any] | None:
+    """The manifest of ``directory``, None when it is new or empty; refuse what is not one."""
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"checkpoint {directory} is a file, not a directory")
+    manifest_path = directory / MANIFEST
+    if not directory.exists():
+        if create:
+            directory.mkdir(parents=True, mode=0o700)
+            os.chmod(directory, 0o700)
+        return None
+    if not manifest_path.exists():
+        others = [p.name for p in directory.iterdir() if not p.name.startswith(".tmp-")]
+        if others:
+            raise CheckpointError(
+                f"checkpoint {directory} is not empty and is not a restream checkpoint "
+                f"(no {MANIFEST}; it holds {others[0]!r}); choose an empty or new directory"
+            )
+        return None
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        manifest["identity"], manifest["epochs"]  # noqa: B018 - the keys must be there
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            f"{manifest_path} is not a restream checkpoint manifest: {exc}"
+        ) from None
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{manifest_path} has checkpoint format {manifest.get('format')!r}; "
+            f"this restream_kit reads format {FORMAT}"
+        )
+    return manifest
+
+
+def _check_identity(directory: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    keys = dict.fromkeys([*saved, *current])
+    diffs = [k for k in keys if saved.get(k) != current.get(k)]
+    if not diffs:
+        return
+    parts = [
+        f"{_describe(k, saved.get(k))} there, {_describe(k, current.get(k))} here" for k in diffs
+    ]
+    what = {
+        "program_sha256": "another program version",
+        "log_fingerprint": "another log",
+        "log_events": "another log",
+        "engine": "another engine",
+    }
+    reason = next((what[k] for k in diffs if k in what), "another engine configuration")
+    raise CheckpointError(
+        f"checkpoint {directory} was made by {reason} ({'; '.join(parts)}); "
+        "use a new directory (or start_from= to start a changed program from its state)"
+    )
+
+
+def _committed_text(manifest: dict[str, Any]) -> str:
+    epochs = manifest.get("epochs", [])
+    if not epochs:
+        return "a checkpoint with no committed epoch"
+    done = "complete" if manifest.get("complete") else "incomplete"
+    return f"a checkpoint of epochs {epochs[0]['epoch']}..{epochs[-1]['epoch']} ({done})"
+
+
+def _dumps(value: Any, what: str) -> bytes:
+    """Pickle ``value``; functions of the program (merge functions waiting with ``at=``)
+    travel by value through cloudpickle."""
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception as first:  # noqa: BLE001 - retried below, then reported in one line
+        try:
+            cloudpickle = _cloudpickle()
+            return cloudpickle.dumps(value, protocol=5)
+        except Exception:  # noqa: BLE001
+            culprit = _culprit(value)
+            raise CheckpointError(
+                f"cannot save {what} in the checkpoint: {culprit or ''}"
+                f"{type(first).__name__}: {first}"
+            ) from None
+
+
+def _cloudpickle() -> Any:
+    try:
+        import cloudpickle
+    except ImportError:
+        from pyspark import cloudpickle  # bundled with pyspark
+    return cloudpickle
+
+
+def _culprit(value: Any) -> str | None:
+    """Which store and key hold a value that cannot be pickled, for the error message."""
+    stores = value.get("stores") if isinstance(value, dict) else None
+    if not isinstance(stores, dict):
+        return None
+    for name, values in stores.items():
+        for key, v in values.items():
+            try:
+                pickle.dumps(v, protocol=5)
+            except Exception:  # noqa: BLE001
+                return f"state {name!r} key {key!r} holds {type(v).__name__} {v!r:.60}: "
+    return None
+
+
+def _write(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _load(path: Path) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from None

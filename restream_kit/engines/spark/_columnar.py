@@ -1,0 +1,391 @@
+"""One epoch of a lowered program, evaluated as columns with polars (the prefix path's task).
+
+Given the epoch's events, and for every state the values it had when the epoch began (its
+*base*: built from the deltas of earlier epochs), :func:`run_epoch` evaluates round ``job``
+of a :class:`restream_kit._lower.Lowered` program:
+
+- the writes of states at level ``job`` become this epoch's *delta* per state: per key, the
+  sum of merges, or the last overwrite or delete;
+- emits at level ``job`` become rows;
+- reads are as-of lookups inside the epoch: the reads and the writes of a state, each with
+  its position ``(order, handler, operation)`` packed into one integer, are sorted by position
+  and scanned per key (a running sum, or the last write), then added to or replaced by the
+  base. Writes of lower levels are recomputed here, which is cheap next to moving them.
+
+Semantics follow the serial engine exactly because lowering only admits expressions whose
+column evaluation cannot differ from Python's (see ``restream_kit._lower``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from ..._lower import Arith, Cmp, Col, Expr, Lit, Logic, Lowered, Neg, Not, ReadOf, low_reads, walk
+
+__all__ = ["run_epoch", "positions_per_event", "combine_deltas", "needed_columns", "DELTA_CHUNK"]
+
+#: Column naming the epoch a delta row comes from.
+DELTA_CHUNK = "_chunk"
+
+_LIT_TYPES = {bool: pl.Boolean, int: pl.Int64, float: pl.Float64, str: pl.String}
+
+
+def positions_per_event(low: Lowered) -> tuple[int, int]:
+    """(handlers, operations per handler) + 1 each: the radix of packed positions."""
+    return len(low.kinds) + 1, low.ops_per_handler + 1
+
+
+class _Epoch:
+    def __init__(self, low: Lowered, events: pl.DataFrame, lo: int, bases, carried):
+        self.low = low
+        self.n = events.height
+        self.df = events.with_columns(pl.int_range(lo, lo + self.n, dtype=pl.Int64).alias("_o"))
+        self.base_of = bases
+        self.bases: dict[str, pl.DataFrame | None] = {}
+        h, k = positions_per_event(low)
+        self.per_event = h * k
+        self.per_handler = k
+        self.masks: dict[int, pl.Series] = {}
+        self.reads: dict[int, pl.Series] = dict(carried)
+        self.writes: dict[str, pl.DataFrame] = {}
+
+    # -- expressions ------------------------------------------------------------------------
+
+    def mask(self, handler: int) -> pl.Series:
+        if handler not in self.masks:
+            kinds = list(self.low.kinds[handler])
+            self.masks[handler] = self.df.get_column("kind").is_in(kinds).fill_null(False)
+        return self.masks[handler]
+
+    def value(self, x: Expr) -> pl.Series | Any:
+        """The expression over every event (a Series, or a Python constant)."""
+        if isinstance(x, Col):
+            s = self.df.get_column(x.name)
+            return s.cast(pl.Float64) if s.dtype == pl.Float32 else s
+        if isinstance(x, Lit):
+            return x.value
+        if isinstance(x, ReadOf):
+            return self.read(x.site)
+        if isinstance(x, Neg):
+            return -self.series(x.operand)
+        if isinstance(x, Arith):
+            a, b = self.value(x.left), self.value(x.right)
+            if x.op == "+":
+                return a + b
+            if x.op == "-":
+                return a - b
+            return a * b
+        if isinstance(x, Cmp):
+            a, b = self.value(x.left), self.value(x.right)
+            if not isinstance(a, pl.Series) and not isinstance(b, pl.Series):
+                a = self.const(a)
+            return {
+                "==": lambda: a == b,
+                "!=": lambda: a != b,
+                "<": lambda: a < b,
+                "<=": lambda: a <= b,
+                ">": lambda: a > b,
+                ">=": lambda: a >= b,
+            }[x.op]()
+        if isinstance(x, Logic):
+            parts = [self.truth(o) for o in x.operands]
+            out = parts[0]
+            for p in parts[1:]:
+                out = (out & p) if x.op == "and" else (out | p)
+            return out
+        if isinstance(x, Not):
+            return ~self.truth(x.operand)
+        raise TypeError(x)
+
+    def const(self, v: Any) -> pl.Series:
+        return pl.repeat(v, self.n, dtype=_LIT_TYPES[type(v)], eager=True)
+
+    def series(self, x: Expr) -> pl.Series:
+        v = self.value(x)
+        return v if isinstance(v, pl.Series) else self.const(v)
+
+    def truth(self, x: Expr | None) -> pl.Series:
+        """Python's ``bool(x)`` over every event (all True for no condition)."""
+        if x is None:
+            return pl.repeat(True, self.n, dtype=pl.Boolean, eager=True)
+        s = self.series(x)
+        if s.dtype == pl.Boolean:
+            return s.fill_null(False)
+        if s.dtype == pl.String:
+            return s.str.len_bytes() > 0
+        return s != 0
+
+    # -- writes and reads -------------------------------------------------------------------
+
+    def write_rows(self, state: str) -> pl.DataFrame:
+        """Every write into ``state`` made in this epoch, keyed, sorted by position."""
+        if state in self.writes:
+            return self.writes[state]
+        info = self.low.states[state]
+        frames = []
+        for w in self.low.writes_of(state):
+            keep = self.mask(w.handler) & self.truth(w.when)
+            cols = {f"k{i}": self.series(k).filter(keep) for i, k in enumerate(w.key)}
+            o = self.df.get_column("_o").filter(keep)
+            cols["_p"] = o * self.per_event + (w.handler * self.per_handler + w.n)
+            if info.kind == "merge":
+                cols["v"] = self.series(w.value).filter(keep).cast(pl.Int64)
+            else:
+                value = self.series(w.value) if w.op == "set" else self.typed_nulls(info)
+                cols["v"] = value.filter(keep).cast(_dtype(info.value_type))
+                cols["_del"] = pl.repeat(w.op == "delete", len(o), dtype=pl.Boolean, eager=True)
+            frames.append(pl.DataFrame(cols))
+        if not frames:
+            frames.append(self.empty_writes(info))
+        out = pl.concat(frames, how="vertical_relaxed").sort("_p")
+        self.writes[state] = out
+        return out
+
+    def typed_nulls(self, info) -> pl.Series:
+        return pl.repeat(None, self.n, dtype=_dtype(info.value_type), eager=True)
+
+    def empty_writes(self, info) -> pl.DataFrame:
+        cols = {f"k{i}": pl.Series([], dtype=pl.Null) for i in range(info.arity)}
+        cols["_p"] = pl.Series([], dtype=pl.Int64)
+        cols["v"] = pl.Series(
+            [], dtype=pl.Int64 if info.kind == "merge" else _dtype(info.value_type)
+        )
+        if info.kind == "set":
+            cols["_del"] = pl.Series([], dtype=pl.Boolean)
+        return pl.DataFrame(cols)
+
+    def read(self, site: int) -> pl.Series:
+        """Read site ``site``'s value at every event of its handler (None elsewhere)."""
+        if site in self.reads:
+            return self.reads[site]
+        r = self.low.reads[site]
+        info = self.low.states[r.state]
+        if info.kind == "merge" and self.inline(r):
+            return self.read_inline(r)
+        keep = self.mask(r.handler)
+        keys = [f"k{i}" for i in range(info.arity)]
+        req = {f"k{i}": self.series(k).filter(keep) for i, k in enumerate(r.key)}
+        o = self.df.get_column("_o").filter(keep)
+        req["_p"] = o * self.per_event + (r.handler * self.per_handler + r.n)
+        req["_row"] = pl.int_range(0, len(o), dtype=pl.Int64, eager=True)
+        requests = pl.DataFrame(req)
+        # Writes and requests are each sorted by position: merge them, then scan per key.
+        values = ["v", "_del"] if info.kind == "set" else ["v"]
+        order = [*keys, "_p", "_row", *values]
+        writes = self.write_rows(r.state).with_columns(pl.lit(None, dtype=pl.Int64).alias("_row"))
+        writes = _align(writes, requests).select(order)
+        requests = requests.with_columns(
+            [pl.lit(None, dtype=writes.schema[c]).alias(c) for c in values]
+        ).select(order)
+        both, on = _keyed(writes.merge_sorted(requests, key="_p"), info)
+        both = both.with_columns(pl.int_range(0, pl.len(), dtype=pl.Int64).alias("_i"))
+        is_read = pl.col("_row").is_not_null()
+        if info.kind == "merge":
+            both = both.with_columns(pl.col("v").fill_null(0).cum_sum().over(on).alias("_run"))
+        else:
+            last = pl.when(~is_read).then(pl.col("_i")).forward_fill().over(on)
+            both = both.with_columns(last.alias("_last"))
+            both = both.with_columns(
+                pl.col("v").gather(pl.col("_last").fill_null(0)).alias("_lv"),
+                pl.col("_del").gather(pl.col("_last").fill_null(0)).alias("_ld"),
+            )
+        got = both.filter(is_read)
+        base = self.base(r.state)
+        if base is not None and base.height:
+            got = _join_base(got, base, info, on)
+        else:
+            got = got.with_columns(pl.lit(None, dtype=got.get_column("v").dtype).alias("_base"))
+        default = info.default
+        if info.kind == "merge":
+            out = pl.coalesce(pl.col("_base"), pl.lit(default, dtype=pl.Int64)) + pl.col("_run")
+        else:
+            fallback = pl.coalesce(pl.col("_base"), _lit(default, info))
+            out = (
+                pl.when(pl.col("_last").is_null())
+                .then(fallback)
+                .when(pl.col("_ld"))
+                .then(_lit(default, info))
+                .otherwise(pl.col("_lv"))
+            )
+        values = got.select(out.alias("v")).get_column("v")  # requests stay in event order
+        return self.spread(site, keep, values)
+
+    def spread(self, site: int, keep: pl.Series, values: pl.Series) -> pl.Series:
+        """Values of the events ``keep`` selects, as a column over every event."""
+        full = pl.repeat(None, self.n, dtype=values.dtype, eager=True).alias(f"_r{site}")
+        full = full.scatter(np.flatnonzero(keep.to_numpy()), values)
+        self.reads[site] = full
+        return full
+
+    def inline(self, r) -> bool:
+        """Is every write of ``r``'s (merge) state made by events ``r`` reads, at ``r``'s key?"""
+        kinds = set(self.low.kinds[r.handler])
+        return all(
+            set(self.low.kinds[w.handler]) == kinds and w.key == r.key
+            for w in self.low.writes_of(r.state)
+        )
+
+    def read_inline(self, r) -> pl.Series:
+        """A merge state read where it is written: a running sum per key over those events.
+
+        The running sum includes the event's own merges; those made after the read (by later
+        handlers, or later in the same one) are taken off again."""
+        info = self.low.states[r.state]
+        keep = self.mask(r.handler)
+        cols = {f"k{i}": self.series(k).filter(keep) for i, k in enumerate(r.key)}
+        every = after = None
+        for w in self.low.writes_of(r.state):
+            c = (self.series(w.value) * self.truth(w.when).cast(pl.Int64)).filter(keep)
+            every = c if every is None else every + c
+            if (w.handler, w.n) > (r.handler, r.n):
+                after = c if after is None else after + c
+        cols["_c"] = every
+        cols["_a"] = (
+            after if after is not None else pl.repeat(0, len(every), dtype=pl.Int64, eager=True)
+        )
+        got, on = _keyed(pl.DataFrame(cols), info)
+        got = got.with_columns((pl.col("_c").cum_sum().over(on) - pl.col("_a")).alias("_run"))
+        base = self.base(r.state)
+        if base is not None and base.height:
+            got = _join_base(got, base, info, on)
+            value = pl.coalesce(pl.col("_base"), pl.lit(info.default, dtype=pl.Int64)) + pl.col(
+                "_run"
+            )
+        else:
+            value = pl.col("_run") + info.default
+        return self.spread(r.index, keep, got.select(value.alias("v")).get_column("v"))
+
+    def base(self, state: str) -> pl.DataFrame | None:
+        """The state's values when the epoch began (None for none), built on first use."""
+        if state not in self.bases:
+            self.bases[state] = self.base_of(state)
+        return self.bases[state]
+
+    # -- what a round returns ---------------------------------------------------------------
+
+    def delta(self, state: str) -> pl.DataFrame:
+        info = self.low.states[state]
+        keys = [f"k{i}" for i in range(info.arity)]
+        rows = self.write_rows(state)
+        if info.kind == "merge":
+            return rows.group_by(keys, maintain_order=True).agg(pl.col("v").sum())
+        return rows.group_by(keys, maintain_order=True).agg(
+            pl.col("v").last(), pl.col("_del").last()
+        )
+
+    def emitted(self, site_index: int) -> pl.DataFrame:
+        site = self.low.emits[site_index]
+        keep = self.mask(site.handler) & self.truth(site.when)
+        cols = {"_o": self.df.get_column("_o").filter(keep)}
+        for name, x in site.fields:
+            cols[f"f_{name}"] = self.series(x).filter(keep)
+        return pl.DataFrame(cols)
+
+
+def _dtype(value_type: str) -> Any:
+    return {"int": pl.Int64, "float": pl.Float64, "bool": pl.Boolean, "str": pl.String}[value_type]
+
+
+def _lit(value: Any, info) -> pl.Expr:
+    return pl.lit(value, dtype=_dtype(info.value_type))
+
+
+def _align(frame: pl.DataFrame, like: pl.DataFrame) -> pl.DataFrame:
+    """Cast ``frame``'s key columns to ``like``'s dtypes, so that joins and concats agree."""
+    casts = [
+        pl.col(c).cast(like.schema[c])
+        for c in frame.columns
+        if c.startswith("k") and c in like.schema and frame.schema[c] != like.schema[c]
+    ]
+    return frame.with_columns(casts) if casts else frame
+
+
+def _keyed(frame: pl.DataFrame, info) -> tuple[pl.DataFrame, list[str]]:
+    """The frame with the columns to group and join it by: its key parts, or one packed key."""
+    if info.packing is None:
+        return frame, [f"k{i}" for i in range(info.arity)]
+    packed, stride = None, 1
+    for i in reversed(range(info.arity)):
+        lowest, span = info.packing[i]
+        term = (pl.col(f"k{i}").cast(pl.Int64) - lowest) * stride
+        packed = term if packed is None else packed + term
+        stride *= span
+    return frame.with_columns(packed.alias("_k")), ["_k"]
+
+
+def _join_base(got: pl.DataFrame, base: pl.DataFrame, info, on: list[str]) -> pl.DataFrame:
+    """``got`` with each key's value at the start of the epoch in ``_base`` (None if none)."""
+    keys = [f"k{i}" for i in range(info.arity)]
+    base = _align(base.select([*keys, pl.col("v").alias("_base")]), got)
+    base = _keyed(base, info)[0].select([*on, "_base"])
+    return got.join(base, on=on, how="left", nulls_equal=True, maintain_order="left")
+
+
+def combine_deltas(deltas: list[pl.DataFrame], info) -> pl.DataFrame:
+    """Deltas of consecutive epochs (with ``_chunk``) folded into one value per key."""
+    keys = [f"k{i}" for i in range(info.arity)]
+    both = pl.concat(deltas, how="diagonal_relaxed")
+    if info.kind == "merge":
+        return both.group_by(keys).agg(pl.col("v").sum())
+    # Deltas come in epoch order, so the last row of a key is its latest write.
+    both, on = _keyed(both, info)
+    out = both.unique(subset=on, keep="last")
+    return out.filter(~pl.col("_del")).select([*keys, "v"])
+
+
+def run_epoch(
+    low: Lowered,
+    events: pa.Table,
+    lo: int,
+    job: int,
+    bases: Callable[[str], pl.DataFrame | None],
+    carried: dict[int, pl.Series],
+) -> tuple[dict[str, pl.DataFrame], dict[int, pl.DataFrame], dict[int, pl.Series]]:
+    """Round ``job`` of one epoch: deltas of the states at that level, rows of its emits, and
+    the read columns later rounds will need (``carried`` holds those of earlier rounds).
+
+    ``bases(state)`` gives a state's values when the epoch began (called only when needed)."""
+    ep = _Epoch(low, pl.from_arrow(events), lo, bases, carried)
+    deltas = {
+        name: ep.delta(name)
+        for name, info in low.states.items()
+        if info.level == job and low.writes_of(name)
+    }
+    emits = {i: ep.emitted(i) for i, site in enumerate(low.emits) if site.level == job}
+    later = later_reads(low, job)
+    keep = {site: col for site, col in ep.reads.items() if site in later and site not in carried}
+    return deltas, emits, keep
+
+
+def later_reads(low: Lowered, job: int) -> set[int]:
+    """Read sites that rounds after ``job`` use, directly or through the writes they need."""
+    wanted: set[int] = set()
+    for w in low.writes:
+        if low.states[w.state].level > job:
+            wanted |= low_reads(w.key, w.value, w.when)
+    for e in low.emits:
+        if e.level > job:
+            wanted |= low_reads(e.when, *(v for _n, v in e.fields))
+    # A read needs the writes of its state, and those may read other states in turn.
+    todo = list(wanted)
+    while todo:
+        r = low.reads[todo.pop()]
+        for w in low.writes_of(r.state):
+            for site in low_reads(w.key, w.value, w.when) - wanted:
+                wanted.add(site)
+                todo.append(site)
+    return wanted
+
+
+def needed_columns(low: Lowered) -> list[str]:
+    """The log columns a lowered program touches (``kind`` always)."""
+    exprs: list[Any] = [r.key for r in low.reads]
+    exprs += [(w.key, w.value, w.when) for w in low.writes]
+    exprs += [(e.when, tuple(v for _n, v in e.fields)) for e in low.emits]
+    cols = dict.fromkeys(["kind", *(x.name for x in walk(*exprs) if isinstance(x, Col))])
+    return list(cols)
