@@ -50,7 +50,8 @@ class Case:
     program: str = COUNT
     log: dict = field(default_factory=lambda: {"log.csv": GOOD_LOG})
     expected: str = ""  # a regular expression; {d} is the case's directory
-    args: tuple = ()
+    args: tuple = ()  # more arguments; {d} is the case's directory
+    files: dict = field(default_factory=dict)  # other files to make (path -> text)
 
 
 CASES = {
@@ -124,6 +125,11 @@ CASES = {
         program=_handler("emit('bad', user=e.user, f=lambda: 1)"),
         expected=r"table 'bad': field 'f' holds values that cannot be stored in a table",
     ),
+    "a checkpoint directory that is not one": Case(
+        files={"busy/data.csv": "x\n1\n"},
+        args=("--checkpoint", "{d}/busy"),
+        expected=r".*busy.*not empty and is not a restream checkpoint",
+    ),
     "one field, two types": Case(
         program=_handler("emit('mixed', v=e.ts if e.ts < 4 else str(e.ts))"),
         expected=r"table 'mixed': field 'v' is int in earlier rows but str \('4'\) in the row "
@@ -145,6 +151,9 @@ def _materialize(case: Case, d: Path) -> tuple[Path, list[str]]:
         elif isinstance(content, pa.Table):
             pq.write_table(content, path)
         logs += ["--log", str(path)]
+    for name, text in case.files.items():
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_text(text)
     return program, logs
 
 
@@ -169,7 +178,7 @@ def test_bad_input_is_one_line_exit_2_on_every_engine(name, engine, tmp_path, ca
             "--quiet",
             "--out",
             str(out),
-            *case.args,
+            *(arg.replace("{d}", str(tmp_path)) for arg in case.args),
         ],
         capsys,
     )
