@@ -223,7 +223,9 @@ def test_workers_dying_mid_replay_is_one_clear_error(cluster, tmp_path):
             assert replay.poll() is None, stderr.read_text()
             assert time.monotonic() < deadline, "the replay never reached the worker"
             time.sleep(0.5)
-        time.sleep(2)
+        # The first Python worker may be the session's version probe, which the command line
+        # starts while it loads the log: give the replay time to be well into its jobs (60 s).
+        time.sleep(8)
         killed_at = time.monotonic()
         doomed = {worker, *descendants(worker)}
         for pid in doomed:
