@@ -34,7 +34,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["main", "run", "BenchmarkError", "ROOT", "DEFAULT_OUT"]
+__all__ = ["main", "run", "BenchmarkError", "ROOT", "DEFAULT_OUT", "write_results"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "serial_vs_loop.json"
@@ -127,12 +127,19 @@ def run(events: int, runs: int, log: Path | None, out: Path) -> dict:
         "spam_rows": checked["rows"],
         "spam_senders": checked["senders"],
         "serial_cache": "warm (canonical log built by an untimed run)",
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "commit": _commit(),
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    return write_results(results, out)
+
+
+def write_results(results: dict, out: Path) -> dict:
+    """Add where and when the benchmark ran to ``results``, write them to ``out`` as JSON."""
+    results.update(
+        python=platform.python_version(),
+        platform=platform.platform(),
+        cpus=os.cpu_count(),
+        commit=_commit(),
+        when=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {_display(out)}")

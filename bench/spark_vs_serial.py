@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -150,7 +147,7 @@ def run(
     out: Path = DEFAULT_OUT,
 ) -> dict:
     """Run the benchmark and return what it wrote to ``out``."""
-    from bench.serial_vs_loop import _display, _ensure_log
+    from bench.serial_vs_loop import _display, _ensure_log, write_results
 
     log = _ensure_log(events, log)
     rows = pq.read_metadata(log).num_rows
@@ -242,16 +239,8 @@ def run(
         "kernel_peak_mib": kernel_mib,
         "memory_ok": memory_ok,
         "spam_rows": checked["rows"],
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "commit": _commit(),
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {_display(out)}")
-    return results
+    return write_results(results, out)
 
 
 def _span_s(log: Path) -> float:
@@ -338,13 +327,6 @@ def _median_stages(runs: list[dict]) -> dict[str, float]:
         name: statistics.median(r["metrics"]["stages"].get(name, 0.0) for r in runs)
         for name in names
     }
-
-
-def _commit() -> str | None:
-    proc = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
 
 
 if __name__ == "__main__":

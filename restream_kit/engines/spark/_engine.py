@@ -1107,15 +1107,7 @@ class _Replay:
         )
 
     def _serial_error(self, data: bytes) -> Exception:
-        info = pickle.loads(data)
-        exc = None
-        if info.get("exc") is not None:
-            try:
-                exc = pickle.loads(info["exc"])
-            except Exception:  # noqa: BLE001
-                exc = None
-        if exc is None:
-            exc = type(info["type"], (Exception,), {})(info["message"])
+        info, exc = W.unpickle_error(data)
         if info["handler_error"]:
             error = HandlerError(
                 handler=info["handler"],
