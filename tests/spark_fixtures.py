@@ -154,10 +154,11 @@ def test_cluster(tmp_path_factory):
 
 def _classic(master: str, conf: dict):
     from restream_kit.engines.spark import get_session, stop_session
-    from restream_kit.engines.spark._session import _SESSION, _master_of, _stopped
+    from restream_kit.engines.spark._session import current, master_of
 
-    if _SESSION is not None and not _stopped(_SESSION) and _master_of(_SESSION) != master:
-        stop_session(_master_of(_SESSION))
+    running = current()
+    if running is not None and master_of(running) != master:
+        stop_session(master_of(running))
     return get_session(master, conf)
 
 

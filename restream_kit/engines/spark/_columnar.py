@@ -8,9 +8,11 @@ of a :class:`restream_kit._lower.Lowered` program:
   sum of merges, or the last overwrite or delete;
 - emits at level ``job`` become rows;
 - reads are as-of lookups inside the epoch: the reads and the writes of a state, each with
-  its position ``(order, handler, operation)`` packed into one integer, are sorted by position
-  and scanned per key (a running sum, or the last write), then added to or replaced by the
-  base. Writes of lower levels are recomputed here, which is cheap next to moving them.
+  its position ``(order, handler, operation)`` packed into one integer, are as-of joined by
+  key and position (each read meets its key's running sum, or last write, at that point),
+  then added to or replaced by the base, which is folded from the earlier epochs' deltas of
+  only the keys the epoch reads. Writes of lower levels are recomputed here, which is cheap
+  next to moving them.
 
 Semantics follow the serial engine exactly because lowering only admits expressions whose
 column evaluation cannot differ from Python's (see ``restream_kit._lower``).
@@ -168,49 +170,37 @@ class _Epoch:
         if info.kind == "merge" and self.inline(r):
             return self.read_inline(r)
         keep = self.mask(r.handler)
-        keys = [f"k{i}" for i in range(info.arity)]
         req = {f"k{i}": self.series(k).filter(keep) for i, k in enumerate(r.key)}
         o = self.df.get_column("_o").filter(keep)
         req["_p"] = o * self.per_event + (r.handler * self.per_handler + r.n)
-        req["_row"] = pl.int_range(0, len(o), dtype=pl.Int64, eager=True)
-        requests = pl.DataFrame(req)
-        # Writes and requests are each sorted by position: merge them, then scan per key.
-        values = ["v", "_del"] if info.kind == "set" else ["v"]
-        order = [*keys, "_p", "_row", *values]
-        writes = self.write_rows(r.state).with_columns(pl.lit(None, dtype=pl.Int64).alias("_row"))
-        writes = _align(writes, requests).select(order)
-        requests = requests.with_columns(
-            [pl.lit(None, dtype=writes.schema[c]).alias(c) for c in values]
-        ).select(order)
-        both, on = _keyed(writes.merge_sorted(requests, key="_p"), info)
-        both = both.with_columns(pl.int_range(0, pl.len(), dtype=pl.Int64).alias("_i"))
-        is_read = pl.col("_row").is_not_null()
+        requests, on = _keyed(pl.DataFrame(req), info)
+        writes = _keyed(_align(self.write_rows(r.state), requests), info)[0]
         if info.kind == "merge":
-            both = both.with_columns(pl.col("v").fill_null(0).cum_sum().over(on).alias("_run"))
+            writes = writes.with_columns(pl.col("v").cum_sum().over(on).alias("_run"))
+            found = ["_run"]
         else:
-            last = pl.when(~is_read).then(pl.col("_i")).forward_fill().over(on)
-            both = both.with_columns(last.alias("_last"))
-            both = both.with_columns(
-                pl.col("v").gather(pl.col("_last").fill_null(0)).alias("_lv"),
-                pl.col("_del").gather(pl.col("_last").fill_null(0)).alias("_ld"),
-            )
-        got = both.filter(is_read)
-        base = self.base(r.state)
-        if base is not None and base.height:
-            got = _join_base(got, base, info, on)
-        else:
-            got = got.with_columns(pl.lit(None, dtype=got.get_column("v").dtype).alias("_base"))
+            writes = writes.with_columns(pl.lit(True).alias("_hit"))
+            found = ["v", "_del", "_hit"]
+        # Each request meets the last write of its key at or before its position (writes and
+        # requests are both sorted by position; a write at a request's own position precedes it).
+        requests, writes, by = _null_safe(requests, writes.select([*on, "_p", *found]), on)
+        got = requests.join_asof(
+            writes, on="_p", by=by, strategy="backward", check_sortedness=False
+        )
+        got = self.with_base(got, r.state, info, on)
         default = info.default
         if info.kind == "merge":
-            out = pl.coalesce(pl.col("_base"), pl.lit(default, dtype=pl.Int64)) + pl.col("_run")
+            out = pl.coalesce(pl.col("_base"), pl.lit(default, dtype=pl.Int64)) + pl.col(
+                "_run"
+            ).fill_null(0)
         else:
             fallback = pl.coalesce(pl.col("_base"), _lit(default, info))
             out = (
-                pl.when(pl.col("_last").is_null())
+                pl.when(pl.col("_hit").is_null())
                 .then(fallback)
-                .when(pl.col("_ld"))
+                .when(pl.col("_del"))
                 .then(_lit(default, info))
-                .otherwise(pl.col("_lv"))
+                .otherwise(pl.col("v"))
             )
         values = got.select(out.alias("v")).get_column("v")  # requests stay in event order
         return self.spread(site, keep, values)
@@ -250,21 +240,38 @@ class _Epoch:
         )
         got, on = _keyed(pl.DataFrame(cols), info)
         got = got.with_columns((pl.col("_c").cum_sum().over(on) - pl.col("_a")).alias("_run"))
-        base = self.base(r.state)
-        if base is not None and base.height:
-            got = _join_base(got, base, info, on)
-            value = pl.coalesce(pl.col("_base"), pl.lit(info.default, dtype=pl.Int64)) + pl.col(
-                "_run"
-            )
-        else:
-            value = pl.col("_run") + info.default
+        got = self.with_base(got, r.state, info, on)
+        value = pl.coalesce(pl.col("_base"), pl.lit(info.default, dtype=pl.Int64)) + pl.col("_run")
         return self.spread(r.index, keep, got.select(value.alias("v")).get_column("v"))
 
-    def base(self, state: str) -> pl.DataFrame | None:
-        """The state's values when the epoch began (None for none), built on first use."""
+    def with_base(self, got: pl.DataFrame, state: str, info, on: list[str]) -> pl.DataFrame:
+        """``got`` with each key's value when the epoch began in ``_base`` (None if none).
+
+        The earlier epochs' deltas are cut down to the keys ``got`` holds before they are
+        folded: an epoch reads few of the keys all the epochs before it wrote."""
         if state not in self.bases:
             self.bases[state] = self.base_of(state)
-        return self.bases[state]
+        deltas = self.bases[state]
+        dtype = pl.Int64 if info.kind == "merge" else _dtype(info.value_type)
+        if deltas is None or not deltas.height or not got.height:
+            return got.with_columns(pl.lit(None, dtype=dtype).alias("_base"))
+        deltas = _keyed(_align(deltas, got), info)[0]
+        if len(on) == 1:
+            wanted = got.get_column(on[0])
+            hit = pl.col(on[0]).is_in(wanted.drop_nulls().unique().implode())
+            if wanted.null_count():
+                hit = hit | pl.col(on[0]).is_null()
+            deltas = deltas.filter(hit)
+        else:
+            deltas = deltas.join(got.select(on).unique(), on=on, how="semi", nulls_equal=True)
+        if info.kind == "merge":
+            base = deltas.group_by(on).agg(pl.col("v").sum().alias("_base"))
+        else:
+            # Deltas come in epoch order: a key's last row is its latest write.
+            last = deltas.unique(subset=on, keep="last").filter(~pl.col("_del"))
+            base = last.select([*on, pl.col("v").alias("_base")])
+        base = base.with_columns(pl.col("_base").cast(dtype))
+        return got.join(base, on=on, how="left", nulls_equal=True, maintain_order="left")
 
     # -- what a round returns ---------------------------------------------------------------
 
@@ -318,12 +325,25 @@ def _keyed(frame: pl.DataFrame, info) -> tuple[pl.DataFrame, list[str]]:
     return frame.with_columns(packed.alias("_k")), ["_k"]
 
 
-def _join_base(got: pl.DataFrame, base: pl.DataFrame, info, on: list[str]) -> pl.DataFrame:
-    """``got`` with each key's value at the start of the epoch in ``_base`` (None if none)."""
-    keys = [f"k{i}" for i in range(info.arity)]
-    base = _align(base.select([*keys, pl.col("v").alias("_base")]), got)
-    base = _keyed(base, info)[0].select([*on, "_base"])
-    return got.join(base, on=on, how="left", nulls_equal=True, maintain_order="left")
+def _null_safe(
+    left: pl.DataFrame, right: pl.DataFrame, on: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """Frames to as-of join ``by`` key columns in which None equals None (as it does for
+    Python's dict keys): a key column holding None becomes a flag and a filled value."""
+    by = []
+    fills = []
+    for c in on:
+        if left.get_column(c).null_count() or right.get_column(c).null_count():
+            by += [c, f"{c}_none"]
+            dtype = left.schema[c] if left.schema[c] != pl.Null else pl.Int64
+            zero = {pl.String: "", pl.Boolean: False}.get(dtype, 0)
+            fill = pl.col(c).cast(dtype).fill_null(pl.lit(zero).cast(dtype))
+            fills += [pl.col(c).is_null().alias(f"{c}_none"), fill.alias(c)]
+        else:
+            by.append(c)
+    if not fills:
+        return left, right, on
+    return left.with_columns(fills), right.with_columns(fills), by
 
 
 def combine_deltas(deltas: list[pl.DataFrame], info) -> pl.DataFrame:
@@ -349,7 +369,8 @@ def run_epoch(
     """Round ``job`` of one epoch: deltas of the states at that level, rows of its emits, and
     the read columns later rounds will need (``carried`` holds those of earlier rounds).
 
-    ``bases(state)`` gives a state's values when the epoch began (called only when needed)."""
+    ``bases(state)`` gives the deltas of ``state`` made by the epochs before this one, in epoch
+    order (None for none; called only when needed)."""
     ep = _Epoch(low, pl.from_arrow(events), lo, bases, carried)
     deltas = {
         name: ep.delta(name)

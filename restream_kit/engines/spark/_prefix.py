@@ -113,9 +113,7 @@ class PrefixTask:
         def base(name: str) -> pl.DataFrame | None:
             if name not in shipped:
                 return None
-            frame = _from_ipc(shipped[name]).filter(pl.col(DELTA_CHUNK) < chunk)
-            info = self.low.states[name]
-            return combine_deltas([frame], info)
+            return _from_ipc(shipped[name]).filter(pl.col(DELTA_CHUNK) < chunk)
 
         carried = {
             int(key.split(":")[1]): _from_ipc(data).to_series()

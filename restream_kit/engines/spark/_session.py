@@ -40,6 +40,7 @@ from typing import Any
 from ... import config
 from ..._java import ensure_java_home
 from ...errors import RestreamError
+from ._jvm_archive import java_options
 
 __all__ = [
     "get_session",
@@ -51,6 +52,8 @@ __all__ = [
     "mismatch_message",
     "watch",
     "Watchdog",
+    "current",
+    "master_of",
 ]
 
 _LOCK = threading.Lock()
@@ -86,9 +89,12 @@ def default_conf(master: str) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.caseSensitive": "true",
         "spark.python.worker.reuse": "true",
+        # A task has one core: polars in a Python worker should not start a thread per core.
+        "spark.executorEnv.POLARS_MAX_THREADS": "1",
         "spark.driver.memory": os.environ.get("RESTREAM_SPARK_DRIVER_MEMORY", "4g"),
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Dlog4j2.level=ERROR",
+        # The driver maps its classes from a class-data-sharing archive when there is one.
+        "spark.driver.extraJavaOptions": " ".join(["-Dlog4j2.level=ERROR", *java_options()]),
         # A kernel replays many times in one session: keep the status store's history short,
         # or its job, stage and SQL records fill the driver's heap.
         "spark.ui.retainedJobs": "100",
@@ -142,7 +148,7 @@ def get_session(
         if target.master and target.master.startswith("sc://"):
             return _connect_session(target)
         if _SESSION is not None and not _stopped(_SESSION):
-            current = _master_of(_SESSION)
+            current = master_of(_SESSION)
             if target.master and current and target.master != current:
                 raise RestreamError(
                     f"this process already runs a SparkSession on {current}; stop it first "
@@ -418,7 +424,7 @@ class _Idle:
 def watch(session: Any, group: str) -> Iterator[Watchdog | _Idle]:
     """A :class:`Watchdog` over ``session``'s executors while the block runs, for jobs in
     ``group`` on a standalone cluster (other sessions need none: nothing to watch)."""
-    master = None if is_connect(session) else _master_of(session)
+    master = None if is_connect(session) else master_of(session)
     if not master or not master.startswith("spark://"):
         yield _Idle()
         return
@@ -431,7 +437,14 @@ def watch(session: Any, group: str) -> Iterator[Watchdog | _Idle]:
         yield dog
 
 
-def _master_of(session: Any) -> str | None:
+def current() -> Any:
+    """The process's classic session when one is running, else None."""
+    with _LOCK:
+        return _SESSION if _SESSION is not None and not _stopped(_SESSION) else None
+
+
+def master_of(session: Any) -> str | None:
+    """A classic session's master URL (None for Spark Connect)."""
     try:
         return session.sparkContext.master
     except Exception:  # noqa: BLE001 - Spark Connect sessions have no SparkContext
@@ -461,6 +474,6 @@ def stop_session(master: str | None = None) -> None:
                     _REMOTE.pop(url).stop()
                 except Exception:  # noqa: BLE001 - the server may be gone already
                     pass
-        if _SESSION is not None and (master is None or _master_of(_SESSION) == master):
+        if _SESSION is not None and (master is None or master_of(_SESSION) == master):
             _SESSION.stop()
             _SESSION = None
