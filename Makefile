@@ -18,6 +18,8 @@ help:
 
 setup: $(STAMP)
 	@scripts/ensure_chromium.sh
+	@# Spark's driver starts from a class-data-sharing archive, made once (about a minute).
+	@$(BIN)/python -c 'import sys; from restream_kit.engines.spark._jvm_archive import main; sys.exit(main())'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

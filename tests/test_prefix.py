@@ -17,7 +17,13 @@ from naive import events, programs, render
 
 import restream_kit as rk
 from restream_kit._lower import NotLowerable, lower
-from restream_kit.engines.spark._prefix import local_map_epochs, prefix_plan, run_prefix
+from restream_kit.engines.spark._prefix import (
+    local_map_epochs,
+    log_file,
+    prefix_plan,
+    read_events,
+    run_prefix,
+)
 from restream_kit.progress import EpochFinished, Recorder, StageFinished
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
@@ -247,3 +253,28 @@ def test_insisting_on_the_prefix_path_says_why_it_cannot(spark_session):
     program = "from restream_kit import state, on\nc = state.Counter()\n\n@on('a')\ndef h(e):\n    c[e.k] += 0.5\n"
     with pytest.raises(rk.RestreamError, match="merges float"):
         rk.replay(program, [{"ts": 1, "kind": "a", "k": 1}], engine="spark", path="prefix")
+
+
+def test_epochs_wait_between_rounds_as_arrow_files_that_are_removed(root, tmp_path, monkeypatch):
+    """Later rounds map the events the first round decoded; the files go with the replay."""
+    import tempfile
+
+    log = rk.Log(root / "sample_data" / "social_small.parquet")
+    path = log_file(log)
+    cache = tmp_path / "epochs"
+    first = read_events(path, ["kind", "src"], 100, 900, str(cache))
+    assert [p.name for p in cache.iterdir()] == ["100-900.arrow"]
+    again = read_events(path, ["kind", "src"], 100, 900, str(cache))
+    assert again.equals(first) and first.num_rows == 800
+    assert first.equals(read_events(path, ["kind", "src"], 100, 900))
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = []
+
+    def after_each_round(event):
+        if isinstance(event, StageFinished):
+            seen.append(len(list(tmp_path.glob("restream-epochs-*/*.arrow"))))
+
+    prefix_replay(root / "examples" / "antispam.py", log, epoch=10_000, observer=after_each_round)
+    assert seen == [5, 5, 5]  # every epoch decoded once, in the first round
+    assert not list(tmp_path.glob("restream-epochs-*"))

@@ -100,7 +100,8 @@ session.stop()
 
 
 def build(*, force: bool = False, quiet: bool = False, timeout: float = 600) -> Path | None:
-    """Make the archive unless it exists; return its path (None when it is turned off)."""
+    """Make the archive unless it exists; return its path (None when it is turned off).
+    Says what it made unless ``quiet``."""
     if not _enabled():
         return None
     path = archive_path()
@@ -141,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     """Build the archive from the command line: ``main(["--force"])`` rebuilds it."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--force", action="store_true", help="rebuild even if it exists")
-    parser.add_argument("--quiet", action="store_true", help="print nothing when it works")
     args = parser.parse_args(argv)
-    path = build(force=args.force, quiet=args.quiet)
-    if path is None:
+    if build(force=args.force) is None:
         print("JVM archive: turned off (RESTREAM_JVM_ARCHIVE=0)")
     return 0

@@ -19,17 +19,21 @@ delta folded in order, and the output tables are built from the emitted rows wit
 ``result.build_table``, sorted by position, as the serial engine builds them.
 
 Spark schedules, retries and (with ``spark.speculation``) duplicates the tasks; all of that is
-harmless because a task is a pure function of its epoch and the broadcast deltas.
+harmless because a task is a pure function of its epoch and the broadcast deltas. Between
+rounds an epoch's events wait, decoded, as an Arrow file in a scratch directory that the
+driver removes when the replay ends (``read_events``).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import shutil
 import tempfile
 import time
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -47,7 +51,7 @@ from ...progress import (
     StageFinished,
     StageStarted,
 )
-from ...result import Metrics, Result, build_table
+from ...result import ROW_COLUMNS, Metrics, Result, build_table
 from ._columnar import DELTA_CHUNK, combine_deltas, needed_columns, run_epoch
 
 __all__ = ["prefix_plan", "PrefixTask", "run_prefix", "TASK_SCHEMA"]
@@ -86,9 +90,12 @@ def _from_ipc(data: bytes) -> pl.DataFrame:
 class PrefixTask:
     """``mapInArrow`` over epoch numbers: one round of each epoch, rows of :data:`TASK_SCHEMA`."""
 
-    def __init__(self, low: Lowered, path: str, columns: list[str], bounds, job: int, deltas):
+    def __init__(
+        self, low: Lowered, path: str, columns: list[str], bounds, job: int, deltas, cache=None
+    ):
         self.low = low
         self.path = path
+        self.cache = cache  # a directory for the epochs' events between rounds (or None)
         self.columns = columns
         self.bounds = bounds
         self.job = job
@@ -108,7 +115,7 @@ class PrefixTask:
     def one(self, chunk: int, shipped: dict[str, bytes]) -> pa.RecordBatch:
         started = time.perf_counter()
         lo, hi = self.bounds[chunk]
-        events = read_events(self.path, self.columns, lo, hi)
+        events = read_events(self.path, self.columns, lo, hi, self.cache)
 
         def base(name: str) -> pl.DataFrame | None:
             if name not in shipped:
@@ -141,8 +148,32 @@ def _row(rows: dict, chunk: int, what: str, name: str, payload: bytes) -> None:
     rows["payload"].append(payload)
 
 
-def read_events(path: str, columns: list[str], lo: int, hi: int) -> pa.Table:
-    """Rows ``lo`` to ``hi`` of a Parquet file, reading only the row groups that hold them."""
+def read_events(path: str, columns: list[str], lo: int, hi: int, cache: str | None = None):
+    """Rows ``lo`` to ``hi`` of a Parquet file, reading only the row groups that hold them.
+
+    With a ``cache`` directory, the first round to read an epoch leaves its columns there as an
+    Arrow file, which later rounds map instead of decoding Parquet again (a worker that cannot
+    see the directory just reads the Parquet)."""
+    cached = os.path.join(cache, f"{lo}-{hi}.arrow") if cache else None
+    if cached:
+        try:
+            return pa.ipc.open_file(pa.memory_map(cached)).read_all()
+        except OSError:
+            pass  # not written yet, or not on this machine
+    table = _read_rows(path, columns, lo, hi)
+    if cached:
+        try:
+            os.makedirs(cache, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=cache, suffix=".tmp")
+            with os.fdopen(fd, "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+                out.write_table(table)
+            os.replace(tmp, cached)  # whole or not at all, should two tasks race to write it
+        except OSError:
+            pass
+    return table
+
+
+def _read_rows(path: str, columns: list[str], lo: int, hi: int) -> pa.Table:
     f = pq.ParquetFile(path)
     groups, first, start = [], None, 0
     for g in range(f.num_row_groups):
@@ -198,35 +229,42 @@ def run_prefix(
     carried: dict[str, bytes] = {}  # "read:<site>:<epoch>": a read column later rounds use
     emitted: dict[int, list[tuple[int, pl.DataFrame]]] = {}
     stages: dict[str, float] = {}
-    for job in range(rounds):
-        check_cancel()
-        label = _round_label(low, job)
-        notify(StageStarted(0, label))
-        round_started = time.perf_counter()
-        shipped = {
-            name: _ipc(pl.concat(frames, how="diagonal_relaxed")) for name, frames in deltas.items()
-        }
-        shipped.update(carried)
-        task = PrefixTask(low, path, columns, bounds, job, shipped)
-        table = map_epochs(task, len(bounds), shipped)
-        # Deltas must stay in epoch order: a state's later writes come last.
-        for row in sorted(table.to_pylist(), key=lambda row: row["chunk"]):
-            if row["what"] == "read":
-                carried[f"read:{row['name']}:{row['chunk']}"] = row["payload"]
-            elif row["what"] == "delta":
-                deltas.setdefault(row["name"], []).append(_from_ipc(row["payload"]))
-            elif row["what"] == "emit":
-                emitted.setdefault(int(row["name"]), []).append(
-                    (row["chunk"], _from_ipc(row["payload"]))
-                )
-        seconds = time.perf_counter() - round_started
-        stages[label] = seconds
-        # Where a round's time goes: the tasks' own work, summed (the rest is Spark's).
-        busy = {
-            row["chunk"]: row["seconds"] for row in table.select(["chunk", "seconds"]).to_pylist()
-        }
-        stages[f"{label} (tasks, summed)"] = sum(busy.values())
-        notify(StageFinished(0, label, seconds, len(bounds)))
+    cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 else None
+    try:
+        for job in range(rounds):
+            check_cancel()
+            label = _round_label(low, job)
+            notify(StageStarted(0, label))
+            round_started = time.perf_counter()
+            shipped = {
+                name: _ipc(pl.concat(frames, how="diagonal_relaxed"))
+                for name, frames in deltas.items()
+            }
+            shipped.update(carried)
+            task = PrefixTask(low, path, columns, bounds, job, shipped, cache)
+            table = map_epochs(task, len(bounds), shipped)
+            # Deltas must stay in epoch order: a state's later writes come last.
+            for row in sorted(table.to_pylist(), key=lambda row: row["chunk"]):
+                if row["what"] == "read":
+                    carried[f"read:{row['name']}:{row['chunk']}"] = row["payload"]
+                elif row["what"] == "delta":
+                    deltas.setdefault(row["name"], []).append(_from_ipc(row["payload"]))
+                elif row["what"] == "emit":
+                    emitted.setdefault(int(row["name"]), []).append(
+                        (row["chunk"], _from_ipc(row["payload"]))
+                    )
+            seconds = time.perf_counter() - round_started
+            stages[label] = seconds
+            # Where a round's time goes: the tasks' own work, summed (the rest is Spark's).
+            busy = {
+                row["chunk"]: row["seconds"]
+                for row in table.select(["chunk", "seconds"]).to_pylist()
+            }
+            stages[f"{label} (tasks, summed)"] = sum(busy.values())
+            notify(StageFinished(0, label, seconds, len(bounds)))
+    finally:
+        if cache:
+            shutil.rmtree(cache, ignore_errors=True)
     assembled = time.perf_counter()
     tables, per_epoch = _tables(low, log, emitted, bounds)
     state = _final_state(low, program, deltas)
@@ -261,50 +299,92 @@ def _round_label(low: Lowered, job: int) -> str:
 
 def _tables(low: Lowered, log: Log, emitted, bounds) -> tuple[dict[str, pa.Table], dict]:
     """Output tables in processing order, and each epoch's rows (for streaming views)."""
-    lsn = log.table.column("lsn")
-    ts = log.table.column("ts")
-    rows = []
-    for index, parts in emitted.items():
-        site = low.emits[index]
-        names = [name for name, _x in site.fields]
-        handler = low.handler_names[site.handler]
-        for _chunk, frame in parts:
-            if not frame.height:
-                continue
-            order = frame.get_column("_o").to_list()
-            values = [frame.get_column(f"f_{n}").to_list() for n in names]
-            for i, o in enumerate(order):
-                rows.append(
-                    (
-                        (o, site.handler, site.n),
-                        site.table,
-                        handler,
-                        {n: v[i] for n, v in zip(names, values)},
-                    )
-                )
-    rows.sort(key=lambda r: r[0])
-    lsns = lsn.take([r[0][0] for r in rows]).to_pylist() if rows else []
-    tss = ts.take([r[0][0] for r in rows]).to_pylist() if rows else []
     by_table: dict[str, list] = {}
-    epoch_of = _epoch_finder(bounds)
-    per_epoch_rows: dict[int, dict[str, list]] = {}
-    for r, lsn_, ts_ in zip(rows, lsns, tss):
-        row = (lsn_, ts_, r[2], 0, r[3])
-        by_table.setdefault(r[1], []).append(row)
-        per_epoch_rows.setdefault(epoch_of(r[0][0]), {}).setdefault(r[1], []).append(row)
-    tables = {name: build_table(name, rs) for name, rs in by_table.items()}
-    per_epoch = {
-        number: {name: build_table(name, rs) for name, rs in parts.items()}
-        for number, parts in per_epoch_rows.items()
-    }
+    for index, parts in sorted(emitted.items()):
+        frames = [frame for _chunk, frame in parts if frame.height]
+        if frames:
+            site = low.emits[index]
+            by_table.setdefault(site.table, []).append(
+                (site, pl.concat(frames, how="vertical_relaxed"))
+            )
+    starts = [lo for lo, _hi in bounds]
+    tables, per_epoch = {}, {}
+    for name, sites in by_table.items():
+        table, order = _columns_table(name, sites, low, log) or _rows_table(name, sites, low, log)
+        tables[name] = table
+        # Rows are in processing order, so each epoch's rows are one slice.
+        cuts = np.searchsorted(order, starts + [len(log)])
+        for number, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
+            if hi > lo:
+                per_epoch.setdefault(number, {})[name] = table.slice(lo, hi - lo)
     return tables, per_epoch
 
 
-def _epoch_finder(bounds):
-    import bisect
+#: Field types a table may take straight from the columns: as ``build_table`` infers them
+#: from the Python values of a serial replay.
+_ARROW_OF = {pl.Int64: pa.int64(), pl.Float64: pa.float64(), pl.Boolean: pa.bool_()}
 
-    starts = [lo for lo, _hi in bounds]
-    return lambda o: bisect.bisect_right(starts, o) - 1
+
+def _columns_table(name: str, sites, low: Lowered, log: Log):
+    """Table ``name`` built from the emitted columns (None when a field's type is not plain,
+    or differs between emit sites: ``build_table`` then decides, or says what is wrong)."""
+    fields: dict[str, Any] = {}
+    for site, _frame in sites:
+        for field, _x in site.fields:
+            if field in ROW_COLUMNS:
+                return None
+    frames = []
+    for number, (site, frame) in enumerate(sites):
+        for field, _x in site.fields:
+            dtype = frame.schema[f"f_{field}"]
+            if fields.setdefault(field, dtype) != dtype or not (
+                dtype in _ARROW_OF or dtype == pl.String
+            ):
+                return None
+        frames.append(
+            frame.rename({f"f_{f}": f for f, _x in site.fields}).with_columns(
+                pl.lit(site.handler, dtype=pl.Int64).alias("_h"),
+                pl.lit(site.n, dtype=pl.Int64).alias("_n"),
+                pl.lit(number, dtype=pl.Int64).alias("_s"),
+            )
+        )
+    rows = pl.concat(frames, how="diagonal").sort(["_o", "_h", "_n"])
+    if any(rows.get_column(f).null_count() == rows.height for f in fields):
+        return None  # a field that is None in every row has no type of its own
+    # Fields in order of first appearance: a site's rows all hold the same fields.
+    first = rows.get_column("_s").unique(maintain_order=True).to_list()
+    order_of_fields = dict.fromkeys(f for s in first for f, _x in sites[s][0].fields)
+    at = pa.array(rows.get_column("_o").to_numpy())
+    handlers = pa.array(low.handler_names, pa.string())
+    columns = {
+        "lsn": log.table.column("lsn").take(at).cast(pa.int64()),
+        "ts": log.table.column("ts").take(at).cast(pa.int64()),
+        "handler": handlers.take(pa.array(rows.get_column("_h").to_numpy())),
+        "seq": pa.array(np.zeros(rows.height, dtype=np.int64)),
+    }
+    for field in order_of_fields:
+        column = rows.get_column(field).to_arrow()
+        columns[field] = column.cast(_ARROW_OF.get(fields[field], pa.string()))
+    return pa.table(columns), rows.get_column("_o").to_numpy()
+
+
+def _rows_table(name: str, sites, low: Lowered, log: Log):
+    """Table ``name`` built row by row through ``result.build_table``."""
+    rows = []
+    for site, frame in sites:
+        names = [field for field, _x in site.fields]
+        values = [frame.get_column(f"f_{n}").to_list() for n in names]
+        handler = low.handler_names[site.handler]
+        for i, o in enumerate(frame.get_column("_o").to_list()):
+            rows.append(
+                ((o, site.handler, site.n), handler, {n: v[i] for n, v in zip(names, values)})
+            )
+    rows.sort(key=lambda r: r[0])
+    at = [r[0][0] for r in rows]
+    lsns = log.table.column("lsn").take(at).to_pylist()
+    tss = log.table.column("ts").take(at).to_pylist()
+    table = build_table(name, [(l_, t_, r[1], 0, r[2]) for r, l_, t_ in zip(rows, lsns, tss)])
+    return table, np.array(at, dtype=np.int64)
 
 
 def _final_state(low: Lowered, program: Program, deltas) -> dict[str, dict]:
