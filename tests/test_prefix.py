@@ -180,6 +180,30 @@ def check(e):
     assert want.tables["hot"].num_rows > 0
 
 
+def test_output_fields_whose_type_only_the_rows_decide():
+    """Plain fields come straight from the columns; a field that is int at one emit and
+    float at another, or None in every row, is typed from the values as the serial engine
+    types it."""
+    log = [{"ts": i, "kind": "a", "k": i % 4, "v": i % 3} for i in range(60)]
+    program = """
+from restream_kit import state, on, emit
+c = state.Counter()
+m = state.Map()
+
+@on("a")
+def add(e):
+    c[e.k] += e.v
+    if c[e.k] > 5:
+        emit("o", x=c[e.k], s=e.kind, nothing=m[e.k])
+    else:
+        emit("o", x=0.5 * c[e.k], flag=c[e.k] > 2)
+    emit("plain", n=c[e.k], s=e.kind, big=c[e.k] >= 10)
+"""
+    want = same_as_serial(program, log)
+    assert str(want.tables["o"].schema.field("x").type) == "double"
+    assert want.tables["o"].column("nothing").null_count == want.tables["o"].num_rows
+
+
 def test_an_empty_epoch_of_a_kind_and_states_nobody_writes():
     log = [{"ts": i, "kind": "a" if i < 20 else "b", "k": i % 3} for i in range(40)]
     program = """

@@ -264,13 +264,8 @@ class _Epoch:
             deltas = deltas.filter(hit)
         else:
             deltas = deltas.join(got.select(on).unique(), on=on, how="semi", nulls_equal=True)
-        if info.kind == "merge":
-            base = deltas.group_by(on).agg(pl.col("v").sum().alias("_base"))
-        else:
-            # Deltas come in epoch order: a key's last row is its latest write.
-            last = deltas.unique(subset=on, keep="last").filter(~pl.col("_del"))
-            base = last.select([*on, pl.col("v").alias("_base")])
-        base = base.with_columns(pl.col("_base").cast(dtype))
+        base = _keyed(combine_deltas([deltas], info), info)[0]
+        base = base.select([*on, pl.col("v").cast(dtype).alias("_base")])
         return got.join(base, on=on, how="left", nulls_equal=True, maintain_order="left")
 
     # -- what a round returns ---------------------------------------------------------------

@@ -113,6 +113,18 @@ def build(*, force: bool = False, quiet: bool = False, timeout: float = 600) -> 
     program = root / "examples" / "antispam.py"
     log = root / "sample_data" / "social_small.parquet"
     started = time.perf_counter()
+    try:
+        _train(tmp, program, log, timeout)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed or timed-out build leaves no half-written file
+    if not quiet:
+        size = path.stat().st_size / 2**20
+        print(f"JVM archive: {path} ({size:.0f} MiB, {time.perf_counter() - started:.0f} s)")
+    return path
+
+
+def _train(tmp: Path, program: Path, log: Path, timeout: float) -> None:
     out = subprocess.run(
         [sys.executable, "-c", _TRAINING, str(tmp), str(program), str(log)],
         capture_output=True,
@@ -131,11 +143,6 @@ def build(*, force: bool = False, quiet: bool = False, timeout: float = 600) -> 
         time.sleep(0.2)
     if not tmp.exists() or tmp.stat().st_size == 0:
         raise RuntimeError(f"the JVM exited without writing its archive to {tmp}")
-    os.replace(tmp, path)
-    if not quiet:
-        size = path.stat().st_size / 2**20
-        print(f"JVM archive: {path} ({size:.0f} MiB, {time.perf_counter() - started:.0f} s)")
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -322,23 +322,26 @@ def _tables(low: Lowered, log: Log, emitted, bounds) -> tuple[dict[str, pa.Table
 
 #: Field types a table may take straight from the columns: as ``build_table`` infers them
 #: from the Python values of a serial replay.
-_ARROW_OF = {pl.Int64: pa.int64(), pl.Float64: pa.float64(), pl.Boolean: pa.bool_()}
+_PLAIN = {
+    pl.Int64: pa.int64(),
+    pl.Float64: pa.float64(),
+    pl.Boolean: pa.bool_(),
+    pl.String: pa.string(),
+}
 
 
 def _columns_table(name: str, sites, low: Lowered, log: Log):
     """Table ``name`` built from the emitted columns (None when a field's type is not plain,
     or differs between emit sites: ``build_table`` then decides, or says what is wrong)."""
     fields: dict[str, Any] = {}
-    for site, _frame in sites:
-        for field, _x in site.fields:
-            if field in ROW_COLUMNS:
-                return None
     frames = []
     for number, (site, frame) in enumerate(sites):
         for field, _x in site.fields:
             dtype = frame.schema[f"f_{field}"]
-            if fields.setdefault(field, dtype) != dtype or not (
-                dtype in _ARROW_OF or dtype == pl.String
+            if (
+                field in ROW_COLUMNS
+                or dtype not in _PLAIN
+                or fields.setdefault(field, dtype) != dtype
             ):
                 return None
         frames.append(
@@ -364,7 +367,7 @@ def _columns_table(name: str, sites, low: Lowered, log: Log):
     }
     for field in order_of_fields:
         column = rows.get_column(field).to_arrow()
-        columns[field] = column.cast(_ARROW_OF.get(fields[field], pa.string()))
+        columns[field] = column.cast(_PLAIN[fields[field]])
     return pa.table(columns), rows.get_column("_o").to_numpy()
 
 
