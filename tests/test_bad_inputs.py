@@ -157,10 +157,12 @@ def _materialize(case: Case, d: Path) -> tuple[Path, list[str]]:
     return program, logs
 
 
-def _run(args: list[str], capsys) -> tuple[int, str]:
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.err
+def _replay(program, logs, engine: str, out, capsys, *extra: str) -> tuple[int, str]:
+    """``restream replay PROGRAM LOGS --engine ENGINE --quiet --out OUT EXTRA...``: the exit
+    code and standard error."""
+    args = ["replay", str(program), *logs, "--engine", engine, "--quiet", "--out", str(out)]
+    code = main([*args, *extra])
+    return code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -168,20 +170,8 @@ def test_bad_input_is_one_line_exit_2_on_every_engine(name, engine, tmp_path, ca
     case = CASES[name]
     program, logs = _materialize(case, tmp_path)
     out = tmp_path / "out"
-    code, err = _run(
-        [
-            "replay",
-            str(program),
-            *logs,
-            "--engine",
-            engine,
-            "--quiet",
-            "--out",
-            str(out),
-            *(arg.replace("{d}", str(tmp_path)) for arg in case.args),
-        ],
-        capsys,
-    )
+    extra = (arg.replace("{d}", str(tmp_path)) for arg in case.args)
+    code, err = _replay(program, logs, engine, out, capsys, *extra)
     lines = err.strip().splitlines()
     assert code == 2, err
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -204,21 +194,7 @@ def test_finished_epochs_stay_on_disk_with_an_error_file(engine, tmp_path, capsy
         tmp_path,
     )
     out = tmp_path / "out"
-    code, err = _run(
-        [
-            "replay",
-            str(program),
-            *logs,
-            "--engine",
-            engine,
-            "--quiet",
-            "--epoch",
-            "4",
-            "--out",
-            str(out),
-        ],
-        capsys,
-    )
+    code, err = _replay(program, logs, engine, out, capsys, "--epoch", "4")
     assert code == 2 and "handler 'count' raised ValueError: nine" in err
     partial = pq.read_table(out / "counts.parquet")
     complete = rk.replay(COUNT, rk.Log(str(tmp_path / "log.csv")))
@@ -228,21 +204,8 @@ def test_finished_epochs_stay_on_disk_with_an_error_file(engine, tmp_path, capsy
     assert "partial tables: counts.parquet (8 rows)" in error
 
     # The same directory after a run that works: full tables, and no stale ERROR.
-    code, err = _run(
-        [
-            "replay",
-            str(tmp_path / "good.py"),
-            *logs,
-            "--engine",
-            engine,
-            "--quiet",
-            "--out",
-            str(out),
-        ]
-        if (tmp_path / "good.py").write_text(COUNT)
-        else [],
-        capsys,
-    )
+    (tmp_path / "good.py").write_text(COUNT)
+    code, err = _replay(tmp_path / "good.py", logs, engine, out, capsys)
     assert code == 0, err
     assert not (out / "ERROR").exists()
     assert pq.read_table(out / "counts.parquet").num_rows == 12
