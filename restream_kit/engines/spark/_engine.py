@@ -1041,6 +1041,16 @@ class _Replay:
 
     # -- the fallback: the serial engine in one Spark task -------------------------------------
 
+    def serial_spec(self, events, log: Log) -> W.SerialSpec:
+        """What a Spark task needs to run the serial algorithm over ``events`` of ``log``."""
+        return W.SerialSpec(
+            self.ref,
+            events.columns,
+            events.pickled,
+            log.table.schema.serialize().to_pybytes(),
+            on_error=self.on_error,
+        )
+
     def _fallback(self, reason: str, started: float) -> Result:
         log = self.log
         if R.wanted(self.options):
@@ -1052,14 +1062,7 @@ class _Replay:
         self.notify(EpochStarted(0, total))
         self.notify(StageStarted(0, "serial fallback"))
         events = _prepare(log)
-        schema = log.table.schema
-        spec = W.SerialSpec(
-            self.ref,
-            events.columns,
-            events.pickled,
-            schema.serialize().to_pybytes(),
-            on_error=self.on_error,
-        )
+        spec = self.serial_spec(events, log)
         df = self.session.createDataFrame(events.table)
         df = df.repartition(1).sortWithinPartitions("_rs_o")
         stage_started = time.perf_counter()

@@ -233,14 +233,7 @@ def fallback_epochs(replay: Any, reason: str, started: float, events: Any) -> Re
             state = {**state, "quarantined": []}
         epochs = [Epoch(e.index, max(e.start, done), e.stop) for e in epochs if e.stop > done]
     replay.notify(ReplayStarted("spark", total, len(epochs), ("serial fallback",), log.span_ms))
-    schema = log.table.schema
-    spec = W.SerialSpec(
-        replay.ref,
-        events.columns,
-        events.pickled,
-        schema.serialize().to_pybytes(),
-        on_error=replay.on_error,
-    )
+    spec = replay.serial_spec(events, log)
     for ep in epochs:
         replay._check_cancel()
         replay.notify(EpochStarted(ep.index, len(ep)))
