@@ -210,6 +210,9 @@ def _replay_text(summary: dict) -> str:
         lines.append("  no rows emitted")
     for name, size in summary["state"].items():
         lines.append(f"  state {name}: {size:,} keys")
+    for stage, what in summary.get("path", {}).items():
+        lines.append(f"  ran {stage}: {what}")
+
     if summary.get("quarantined"):
         where = summary.get("outputs", {}).get("_quarantine.parquet")
         lines.append(

@@ -74,6 +74,8 @@ class Metrics:
     rows: dict[str, int] = field(default_factory=dict)
     stages: dict[str, float] = field(default_factory=dict)
     epochs: int = 1
+    #: What ran, per stage: "parallel over N partitions ...", "lowered ..." or "sequential ...".
+    path: dict[str, str] = field(default_factory=dict)
 
     @property
     def events_per_s(self) -> float:
@@ -131,6 +133,7 @@ class Result:
         """A JSON-able summary: metrics, rows per table, state sizes, warnings."""
         return {
             "metrics": self.metrics.as_dict(),
+            "path": dict(self.metrics.path),
             "tables": {name: t.num_rows for name, t in self.tables.items()},
             "state": {name: len(values) for name, values in self.state.items()},
             "warnings": list(self.warnings),
