@@ -41,6 +41,8 @@ class TableDiff:
     added: pl.DataFrame = field(repr=False)
     removed: pl.DataFrame = field(repr=False)
     changed: pl.DataFrame = field(repr=False)
+    #: The name of the rank column: ``n``, or ``_n`` when the table has a field ``n``.
+    rank: str = "n"
 
     @property
     def counts(self) -> dict[str, int]:
@@ -104,9 +106,11 @@ class Diff:
             )
             for kind in ("added", "removed", "changed"):
                 frame = getattr(t, kind)
-                # n (the row's rank within its event) only identifies it: not shown.
-                shown = frame.drop([c for c in ("n", *DERIVED) if c in frame.columns])
+                # The rank within its event only identifies a row: not shown; time is.
+                shown = frame.drop([c for c in (t.rank, *DERIVED) if c in frame.columns])
                 for row in shown.head(samples).iter_rows(named=True):
+                    if "ts" in row:
+                        row = {"time": _iso(row["ts"]), **row}
                     lines.append(f"  {kind}: {row}")
         return "\n".join(lines)
 
@@ -146,25 +150,36 @@ def _frame(table: Any) -> pl.DataFrame:
     return pl.DataFrame(table)
 
 
-def with_identity(frame: pl.DataFrame) -> pl.DataFrame:
-    """Add ``n``: the row's rank among its event's rows in this table, in table order."""
-    return frame.with_columns(pl.int_range(pl.len()).over("lsn", "seq").alias("n"))
+def with_identity(frame: pl.DataFrame, rank: str = "n") -> pl.DataFrame:
+    """Add ``rank`` (``n``): the row's rank among its event's rows in this table, in order."""
+    return frame.with_columns(pl.int_range(pl.len()).over("lsn", "seq").alias(rank))
+
+
+def _rank_name(*frames: pl.DataFrame | None) -> str:
+    """``n``, unless a table has a field called that: then ``_n`` (``__n``...), so that the
+    user's field is compared like any other rather than replaced by the rank."""
+    rank = "n"
+    while any(f is not None and rank in f.columns for f in frames):
+        rank = "_" + rank
+    return rank
 
 
 def _diff_table(name: str, ours: pl.DataFrame | None, theirs: pl.DataFrame | None) -> TableDiff:
     empty = pl.DataFrame(
         schema={"lsn": pl.Int64, "ts": pl.Int64, "handler": pl.String, "seq": pl.Int64}
     )
-    ours = with_identity(ours if ours is not None else empty)
-    theirs = with_identity(theirs if theirs is not None else empty)
-    added = ours.join(theirs.select(IDENTITY), on=IDENTITY, how="anti")
-    removed = theirs.join(ours.select(IDENTITY), on=IDENTITY, how="anti")
+    rank = _rank_name(ours, theirs)
+    identity = [*IDENTITY[:2], rank]
+    ours = with_identity(ours if ours is not None else empty, rank)
+    theirs = with_identity(theirs if theirs is not None else empty, rank)
+    added = ours.join(theirs.select(identity), on=identity, how="anti")
+    removed = theirs.join(ours.select(identity), on=identity, how="anti")
     others = [
         c
         for c in dict.fromkeys([*ours.columns, *theirs.columns])
-        if c not in IDENTITY and c not in DERIVED
+        if c not in identity and c not in DERIVED
     ]
-    both = ours.join(theirs, on=IDENTITY, how="inner", suffix="_baseline")
+    both = ours.join(theirs, on=identity, how="inner", suffix="_baseline")
     changed_mask = pl.lit(False)
     for col in others:
         # A column only one side has compares against null on the other side.
@@ -175,7 +190,7 @@ def _diff_table(name: str, ours: pl.DataFrame | None, theirs: pl.DataFrame | Non
             base = pl.col(col) if col in theirs.columns else pl.lit(None)
         changed_mask = changed_mask | mine.ne_missing(base)
     changed = both.filter(changed_mask) if both.height else both
-    return TableDiff(name, ours.height, theirs.height, added, removed, changed)
+    return TableDiff(name, ours.height, theirs.height, added, removed, changed, rank)
 
 
 # -- by key ---------------------------------------------------------------------------------

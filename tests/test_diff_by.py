@@ -149,7 +149,15 @@ def test_format_moved_in_words():
 
 def test_row_diff_text_does_not_show_the_identity_rank(log):
     text = rk.diff(rk.replay(flagger(2), log), rk.replay(flagger(4), log)).text()
-    assert "added: {'lsn'" in text and "'n':" not in text
+    assert "added: {'time': '1970-01-01T01:00:00.000Z', 'lsn'" in text and "'n':" not in text
+
+
+def test_a_field_called_n_is_compared_not_replaced_by_the_rank():
+    a = {"t": pl.DataFrame({"lsn": [0, 0], "ts": 0, "handler": "h", "seq": 0, "n": [5, 6]})}
+    b = {"t": pl.DataFrame({"lsn": [0, 0], "ts": 0, "handler": "h", "seq": 0, "n": [5, 7]})}
+    t = rk.diff(a, b).tables["t"]
+    assert t.rank == "_n"
+    assert t.changed.select("_n", "n", "n_baseline").rows() == [(1, 6, 7)]
 
 
 def run(root, *args):
