@@ -125,15 +125,17 @@ def kind_fields(log: Any) -> dict[str, set[str]]:
     others = [c for c in table.column_names if c not in EVENT_ATTRIBUTES]
     if table.num_rows == 0:
         return {}
-    if not others:
-        return {k: set() for k in log.kinds}
-    valid = pa.table(
-        {"kind": table.column("kind"), **{c: pc.is_valid(table.column(c)) for c in others}}
-    )
-    grouped = valid.group_by("kind").aggregate([(c, "any") for c in others])
-    out: dict[str, set[str]] = {}
-    for row in grouped.to_pylist():
-        out[row["kind"]] = {c for c in others if row[f"{c}_any"]}
+    # A column without nulls is every kind's; only the others need a pass per kind.
+    full = {c for c in others if table.column(c).null_count == 0}
+    partial = [c for c in others if c not in full]
+    out: dict[str, set[str]] = {k: set(full) for k in log.kinds}
+    if partial:
+        valid = pa.table(
+            {"kind": table.column("kind"), **{c: pc.is_valid(table.column(c)) for c in partial}}
+        )
+        grouped = valid.group_by("kind").aggregate([(c, "any") for c in partial])
+        for row in grouped.to_pylist():
+            out[row["kind"]] |= {c for c in partial if row[f"{c}_any"]}
     return out
 
 
