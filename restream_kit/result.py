@@ -153,9 +153,6 @@ class Result:
     def __iter__(self):
         return iter(self.table_names)
 
-    def __len__(self) -> int:
-        return len(self.table_names)
-
     @property
     def status(self) -> str:
         """``ok``, or ``ok, N handler runs rolled back`` when ``on_error`` skipped some."""
