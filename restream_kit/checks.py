@@ -14,7 +14,8 @@ before that, so :func:`check_against_log` finds these mistakes up front:
   warning at the handler's line, listing the kinds the log has;
 - a name read like state (``x[k]``, ``x.get(k)``, ``k in x``) that is neither declared
   state nor any other module-level or built-in name is an error, as a write to one already is
-  when the program loads (:func:`check_program`, which needs no log).
+  when the program loads; so is any other name a function uses that nothing defines (both
+  need no log: :func:`check_program`).
 
 Errors raise :class:`~restream_kit.errors.CheckError` (a ``ProgramError``) for the first one,
 with every error finding attached; warnings come back as :class:`Finding` objects. Line
@@ -72,7 +73,8 @@ class Finding:
 
 
 def check_program(program: Program) -> list[Finding]:
-    """Checks that need no log: reads of undeclared state. Raises :class:`CheckError`."""
+    """Checks that need no log: reads of undeclared state and of names nothing defines.
+    Raises :class:`CheckError`."""
     findings = list(_undeclared_reads(program))
     _raise_errors(findings)
     return findings
@@ -358,46 +360,81 @@ def _undeclared_reads(program: Program) -> Iterator[Finding]:
         for fn in functions:
             bound = _bound_names(fn)
             owner = top.name if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
-            for node, name in _state_like_uses(fn):
+            who = (
+                f"handler {owner!r}"
+                if owner in handlers
+                else f"function {owner!r}"
+                if owner
+                else "a lambda"
+            )
+            state_like = {id(node) for node in _state_like_uses(fn)}
+            skipped = _annotation_names(fn)
+            for node in ast.walk(fn):
+                if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+                    continue
+                if id(node) in skipped:
+                    continue
+                name = node.id
                 if name in bound or name in known or (node.lineno, name) in reported:
                     continue
                 reported.add((node.lineno, name))
-                who = (
-                    f"handler {owner!r}"
-                    if owner in handlers
-                    else f"function {owner!r}"
-                    if owner
-                    else "a lambda"
-                )
-                close = difflib.get_close_matches(name, states, n=1, cutoff=0.6)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                if id(node) in state_like:
+                    close = difflib.get_close_matches(name, states, n=1, cutoff=0.6)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    code = "undeclared-state"
+                    message = (
+                        f"{who} reads {name!r}, which is undeclared state: declare it with "
+                        f"`{name} = state.Map()` (or state.Counter() / state.Value()){hint}"
+                    )
+                else:
+                    names = sorted(set(program.namespace_names) | bound)
+                    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    code = "undefined-name"
+                    message = f"{who} uses {name!r}, which is not defined{hint}"
                 yield Finding(
                     "error",
-                    "undeclared-state",
-                    f"{who} reads {name!r}, which is undeclared state: declare it with "
-                    f"`{name} = state.Map()` (or state.Counter() / state.Value()){hint}",
+                    code,
+                    message,
                     owner if owner in handlers else None,
                     node.lineno,
                     program.filename,
                 )
 
 
-def _state_like_uses(fn: ast.AST) -> Iterator[tuple[ast.AST, str]]:
+def _annotation_names(fn: ast.AST) -> set[int]:
+    """Names inside annotations, which a replay never evaluates (postponed annotations)."""
+    out: set[int] = set()
+    for node in ast.walk(fn):
+        annotations: list[ast.AST | None] = []
+        if isinstance(node, ast.arg):
+            annotations.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+        for annotation in annotations:
+            if annotation is not None:
+                out.update(id(n) for n in ast.walk(annotation) if isinstance(n, ast.Name))
+    return out
+
+
+def _state_like_uses(fn: ast.AST) -> Iterator[ast.Name]:
     """Names used as state is: ``x[k]``, ``x.get(k)`` (and the other state methods), ``k in x``."""
     for node in ast.walk(fn):
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-            yield node, node.value.id
+            yield node.value
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr in _STATE_METHODS
             and isinstance(node.func.value, ast.Name)
         ):
-            yield node, node.func.value.id
+            yield node.func.value
         elif isinstance(node, ast.Compare):
             for op, right in zip(node.ops, node.comparators):
                 if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, ast.Name):
-                    yield node, right.id
+                    yield right
 
 
 def _bound_names(fn: ast.AST) -> set[str]:

@@ -21,8 +21,8 @@ from restream_kit.errors import CheckError, ProgramError
 HEADER = "from restream_kit import state, on, emit, schedule\n"
 
 
-def program(body: str, name: str = "prog") -> rk.Program:
-    return rk.Program.from_source(HEADER + textwrap.dedent(body), name=name)
+def program(body: str, name: str = "prog", future: str = "") -> rk.Program:
+    return rk.Program.from_source(future + HEADER + textwrap.dedent(body), name=name)
 
 
 @pytest.fixture(scope="module")
@@ -227,6 +227,25 @@ def test_get_in_and_state_methods_of_undeclared_names_are_refused(use, name):
         check_program(p)
 
 
+def test_a_name_nothing_defines_is_refused_with_the_closest_name():
+    p = program(
+        """
+        LIMIT = 3
+        seen = state.Counter()
+
+        @on("message")
+        def count(e):
+            seen[e.src] += 1
+            if seen[e.src] > LIMT:
+                emit("busy", who=e.src)
+        """
+    )
+    with pytest.raises(CheckError, match="handler 'count' uses 'LIMT', which is not defined; "
+                       "did you mean 'LIMIT'") as caught:  # fmt: skip
+        check_program(p)
+    assert caught.value.lineno == 9 and caught.value.findings[0].code == "undefined-name"
+
+
 def test_locals_closures_and_module_names_are_not_state(log):
     p = program(
         """
@@ -239,7 +258,7 @@ def test_locals_closures_and_module_names_are_not_state(log):
             return table[k] + LIMITS.get(k, 0)
 
         @on("message")
-        def count(e):
+        def count(e: Event) -> None:  # postponed annotations are never evaluated
             pairs = [(a, b) for a, b in [(1, 2)]]
             lookup = {p[0]: p[1] for p in pairs}
             f = lambda d: d[1]  # noqa: E731
@@ -250,7 +269,8 @@ def test_locals_closures_and_module_names_are_not_state(log):
             seen[e.src] += helper(e.src) + f([0, 1]) + x + len(collections.Counter([1]))
             if e.src in LIMITS:
                 emit("out", n=seen[e.src])
-        """
+        """,
+        future="from __future__ import annotations\n",
     )
     assert check_against_log(p, log) == []
 
