@@ -107,7 +107,7 @@ def replay(
         if "rolled back (on_error=" in note:
             warnings.warn(note, RestreamWarning, stacklevel=2)
     result.warnings[:0] = notes
-    from ._emits import emit_schemas
+    from .emits import emit_schemas
 
     # Tables that got no row still have their columns in result[name].
     result.schemas = emit_schemas(program, log)

@@ -116,7 +116,7 @@ class Result:
     #: The first epoch this replay ran when it resumed a checkpoint (None when it did not).
     resumed_from_epoch: int | None = None
     #: Per table the program can emit, its fields and their polars types, read from the
-    #: program's ``emit`` calls (``restream_kit._emits``); filled in by ``replay``.
+    #: program's ``emit`` calls (``restream_kit.emits``); filled in by ``replay``.
     schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Where the tables were written (``write``), if they were.
     path: str | None = None
