@@ -1,4 +1,4 @@
-"""The ``restream`` command line: ``plan``, ``replay``, ``diff``, ``bench``.
+"""The ``restream`` command line: ``plan``, ``replay``, ``diff``.
 
 Every user error exits non-zero with one line naming the problem; ``--debug`` shows the
 traceback instead.
@@ -22,9 +22,15 @@ EXIT_INTERNAL_ERROR = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="restream", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="restream",
+        description="Plan, replay and compare stream-processing rules over event logs. Bad "
+        "input exits with status 2 and one line naming the problem.",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="see restream COMMAND --help"
+    )
 
     plan = commands.add_parser("plan", help="show how a program's handlers depend on each other")
     plan.add_argument("program", help="the program, a .py file")

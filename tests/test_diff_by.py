@@ -219,6 +219,7 @@ def test_every_command_line_option_has_help():
     from restream_kit.engines import ENGINES
 
     parser = build_parser()
+    assert all(action.help for action in parser._actions)
     commands = next(a for a in parser._actions if a.dest == "command")
     for name, sub in commands.choices.items():
         for action in sub._actions:
