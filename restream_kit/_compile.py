@@ -76,6 +76,7 @@ def compile_program(
     kind_order: Sequence[str] = (),
     extra_globals: dict[str, Any] | None = None,
     guarded: bool = False,
+    only: Sequence[str] | None = None,
 ) -> CompiledProgram:
     """Rewrite and execute ``program`` against ``runtime``, with ``stores`` (fresh when None).
 
@@ -86,7 +87,10 @@ def compile_program(
     tree = _rewrite(program)
     dispatch = None
     if columns is not None:
-        handlers_kinds = [(h.name, h.kinds) for h in program.handlers]
+        # ``only``: the runner dispatches to these handlers alone (a Spark pass runs a stage).
+        handlers_kinds = [
+            (h.name, h.kinds) for h in program.handlers if only is None or h.name in only
+        ]
         dispatch = build_runner(
             tree, handlers_kinds, list(columns), list(kind_order), guarded=guarded
         )

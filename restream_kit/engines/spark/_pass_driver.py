@@ -235,6 +235,13 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                 single_key=SINGLE,
                 max_flush=MAX_FLUSH,
                 on_error=rep.on_error,
+                plain=(
+                    len(parts) == 1
+                    and bool(p.event_kinds)
+                    and not (p.serves or p.consumes or p.blind or p.feeds or p.probe_kinds)
+                    and not pp.schedules
+                    and rep.on_error == "stop"
+                ),
                 receives=len(parts) > 1 or not p.event_kinds,
                 last_ts=last_ts,
             )
@@ -344,9 +351,11 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
     df = _FRAMES.get(key)
     if df is not None:
         return df
-    df = session.createDataFrame(events.table)
+    df = session.createDataFrame(events.table.drop_columns(["_rs_o"]))
+    # A log event's order is its lsn (unique, and increasing in log order).
     df = df.selectExpr(
         "*",
+        "lsn AS _rs_o",
         "ts AS _rs_t",
         "CAST(2 AS TINYINT) AS _rs_ph",
         "X'' AS _rs_sub",

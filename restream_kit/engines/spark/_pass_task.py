@@ -15,6 +15,7 @@ write ``(t, ph, o, sub + handler + i)`` of its run. Bytes compare as the tuples 
 
 from __future__ import annotations
 
+import functools
 import heapq
 import operator
 import pickle
@@ -128,6 +129,7 @@ class PassSpec:
     single_key: str
     max_flush: int
     on_error: str  # stop, skip or quarantine
+    plain: bool  # handlers over log events and nothing else: the serial engine's own loop
     receives: bool  # whether earlier passes send this one rows (probe values, writes, events)
     last_ts: int  # the log's last time: timed writes after it apply only before a later event
 
@@ -486,6 +488,9 @@ class PassTask:
         inject_fault(f"pass{spec.index}")
         started = time.perf_counter()
         program = load_program(spec.program)
+        if spec.plain:
+            yield from _plain(spec, program, batches, started)
+            return
         rt = _Runtime(spec, program)
         stores: dict[str, dict] = {}
         for name in program.states:
@@ -697,6 +702,69 @@ class PassTask:
         stat = (events, time.perf_counter() - started, rt.scheduled, rt.last_at)
         rt.out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
         yield _out_batch(rt, schema, slots)
+
+
+def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> Iterator:
+    """A pass that only runs handlers over log events (no probe, no row from or for another
+    pass, no scheduled event in the whole program): the serial engine's generated loop, with
+    the handler bodies inlined, over the partition. Its rows' positions are (ts, lsn): the
+    pass path's ``_rs_o`` is the log's ``lsn``."""
+    from ..serial import SerialRuntime
+
+    rt = SerialRuntime()
+    names = [program.handlers[h].name for h in spec.handlers]
+    compiled = compile_program(
+        program,
+        rt,
+        None,
+        columns=spec.columns,
+        kind_order=tuple(
+            dict.fromkeys(k for h in spec.handlers for k in program.handlers[h].kinds)
+        ),
+        extra_globals={"_rs_run_scheduled": lambda t: None},
+        only=names,
+    )
+    run_batch = compiled.run_batch
+    make = event_type(spec.columns) if compiled.needs_named_events else None
+    events = 0
+    out: list = []
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            cols = [_column_values(batch, c, c in spec.pickled_columns) for c in spec.columns]
+            rows = zip(*cols)
+            run_batch(
+                list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
+            )
+            events += batch.num_rows
+        # The serial replay applies timed writes due by the log's last event, whichever key
+        # that event has: so does this partition, whose own last event may come earlier.
+        rt.apply_due(spec.last_ts)
+    except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
+        out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
+        yield _out_rows(out, spec.slots)
+        return
+    index = {h.name: h.index for h in program.handlers}
+    emitted = [
+        (table, lsn, ts, handler, seq, fields, (ts, _PH_LOG, lsn, b""), index[handler])
+        for table, rows in rt.rows.items()
+        for lsn, ts, handler, seq, fields in rows
+    ]
+    emitted.sort(key=lambda r: (r[6], r[7]))  # stable: a run's rows keep their order
+    for start in range(0, len(emitted), _BLOB_ROWS):
+        out.append((EMIT, -1, None, (0, 0, 0, b""), dumps(emitted[start : start + _BLOB_ROWS])))
+    for name in spec.finals:
+        out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, compiled.stores[name]))))
+    stat = (events, time.perf_counter() - started, 0, None)
+    out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
+    yield _out_rows(out, spec.slots)
+
+
+def _out_rows(rows: list, slots: int) -> pa.RecordBatch:
+    holder = type("Rows", (), {})()
+    holder.out = rows
+    return _out_batch(holder, _out_schema(slots), slots)
 
 
 def _kind_runner(kind, acts, program, rt, stores, probe_values, pks_now):

@@ -94,6 +94,7 @@ class PassPlan:
     passes: tuple[Pass, ...]
     kind_passes: dict[str, tuple[int, ...]]  # kind -> passes with handlers for it
     reason: str | None = None  # why the program runs as one sequential pass
+    schedules: bool = True  # whether any handler schedules events
 
 
 def _single(program: Program, reason: str) -> PassPlan:
@@ -104,7 +105,8 @@ def _single(program: Program, reason: str) -> PassPlan:
     one = Pass(0, "whole program", "sequential", SINGLE, handlers, kinds, states, reason)
     one = replace(one, stages=("whole program",))
     one = replace(one, finals=states)
-    return PassPlan((one,), {k: (0,) for k in kinds}, reason)
+    schedules = "schedule" in program.source
+    return PassPlan((one,), {k: (0,) for k in kinds}, reason, schedules)
 
 
 def plan_passes(program: Program, plan) -> PassPlan:
@@ -333,7 +335,9 @@ def _plan(program: Program, plan) -> PassPlan:
                 stages=tuple(d["stages"]),
             )
         )
-    return PassPlan(tuple(passes), {k: tuple(v) for k, v in kind_passes.items()})
+    return PassPlan(
+        tuple(passes), {k: tuple(v) for k, v in kind_passes.items()}, None, bool(schedulers)
+    )
 
 
 def _fuse_readers(drafts: list[dict], accesses: Any, program: Program, info: dict) -> None:
