@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
     parser.add_argument("--no-cold", action="store_true", help="skip whole-process runs")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
+    parser.add_argument("--log", help="Parquet log (default: sample_data/generated/social_<N>)")
     args = parser.parse_args(argv)
     rules = [r for r in args.rules.split(",") if r]
     unknown = [r for r in rules if r not in RULES]
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown rule(s) {unknown}; known: {', '.join(RULES)}")
     from bench.serial_vs_loop import _ensure_log
 
-    log_path = _ensure_log(args.events, None)
+    log_path = _ensure_log(args.events, Path(args.log) if args.log else None)
     report = {"events": args.events, "master": args.master, "log": str(log_path), "rules": {}}
     warm = _warm(log_path, rules, args.runs, args.master)
     for rule in rules:

@@ -66,3 +66,23 @@ def test_spark_vs_serial_quick_run(tmp_path):
     assert any(name.startswith("round 3") for name in results["spark_stages_s"])
     assert results["predicted_speedup_p2"] > 1
     assert isinstance(results["speed_ok"], bool) and results["memory_ok"] is True
+
+
+def test_spark_rules_quick_run(tmp_path):
+    """The rules benchmark end to end, warm and cold, on a small log: both engines agree on
+    every rule, and it reports the ratio, what ran and the time per stage."""
+    out = tmp_path / "spark_rules.json"
+    command = [
+        sys.executable, "-m", "bench", "spark-rules",
+        "--events", "3000", "--runs", "1", "--rules", "ordinary,windows",
+        "--log", str(tmp_path / "social_3000.parquet"), "--out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    for rule in ("ordinary", "windows"):
+        warm, cold = results["rules"][rule]["warm"], results["rules"][rule]["cold"]
+        assert warm["ratio"] > 0 and cold["ratio"] > 0
+        assert all(what.startswith("parallel") for what in warm["path"].values()), warm["path"]
+        assert any(stage.endswith("(tasks, summed)") for stage in warm["stage_s"])
