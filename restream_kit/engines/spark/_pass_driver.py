@@ -243,6 +243,15 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                     and rep.on_error == "stop"
                 ),
                 receives=len(parts) > 1 or not p.event_kinds,
+                # Writes or scheduled events from earlier passes (an event then waits for
+                # the writes of its own runs there): any pass writing into this one's state,
+                # or any scheduling at all in a program (conservatively).
+                receives_writes=pp.schedules
+                or any(
+                    p.index in targets
+                    for q in passes[: p.index]
+                    for targets in (*q.blind.values(), *q.feeds.values())
+                ),
                 last_ts=last_ts,
             )
             out = rows.mapInArrow(T.PassTask(spec), ddl)

@@ -130,6 +130,7 @@ class PassSpec:
     max_flush: int
     on_error: str  # stop, skip or quarantine
     plain: bool  # handlers over log events and nothing else: the serial engine's own loop
+    receives_writes: bool  # whether writes or scheduled events come from earlier passes
     receives: bool  # whether earlier passes send this one rows (probe values, writes, events)
     last_ts: int  # the log's last time: timed writes after it apply only before a later event
 
@@ -639,6 +640,9 @@ class PassTask:
                     if tag == TAG_EVENT:
                         events += 1
                         ev = tuple.__new__(make, rows[i])
+                        if not spec.receives_writes:  # nothing can come after it: run it now
+                            run_event(ev, pos, i, ())
+                            continue
                         # Its partition values now: the batch may end before it runs.
                         pk_of = {r: v[i] for r, v in pks_now.items()} if pks_now else None
                         waiting[:] = [ev, pos, pk_of, []]
