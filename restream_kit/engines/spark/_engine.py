@@ -404,6 +404,9 @@ class _Replay:
             warnings.warn(note, RestreamWarning, stacklevel=4)
         try:
             result = run_passes(self, pp, started, None)
+            from ..serial import check_state
+
+            check_state(result.state)  # what the serial engine refuses to keep, so does this
             if note:
                 result.warnings.append(note)
             return result
@@ -411,7 +414,15 @@ class _Replay:
             # A handler raised somewhere: the serial engine names the first error exactly.
             from .. import serial
 
-            serial.replay(self.program, self.log, on_error=self.on_error)
+            # With the observers, so that the epochs before the error are published (and
+            # written with --out) as a serial replay publishes them.
+            serial.replay(
+                self.program,
+                self.log,
+                observer=self.notify,
+                epoch=self.options.get("epoch"),
+                on_error=self.on_error,
+            )
             raise
         except Cancelled:
             raise
