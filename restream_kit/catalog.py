@@ -385,8 +385,11 @@ class Catalog:
             pl.col("log_fingerprint").alias("log"),
             pl.col("size_bytes").map_elements(human_size, return_dtype=pl.String).alias("size"),
         )
-        first = ["run_id", "name", "started_at", "engine", "master", "status", "size", "events"]
-        return frame.select(first + [c for c in frame.columns if c not in first])
+        # What a glance needs first: polars shows the first and last columns of wide frames.
+        first = ["run_id", "name", "size", "status", "engine", "started_at", "events", "wall_s"]
+        last = ["program", "log"]
+        middle = [c for c in frame.columns if c not in first and c not in last]
+        return frame.select(first + middle + last)
 
     def query(self, sql: str):
         """Run DuckDB ``sql`` over a view ``runs`` of every run (one row per manifest).
@@ -489,6 +492,8 @@ class Catalog:
         return row
 
     def _say(self, line: str) -> None:
+        if line in self.notes:
+            return  # once per Catalog: a damaged run would otherwise be said at every listing
         self.notes.append(line)
         if not self.quiet:
             print(line, file=sys.stderr)

@@ -101,7 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    # The run catalog (docs/catalog.md): replays are recorded, `restream runs` lists them.
+    replay.add_argument(
+        "--name", default=None, help="record the run under NAME (default: the program's name)"
+    )
+    replay.add_argument(
+        "--no-record", action="store_true", help="do not record the run in the catalog"
+    )
+    _add_runs_parser(commands)
     return parser
+
+
+def _add_runs_parser(commands) -> None:
+    runs = commands.add_parser("runs", help="list the recorded runs, forget old ones")
+    runs.add_argument("--forget", metavar="NAME", help="delete the runs called NAME (or run id)")
+    runs.add_argument("--keep", type=int, metavar="N", help="keep the newest N runs of each name")
+    runs.add_argument("--json", action="store_true", help="print the runs as JSON lines")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -177,15 +192,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from .engines.spark import warm_up
 
         warm_up(options.get("master"), options.get("conf"))
+    program = log = None
     try:
         log = _log_arg(args.log)
         if len(log) == 0:
             raise RestreamError(f"{', '.join(args.log)}: the log has no events, nothing to replay")
-        result = replay(args.program, log, engine=args.engine, **options)
+        program = _program_arg(args.program)
+        result = replay(program, log, engine=args.engine, **options)
     except (RestreamError, KeyboardInterrupt) as exc:
         if partial is not None:
             partial.write_error(exc)
+        if program is not None and log is not None:
+            _record(args, program, log, None, str(exc))
         raise
+    _record(args, program, log, result, None)
     summary = result.summary()
     if args.out:
         summary["outputs"] = result.write(args.out)
@@ -219,6 +239,69 @@ def _replay_text(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _program_arg(path: str):
+    from .program import Program
+
+    return Program.load(path)
+
+
+def _record(args: argparse.Namespace, program, log, result, error: str | None) -> None:
+    """Record a replay in the run catalog; a catalog that cannot be written is a warning."""
+    if args.no_record:
+        return
+    from .catalog import Catalog
+
+    params = {k: getattr(args, k) for k in ("master", "epoch", "on_error") if getattr(args, k)}
+    try:
+        Catalog().record(
+            name=args.name or program.name,
+            program=program,
+            log=log,
+            engine=args.engine,
+            result=result,
+            master=args.master,
+            params={k: v for k, v in params.items() if v != "stop"},
+            error=error,
+        )
+    except (OSError, RestreamError) as exc:
+        print(f"warning: the run was not recorded in the catalog: {exc}", file=sys.stderr)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """``restream runs``: every recorded run with its size; ``--forget``, ``--keep``."""
+    from .catalog import Catalog, human_size
+
+    catalog = Catalog()
+    if args.forget:
+        gone = catalog.forget(args.forget)
+        if not gone:
+            raise RestreamError(f"--forget {args.forget}: no run has that name or id")
+        print(f"forgot {len(gone)} run(s) called {args.forget}")
+    if args.keep is not None:
+        gone = catalog.keep(args.keep)
+        print(f"kept the newest {args.keep} run(s) of each name; deleted {len(gone)}")
+    if args.forget or args.keep is not None:
+        return 0
+    rows = catalog.runs().to_dicts() if catalog.runs_dir.exists() else []
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, default=str))
+        return 0
+    if not rows:
+        print(f"no runs recorded in {catalog.home}")
+        return 0
+    print(f"{'run':35} {'name':16} {'engine':7} {'status':7} {'events':>10} {'size':>9}")
+    for r in rows:
+        events = "" if r["events"] is None else f"{r['events']:,}"
+        print(
+            f"{r['run_id']:35} {r['name'][:16]:16} {r['engine']:7} {r['status']:7} "
+            f"{events:>10} {r['size']:>9}"
+        )
+    total = sum(r["size_bytes"] or 0 for r in rows)
+    print(f"{len(rows)} run(s), {human_size(total)} in {catalog.home}")
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import plan as build_plan
     from .planner.render import plan_text
@@ -235,7 +318,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"replay": cmd_replay, "plan": cmd_plan}
+COMMANDS = {"replay": cmd_replay, "plan": cmd_plan, "runs": cmd_runs}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -37,6 +37,7 @@ import decimal
 import json
 import math
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 __all__ = ["ValueCodecError", "encode", "decode", "dumps", "loads", "check", "describe"]
@@ -89,10 +90,17 @@ def _encode(v: Any, hook: Hook | None, path: str) -> Any:
             return v
         return ["f", "nan" if v != v else ("inf" if v > 0 else "-inf")]
     if t is tuple:
+        if _plain(v):
+            return ["t", *v]
         return ["t", *[_encode(x, hook, f"{path}[{i}]") for i, x in enumerate(v)]]
     if t is list:
+        if _plain(v):
+            return ["l", *v]
         return ["l", *[_encode(x, hook, f"{path}[{i}]") for i, x in enumerate(v)]]
     if t is dict:
+        fast = _plain_dict(v)
+        if fast is not None:
+            return fast
         out: list[Any] = ["d"]
         for k, x in v.items():
             out.append(_encode(k, hook, f"{path}<key {k!r:.40}>"))
@@ -100,6 +108,8 @@ def _encode(v: Any, hook: Hook | None, path: str) -> Any:
         return out
     if t is set or t is frozenset:
         tag = "s" if t is set else "fs"
+        if _plain(v):
+            return [tag, *v]
         return [tag, *[_encode(x, hook, f"{path}{{{x!r:.40}}}") for x in v]]
     if t is bytes:
         return ["b", base64.b64encode(v).decode("ascii")]
@@ -130,6 +140,38 @@ def _encode(v: Any, hook: Hook | None, path: str) -> Any:
     )
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(items: Any) -> bool:
+    """Whether every item is its own JSON (so a container needs no walk): the fast path that
+    keeps big states quick, checked with C-speed builtins."""
+    types = set(map(type, items))
+    if not types <= _SCALARS:
+        return False
+    if int in types:
+        ints = items if len(types) == 1 else [x for x in items if type(x) is int]
+        if ints and max(max(ints).bit_length(), min(ints).bit_length()) > _MAX_BITS:
+            return False
+    if float in types:
+        floats = items if len(types) == 1 else [x for x in items if type(x) is float]
+        if not all(map(math.isfinite, floats)):
+            return False
+    return True
+
+
+def _plain_dict(d: dict) -> list | None:
+    """The encoding of ``d`` when its keys (or tuples of them) and values are plain, else None."""
+    keys = list(d)
+    if not _plain(list(d.values())):
+        return None
+    if not _plain(keys):
+        if set(map(type, keys)) != {tuple} or not _plain(list(chain.from_iterable(keys))):
+            return None
+        keys = [["t", *k] for k in keys]
+    return ["d", *chain.from_iterable(zip(keys, d.values()))]
+
+
 def decode(data: Any, decoders: Decoders | None = None) -> Any:
     """The value that :func:`encode` turned into ``data``; ValueCodecError on anything else."""
     try:
@@ -140,28 +182,30 @@ def decode(data: Any, decoders: Decoders | None = None) -> Any:
         raise ValueCodecError(f"not an encoded value ({type(exc).__name__}: {exc})") from None
 
 
+_CONTAINERS: dict[str, Callable[[list], Any]] = {
+    "t": tuple,
+    "l": list,
+    "s": set,
+    "fs": frozenset,
+    "d": dict,  # built from alternating keys and values in _decode
+}
+
+
 def _decode(x: Any, decoders: Decoders | None) -> Any:
     if type(x) is not list:
         if x is None or type(x) in (str, int, float, bool):
             return x
         raise ValueCodecError(f"not an encoded value: {describe(x)}")
     tag = x[0]
-    if tag == "t":
-        return tuple([_decode(y, decoders) for y in x[1:]])
-    if tag == "l":
-        return [_decode(y, decoders) for y in x[1:]]
-    if tag == "d":
+    if tag in _CONTAINERS:
         items = x[1:]
-        if len(items) % 2:
-            raise ValueCodecError("not an encoded value: a dict with an odd number of items")
-        return {
-            _decode(items[i], decoders): _decode(items[i + 1], decoders)
-            for i in range(0, len(items), 2)
-        }
-    if tag == "s":
-        return {_decode(y, decoders) for y in x[1:]}
-    if tag == "fs":
-        return frozenset(_decode(y, decoders) for y in x[1:])
+        if list in set(map(type, items)):
+            items = [_decode(y, decoders) if type(y) is list else y for y in items]
+        if tag == "d":
+            if len(items) % 2:
+                raise ValueCodecError("not an encoded value: a dict with an odd number of items")
+            return dict(zip(items[::2], items[1::2]))
+        return _CONTAINERS[tag](items)
     if tag == "b":
         return base64.b64decode(x[1], validate=True)
     if tag == "ba":
