@@ -175,9 +175,7 @@ class Catalog:
             _write(tmp / STATE_FILE, _state_bytes(result.state))
             metrics = result.metrics.as_dict()
             extra = {
-                "metrics": values.encode(
-                    {k: getattr(result.metrics, k) for k in Metrics.__dataclass_fields__}
-                ),
+                "metrics": _metrics(result.metrics),
                 "warnings": list(result.warnings),
                 "on_error": result.on_error,
                 "resumed_from_epoch": result.resumed_from_epoch,
@@ -232,6 +230,7 @@ class Catalog:
         ids = [r["run_id"] for r in rows if r["name"] == name or r["run_id"] == name]
         for run_id in ids:
             self._delete(run_id)
+        self.sweep()
         if ids:
             with contextlib.suppress(OSError):
                 self._refresh()
@@ -266,6 +265,12 @@ class Catalog:
         removed = []
         if not self.runs_dir.is_dir():
             return removed
+        for tmp in self.home.glob(f".{INDEX}.*.tmp"):  # an index write cut short
+            pid_text = tmp.name.split(".")[3] if tmp.name.count(".") >= 5 else ""
+            if not (pid_text.isdigit() and _alive(int(pid_text))):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                    removed.append(tmp.name)
         host = socket.gethostname()
         for entry in os.scandir(self.runs_dir):
             if not entry.name.startswith((".tmp-", ".trash-")):
@@ -478,10 +483,19 @@ class Catalog:
             raise
 
     def _index_row(self, run_id: str) -> dict[str, Any] | None:
+        run_dir = self.runs_dir / run_id
+        if not (run_dir / MANIFEST).exists() and (run_dir / "state.pickle").exists():
+            # A run of the old DuckDB catalog: its state is a pickle, which is never loaded.
+            self._say(
+                f"restream: {self.runs_dir} holds runs of an older restream (with pickled "
+                "state, which is never loaded: it could run code); they are not listed. Delete "
+                f"them and {self.home / 'catalog.duckdb'} to silence this line"
+            )
+            return None
         try:
             m = self.manifest(run_id)
         except CatalogError as exc:
-            if (self.runs_dir / run_id).exists():
+            if run_dir.exists():
                 self._say(f"restream: skipping a damaged run in the catalog: {exc}")
             return None
         row = {c: m.get(c) for c in _COLUMNS}
@@ -540,6 +554,20 @@ def _state_bytes(state: dict[str, dict]) -> bytes:
                         f"({exc})"
                     ) from None
     raise StateError("the final state cannot be stored")  # pragma: no cover
+
+
+def _metrics(metrics: Metrics) -> list:
+    """Every field of ``metrics`` through the codec; a field of a type it does not know (an
+    engine's own report object) is kept as its text rather than failing the record."""
+    fields = {}
+    for name in Metrics.__dataclass_fields__:
+        value = getattr(metrics, name)
+        try:
+            values.check(value)
+        except values.ValueCodecError:
+            value = str(value)
+        fields[name] = value
+    return values.encode(fields)
 
 
 def _finite(x: Any) -> float | None:

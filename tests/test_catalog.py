@@ -547,6 +547,40 @@ def pickles_under(*roots: Path) -> list[str]:
     return found
 
 
+def embedded_pickles(*roots: Path) -> int:
+    """Pickles inside files: bytes values (base64 in the JSON, binary Arrow columns) that
+    start with the pickle magic."""
+    import base64
+
+    import pyarrow as pa
+
+    found = 0
+
+    def walk(x) -> None:
+        nonlocal found
+        if isinstance(x, list):
+            if len(x) == 2 and x[0] in ("b", "ba") and isinstance(x[1], str):
+                found += base64.b64decode(x[1])[:1] == b"\x80"
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                walk(y)
+
+    for root in roots:
+        for path in Path(root).rglob("*.json"):
+            walk(json.loads(path.read_text()))
+        for path in [*Path(root).rglob("*.arrow"), *Path(root).rglob("*.parquet")]:
+            if path.suffix == ".arrow":
+                table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+            else:
+                table = pq.read_table(path)
+            for column in table.columns:
+                if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+                    found += sum(1 for v in column.to_pylist() if v and v[:1] == b"\x80")
+    return found
+
+
 def test_no_pickle_under_the_catalog_or_a_serial_checkpoint(tmp_path):
     home = tmp_path / "home"
     ck = tmp_path / "ck"
@@ -559,6 +593,14 @@ def test_no_pickle_under_the_catalog_or_a_serial_checkpoint(tmp_path):
     rk.replay(program, pending_log(), epoch=10, checkpoint=ck)
     assert len(list(home.rglob("*.parquet"))) >= 2 and len(list(ck.rglob("*.json"))) >= 6
     assert pickles_under(home, ck) == []
+    assert embedded_pickles(home, ck) == 0
+    # The old catalog's runs (state.pickle) are never loaded nor listed, said in one line.
+    old = home / "runs" / "20240101-000000-abcdef"
+    old.mkdir()
+    (old / "state.pickle").write_bytes(b"\x80\x05N.")
+    catalog = Catalog(home, quiet=True)
+    assert old.name not in set(catalog.runs()["run_id"]) and len(catalog.runs()) == 2
+    assert len(catalog.notes) == 1 and "never loaded" in catalog.notes[0]
 
 
 def test_no_pickle_under_the_catalog_or_a_spark_checkpoint(tmp_path, spark_session):
@@ -586,3 +628,17 @@ def test_no_pickle_under_the_catalog_or_a_spark_checkpoint(tmp_path, spark_sessi
     assert cell.ok, cell.error
     assert json.loads((ck / "manifest.json").read_text())["state_format"] == "spark-parallel"
     assert pickles_under(home, ck, fallback) == []
+    assert embedded_pickles(home) == 0
+
+
+@pytest.mark.xfail(
+    reason="issue 13: the Spark parallel path keeps values pickled inside its checkpoint "
+    "(emitted fields and state values as pickled bytes); its files are JSON and Arrow",
+    strict=False,
+)
+def test_no_pickle_inside_a_spark_parallel_checkpoint(tmp_path, spark_session):
+    ck = tmp_path / "ck"
+    rk.replay(
+        PENDING_MERGES, pending_log(), engine="spark", master="local[2]", epoch=20, checkpoint=ck
+    )
+    assert embedded_pickles(ck) == 0
