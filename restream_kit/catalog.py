@@ -381,10 +381,7 @@ class Catalog:
         """Every complete run, newest first, as a polars DataFrame (with its size on disk)."""
         import polars as pl
 
-        table = self._table()
-        if table.num_rows == 0:
-            return pl.DataFrame()
-        frame = pl.from_arrow(table.drop(["program_source"]))
+        frame = pl.from_arrow(self._table().drop(["program_source"]))
         frame = frame.with_columns(
             pl.col("program_sha").str.slice(0, 12).alias("program"),
             pl.col("log_fingerprint").alias("log"),
