@@ -339,7 +339,13 @@ class Catalog:
         except (OSError, ValueError) as exc:
             raise CatalogError(f"run {run_id}: {path} cannot be read: {exc}") from None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise CatalogError(f"run {run_id}: {path} is not a restream run manifest")
+            fmt = manifest.get("format") if isinstance(manifest, dict) else None
+            newer = (
+                f" (format {fmt}, from a newer restream)"
+                if isinstance(fmt, int) and fmt > FORMAT
+                else ""
+            )
+            raise CatalogError(f"run {run_id}: {path} is not a restream run manifest{newer}")
         return manifest
 
     def load(self, record: RunRecord | str) -> Result:
@@ -351,7 +357,8 @@ class Catalog:
         out_dir = self.runs_dir / run_id
         try:
             tables = {
-                name: pq.read_table(out_dir / rel) for name, rel in manifest["tables"].items()
+                name: pq.read_table(_inside(out_dir, rel))
+                for name, rel in manifest["tables"].items()
             }
             state = values.loads((out_dir / STATE_FILE).read_bytes())
             fields = values.decode(manifest["metrics"])
@@ -366,6 +373,8 @@ class Catalog:
             ) from None
         except (OSError, pa.ArrowException, values.ValueCodecError) as exc:
             raise CatalogError(f"run {run_id} cannot be read: {exc}") from None
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise CatalogError(f"run {run_id}: a damaged manifest ({exc!r})") from None
         known = {k: v for k, v in fields.items() if k in Metrics.__dataclass_fields__}
         return Result(
             tables=tables,
@@ -495,11 +504,18 @@ class Catalog:
             if run_dir.exists():
                 self._say(f"restream: skipping a damaged run in the catalog: {exc}")
             return None
-        row = {c: m.get(c) for c in _COLUMNS}
-        for c in ("started_at", "recorded_at"):
-            row[c] = dt.datetime.fromisoformat(row[c]) if row[c] else None
-        row["files"] = len(m.get("files", {}))
-        row["outputs"] = str(self.runs_dir / run_id) if m.get("status") == "ok" else None
+        try:
+            row = {c: m.get(c) for c in _COLUMNS}
+            for c in ("started_at", "recorded_at"):
+                row[c] = dt.datetime.fromisoformat(row[c]) if row[c] else None
+            row["files"] = len(m.get("files", {}))
+            row["outputs"] = str(self.runs_dir / run_id) if m.get("status") == "ok" else None
+            if row["run_id"] != run_id:
+                raise ValueError(f"it names run {row['run_id']!r}")
+            pa.Table.from_pylist([row], schema=_SCHEMA)  # every field of the type it must be
+        except (ValueError, TypeError, pa.ArrowException) as exc:
+            self._say(f"restream: skipping a damaged run in the catalog: run {run_id}: {exc}")
+            return None
         return row
 
     def _say(self, line: str) -> None:
@@ -524,6 +540,13 @@ def _record(row: dict[str, Any], outputs: str | None) -> RunRecord:
         outputs,
         row["status"],
     )
+
+
+def _inside(run_dir: Path, rel: str) -> Path:
+    """``run_dir / rel``, refusing a manifest that points outside its run."""
+    if not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts:
+        raise CatalogError(f"{run_dir / MANIFEST} names a file outside its run: {rel!r}")
+    return run_dir / rel
 
 
 def _run_dirs(runs_dir: Path) -> list[str]:

@@ -395,11 +395,16 @@ def test_a_damaged_index_is_said_in_one_line_and_rebuilt_from_the_runs(tmp_path,
         assert set(fresh.runs()["run_id"]) == {r.run_id for r in ids}
         assert len(fresh.notes) == 1 and "damaged" in fresh.notes[0]
     # A run whose manifest is damaged is skipped, said once; the others stay listed.
+    broken = home / "runs" / ids[1].run_id / "manifest.json"
+    broken.write_text(json.dumps({**json.loads(broken.read_text()), "events": "many"}))
     (home / "runs" / ids[0].run_id / "manifest.json").write_text("{")
     catalog.path.unlink()
     fresh = Catalog(home, quiet=True)
-    assert set(fresh.runs()["run_id"]) == {ids[1].run_id, ids[2].run_id}
-    assert len(fresh.notes) == 1 and ids[0].run_id in fresh.notes[0]
+    assert fresh.runs()["run_id"].to_list() == [ids[2].run_id]
+    assert fresh.runs()["run_id"].to_list() == [ids[2].run_id]  # said once per catalog
+    assert len(fresh.notes) == 2 and {ids[0].run_id, ids[1].run_id} == {
+        next(i.run_id for i in ids if i.run_id in note) for note in fresh.notes
+    }
 
 
 # -- forgetting, keeping, sizes; the magics ----------------------------------------------------------
