@@ -453,7 +453,9 @@ class Catalog:
         if index is None or missing or gone:
             table = table.sort_by([("recorded_at", "descending"), ("run_id", "descending")])
             if names or self.path.exists():
-                self._write_index(table)
+                # A catalog shared read-only is still listed, from its manifests.
+                with contextlib.suppress(OSError):
+                    self._write_index(table)
         return table
 
     def _read_index(self) -> pa.Table | None:

@@ -386,7 +386,7 @@ def state_declarations(program: Any) -> dict[str, list]:
 
 
 def serial_state(rt: Any, stores: dict[str, dict], program: Any) -> dict[str, Any]:
-    """The serial runtime's state between epochs, as plain picklable data.
+    """The serial runtime's state between epochs, as plain data (see save_value).
 
     That is every store, the timed writes still pending (their store by name), the scheduled
     events still pending, the counter that orders both, and each log event's count of
