@@ -9,10 +9,11 @@ from __future__ import annotations
 from . import state
 from .api import RestreamWarning, replay
 from .durations import days, hours, milliseconds, minutes, seconds
-from .errors import HandlerError, LogError, OutputError, ProgramError, RestreamError
+from .errors import CheckError, HandlerError, LogError, OutputError, ProgramError, RestreamError
 from .log import Log
 from .program import Program, emit, on, schedule
 from .result import Metrics, Result
+from .samples import sample_data
 
 __all__ = [
     "state",
@@ -31,8 +32,11 @@ __all__ = [
     "diff",
     "Result",
     "Metrics",
+    "sample_data",
+    "check_against_log",
     "RestreamError",
     "ProgramError",
+    "CheckError",
     "LogError",
     "HandlerError",
     "OutputError",
@@ -53,6 +57,10 @@ def __getattr__(name: str):
         from .compare import diff
 
         return diff
+    if name == "check_against_log":
+        from .checks import check_against_log
+
+        return check_against_log
     raise AttributeError(f"module 'restream_kit' has no attribute {name!r}")
 
 

@@ -7,13 +7,21 @@ from pathlib import Path
 from typing import Any
 
 from ._poison import check_on_error
+from .checks import Finding, check_against_log, check_program, scheduled_fields
 from .engines import get_engine
 from .log import Log
 from .program import Program
 from .progress import Observer
 from .result import Result
 
-__all__ = ["replay", "RestreamWarning", "missing_kinds"]
+__all__ = [
+    "replay",
+    "RestreamWarning",
+    "missing_kinds",
+    "check_against_log",
+    "check_program",
+    "warn_findings",
+]
 
 
 class RestreamWarning(UserWarning):
@@ -33,23 +41,19 @@ def scheduled_kinds(program: Program) -> set[str]:
     The program's module is the one it runs, with windows expanded, so the kinds that close
     windows count; ``schedule`` may have been imported under another name.
     """
-    import ast
+    return set(scheduled_fields(program))
 
-    names = {"schedule"}
-    for node in program.module_ast.body:
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("restream_kit"):
-            names.update(a.asname or a.name for a in node.names if a.name == "schedule")
-    kinds = set()
-    for node in ast.walk(program.module_ast):
-        if isinstance(node, ast.Call):
-            name = (
-                node.func.id
-                if isinstance(node.func, ast.Name)
-                else getattr(node.func, "attr", None)
-            )
-            if name in names and node.args and isinstance(node.args[0], ast.Constant):
-                kinds.add(node.args[0].value)
-    return kinds
+
+def warn_findings(findings: list[Finding]) -> list[str]:
+    """Issue each warning finding as a :class:`RestreamWarning` at its program line; return
+    the messages (for ``Result.warnings``)."""
+    notes = []
+    for f in findings:
+        if f.error:
+            continue
+        warnings.warn_explicit(f.message, RestreamWarning, f.filename, f.lineno or 1)
+        notes.append(f.message)
+    return notes
 
 
 def replay(
@@ -59,6 +63,7 @@ def replay(
     engine: str = "serial",
     observer: Observer | None = None,
     on_error: str = "stop",
+    check: bool = True,
     **options: Any,
 ) -> Result:
     """Replay ``log`` through ``program`` on ``engine`` ("serial" or "spark").
@@ -78,21 +83,23 @@ def replay(
       state committed after that epoch, over the rest of the same log, with a program whose
       handlers may differ (see :mod:`restream_kit.checkpoint`).
 
+    Before any event is replayed (and before Spark starts), the program is checked against
+    the log (:func:`check_against_log`): a field no event has or a read of undeclared state
+    raises :class:`~restream_kit.errors.CheckError`; a kind the log lacks is a
+    :class:`RestreamWarning` at the handler's line. ``check=False`` skips this, for callers
+    that ran the check themselves (so that its warnings are shown once).
+
     Raises :class:`restream_kit.errors.RestreamError` on bad input.
     """
     on_error = check_on_error(on_error)
+    program = Program.load(program)
+    log = log if isinstance(log, Log) else Log(log)
+    # Mistakes the log reveals come before any event is replayed and before Spark starts.
+    notes = warn_findings(check_against_log(program, log)) if check else []
     if engine == "spark" and options.get("session") is None:
         from .engines.spark import warm_up
 
-        warm_up(options.get("master"), options.get("conf"))  # the JVM starts as the log loads
-    program = Program.load(program)
-    log = log if isinstance(log, Log) else Log(log)
-    notes = []
-    for kind in missing_kinds(program, log):
-        handlers = [h.name for h in program.handlers if kind in h.kinds]
-        note = f"no {kind!r} events in the log: handler(s) {', '.join(handlers)} will never run"
-        warnings.warn(note, RestreamWarning, stacklevel=2)
-        notes.append(note)
+        warm_up(options.get("master"), options.get("conf"))  # the JVM starts as we compile
     if on_error != "stop":
         options["on_error"] = on_error
     result = get_engine(engine).replay(program, log, observer=observer, **options)
@@ -100,4 +107,8 @@ def replay(
         if "rolled back (on_error=" in note:
             warnings.warn(note, RestreamWarning, stacklevel=2)
     result.warnings[:0] = notes
+    from .emits import emit_schemas
+
+    # Tables that got no row still have their columns in result[name].
+    result.schemas = emit_schemas(program, log)
     return result

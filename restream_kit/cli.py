@@ -1,4 +1,4 @@
-"""The ``restream`` command line: ``plan``, ``replay``, ``diff``, ``bench``.
+"""The ``restream`` command line: ``plan``, ``replay``, ``diff``.
 
 Every user error exits non-zero with one line naming the problem; ``--debug`` shows the
 traceback instead.
@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from .engines import ENGINES
 from .errors import RestreamError
 
 __all__ = ["main", "build_parser"]
@@ -21,9 +22,15 @@ EXIT_INTERNAL_ERROR = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="restream", description=__doc__.splitlines()[0])
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="restream",
+        description="Plan, replay and compare stream-processing rules over event logs. Bad "
+        "input exits with status 2 and one line naming the problem.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="see restream COMMAND --help"
+    )
 
     plan = commands.add_parser("plan", help="show how a program's handlers depend on each other")
     plan.add_argument("program", help="the program, a .py file")
@@ -32,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="LOG",
-        help="a log (or NAME=PATH), for hot keys and predicted speedups; repeatable",
+        help="a log (a file, NAME=PATH to set its kind, or a sample name such as "
+        "social_small), checked against the program and used for hot keys and predicted "
+        "speedups; repeatable",
     )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument(
@@ -48,9 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         required=True,
         metavar="LOG",
-        help="a Parquet or CSV log, or NAME=PATH to set its kind; repeatable",
+        help="a Parquet or CSV log, NAME=PATH to set its kind, or a sample name such as "
+        "social_small; repeatable",
     )
-    replay.add_argument("--engine", choices=("serial", "spark"), default="serial")
+    replay.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="serial",
+        help="serial (the reference, one thread) or spark (parallel, serial-equivalent); "
+        "default serial",
+    )
     replay.add_argument(
         "--master",
         default=None,
@@ -99,6 +115,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="when a handler raises: stop (default), or roll that handler run back and go on, "
         "recording it (quarantine also writes DIR/_quarantine.parquet with --out)",
     )
+    replay.add_argument(
+        "--baseline",
+        default=None,
+        metavar="RUN",
+        help="compare with RUN (a run name in the catalog, or a --out directory) and print "
+        "the differences",
+    )
+    replay.add_argument(
+        "--by",
+        default=None,
+        metavar="FIELD[,FIELD]",
+        help="with --baseline: compare by these fields (keys only in this run, only in the "
+        "baseline, in both with different rows) rather than row by row",
+    )
     replay.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
     # The run catalog (docs/catalog.md): replays are recorded, `restream runs` lists them.
@@ -108,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--no-record", action="store_true", help="do not record the run in the catalog"
     )
+    _add_diff_parser(commands)
     _add_runs_parser(commands)
     return parser
 
@@ -119,6 +150,35 @@ def _add_runs_parser(commands) -> None:
     runs.add_argument("--json", action="store_true", help="print the runs as JSON lines")
 
 
+def _add_diff_parser(commands) -> None:
+    diff = commands.add_parser(
+        "diff",
+        help="compare the outputs of two runs, row by row or by key",
+        description="Compare run A with run B (the baseline). Each is a run name in the "
+        "catalog or a directory of <table>.parquet files (replay --out). Row by row, a row is "
+        "identified by its event (lsn, seq) and n, its rank among that event's rows in the "
+        "table; with --by, rows are grouped by the values of the fields. Exit status 0 when "
+        "the outputs are the same, 1 when they differ, 2 on bad input.",
+    )
+    diff.add_argument("a", metavar="A", help="a run name in the catalog, or a --out directory")
+    diff.add_argument("b", metavar="B", help="the baseline: a run name or a --out directory")
+    diff.add_argument(
+        "--by",
+        default=None,
+        metavar="FIELD[,FIELD]",
+        help="compare by these fields: keys only in A, only in B, and in both with different "
+        "rows (with how far their first row moved in time)",
+    )
+    diff.add_argument("--json", action="store_true", help="print the differences as JSON")
+    diff.add_argument(
+        "--samples",
+        type=int,
+        default=3,
+        metavar="N",
+        help="rows or keys shown per kind of difference (text; --json lists all keys)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -128,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = COMMANDS[args.command](args)
         for w in caught:
             if not args.json:
-                print(f"warning: {w.message}", file=sys.stderr)
+                print(f"warning: {_where(w)}{w.message}", file=sys.stderr)
         return code
     except RestreamError as exc:
         if args.debug:
@@ -146,6 +206,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL_ERROR
+
+
+def _where(w: warnings.WarningMessage) -> str:
+    """``file:line: `` for a warning about the user's program (not one raised in our code)."""
+    from pathlib import Path
+
+    ours = Path(__file__).resolve().parent
+    try:
+        inside = Path(w.filename).resolve().is_relative_to(ours)
+    except (OSError, ValueError):
+        inside = True
+    return "" if inside or not w.filename else f"{w.filename}:{w.lineno}: "
 
 
 def _log_arg(values: list[str]):
@@ -188,15 +260,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         partial = PartialOutputs(args.out)
         options["observer"] = broadcast([o for o in (options.get("observer"), partial) if o])
-    if args.engine == "spark":
-        from .engines.spark import warm_up
-
-        warm_up(options.get("master"), options.get("conf"))
+    if args.by and not args.baseline:
+        raise RestreamError("--by compares with a baseline: give --baseline RUN too")
     program = log = None
     try:
         log = _log_arg(args.log)
         if len(log) == 0:
             raise RestreamError(f"{', '.join(args.log)}: the log has no events, nothing to replay")
+        # A baseline that cannot be found fails before the replay, not after it.
+        baseline = _load_run(args.baseline, log) if args.baseline else None
+        # replay checks the program against the log before it starts Spark or replays.
         program = _program_arg(args.program)
         result = replay(program, log, engine=args.engine, **options)
     except (RestreamError, KeyboardInterrupt) as exc:
@@ -210,11 +283,90 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.out:
         summary["outputs"] = result.write(args.out)
         partial.clear_error()
+    differences = None
+    if baseline is not None:
+        from .compare import diff
+
+        label, tables = baseline
+        differences = diff(result, tables, by=args.by, labels=("this run", label))
+        summary["baseline"] = label
+        summary["diff"] = _diff_json(differences)
     if args.json:
         print(json.dumps(summary, default=str))
     else:
         print(_replay_text(summary))
+        if differences is not None:
+            print(f"compared with {baseline[0]}:")
+            print(_diff_text(differences, samples=3))
     return 0
+
+
+def _load_run(ref: str, log=None) -> tuple[str, dict]:
+    """The output tables of ``ref``: a directory of ``<table>.parquet`` files (``--out``), or
+    the latest successful run of that name in the catalog (on ``log``, when there is one)."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    path = Path(ref)
+    if not path.is_dir():
+        from .catalog import Catalog
+
+        catalog = Catalog()
+        record = None
+        if log is not None:
+            record = catalog.latest(ref, log_fingerprint=log.fingerprint)
+        record = record or catalog.latest(ref)
+        if record is None or not record.outputs:
+            raise RestreamError(
+                f"{ref}: no such directory, and no successful run called {ref!r} in the "
+                f"catalog ({catalog.path})"
+            )
+        if log is not None and record.log_fingerprint != log.fingerprint:
+            warnings.warn(f"baseline {ref!r} ran on another log than this replay", stacklevel=2)
+        path = Path(record.outputs)
+        ref = f"{ref} ({record.run_id})"
+    files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("_"))
+    # A catalog run (manifest.json) or an --out directory (metrics.json) may have no table.
+    if not files and not any((path / f).exists() for f in ("metrics.json", "manifest.json")):
+        raise RestreamError(f"{path}: no <table>.parquet files (give a replay --out directory)")
+    return ref, {p.stem: pq.read_table(p) for p in files}
+
+
+def _diff_json(differences) -> dict:
+    from .compare import KeyDiff
+
+    if isinstance(differences, KeyDiff):
+        return differences.to_dict()
+    return {
+        "empty": differences.empty,
+        "tables": {
+            name: {"rows": t.rows, "baseline_rows": t.baseline_rows, **t.counts}
+            for name, t in differences.tables.items()
+        },
+    }
+
+
+def _diff_text(differences, samples: int) -> str:
+    from .compare import KeyDiff
+
+    if isinstance(differences, KeyDiff):
+        return differences.summary(samples=samples)
+    return differences.text(samples=samples)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .compare import diff
+
+    a_label, a = _load_run(args.a)
+    b_label, b = _load_run(args.b)
+    differences = diff(a, b, by=args.by, labels=(a_label, b_label))
+    if args.json:
+        out = {"a": a_label, "b": b_label, **_diff_json(differences)}
+        print(json.dumps(out, default=str))
+    else:
+        print(_diff_text(differences, samples=args.samples))
+    return 0 if differences.empty else 1
 
 
 def _replay_text(summary: dict) -> str:
@@ -230,6 +382,9 @@ def _replay_text(summary: dict) -> str:
         lines.append("  no rows emitted")
     for name, size in summary["state"].items():
         lines.append(f"  state {name}: {size:,} keys")
+    for stage, what in summary.get("path", {}).items():
+        lines.append(f"  ran {stage}: {what}")
+
     if summary.get("quarantined"):
         where = summary.get("outputs", {}).get("_quarantine.parquet")
         lines.append(
@@ -308,6 +463,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .program import Program
 
     log = _log_arg(args.log) if args.log else None
+    # With a log, plan checks the program against it first (a field no event has: exit 2).
     the_plan = build_plan(
         Program.from_file(args.program), log, allow_nondeterminism=args.allow_nondeterminism
     )
@@ -318,7 +474,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"replay": cmd_replay, "plan": cmd_plan, "runs": cmd_runs}
+COMMANDS = {"replay": cmd_replay, "plan": cmd_plan, "diff": cmd_diff, "runs": cmd_runs}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,6 +9,7 @@ __all__ = [
     "HandlerError",
     "OutputError",
     "StateError",
+    "CheckError",
     "user_lineno",
     "format_fields",
 ]
@@ -113,3 +114,26 @@ def user_lineno(exc: BaseException, filename: str) -> int | None:
             lineno = tb.tb_lineno
         tb = tb.tb_next
     return lineno
+
+
+class CheckError(ProgramError):
+    """A mistake found before the replay, against the log or the program's declarations.
+
+    ``lineno`` is the line in the program text, ``handler`` the handler involved (None when
+    not in one), ``findings`` every error found (``restream_kit.checks.Finding``), the first
+    of which is the message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        filename: str | None = None,
+        lineno: int | None = None,
+        handler: str | None = None,
+        findings: list | None = None,
+    ):
+        super().__init__(message, filename=filename, lineno=lineno)
+        self.message = message
+        self.handler = handler
+        self.findings = list(findings or [])

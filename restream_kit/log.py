@@ -97,16 +97,43 @@ def _rows_to_arrow(rows: list[Mapping]) -> pa.Table:
     return pa.table({c: [row.get(c) for row in rows] for c in columns})
 
 
+def _expand_samples(sources: Any) -> Any:
+    """Sample names (``"social_small"``) and sample folders as the files they stand for."""
+    from .samples import sample_sources, unknown_name_hint
+
+    items = sources if isinstance(sources, list) else [sources]
+    if not all(isinstance(i, (str, Path)) for i in items):
+        return sources
+    out: list = []
+    changed = False
+    for item in items:
+        expanded = sample_sources(item)
+        if expanded is None:
+            hint = unknown_name_hint(item)
+            if hint:
+                raise LogError(hint)
+            out.append(item)
+        else:
+            out.extend(expanded)
+            changed = True
+    if not changed:
+        return sources
+    return out if len(out) > 1 else out[0]
+
+
 class Log:
     """A canonical event log built from one or several sources.
 
     ``sources`` is a path, a list of paths, ``name=path`` strings, ``(name, path)`` pairs, a
-    mapping of name to path, or in-memory tables (pyarrow, polars, a list of row dicts).
+    mapping of name to path, or in-memory tables (pyarrow, polars, a list of row dicts). A
+    string that is not an existing file may name a packaged sample (``"social_small"``, see
+    :func:`restream_kit.sample_data`).
     """
 
     def __init__(self, sources: Any, *, cache_dir: str | Path | None = None, cache: bool = True):
         if isinstance(sources, Log):
             sources = sources.sources
+        sources = _expand_samples(sources)
         if isinstance(sources, list) and sources and all(isinstance(r, Mapping) for r in sources):
             sources = [_rows_to_arrow(sources)]  # rows of one in-memory log
         if isinstance(sources, Mapping) and all(

@@ -15,6 +15,8 @@ from .errors import OutputError
 
 __all__ = [
     "Result",
+    "TIME_COLUMN",
+    "with_time",
     "Metrics",
     "build_table",
     "ROW_COLUMNS",
@@ -74,6 +76,8 @@ class Metrics:
     rows: dict[str, int] = field(default_factory=dict)
     stages: dict[str, float] = field(default_factory=dict)
     epochs: int = 1
+    #: What ran, per stage: "parallel over N partitions ...", "lowered ..." or "sequential ...".
+    path: dict[str, str] = field(default_factory=dict)
 
     @property
     def events_per_s(self) -> float:
@@ -90,9 +94,19 @@ class Metrics:
         return out
 
 
-@dataclass
+#: The column ``result[table]`` adds beside ``ts``: the same instant as a UTC datetime.
+TIME_COLUMN = "time"
+
+
+@dataclass(repr=False)
 class Result:
-    """Output tables (Arrow, in processing order), the final state of every key, metrics."""
+    """Output tables (Arrow, in processing order), the final state of every key, metrics.
+
+    ``tables`` holds what the engine produced, identical on every engine; ``result[name]``
+    is the table as a polars DataFrame for people: with a ``time`` column (``ts`` as a UTC
+    datetime) after ``ts``, and with its columns even when it emitted no row (known from the
+    program's ``emit`` calls, ``schemas``).
+    """
 
     tables: dict[str, pa.Table]
     state: dict[str, dict]
@@ -103,14 +117,83 @@ class Result:
     on_error: str = "stop"
     #: The first epoch this replay ran when it resumed a checkpoint (None when it did not).
     resumed_from_epoch: int | None = None
+    #: Per table the program can emit, its fields and their polars types, read from the
+    #: program's ``emit`` calls (``restream_kit.emits``); filled in by ``replay``.
+    schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Where the tables were written (``write``), if they were.
+    path: str | None = None
+
+    @property
+    def table_names(self) -> list[str]:
+        """Every table: those with rows, then those the program emits to that got none."""
+        return [*self.tables, *(t for t in self.schemas if t not in self.tables)]
 
     def __getitem__(self, table: str):
-        """The output table as a polars DataFrame (empty when the table was never emitted)."""
+        """Output table ``table`` as a polars DataFrame, with ``time`` beside ``ts``.
+
+        A table the program emits to but that got no row is empty with its columns; any other
+        name raises ``KeyError`` naming the tables there are.
+        """
         import polars as pl
 
-        if table not in self.tables:
-            return pl.DataFrame({c: [] for c in ROW_COLUMNS})
-        return pl.from_arrow(self.tables[table])
+        if table in self.tables:
+            return with_time(pl.from_arrow(self.tables[table]))
+        if table in self.schemas:
+            schema = {"lsn": pl.Int64, "ts": pl.Int64, "handler": pl.String, "seq": pl.Int64}
+            schema.update(self.schemas[table])
+            return with_time(pl.DataFrame(schema=schema))
+        names = ", ".join(repr(t) for t in self.table_names) or "none"
+        raise KeyError(f"no output table {table!r}; the tables are: {names}")
+
+    def __contains__(self, table: object) -> bool:
+        return table in self.tables or table in self.schemas
+
+    def keys(self) -> list[str]:
+        """The table names, as ``dict.keys`` would give them (``list(result)`` too)."""
+        return self.table_names
+
+    def __iter__(self):
+        return iter(self.table_names)
+
+    @property
+    def status(self) -> str:
+        """``ok``, or ``ok, N handler runs rolled back`` when ``on_error`` skipped some."""
+        n = self.quarantine.num_rows
+        return f"ok, {n:,} handler run{'s' if n != 1 else ''} rolled back" if n else "ok"
+
+    def __repr__(self) -> str:
+        """A few lines: engine, status, events and time, then each table's rows and columns."""
+        m = self.metrics
+        lines = [
+            f"<Result {m.engine} · {self.status} · {m.events:,} events in {m.wall_s:.2f} s"
+            + (f" · {self.path}" if self.path else "")
+            + ">"
+        ]
+        path = getattr(m, "path", None)
+        if path:
+            lines.append(f"  path: {_short_path(path)}")
+        for name in self.table_names:
+            table = self.tables.get(name)
+            rows = table.num_rows if table is not None else 0
+            fields = (
+                [c for c in table.column_names if c not in ROW_COLUMNS]
+                if table is not None
+                else list(self.schemas.get(name, {}))
+            )
+            shown = ", ".join(fields[:6]) + (", ..." if len(fields) > 6 else "")
+            lines.append(f"  {name}: {rows:,} rows" + (f" ({shown})" if shown else ""))
+        if not self.table_names:
+            lines.append("  no output tables")
+        if self.state:
+            sizes = ", ".join(f"{k} {len(v):,}" for k, v in list(self.state.items())[:6])
+            more = ", ..." if len(self.state) > 6 else ""
+            lines.append(f"  state keys: {sizes}{more}")
+        if self.warnings:
+            lines.append(f"  warnings: {len(self.warnings)} (result.warnings)")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython's plain-text display
+        printer.text(repr(self))
 
     def write(self, out_dir: str | Path) -> dict[str, str]:
         """Write each table as ``out_dir/<table>.parquet``; return table name -> path."""
@@ -121,6 +204,7 @@ class Result:
             path = out / f"{name}.parquet"
             pq.write_table(table, path)
             written[name] = str(path)
+        self.path = str(out)
         if self.quarantine.num_rows and self.on_error == "quarantine":
             path = out / QUARANTINE_FILE
             pq.write_table(self.quarantine, path)
@@ -131,6 +215,7 @@ class Result:
         """A JSON-able summary: metrics, rows per table, state sizes, warnings."""
         return {
             "metrics": self.metrics.as_dict(),
+            "path": dict(self.metrics.path),
             "tables": {name: t.num_rows for name, t in self.tables.items()},
             "state": {name: len(values) for name, values in self.state.items()},
             "warnings": list(self.warnings),
@@ -140,6 +225,30 @@ class Result:
 
     def summary_json(self) -> str:
         return json.dumps(self.summary(), default=str)
+
+
+def with_time(frame: Any) -> Any:
+    """``frame`` (polars) with ``time``, its ``ts`` as a UTC datetime, right after ``ts``.
+
+    Left as it is when it has no ``ts`` or already has a ``time`` (an emitted field wins).
+    """
+    import polars as pl
+
+    if "ts" not in frame.columns or TIME_COLUMN in frame.columns:
+        return frame
+    time = pl.col("ts").cast(pl.Datetime("ms", "UTC"))
+    columns = list(frame.columns)
+    columns.insert(columns.index("ts") + 1, TIME_COLUMN)
+    return frame.with_columns(time.alias(TIME_COLUMN)).select(columns)
+
+
+def _short_path(path: Any) -> str:
+    """``Metrics.path`` (per stage, how it ran) in one line."""
+    if isinstance(path, dict):
+        return "; ".join(f"{k}: {v}" for k, v in list(path.items())[:4]) + (
+            "; ..." if len(path) > 4 else ""
+        )
+    return str(path)
 
 
 def build_table(name: str, rows: Iterable[tuple]) -> pa.Table:

@@ -17,7 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from engine_matrix import CLUSTER_ENGINES, ENGINE_PARAMS, assert_same_result  # noqa: E402
+from engine_matrix import (  # noqa: E402
+    CLUSTER_ENGINES,
+    ENGINE_PARAMS,
+    assert_ran_as_planned,
+    assert_same_result,
+)
 from spark_fixtures import (  # noqa: E402,F401 - SparkSessions shared by the tests
     _sessions_stopped,
     cluster_session,
@@ -99,6 +104,8 @@ def replay_on(engine, request):
         result = rk.replay(program, log, **{"engine": engine, **spark, **options})
         if engine != "serial":
             assert_same_result(result, rk.replay(program, log, engine="serial"))
+            if not any(options.get(o) for o in ("checkpoint", "resume", "start_from")):
+                assert_ran_as_planned(program, result)
         return result
 
     run.engine = engine

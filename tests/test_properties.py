@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from engine_matrix import assert_same_result, rows_of
+from engine_matrix import assert_ran_as_planned, assert_same_result, rows_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from naive import events, programs, render, run_naive
@@ -91,8 +91,9 @@ def spark_cases(draw):
         log = [dict(e, k=0, j=0) if i % 2 else e for i, e in enumerate(log)]
     epoch = draw(st.sampled_from([None, None, None, None, len(log) // 2 + 1, "8ms"]))
     fold = draw(st.sampled_from(["jvm", "jvm", "jvm", "vector"]))
-    # "auto" takes the prefix path whenever the program lowers; "stages" never does.
-    path = draw(st.sampled_from(["auto", "stages"]))
+    # "auto" takes the prefix path whenever the program lowers and the pass path otherwise;
+    # "passes" always the pass path (scheduled events and timed writes in parallel passes).
+    path = draw(st.sampled_from(["auto", "passes", "passes"]))
     return source, log, epoch, fold, path
 
 
@@ -107,3 +108,5 @@ def test_spark_engine_equals_the_serial_engine(case, spark_session):
         program, the_log, engine="spark", epoch=epoch, partitions=2, fold=fold, path=path
     )
     assert_same_result(got, want)
+    if path == "passes":
+        assert_ran_as_planned(program, got)

@@ -94,7 +94,8 @@ def mixed_log(n: int = 14) -> list[dict]:
     ("epoch", "events", "epochs"), [(1, 6, 6), (3, 14, 5), (None, 14, 1), ("2ms", 14, 4)]
 )
 def test_epoch_boundaries_never_change_the_result(spark_session, epoch, events, epochs):
-    result = on_spark(prog(MIXED), mixed_log(events), epoch=epoch)
+    # Epochs are the stage path's (checkpoints); the pass path runs each stage over the log.
+    result = on_spark(prog(MIXED), mixed_log(events), epoch=epoch, path="stages")
     assert result.metrics.epochs == epochs
     assert not result.warnings, result.warnings
 
@@ -197,7 +198,13 @@ def test_a_sum_beyond_64_bits_falls_back_and_stays_exact(spark_session):
             emit("out", n=str(c[e.k]))
         """
     )
-    result = on_spark(program, [{"ts": i, "k": 0} for i in range(4)])
+    log = [{"ts": i, "k": 0} for i in range(4)]
+    # The pass path adds Python ints: exact, in parallel, nothing to fall back from.
+    result = on_spark(program, log)
+    assert result.state["c"] == {0: 2**64} and not result.warnings
+    assert all(what.startswith("parallel") for what in result.metrics.path.values())
+    # The stage path sums in the JVM's 64 bits: it notices and falls back, exactly.
+    result = on_spark(program, log, path="stages")
     assert result.state["c"] == {0: 2**64}
     assert any("64 bits" in w or "serial" in w for w in result.warnings)
 
@@ -205,7 +212,8 @@ def test_a_sum_beyond_64_bits_falls_back_and_stays_exact(spark_session):
 # -- fallbacks -----------------------------------------------------------------------------------
 
 
-def test_scheduled_events_run_in_the_serial_fallback_and_say_so(spark_session):
+def test_a_read_on_scheduled_events_runs_in_one_task_and_says_so(spark_session):
+    # close reads n on the events count schedules: the passes cannot serve that read yet.
     program = prog(
         """
         n = state.Counter()
@@ -221,10 +229,12 @@ def test_scheduled_events_run_in_the_serial_fallback_and_say_so(spark_session):
             emit("out", w=e.w, n=n[e.w])
         """
     )
-    result = on_spark(program, [{"ts": t} for t in (1, 4, 12, 15, 19, 33)])
-    assert result.metrics.stages.keys() == {"serial fallback"}
+    with pytest.warns(rk.RestreamWarning, match="ran in one task"):
+        result = on_spark(program, [{"ts": t} for t in (1, 4, 12, 15, 19, 33)])
     assert result.metrics.scheduled_events == 3
-    assert "schedule()" in result.warnings[0]
+    assert list(result.metrics.path) == ["whole program"]
+    assert result.metrics.path["whole program"].startswith("sequential in one task")
+    assert "scheduled events" in result.warnings[0]
 
 
 def test_fallback_on_request(spark_session):
@@ -238,7 +248,7 @@ def test_fallback_on_request(spark_session):
 def test_progress_reports_epochs_stages_and_streams_outputs(spark_session):
     recorder = Recorder()
     program = prog(MIXED)
-    result = on_spark(program, mixed_log(), epoch=5, observer=recorder)
+    result = on_spark(program, mixed_log(), epoch=5, observer=recorder, path="stages")
     started = recorder.of(ReplayStarted)[0]
     assert (started.engine, started.events_total, started.epochs_total) == ("spark", 14, 3)
     assert [e.epoch for e in recorder.of(EpochStarted)] == [0, 1, 2]
@@ -262,7 +272,22 @@ def test_cancel_stops_the_replay(spark_session):
 
     with pytest.raises(Cancelled):
         rk.replay(prog(MIXED), rk.Log(mixed_log()), engine="spark", epoch=2, observer=observer,
-                  cancel=token)  # fmt: skip
+                  cancel=token, path="stages")  # fmt: skip
+
+
+def test_cancel_stops_the_passes_between_stages(spark_session):
+    token = CancelToken()
+    finished = []
+
+    def observer(event):
+        if isinstance(event, StageFinished):
+            finished.append(event.stage)
+            token.cancel()
+
+    with pytest.raises(Cancelled):
+        rk.replay(prog(MIXED), rk.Log(mixed_log()), engine="spark", observer=observer,
+                  cancel=token, path="passes")  # fmt: skip
+    assert len(finished) == 1
 
 
 # -- keys ------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..checks import check_against_log, check_program
 from ..errors import ProgramError
 from ..log import Log
 from ..program import Program
@@ -59,11 +60,21 @@ def plan(
 ) -> Plan:
     """Plan ``program``; with ``log``, also its data critical path on that log.
 
+    With ``log``, the program is first checked against it (``restream_kit.checks``): a field
+    no event has or a read of undeclared state raises
+    :class:`~restream_kit.errors.CheckError`, a kind the log lacks becomes a warning.
+
     Raises :class:`~restream_kit.errors.ProgramError` naming the line when a handler is not
     deterministic (unless ``allow_nondeterminism``: then the findings become warnings) or
     calls a helper whose accesses to state cannot be followed.
     """
     program = Program.load(program)
+    # Mistakes the log (or the declarations alone) reveal, before any analysis of keys.
+    if log is not None:
+        log = log if isinstance(log, Log) else Log(log)
+        checked = check_against_log(program, log)
+    else:
+        checked = check_program(program)
     mod = ModuleInfo(program)
     analysed, reached = analyse(program, mod)
     findings = lint(mod, reached)
@@ -73,9 +84,9 @@ def plan(
     warnings = [_warning(f) for f in findings]
     for h in analysed:
         warnings.extend(PlanWarning(code, message, h.name, line) for code, message, line in h.notes)
+    warnings.extend(PlanWarning(f.code, f.message, f.handler, f.lineno) for f in checked)
     result = build_plan(program, analysed, warnings)
     if log is not None:
-        log = log if isinstance(log, Log) else Log(log)
         result = with_data(result, program, log, sample_events=sample_events)
     return result
 

@@ -72,6 +72,9 @@ from . import _resume as R
 from . import _worker as W
 from ._codec import ABSENT, BAD, BOOL, FLOAT, INT, LONG_MIN, decode_key, decode_value
 from ._layout import Layout, Step, layout
+from ._pass_driver import _TaskError as _PassTaskError
+from ._pass_driver import run_passes
+from ._passes import plan_passes
 from ._prefix import prefix_plan, run_prefix, spark_map_epochs
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
@@ -283,6 +286,10 @@ class _Replay:
             if low is not None:
                 return self._prefix(low, started)
         if reason is None:
+            result = self._passes(started)
+            if result is not None:
+                return result
+        if reason is None:
             the_layout, reason = self._layout()
         if reason is None and R.committed_format(self.options) == R.SERIAL:
             reason = "the checkpoint being resumed was made by the serial fallback"
@@ -304,9 +311,11 @@ class _Replay:
         Connect sessions and clusters (whose workers may not reach this machine's files) take
         the stage path."""
         path = self.options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
-        if path not in ("auto", "prefix", "stages"):
-            raise RestreamError(f"path must be 'auto', 'prefix' or 'stages', not {path!r}")
-        if path == "stages":
+        if path not in ("auto", "prefix", "passes", "stages"):
+            raise RestreamError(
+                f"path must be 'auto', 'prefix', 'passes' or 'stages', not {path!r}"
+            )
+        if path in ("stages", "passes"):
             return None
         blockers = [
             name for name in ("checkpoint", "resume", "start_from") if self.options.get(name)
@@ -350,6 +359,64 @@ class _Replay:
                         0, time.perf_counter() - started, ok=False, error="replay cancelled"
                     )
                 )
+                raise Cancelled("replay cancelled") from None
+            raise
+
+    # -- the pass path (``_passes``): one parallel job per stage over the whole log ------
+
+    def _passes(self, started: float) -> Result | None:
+        """The replay by passes, or None when this replay takes the older stage path."""
+        path = self.options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
+        if path in ("stages", "prefix"):
+            return None
+        blockers = [
+            name for name in ("checkpoint", "resume", "start_from") if self.options.get(name)
+        ]
+        if not len(self.log):
+            blockers.append("an empty log")
+        why = f"not with {', '.join(blockers)}" if blockers else None
+        pp = None
+        if why is None:
+            from ...planner import plan
+
+            try:
+                the_plan = plan(self.program, allow_nondeterminism=True)
+            except RestreamError as exc:
+                the_plan, why = None, f"the planner could not plan the program: {exc}"
+            if the_plan is not None:
+                pp = plan_passes(self.program, the_plan)
+        if why is not None:
+            if path == "passes":
+                raise RestreamError(f"the pass path cannot run this replay: {why}")
+            self.pass_reason = why
+            return None
+        note = None
+        if pp.reason:
+            # Said before the replay starts: a parallel engine running one task is news.
+            import warnings
+
+            from ...api import RestreamWarning
+
+            note = (
+                f"spark: the whole program ran in one task ({pp.reason}); the plan's stages "
+                "could not be split into parallel passes"
+            )
+            warnings.warn(note, RestreamWarning, stacklevel=4)
+        try:
+            result = run_passes(self, pp, started, None)
+            if note:
+                result.warnings.append(note)
+            return result
+        except _PassTaskError:
+            # A handler raised somewhere: the serial engine names the first error exactly.
+            from .. import serial
+
+            serial.replay(self.program, self.log, on_error=self.on_error)
+            raise
+        except Cancelled:
+            raise
+        except Exception:
+            if self.cancel is not None and self.cancel.cancelled:
                 raise Cancelled("replay cancelled") from None
             raise
 

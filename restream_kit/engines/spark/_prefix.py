@@ -229,6 +229,7 @@ def run_prefix(
     carried: dict[str, bytes] = {}  # "read:<site>:<epoch>": a read column later rounds use
     emitted: dict[int, list[tuple[int, pl.DataFrame]]] = {}
     stages: dict[str, float] = {}
+    ran: dict[str, str] = {}  # what ran, per round (metrics.path)
     cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 else None
     try:
         for job in range(rounds):
@@ -261,6 +262,9 @@ def run_prefix(
                 for row in table.select(["chunk", "seconds"]).to_pylist()
             }
             stages[f"{label} (tasks, summed)"] = sum(busy.values())
+            ran[label] = (
+                f"lowered to columns, parallel over {len(bounds)} epochs ({len(bounds)} tasks)"
+            )
             notify(StageFinished(0, label, seconds, len(bounds)))
     finally:
         if cache:
@@ -285,6 +289,7 @@ def run_prefix(
         rows={name: t.num_rows for name, t in tables.items()},
         stages=stages,
         epochs=len(bounds),
+        path=ran,
     )
     notify(ReplayFinished(total, wall))
     return Result(tables=tables, state=state, metrics=metrics)

@@ -1,0 +1,175 @@
+"""The Spark engine against the serial engine on several kinds of rule, warm and cold.
+
+Rules (``bench/programs/`` and ``examples/``):
+
+- ``antispam``: the anti-spam rule (lowers to columns: the prefix path);
+- ``ordinary``: a float EWMA per sender, a sliding one-hour count per IP kept by a timed
+  write, and a rule reading both (ordinary Python: parallel passes);
+- ``windows``: a tumbling count per sender and a sliding count per IP (``schedule()``
+  underneath: parallel passes);
+- ``ewma``: one partitioned stage with floats (the hand-written-job comparison).
+
+Two measures, both as ratios against the serial engine measured in the same run:
+
+- **warm** (the notebook case): one process, the log loaded and the Spark session up; the
+  serial and the Spark replay alternate ``--runs`` times, medians;
+- **cold** (the command line): whole ``restream replay ... --json --quiet`` processes,
+  alternating, medians, with the process's peak memory.
+
+Every Spark result is compared with the serial one before timing. The report gives events/s,
+the time per stage, what ran (``metrics.path``) and the planner's predicted speedup.
+
+``python -m bench spark-rules [--events N] [--rules a,b] [--runs R] [--master URL]
+[--no-cold] [--out JSON]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main", "RULES"]
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = {
+    "antispam": ROOT / "examples" / "antispam.py",
+    "ordinary": ROOT / "bench" / "programs" / "ordinary.py",
+    "windows": ROOT / "bench" / "programs" / "windows.py",
+    "ewma": ROOT / "bench" / "programs" / "sender_ewma.py",
+}
+DEFAULT_OUT = ROOT / "bench" / "results" / "spark_rules.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench spark-rules", description=__doc__)
+    parser.add_argument("--events", type=int, default=1_000_000, help="events (1,000,000)")
+    parser.add_argument("--rules", default=",".join(RULES), help="comma-separated rules")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per side (3)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--no-cold", action="store_true", help="skip whole-process runs")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
+    args = parser.parse_args(argv)
+    rules = [r for r in args.rules.split(",") if r]
+    unknown = [r for r in rules if r not in RULES]
+    if unknown:
+        parser.error(f"unknown rule(s) {unknown}; known: {', '.join(RULES)}")
+    from bench.serial_vs_loop import _ensure_log
+
+    log_path = _ensure_log(args.events, None)
+    report = {"events": args.events, "master": args.master, "log": str(log_path), "rules": {}}
+    warm = _warm(log_path, rules, args.runs, args.master)
+    for rule in rules:
+        report["rules"][rule] = {"warm": warm[rule]}
+        if not args.no_cold:
+            report["rules"][rule]["cold"] = _cold(log_path, rule, args.runs, args.master)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+def _warm(log_path: Path, rules: list[str], runs: int, master: str) -> dict:
+    """Warm session: both engines in this process, the log loaded and Spark up."""
+    import restream_kit as rk
+    from restream_kit.planner import plan
+
+    log = rk.Log(log_path)
+    len(log)
+    out = {}
+    for rule in rules:
+        program = rk.Program.from_file(RULES[rule])
+        want = rk.replay(program, log)
+        got = rk.replay(program, log, engine="spark", master=master)  # warms the session
+        _same(got, want, rule)
+        times: dict[str, list[float]] = {"serial": [], "spark": []}
+        stages = []
+        for i in range(runs):
+            for side in ("serial", "spark") if i % 2 == 0 else ("spark", "serial"):
+                started = time.perf_counter()
+                if side == "serial":
+                    rk.replay(program, log)
+                else:
+                    result = rk.replay(program, log, engine="spark", master=master)
+                    stages.append(result.metrics.stages)
+                times[side].append(time.perf_counter() - started)
+        med = {side: statistics.median(ts) for side, ts in times.items()}
+        the_plan = plan(program, log, allow_nondeterminism=True)
+        predicted = the_plan.data.speedup(2) if the_plan.data is not None else None
+        row = {
+            "serial_s": med["serial"],
+            "spark_s": med["spark"],
+            "ratio": med["serial"] / med["spark"],
+            "spark_events_per_s": len(log) / med["spark"],
+            "serial_events_per_s": len(log) / med["serial"],
+            "path": got.metrics.path,
+            "stage_s": {k: statistics.median(s.get(k, 0.0) for s in stages) for k in stages[-1]},
+            "predicted_speedup_2": predicted,
+            "runs": times,
+        }
+        out[rule] = row
+        print(
+            f"warm {rule:<9} serial {med['serial']:7.2f} s  spark {med['spark']:7.2f} s  "
+            f"ratio {row['ratio']:5.2f}x  ({row['spark_events_per_s']:,.0f} events/s; "
+            f"predicted {predicted if predicted is None else round(predicted, 2)}x)"
+        )
+        for stage, what in got.metrics.path.items():
+            print(f"    {stage}: {what}, {row['stage_s'].get(stage, 0.0):.2f} s")
+    return out
+
+
+def _cold(log_path: Path, rule: str, runs: int, master: str) -> dict:
+    """Whole CLI processes, alternating, with peak memory from the wrapper."""
+    from bench.spark_vs_serial import _WRAPPER
+
+    base = [sys.executable, "-m", "restream_kit", "replay", str(RULES[rule]), "--log"]
+    base += [str(log_path), "--json", "--quiet"]
+    sides = {
+        "serial": base + ["--engine", "serial"],
+        "spark": base + ["--engine", "spark", "--master", master],
+    }
+    times: dict[str, list[float]] = {s: [] for s in sides}
+    memory: dict[str, list[float]] = {s: [] for s in sides}
+    for i in range(runs):
+        for side in sides if i % 2 == 0 else reversed(list(sides)):
+            proc = subprocess.run(
+                [sys.executable, "-c", _WRAPPER, *sides[side]],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
+            last = json.loads(proc.stderr.strip().splitlines()[-1])
+            if last["rc"] != 0:
+                raise RuntimeError(f"{side} failed: {proc.stderr[-2000:]}")
+            times[side].append(last["seconds"])
+            memory[side].append(last["tree_peak_kb"] / 1024)
+    med = {side: statistics.median(ts) for side, ts in times.items()}
+    row = {
+        "serial_s": med["serial"],
+        "spark_s": med["spark"],
+        "ratio": med["serial"] / med["spark"],
+        "tree_peak_mib": {s: statistics.median(m) for s, m in memory.items()},
+        "runs": times,
+    }
+    print(
+        f"cold {rule:<9} serial {med['serial']:7.2f} s  spark {med['spark']:7.2f} s  "
+        f"ratio {row['ratio']:5.2f}x  (process tree {row['tree_peak_mib']['spark']:,.0f} MiB)"
+    )
+    return row
+
+
+def _same(got, want, rule: str) -> None:
+    if sorted(got.tables) != sorted(want.tables) or got.state != want.state:
+        raise RuntimeError(f"{rule}: Spark and serial results differ")
+    for name, table in want.tables.items():
+        if not got.tables[name].equals(table):
+            raise RuntimeError(f"{rule}: table {name} differs")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

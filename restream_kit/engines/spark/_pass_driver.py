@@ -1,0 +1,423 @@
+"""Drive the passes of ``_passes`` on Spark and assemble the serial engine's result.
+
+Per pass, in order: its events (from the log's DataFrame, persisted once, with the partition
+value of every pass computed up front), unioned with the rows earlier passes sent it (probe
+values, writes, scheduled events); repartitioned by the pass's partition value (one
+partition for a sequential pass); sorted within partitions by position; one ``mapInArrow``
+(``_pass_task.PassTask``). The pass's output is persisted, because later passes read the rows
+it sent them, and its small rows (emitted rows and final state, in a few blobs per task, and
+a statistics row per task) are collected: one Spark job per pass. Progress comes from Spark's
+status tracker while the job runs: tasks finished, and events done in proportion.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+from typing import Any
+
+from ...errors import RestreamError
+from ...log import Log
+from ...program import Program
+from ...progress import (
+    EpochFinished,
+    EpochStarted,
+    Progress,
+    ReplayFinished,
+    ReplayStarted,
+    StageFinished,
+    StageStarted,
+)
+from ...result import Metrics, Result, build_table, quarantine_table
+from ..serial import MAX_FLUSH, quarantine_warning
+from . import _pass_task as T
+from ._passes import BY_KEY, ORDER, SINGLE, PassPlan
+from ._worker import KeysSpec, KeysTask, ProgramRef
+
+__all__ = ["run_passes"]
+
+_POS = ("_rs_t", "_rs_ph", "_rs_o", "_rs_sub")
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _kinds_sql(kinds: tuple[str, ...]) -> str:
+    return ", ".join("'" + k.replace("\\", "\\\\").replace("'", "\\'") + "'" for k in kinds)
+
+
+class _Watch:
+    """Reports progress from Spark's status tracker while a pass's job runs."""
+
+    def __init__(self, session: Any, group: str, on_tasks: Any):
+        self.before: set[int] = set()
+        try:
+            self.tracker = session.sparkContext.statusTracker()
+        except Exception:  # noqa: BLE001 - Spark Connect has none: progress per pass only
+            self.tracker = None
+        self.group = group
+        self.on_tasks = on_tasks
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> _Watch:
+        if self.tracker is not None:
+            try:  # earlier passes' jobs share the group: count this pass's only
+                self.before = set(self.tracker.getJobIdsForGroup(self.group))
+            except Exception:  # noqa: BLE001
+                self.before = set()
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=2)
+
+    def _loop(self) -> None:
+        seen = (-1, -1)
+        while not self.stop.wait(0.25):
+            try:
+                done = total = 0
+                for job in self.tracker.getJobIdsForGroup(self.group):
+                    if job in self.before:
+                        continue
+                    info = self.tracker.getJobInfo(job)
+                    if info is None:
+                        continue
+                    for sid in info.stageIds:
+                        stage = self.tracker.getStageInfo(sid)
+                        if stage is not None:
+                            done += stage.numCompletedTasks
+                            total += stage.numTasks
+                if (done, total) != seen and total:
+                    seen = (done, total)
+                    self.on_tasks(done, total)
+            except Exception:  # noqa: BLE001 - progress is best effort
+                pass
+
+
+def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
+    """Replay with the passes of ``pp`` (``rep`` is the engine's ``_Replay``)."""
+    from ._engine import _prepare, jvm_key  # the engine module imports this one
+
+    program: Program = rep.program
+    log: Log = rep.log
+    session = rep.session
+    total = len(log)
+    events = events or _prepare(log)
+    partitions = max(1, int(rep.options.get("partitions") or rep.cores * 2))
+    passes = pp.passes
+    names = tuple(f"{p.stage}" for p in passes)
+    rep.notify(ReplayStarted("spark", total, 1, names, log.span_ms))
+    rep.notify(EpochStarted(0, total))
+    ref = ProgramRef.of(program)
+    slots = sum(len(p.serves) for p in passes)
+
+    # The log as a DataFrame (kept for the next replay of the same log in this session),
+    # with every pass's partition value.
+    df = _log_frame(session, log, events)
+    persisted = []
+    python_keys = []
+    sql = []
+    for p in passes:
+        col = f"_rs_pk{p.index}"
+        if p.partition == ORDER:
+            sql.append(f"concat('i', CAST(_rs_o AS STRING), ';') AS {col}")
+        elif p.partition == SINGLE:
+            sql.append(f"'N' AS {col}")
+        elif p.partition == BY_KEY or not p.event_kinds:
+            continue
+        else:
+            expr = jvm_key(p.partition, events)
+            if expr is None:
+                python_keys.append((col, p.partition, p.event_kinds))
+            else:
+                sql.append(f"{expr} AS {col}")
+    if python_keys:
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        spec = KeysSpec(ref, events.columns, events.pickled, tuple(python_keys), tuple(df.columns))
+        schema = StructType(
+            list(df.schema.fields) + [StructField(c, StringType(), True) for c, _, _ in python_keys]
+        )
+        df = df.mapInArrow(KeysTask(spec), schema).persist()
+        persisted.append(df)
+    if sql:
+        df = df.selectExpr("*", *sql)
+    home_partition = {p.index: p.partition for p in passes}
+    outputs: list[Any] = []
+    emitted: list = []
+    finals: dict[str, dict] = {name: {} for name in program.states}
+    path: dict[str, str] = {}
+    stage_seconds: dict[str, float] = {}
+    scheduled = 0
+    # Only the columns the program can read travel (all of them for quarantine rows).
+    columns = events.columns if rep.on_error != "stop" else _used_columns(program, events.columns)
+    log_cols = [_q(c) for c in columns]
+    last_ts = int(log.table.column("ts")[-1].as_py())
+    last_event = last_ts
+    pending: list = []
+    quarantined: list = []
+    out_schema = T.OUT_SCHEMA(slots)
+    ddl = ", ".join(f"{f.name} {_ddl_type(f.type)}" for f in out_schema)
+    try:
+        for p in passes:
+            rep._check_cancel()
+            rep.notify(StageStarted(0, p.stage))
+            pass_started = time.perf_counter()
+            readers = sorted({probe.reader for probe in p.serves})
+            parts = []
+            if p.event_kinds:
+                ev = df.where(f"kind IN ({_kinds_sql(p.event_kinds)})").selectExpr(
+                    *_POS,
+                    "_rs_tag",
+                    f"_rs_pk{p.index} AS _rs_pk",
+                    *log_cols,
+                    *[f"_rs_pk{r}" for r in readers],
+                )
+                parts.append(ev)
+            consumed = [probe.slot for probe in p.consumes]
+            for j, out in enumerate(outputs):
+                if not _sends(passes[j], p):
+                    continue
+                parts.append(
+                    out.where(
+                        f"_rs_dest = {p.index} AND _rs_kind IN ({T.WRITE}, {T.SCHED}, {T.PROBE})"
+                    ).selectExpr(
+                        *_POS,
+                        f"CAST(CASE _rs_kind WHEN {T.PROBE} THEN {T.TAG_PROBE} "
+                        f"WHEN {T.WRITE} THEN {T.TAG_WRITE} ELSE {T.TAG_SCHED} END AS TINYINT) "
+                        "AS _rs_tag",
+                        "_rs_pk",
+                        "_rs_b",
+                        *[f"_rs_q{c}{s}" for s in consumed for c in "ldb"],
+                    )
+                )
+            if not parts:  # nothing reaches this pass
+                parts.append(df.where("false").selectExpr(*_POS, "_rs_tag", "'N' AS _rs_pk"))
+            rows = parts[0]
+            for part in parts[1:]:
+                rows = rows.unionByName(part, allowMissingColumns=True)
+            if "_rs_b" not in rows.columns:
+                rows = rows.selectExpr("*", "CAST(NULL AS BINARY) AS _rs_b")
+            for s in consumed:
+                for c, typ in (("l", "BIGINT"), ("d", "DOUBLE"), ("b", "BINARY")):
+                    if f"_rs_q{c}{s}" not in rows.columns:
+                        rows = rows.selectExpr("*", f"CAST(NULL AS {typ}) AS _rs_q{c}{s}")
+            n = 1 if p.partition == SINGLE else partitions
+            if p.partition == ORDER and len(parts) == 1:
+                # Log events only, in any partitions: no shuffle, each sorted as it is.
+                n = rows.rdd.getNumPartitions() if _classic(session) else partitions
+                rows = rows.sortWithinPartitions(*_POS, "_rs_tag")
+            else:
+                rows = rows.repartition(n, "_rs_pk").sortWithinPartitions(*_POS, "_rs_tag")
+            spec = T.PassSpec(
+                program=ref,
+                index=p.index,
+                columns=columns,
+                pickled_columns=events.pickled & set(columns),
+                handlers=p.handlers,
+                homes=p.homes,
+                blind=dict(p.blind),
+                feeds=dict(p.feeds),
+                finals=p.finals,
+                home_partition=home_partition,
+                kind_passes=dict(pp.kind_passes),
+                serves=tuple(
+                    (q.slot, q.state, q.key, q.handler, q.kinds, q.reader) for q in p.serves
+                ),
+                consumes=tuple((q.slot, q.state, q.key, q.handler) for q in p.consumes),
+                slots=slots,
+                order_key=ORDER,
+                single_key=SINGLE,
+                max_flush=MAX_FLUSH,
+                on_error=rep.on_error,
+                receives=len(parts) > 1 or not p.event_kinds,
+                last_ts=last_ts,
+            )
+            out = rows.mapInArrow(T.PassTask(spec), ddl)
+            done_before = p.index * total // len(passes)
+
+            def on_tasks(done: int, tasks: int, base: int = done_before) -> None:
+                share = total // len(passes)
+                rep.notify(
+                    Progress(base + share * done // tasks, total, time.perf_counter() - started)
+                )
+
+            with _Watch(session, rep.job_group, on_tasks):
+                # One job computes the pass and keeps its rows, cut from their lineage:
+                # later passes read them without planning this pass's plan again.
+                out = out.localCheckpoint(eager=True)
+            outputs.append(out)
+            small = out.where(
+                f"_rs_kind IN ({T.EMIT}, {T.FINAL}, {T.STAT}, {T.ERROR}, {T.PEND}, {T.QUAR})"
+            ).select("_rs_kind", "_rs_b", *_POS)
+            got = small.toArrow()
+            kinds = got.column("_rs_kind").to_pylist()
+            blobs = got.column("_rs_b").to_pylist()
+            positions = list(zip(*(got.column(c).to_pylist() for c in _POS)))
+            if T.ERROR in kinds:
+                raise _TaskError(pickle.loads(blobs[kinds.index(T.ERROR)]))
+            tasks = 0
+            busy = 0.0
+            for kind, blob, position in zip(kinds, blobs, positions):
+                if kind == T.PEND:
+                    pending.append((position, blob))
+                elif kind == T.QUAR:
+                    quarantined.extend(pickle.loads(blob))
+                elif kind == T.EMIT:
+                    emitted.extend(pickle.loads(blob))
+                elif kind == T.FINAL:
+                    name, values = pickle.loads(blob)
+                    finals[name].update(values)
+                elif kind == T.STAT:
+                    tasks += 1
+                    _events, task_s, made, last_at = pickle.loads(blob)
+                    busy += task_s
+                    scheduled += made
+                    if last_at is not None:
+                        last_event = max(last_event, last_at)
+            seconds = time.perf_counter() - pass_started
+            stage_seconds[p.stage] = seconds
+            # Where the pass's time goes: its tasks' own work, summed (the rest is Spark's).
+            stage_seconds[f"{p.stage} (tasks, summed)"] = busy
+            for stage in p.stages or (p.stage,):
+                path[stage] = p.describe(n) + (f" ({tasks} tasks)" if tasks else "")
+            rep.notify(StageFinished(0, p.stage, seconds, tasks))
+            rep.notify(
+                Progress((p.index + 1) * total // len(passes), total, time.perf_counter() - started)
+            )
+    finally:
+        for frame in persisted + outputs:
+            try:
+                frame.unpersist()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+    # Timed writes due after the log's end apply if an event at or after their time ran.
+    pending.sort(key=lambda item: item[0])
+    for position, blob in pending:
+        if position[0] <= last_event:
+            state, key, op = pickle.loads(blob)
+            T.apply_op(finals[state], program.states[state].default, key, op)
+    # Rows in processing order: position, then handler; a run's rows keep their order.
+    emitted.sort(key=lambda r: (r[6], r[7]))
+    per_table: dict[str, list] = {}
+    for table, lsn, ts, handler, seq, fields, _pos, _h in emitted:
+        per_table.setdefault(table, []).append((lsn, ts, handler, seq, fields))
+    tables = {name: build_table(name, rows) for name, rows in per_table.items()}
+    wall = time.perf_counter() - started
+    metrics = Metrics(
+        engine="spark",
+        events=total,
+        scheduled_events=scheduled,
+        wall_s=wall,
+        span_ms=log.span_ms,
+        rows={name: t.num_rows for name, t in tables.items()},
+        stages=stage_seconds,
+        epochs=1,
+        path=path,
+    )
+    rep.notify(EpochFinished(0, total, wall, dict(tables)))
+    rep.notify(Progress(total, total, wall))
+    rep.notify(ReplayFinished(total, wall))
+    result = Result(tables=tables, state=finals, metrics=metrics)
+    if rep.on_error != "stop":
+        quarantined.sort(key=lambda q: (q[0], q[1]))
+        result.quarantine = quarantine_table(q[2] for q in quarantined)
+        result.on_error = rep.on_error
+        note = quarantine_warning(result.quarantine, rep.on_error)
+        if note:
+            result.warnings.append(note)
+    return result
+
+
+_FRAMES: dict[tuple, Any] = {}
+
+
+def _log_frame(session: Any, log: Log, events: Any) -> Any:
+    """The log's events as a persisted DataFrame with their positions, made once per
+    session and log (the two most recent are kept)."""
+    key = (id(session), log.fingerprint)
+    df = _FRAMES.get(key)
+    if df is not None:
+        return df
+    df = session.createDataFrame(events.table)
+    df = df.selectExpr(
+        "*",
+        "ts AS _rs_t",
+        "CAST(2 AS TINYINT) AS _rs_ph",
+        "X'' AS _rs_sub",
+        f"CAST({T.TAG_EVENT} AS TINYINT) AS _rs_tag",
+    ).persist()
+    while len(_FRAMES) >= 2:
+        old = _FRAMES.pop(next(iter(_FRAMES)))
+        try:
+            old.unpersist()
+        except Exception:  # noqa: BLE001 - its session may be gone
+            pass
+    _FRAMES[key] = df
+    return df
+
+
+def _classic(session: Any) -> bool:
+    try:
+        session.sparkContext  # noqa: B018 - raises on Spark Connect
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _used_columns(program: Program, columns: tuple[str, ...]) -> tuple[str, ...]:
+    """The log columns the handlers read: ``lsn``, ``ts``, ``kind`` and every ``e.column``;
+    all of them when a handler uses its event otherwise (passes it on, prints it...)."""
+    import ast
+
+    names = {"lsn", "ts", "kind"}
+    for handler in program.handlers:
+        arg = handler.event_arg
+        if arg is None:
+            continue
+        attribute_of = {
+            id(node.value)
+            for node in ast.walk(handler.node)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        }
+        for node in ast.walk(handler.node):
+            if isinstance(node, ast.Name) and node.id == arg:
+                if id(node) not in attribute_of:
+                    return columns
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == arg
+            ):
+                names.add(node.attr)
+    return tuple(c for c in columns if c in names)
+
+
+class _TaskError(RestreamError):
+    """A pass's task raised: the driver replays serially to raise the exact error."""
+
+
+def _sends(src: Any, dst: Any) -> bool:
+    """Whether pass ``src`` may send rows to pass ``dst`` (probes, writes, scheduled events)."""
+    return True
+
+
+def _ddl_type(t: Any) -> str:
+    import pyarrow as pa
+
+    if t == pa.int8():
+        return "TINYINT"
+    if t == pa.int32():
+        return "INT"
+    if t == pa.int64():
+        return "BIGINT"
+    if t == pa.float64():
+        return "DOUBLE"
+    if t == pa.binary():
+        return "BINARY"
+    return "STRING"

@@ -1,0 +1,826 @@
+"""One pass in one Spark task: a stage's handlers over one partition, in serial order.
+
+The task gets its partition's rows sorted by position (``_rs_t``, ``_rs_ph``, ``_rs_o``,
+``_rs_sub``, ``_rs_tag``) and runs the program's own compiled handlers over them, as the serial
+engine does, with three kinds of rows besides events (see ``_passes``): probe values (tag 0,
+just before their event), writes into a state held here (tag 2) and scheduled events (tag 3).
+Its own timed writes and scheduled events wait in one heap, keyed by the same positions, so
+that they interleave with the incoming rows exactly as in a serial replay.
+
+A position is ``(t, phase, o, sub)``: a log event is ``(ts, 2, row, b"")``; a scheduled event
+``(at, 1, 0, run + i)`` and a timed write ``(at, 0, 0, run + i)``, where ``run`` is the bytes
+of the scheduling run's position and handler and ``i`` its count of such calls; an ordinary
+write ``(t, ph, o, sub + handler + i)`` of its run. Bytes compare as the tuples they encode.
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+import pickle
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..._compile import compile_program
+from ..._poison import quarantine_row
+from ...program import Program
+from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
+from ._codec import MISSING, encode_key
+from ._worker import (
+    ProgramRef,
+    _column_values,
+    event_type,
+    inject_fault,
+    key_function,
+    load_program,
+)
+
+__all__ = [
+    "PassSpec",
+    "PassTask",
+    "OUT_SCHEMA",
+    "EMIT",
+    "FINAL",
+    "WRITE",
+    "SCHED",
+    "PROBE",
+    "STAT",
+    "ERROR",
+    "PEND",
+    "QUAR",
+    "TAG_PROBE",
+    "TAG_EVENT",
+    "TAG_WRITE",
+    "TAG_SCHED",
+]
+
+EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR = range(1, 10)
+TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED = range(4)
+_PH_TIMED, _PH_SCHED, _PH_LOG = 0, 1, 2
+_BLOB_ROWS = 50_000
+_BATCH_ROWS = 65_536
+_SIGN = 1 << 63
+_RUN_HEAD = struct.Struct(">QBQ")
+_U32 = struct.Struct(">I")
+_U32x2 = struct.Struct(">II")
+
+
+def _q(t: int) -> bytes:
+    return struct.pack(">Q", (t + _SIGN) & 0xFFFFFFFFFFFFFFFF)
+
+
+def run_bytes(pos: tuple, handler: int) -> bytes:
+    """The bytes of a run: its event's position and the handler's number."""
+    t, ph, o, sub = pos
+    return _q(t) + bytes((ph,)) + _q(o) + sub + struct.pack(">I", handler)
+
+
+def _out_schema(slots: int) -> pa.Schema:
+    fields = [
+        ("_rs_kind", pa.int8()),
+        ("_rs_dest", pa.int32()),
+        ("_rs_pk", pa.string()),
+        ("_rs_t", pa.int64()),
+        ("_rs_ph", pa.int8()),
+        ("_rs_o", pa.int64()),
+        ("_rs_sub", pa.binary()),
+        ("_rs_b", pa.binary()),
+        ("_rs_n", pa.int64()),
+        ("_rs_x", pa.float64()),
+    ]
+    for s in range(slots):
+        fields += [(f"_rs_ql{s}", pa.int64()), (f"_rs_qd{s}", pa.float64())]
+        fields += [(f"_rs_qb{s}", pa.binary())]
+    return pa.schema(fields)
+
+
+def OUT_SCHEMA(slots: int) -> pa.Schema:  # noqa: N802 - reads as the constant it stands for
+    """The output schema of every pass of a plan with ``slots`` probes."""
+    return _out_schema(slots)
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """What a task of one pass needs (it travels to the workers pickled)."""
+
+    program: ProgramRef
+    index: int
+    columns: tuple[str, ...]
+    pickled_columns: frozenset[str]
+    handlers: tuple[int, ...]
+    homes: tuple[str, ...]
+    blind: dict[str, tuple[int, ...]]  # state written here -> the passes that hold it
+    feeds: dict[str, tuple[int, ...]]  # state held here -> passes that fold it too
+    finals: tuple[str, ...]  # states whose final values this pass reports
+    home_partition: dict[int, str]  # pass -> partition expression (or ORDER / SINGLE)
+    kind_passes: dict[str, tuple[int, ...]]
+    serves: tuple[
+        tuple[int, str, str, int, tuple[str, ...], int], ...
+    ]  # slot, state, key, h, kinds, reader
+    consumes: tuple[tuple[int, str, str, int], ...]  # slot, state, key, handler
+    slots: int
+    order_key: str
+    single_key: str
+    max_flush: int
+    on_error: str  # stop, skip or quarantine
+    receives: bool  # whether earlier passes send this one rows (probe values, writes, events)
+    last_ts: int  # the log's last time: timed writes after it apply only before a later event
+
+
+_BINOPS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    "**": operator.pow,
+    "|": operator.or_,
+    "&": operator.and_,
+    "^": operator.xor,
+    "<<": operator.lshift,
+    ">>": operator.rshift,
+    "@": operator.matmul,
+}
+
+
+class _Delta:
+    """``old <op> operand`` for a key whose old value lives in another pass."""
+
+    __slots__ = ("op", "operand")
+
+    def __init__(self, op: str, operand: Any):
+        self.op = op
+        self.operand = operand
+
+
+class _Hole:
+    """The unknown old value of a blind write: arithmetic on it makes a :class:`_Delta`."""
+
+    __slots__ = ()
+
+
+def _binop(symbol: str):
+    def method(self: _Hole, other: Any) -> _Delta:
+        return _Delta(symbol, other)
+
+    return method
+
+
+for _symbol, _name in [
+    ("+", "add"),
+    ("-", "sub"),
+    ("*", "mul"),
+    ("/", "truediv"),
+    ("//", "floordiv"),
+    ("%", "mod"),
+    ("**", "pow"),
+    ("|", "or"),
+    ("&", "and"),
+    ("^", "xor"),
+    ("<<", "lshift"),
+    (">>", "rshift"),
+    ("@", "matmul"),
+]:
+    setattr(_Hole, f"__{_name}__", _binop(_symbol))
+_HOLE = _Hole()
+
+
+class JournalStore(dict):
+    """A state held here, under ``on_error`` skip or quarantine: every change is journaled
+    (store, key, old value) so that a handler run that raises can be undone."""
+
+    def __init__(self, rt: _Runtime, state: str):
+        super().__init__()
+        self.rt = rt
+        self.state = state
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.rt.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
+        dict.__setitem__(self, key, value)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.rt.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
+        return dict.pop(self, key, *default)
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+
+class RecordingStore(dict):
+    """A state held here that later passes also fold: every change is also sent to them."""
+
+    def __init__(self, rt: _Runtime, state: str):
+        super().__init__()
+        self.rt = rt
+        self.state = state
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self.rt.journal is not None:
+            self.rt.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
+        dict.__setitem__(self, key, value)
+        self.rt.ship(self.state, key, ("set", value), None, self.rt.feeds[self.state])
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if self.rt.journal is not None:
+            self.rt.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
+        self.rt.ship(self.state, key, ("del",), None, self.rt.feeds[self.state])
+        return dict.pop(self, key, *default)
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+
+class BlindStore(dict):
+    """A state written here but held by a later pass: every write becomes a row for it."""
+
+    def __init__(self, rt: _Runtime, state: str):
+        super().__init__()
+        self.rt = rt
+        self.state = state
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return _HOLE
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        targets = self.rt.spec.blind[self.state]
+        if type(value) is _Delta:
+            self.rt.ship(self.state, key, ("bin", value.op, value.operand), None, targets)
+        else:
+            self.rt.ship(self.state, key, ("set", value), None, targets)
+
+    def pop(self, key: Any, *default: Any) -> None:
+        self.rt.ship(self.state, key, ("del",), None, self.rt.spec.blind[self.state])
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+    def __contains__(self, key: Any) -> bool:
+        raise RuntimeError(f"state {self.state!r} is read where the plan said it is only written")
+
+
+def dumps(value: Any) -> bytes:
+    """Pickle for the trip to another task; functions of the program travel by value."""
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception:  # noqa: BLE001 - a lambda or a local function: cloudpickle takes it
+        from pyspark import cloudpickle
+
+        return cloudpickle.dumps(value, protocol=5)
+
+
+def apply_op(d: dict, default: Any, key: Any, op: tuple, raw: bool = False) -> None:
+    """Apply a write ``op`` to ``key`` of store ``d``; ``raw``: without sending it on (it
+    came from another pass, which sent it to every pass that folds it)."""
+    what = op[0]
+    if what == "del":
+        (dict.pop if raw else type(d).pop)(d, key, None)
+        return
+    if what == "set":
+        value = op[1]
+    elif what == "add":
+        value = d.get(key, default) + op[1]
+    elif what == "merge":
+        value = op[1](d.get(key, default))
+    else:
+        value = _BINOPS[op[1]](d.get(key, default), op[2])
+    if raw:
+        dict.__setitem__(d, key, value)
+    else:
+        d[key] = value
+
+
+class _Runtime:
+    """What compiled handlers call (write, emit, schedule), with serial positions."""
+
+    def __init__(self, spec: PassSpec, program: Program):
+        self.spec = spec
+        self.program = program
+        self.heap: list = []  # (position, n, what, payload)
+        self.n = 0
+        self.event: Any = None
+        self.pos: tuple = (0, 0, 0, b"")
+        self.hidx = 0
+        self.handler = ""
+        self.seq = 0
+        self.calls = 0  # timed writes, schedules and shipped writes of the current run
+        self.rows: list = []  # emitted rows
+        self.out: list[tuple] = []  # rows for other passes
+        self.per_root: dict[int, int] = {}
+        self.defaults: dict[str, Any] = {}
+        self.home_keys: dict[int, Any] = {}
+        self.scheduled = 0
+        self.pending_sched = 0  # scheduled events waiting in the heap
+        self.last_at = None  # the latest time an event was scheduled for
+        self.store_names: dict[int, str] = {}
+        self.feeds = spec.feeds
+        self.journal: list | None = [] if spec.on_error != "stop" else None
+        self.quarantined: list = []
+        self.write_pos: tuple | None = None  # the position of a timed write being applied
+        self.rb: bytes | None = None  # the current run's bytes, once made
+        self.pk_cache: dict = {}
+
+    def guarded(self, fn: Any, ev: Any) -> None:
+        """Run one handler; when it raises, undo everything the run did and record it."""
+        journal = self.journal
+        journal.clear()
+        marks = (len(self.rows), len(self.out), self.n, self.scheduled, self.last_at)
+        root = ev[0]
+        made = self.per_root.get(root)
+        try:
+            fn(ev)
+        except Exception as exc:  # noqa: BLE001 - the run is rolled back and recorded
+            while journal:
+                store, key, old = journal.pop()
+                if old is JOURNAL_ABSENT:
+                    dict.pop(store, key, None)
+                else:
+                    dict.__setitem__(store, key, old)
+            rows, out, n, self.scheduled, self.last_at = marks
+            del self.rows[rows:]
+            del self.out[out:]
+            if self.n > n:
+                kept = [entry for entry in self.heap if entry[1] <= n]
+                heapq.heapify(kept)
+                self.heap[:] = kept
+                self.pending_sched = sum(1 for entry in kept if entry[2] == 1)
+                self.n = n
+            if made is None:
+                self.per_root.pop(root, None)
+            else:
+                self.per_root[root] = made
+            row = quarantine_row(
+                filename=self.program.filename,
+                handler=self.handler,
+                event=ev,
+                seq=self.seq,
+                columns=self.spec.columns,
+                exc=exc,
+            )
+            self.quarantined.append((self.pos, self.hidx, row))
+
+    def _next(self) -> int:
+        self.calls += 1
+        return self.calls
+
+    def _run_bytes(self) -> bytes:
+        """The bytes of the current run (made once per run, when first needed)."""
+        rb = self.rb
+        if rb is None:
+            t, ph, o, sub = self.pos
+            rb = self.rb = _RUN_HEAD.pack(t + _SIGN, ph, o + _SIGN) + sub + _U32.pack(self.hidx)
+        return rb
+
+    def _pk(self, key: Any) -> str:
+        """``encode_key(key)``, remembered: the same keys come back again and again."""
+        cache = self.pk_cache
+        try:
+            return cache[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable key cannot be a state key anyway
+            return encode_key(key)
+        if len(cache) > 1_000_000:
+            cache.clear()
+        pk = cache[key] = encode_key(key)
+        return pk
+
+    # -- called by compiled handlers -------------------------------------------------------
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
+        now = self.event[1]
+        if op == "add":
+            shipped = ("add", arg)
+        elif op == "set":
+            shipped = ("set", arg)
+        elif op == "merge":
+            shipped = ("merge", arg)
+        else:
+            shipped = ("del",)
+        if at is None or at == now:
+            if type(d) is BlindStore:
+                self.ship(d.state, key, shipped, None, self.spec.blind[d.state])
+            else:
+                apply_op(d, default, key, shipped)
+            return
+        if at < now:
+            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+        if type(d) is BlindStore:
+            self.ship(d.state, key, shipped, at, self.spec.blind[d.state])
+            return
+        self.calls += 1
+        position = (at, _PH_TIMED, 0, self._run_bytes() + _U32.pack(self.calls))
+        self.n += 1
+        entry = (d, default, key, shipped, self.store_names[id(d)], False)
+        heapq.heappush(self.heap, (position, self.n, 0, entry))
+
+    def emit(self, table: str, **fields: Any) -> None:
+        ev = self.event
+        self.rows.append((table, ev[0], ev[1], self.handler, self.seq, fields, self.pos, self.hidx))
+
+    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
+        ev = self.event
+        if at < ev[1]:
+            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
+        if fields.keys() & RESERVED_FIELDS:
+            clash = RESERVED_FIELDS & set(fields)
+            raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
+        root = ev[0]
+        seq = self.per_root[root] = self.per_root.get(root, 0) + 1
+        self.scheduled += 1
+        if self.last_at is None or at > self.last_at:
+            self.last_at = at
+        event = ScheduledEvent(kind, at, root, seq, fields)
+        self.calls += 1
+        position = (at, _PH_SCHED, 0, self._run_bytes() + _U32.pack(self.calls))
+        for target in self.spec.kind_passes.get(kind, ()):
+            if target == self.spec.index:
+                self.n += 1
+                self.pending_sched += 1
+                heapq.heappush(self.heap, (position, self.n, 1, event))
+            else:
+                payload = dumps((kind, fields, root, seq))
+                self.out.append((SCHED, target, self.route(target, event), position, payload))
+
+    # -- rows for later passes ---------------------------------------------------------------
+
+    def ship(self, state: str, key: Any, op: tuple, at: int | None, targets: tuple) -> None:
+        """A write for the passes that hold ``state`` (``targets``), at its position."""
+        if self.write_pos is not None:
+            position = self.write_pos
+        else:
+            self.calls += 1
+            if at is None:
+                t, ph, o, sub = self.pos
+                position = (t, ph, o, sub + _U32x2.pack(self.hidx, self.calls))
+            else:
+                position = (at, _PH_TIMED, 0, self._run_bytes() + _U32.pack(self.calls))
+        payload = dumps((state, key, op))
+        for home in targets:
+            pk = "N" if self.spec.home_partition[home] == self.spec.single_key else self._pk(key)
+            self.out.append((WRITE, home, pk, position, payload))
+
+    def route(self, target: int, event: Any) -> str:
+        partition = self.spec.home_partition[target]
+        if partition in (self.spec.single_key, self.spec.order_key):
+            return "N"
+        fn = self.home_keys.get(target)
+        if fn is None:
+            fn = self.home_keys[target] = key_function(partition, self.program)
+        return self._pk(fn(event))
+
+
+class PassTask:
+    """The ``mapInArrow`` function of one pass (see the module docstring)."""
+
+    def __init__(self, spec: PassSpec):
+        self.spec = spec
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        spec = self.spec
+        inject_fault(f"pass{spec.index}")
+        started = time.perf_counter()
+        program = load_program(spec.program)
+        rt = _Runtime(spec, program)
+        stores: dict[str, dict] = {}
+        for name in program.states:
+            if name in spec.blind:
+                stores[name] = BlindStore(rt, name)
+            elif name in spec.feeds:
+                stores[name] = RecordingStore(rt, name)
+            elif rt.journal is not None:
+                stores[name] = JournalStore(rt, name)
+            else:
+                stores[name] = {}
+        compiled = compile_program(program, rt, stores)
+        rt.store_names = {id(d): name for name, d in stores.items()}
+        fns = compiled.handlers
+        rt.defaults = {name: decl.default for name, decl in program.states.items()}
+        mine = set(spec.handlers)
+        # Per kind: what to do at each handler number, in declaration order.
+        actions: dict[str, list] = {}
+        reader_slots: dict[int, list] = {}
+        for slot, state, key, h in spec.consumes:
+            reader_slots.setdefault(h, []).append((slot, state, key_function(key, program)))
+        for h, handler in enumerate(program.handlers):
+            if h in mine:
+                for kind in handler.kinds:
+                    actions.setdefault(kind, []).append((h, 0, fns[h][1], reader_slots.get(h)))
+        serve_fns = {}
+        for slot, state, key, h, kinds, reader in spec.serves:
+            fn = serve_fns.setdefault(key, key_function(key, program))
+            for kind in kinds:
+                actions.setdefault(kind, []).append((h, 1, (slot, state, fn, reader), None))
+        for acts in actions.values():
+            acts.sort(key=lambda a: a[0])
+        serve_slots = {}
+        for slot, _state, _key, _h, _kinds, reader in spec.serves:
+            serve_slots.setdefault(reader, []).append(slot)
+        make = event_type(spec.columns)
+        slots = spec.slots
+        last_ts = spec.last_ts
+        schema = _out_schema(slots)
+        probe_cols = {r: f"_rs_pk{r}" for r in serve_slots}
+        events = 0
+        probe_values: dict[int, Any] = {}
+
+        pks_now: dict[int, list] = {}  # the batch's partition values of reading passes
+        runners = {
+            kind: _kind_runner(kind, acts, program, rt, stores, probe_values, pks_now)
+            for kind, acts in actions.items()
+        }
+
+        def run_event(ev: Any, pos: tuple, i: int | None, writes: Any) -> None:
+            """Run ``ev``'s handlers and probes in declaration order; ``writes`` (from earlier
+            passes' runs of the same event) go in before the first action after their run."""
+            runner = runners.get(ev[2])
+            rt.event = ev
+            rt.pos = pos
+            rt.seq = ev.seq if pos[1] == _PH_SCHED else 0
+            if runner is not None:
+                runner(ev, pos, i, writes)
+            elif writes:
+                for _sub, state, key, op in writes:
+                    apply_op(stores[state], rt.defaults[state], key, op, True)
+            probe_values.clear()
+
+        def settle(before: tuple) -> None:
+            """Run this task's own timed writes and scheduled events that come first."""
+            heap = rt.heap
+            while heap and heap[0][0] < before:
+                pos, _n, what, payload = heapq.heappop(heap)
+                if what == 0:
+                    d, default, key, op, _state, incoming = payload
+                    if incoming:
+                        apply_op(d, default, key, op, True)
+                    else:
+                        rt.write_pos = pos
+                        apply_op(d, default, key, op)
+                        rt.write_pos = None
+                else:
+                    rt.pending_sched -= 1
+                    run_event(payload, pos, None, [])
+
+        # An event waits until the writes of its own runs in earlier passes, which sort
+        # right after it, have come in: [event, position, partition values, writes].
+        waiting: list = []
+
+        def run_waiting() -> None:
+            ev, pos, i, writes = waiting
+            waiting.clear()
+            run_event(ev, pos, i, writes)
+
+        try:
+            for batch in batches:
+                n = batch.num_rows
+                if not n:
+                    continue
+                ts = batch.column("_rs_t").to_pylist()
+                ph = batch.column("_rs_ph").to_pylist()
+                order = batch.column("_rs_o").to_pylist()
+                sub = batch.column("_rs_sub").to_pylist()
+                tags = batch.column("_rs_tag").to_pylist()
+                rows: list = []
+                if TAG_EVENT in tags:
+                    cols = [
+                        _column_values(batch, c, c in spec.pickled_columns) for c in spec.columns
+                    ]
+                    rows = list(zip(*cols))
+                    for r, c in probe_cols.items():
+                        pks_now[r] = batch.column(c).to_pylist()
+                if not spec.receives:
+                    # Only log events come in: no waiting for writes, no probe values.
+                    heap = rt.heap
+                    for i in range(n):
+                        ev = tuple.__new__(make, rows[i])
+                        pos = (ts[i], _PH_LOG, order[i], b"")
+                        if heap and heap[0][0] < pos:
+                            settle(pos)
+                        runner = runners.get(ev[2])
+                        if runner is not None:
+                            rt.event = ev
+                            rt.pos = pos
+                            rt.seq = 0
+                            runner(ev, pos, i, ())
+                    events += n
+                    if len(rt.out) >= _BATCH_ROWS:
+                        yield _out_batch(rt, schema, slots)
+                    continue
+                payload = batch.column("_rs_b").to_pylist()
+                qcols = {}
+                for slot, _s, _k, _h in spec.consumes:
+                    qcols[slot] = (
+                        batch.column(f"_rs_ql{slot}").to_pylist(),
+                        batch.column(f"_rs_qd{slot}").to_pylist(),
+                        batch.column(f"_rs_qb{slot}").to_pylist(),
+                    )
+                for i in range(n):
+                    pos = (ts[i], ph[i], order[i], sub[i] or b"")
+                    tag = tags[i]
+                    if waiting:
+                        wpos = waiting[1]
+                        if tag == TAG_WRITE and pos[:3] == wpos[:3] and pos[3].startswith(wpos[3]):
+                            state, key, op = pickle.loads(payload[i])
+                            waiting[3].append((pos[3], state, key, op))
+                            continue
+                        run_waiting()
+                    if rt.heap and rt.heap[0][0] < pos and (tag != TAG_WRITE or pos[0] <= last_ts):
+                        settle(pos)
+                    if tag == TAG_EVENT:
+                        events += 1
+                        ev = tuple.__new__(make, rows[i])
+                        # Its partition values now: the batch may end before it runs.
+                        pk_of = {r: v[i] for r, v in pks_now.items()} if pks_now else None
+                        waiting[:] = [ev, pos, pk_of, []]
+                    elif tag == TAG_PROBE:
+                        for slot, (ql, qd, qb) in qcols.items():
+                            if ql[i] is not None:
+                                probe_values[slot] = ql[i]
+                            elif qd[i] is not None:
+                                probe_values[slot] = qd[i]
+                            elif qb[i] is not None:
+                                probe_values[slot] = pickle.loads(qb[i])
+                    elif tag == TAG_WRITE:
+                        state, key, op = pickle.loads(payload[i])
+                        if pos[1] == _PH_TIMED and pos[0] > last_ts:
+                            # Applied only if an event comes after it: wait in the heap.
+                            rt.n += 1
+                            entry = (stores[state], rt.defaults[state], key, op, state, True)
+                            heapq.heappush(rt.heap, (pos, rt.n, 0, entry))
+                        else:
+                            apply_op(stores[state], rt.defaults[state], key, op, True)
+                    else:
+                        kind, fields, root, seq = pickle.loads(payload[i])
+                        ev = ScheduledEvent(kind, pos[0], root, seq, fields)
+                        waiting[:] = [ev, pos, None, []]
+                if len(rt.out) >= _BATCH_ROWS:
+                    yield _out_batch(rt, schema, slots)
+            if waiting:
+                run_waiting()
+            # After the log: timed writes up to its last time, then scheduled events, each
+            # after the timed writes before it; later timed writes go to the driver, which
+            # applies those due by the last event anywhere.
+            settle((last_ts, _PH_LOG + 1))
+            flushed = 0
+            while rt.heap and rt.pending_sched:
+                flushed += 1
+                if flushed > spec.max_flush:
+                    raise RuntimeError(
+                        f"handlers kept scheduling events after the log ended (over "
+                        f"{spec.max_flush:,}); a timer that re-arms itself forever never lets "
+                        "the replay finish"
+                    )
+                # One entry: a timed write (a scheduled event still follows it) or an event.
+                settle((*rt.heap[0][0][:3], rt.heap[0][0][3] + b"\x00"))
+            for pos, _n, _what, (_d, _default, key, op, state, _in) in sorted(rt.heap):
+                blob = dumps((state, key, op))
+                rt.out.append((PEND, -1, None, pos, blob))
+        except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
+            rt.out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
+            yield _out_batch(rt, schema, slots)
+            return
+        if rt.out:
+            yield _out_batch(rt, schema, slots)
+        for start in range(0, len(rt.rows), _BLOB_ROWS):
+            blob = dumps(rt.rows[start : start + _BLOB_ROWS])
+            rt.out.append((EMIT, -1, None, (0, 0, 0, b""), blob))
+        if rt.quarantined:
+            rt.out.append((QUAR, -1, None, (0, 0, 0, b""), dumps(rt.quarantined)))
+        for name in spec.finals:
+            blob = dumps((name, dict(stores[name])))
+            rt.out.append((FINAL, -1, None, (0, 0, 0, b""), blob))
+        stat = (events, time.perf_counter() - started, rt.scheduled, rt.last_at)
+        rt.out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
+        yield _out_batch(rt, schema, slots)
+
+
+def _kind_runner(kind, acts, program, rt, stores, probe_values, pks_now):
+    """A function running one kind's actions (handlers, probes) in declaration order.
+
+    Generated once per task and kind, so that an event costs a call per handler and nothing
+    for the cases it does not have (no probe, no incoming write).
+    """
+    env: dict[str, Any] = {
+        "rt": rt,
+        "stores": stores,
+        "defaults": rt.defaults,
+        "probe_values": probe_values,
+        "pks_now": pks_now,
+        "apply_op": apply_op,
+        "MISSING": MISSING,
+        "_fill": _fill,
+        "PROBE": PROBE,
+        "pack": struct.pack,
+    }
+    lines = ["def run(ev, pos, i, writes):"]
+    lines.append("    if writes:")
+    lines.append("        w = 0; nw = len(writes); cut = len(pos[3])")
+    readers: dict[int, list] = {}
+    for n, (h, what, target, slots_h) in enumerate(acts):
+        lines.append("    if writes:")
+        lines.append(f"        while w < nw and writes[w][0][cut:cut + 4] < M{n}:")
+        lines.append("            _s, _st, _k, _op = writes[w]")
+        lines.append("            apply_op(stores[_st], defaults[_st], _k, _op, True)")
+        lines.append("            w += 1")
+        env[f"M{n}"] = struct.pack(">I", h)
+        if what == 0:
+            if slots_h:
+                env[f"S{n}"] = slots_h
+                lines.append(f"    _fill(stores, S{n}, probe_values, ev)")
+            env[f"F{n}"] = target
+            env[f"N{n}"] = program.handlers[h].name
+            lines.append(f"    rt.hidx = {h}; rt.handler = N{n}; rt.calls = 0; rt.rb = None")
+            if rt.journal is not None:
+                lines.append(f"    rt.guarded(F{n}, ev)")
+            else:
+                lines.append(f"    F{n}(ev)")
+        else:
+            slot, state, fn, reader = target
+            env[f"D{n}"] = stores[state]
+            env[f"K{n}"] = fn
+            readers.setdefault(reader, []).append((slot, n))
+            lines.append("    try:")
+            lines.append(f"        v{n} = D{n}.get(K{n}(ev), MISSING)")
+            lines.append("    except Exception:")
+            lines.append(f"        v{n} = MISSING")
+    lines.append("    if writes:")
+    lines.append("        while w < nw:")
+    lines.append("            _s, _st, _k, _op = writes[w]")
+    lines.append("            apply_op(stores[_st], defaults[_st], _k, _op, True)")
+    lines.append("            w += 1")
+    for reader, items in readers.items():
+        values = ", ".join(f"{slot}: v{n}" for slot, n in items)
+        lines.append("    if i is None:")
+        lines.append("        pk = 'N'")
+        lines.append("    elif type(i) is int:")
+        lines.append(f"        pk = pks_now[{reader}][i]")
+        lines.append("    else:")
+        lines.append(f"        pk = i[{reader}]")
+        lines.append(f"    rt.out.append((PROBE, {reader}, pk, pos, {{{values}}}))")
+    namespace = dict(env)
+    exec(compile("\n".join(lines), f"<pass runner {kind}>", "exec"), namespace)
+    return namespace["run"]
+
+
+def _fill(stores: dict, slots: list, values: dict, ev: Any) -> None:
+    """Put the values probed for this run where its reads of upstream state find them."""
+    cleared = set()
+    for slot, state, fn in slots:
+        d = stores[state]
+        if state not in cleared:
+            d.clear()
+            cleared.add(state)
+        value = values.get(slot, MISSING)
+        if value is not MISSING:
+            try:
+                d[fn(ev)] = value
+            except Exception:  # noqa: BLE001 - the handler's own read raises it
+                pass
+
+
+def _out_batch(rt: _Runtime, schema: pa.Schema, slots: int) -> pa.RecordBatch:
+    rows = rt.out
+    rt.out = []
+    n = len(rows)
+    kind = [r[0] for r in rows]
+    dest = [r[1] for r in rows]
+    pk = [r[2] for r in rows]
+    t = [r[3][0] for r in rows]
+    ph = [r[3][1] for r in rows]
+    o = [r[3][2] for r in rows]
+    sub = [r[3][3] for r in rows]
+    b = [r[4] if r[0] != PROBE else None for r in rows]
+    arrays = [
+        pa.array(kind, pa.int8()),
+        pa.array(dest, pa.int32()),
+        pa.array(pk, pa.string()),
+        pa.array(t, pa.int64()),
+        pa.array(ph, pa.int8()),
+        pa.array(o, pa.int64()),
+        pa.array(sub, pa.binary()),
+        pa.array(b, pa.binary()),
+        pa.nulls(n, pa.int64()),
+        pa.nulls(n, pa.float64()),
+    ]
+    for s in range(slots):
+        ql: list = [None] * n
+        qd: list = [None] * n
+        qb: list = [None] * n
+        for i, r in enumerate(rows):
+            if r[0] != PROBE or s not in r[4]:
+                continue
+            v = r[4][s]
+            tv = type(v)
+            if tv is int and -_SIGN <= v < _SIGN:
+                ql[i] = v
+            elif tv is float:
+                qd[i] = v
+            elif v is not MISSING:
+                qb[i] = dumps(v)
+        arrays += [pa.array(ql, pa.int64()), pa.array(qd, pa.float64()), pa.array(qb, pa.binary())]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
