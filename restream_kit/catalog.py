@@ -19,6 +19,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -35,7 +36,7 @@ from . import values
 from .errors import RestreamError, StateError
 from .log import Log, default_home, private_dir
 from .program import Program
-from .result import Metrics, Result, quarantine_table
+from .result import QUARANTINE_FILE, Metrics, Result, quarantine_table
 
 __all__ = ["Catalog", "RunRecord", "CatalogError", "FORMAT", "human_size"]
 
@@ -43,8 +44,10 @@ __all__ = ["Catalog", "RunRecord", "CatalogError", "FORMAT", "human_size"]
 FORMAT = 1
 MANIFEST = "manifest.json"
 STATE_FILE = "state.json"
-QUARANTINE = "quarantine.parquet"
+QUARANTINE = QUARANTINE_FILE  # "_quarantine.parquet", apart from the tables
 INDEX = "index.parquet"
+#: Table names written as ``<name>.parquet``; others go to ``tables/NNNN.parquet``.
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
 #: A temporary directory left by a process on another host is removed after this long.
 STALE_TMP_S = 24 * 3600
 
@@ -165,9 +168,12 @@ class Catalog:
         metrics: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         if result is not None:
-            (tmp / "tables").mkdir(mode=0o700)
+            # <table>.parquet, as `replay --out` writes: a run directory is also an --out one.
             for i, (table_name, table) in enumerate(result.tables.items()):
-                rel = f"tables/{i:04d}.parquet"
+                rel = f"{table_name}.parquet"
+                if not _SAFE_NAME.match(table_name):  # not a plain file name: numbered aside
+                    (tmp / "tables").mkdir(mode=0o700, exist_ok=True)
+                    rel = f"tables/{i:04d}.parquet"
                 pq.write_table(table, tmp / rel)
                 tables[table_name] = rel
             if result.quarantine.num_rows:
@@ -180,6 +186,7 @@ class Catalog:
                 "on_error": result.on_error,
                 "resumed_from_epoch": result.resumed_from_epoch,
                 "tables": tables,
+                "schemas": _schemas_out(result.schemas),
             }
         for path in sorted(tmp.rglob("*")):
             if path.is_file():
@@ -362,6 +369,7 @@ class Catalog:
             }
             state = values.loads((out_dir / STATE_FILE).read_bytes())
             fields = values.decode(manifest["metrics"])
+            schemas = _schemas_in(manifest.get("schemas", {}))
             quarantine = (
                 pq.read_table(out_dir / QUARANTINE)
                 if (out_dir / QUARANTINE).exists()
@@ -373,10 +381,12 @@ class Catalog:
             ) from None
         except (OSError, pa.ArrowException, values.ValueCodecError) as exc:
             raise CatalogError(f"run {run_id} cannot be read: {exc}") from None
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise CatalogError(f"run {run_id}: a damaged manifest ({exc!r})") from None
         known = {k: v for k, v in fields.items() if k in Metrics.__dataclass_fields__}
         return Result(
+            schemas=schemas,
+            path=str(out_dir),
             tables=tables,
             state=state,
             metrics=Metrics(**known),
@@ -590,6 +600,34 @@ def _metrics(metrics: Metrics) -> list:
             value = str(value)
         fields[name] = value
     return values.encode(fields)
+
+
+def _schemas_out(schemas: dict[str, Any]) -> dict[str, str]:
+    """Each table's emit schema (polars types) as a base64 Arrow IPC schema: data, not code."""
+    import base64
+
+    import polars as pl
+
+    out = {}
+    for name, schema in schemas.items():
+        try:
+            arrow = pl.DataFrame(schema=schema).to_arrow().schema
+            out[name] = base64.b64encode(arrow.serialize().to_pybytes()).decode("ascii")
+        except Exception:  # noqa: BLE001 - a schema is a convenience for empty tables
+            continue
+    return out
+
+
+def _schemas_in(stored: dict[str, str]) -> dict[str, Any]:
+    import base64
+
+    import polars as pl
+
+    out = {}
+    for name, text in stored.items():
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+        out[name] = dict(pl.from_arrow(schema.empty_table()).schema)
+    return out
 
 
 def _finite(x: Any) -> float | None:

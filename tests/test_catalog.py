@@ -148,6 +148,7 @@ def assert_same_result(loaded: Result, recorded: Result) -> None:
         {k: dict(v) for k, v in recorded.state.items()},
     )
     assert loaded.metrics == recorded.metrics
+    assert loaded.schemas == recorded.schemas
     assert loaded.warnings == recorded.warnings
     assert loaded.quarantine.equals(recorded.quarantine)
     assert (loaded.on_error, loaded.resumed_from_epoch) == (
@@ -429,6 +430,9 @@ def test_runs_forget_and_keep_on_the_command_line(tmp_path, small_log, capsys):
     catalog = Catalog(home)
     before = catalog.runs()
     assert sorted(before["name"]) == ["a", "a", "a", "b", "b"]
+    # A recorded run is also a --out directory: `restream diff` compares runs by name.
+    assert main(["diff", "a", "b", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["empty"] is True
     text = restream("runs")
     assert text.returncode == 0 and "5 run(s)" in text.stdout and " kB" in text.stdout
     newest_a = before.filter(before["name"] == "a")["run_id"][0]
