@@ -576,15 +576,14 @@ def _state_bytes(state: dict[str, dict]) -> bytes:
     except values.ValueCodecError:
         pass
     for name, d in state.items():  # find the key to name
-        for key, value in dict(d).items():
-            for what, obj in (("key", key), ("value", value)):
-                try:
-                    values.check(obj)
-                except values.ValueCodecError as exc:
-                    raise StateError(
-                        f"state {name!r}, key {key!r}: the {what} {obj!r:.80} cannot be stored "
-                        f"({exc})"
-                    ) from None
+        bad = values.unstorable(dict(d))
+        if bad is not None:
+            key, what, obj, exc = bad
+            # The words of the serial engine's check_state, on every engine.
+            raise StateError(
+                f"state {name!r}, key {key!r}: the {what} {obj!r:.80} cannot be "
+                f"serialized ({exc}); state must hold plain values"
+            )
     raise StateError("the final state cannot be stored")  # pragma: no cover
 
 

@@ -272,13 +272,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         # replay checks the program against the log before it starts Spark or replays.
         program = _program_arg(args.program)
         result = replay(program, log, engine=args.engine, **options)
+        # Inside the try: a final state the catalog cannot keep is a StateError, as on serial.
+        _record(args, program, log, result, None)
     except (RestreamError, KeyboardInterrupt) as exc:
         if partial is not None:
             partial.write_error(exc)
         if program is not None and log is not None:
             _record(args, program, log, None, str(exc))
         raise
-    _record(args, program, log, result, None)
     summary = result.summary()
     if args.out:
         summary["outputs"] = result.write(args.out)
@@ -401,10 +402,12 @@ def _program_arg(path: str):
 
 
 def _record(args: argparse.Namespace, program, log, result, error: str | None) -> None:
-    """Record a replay in the run catalog; a catalog that cannot be written is a warning."""
+    """Record a replay in the run catalog; a catalog that cannot be written is a warning,
+    a final state it cannot keep a StateError."""
     if args.no_record:
         return
     from .catalog import Catalog
+    from .errors import StateError
 
     params = {k: getattr(args, k) for k in ("master", "epoch", "on_error") if getattr(args, k)}
     try:
@@ -418,6 +421,8 @@ def _record(args: argparse.Namespace, program, log, result, error: str | None) -
             params={k: v for k, v in params.items() if v != "stop"},
             error=error,
         )
+    except StateError:
+        raise
     except (OSError, RestreamError) as exc:
         print(f"warning: the run was not recorded in the catalog: {exc}", file=sys.stderr)
 

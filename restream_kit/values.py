@@ -40,7 +40,16 @@ from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
-__all__ = ["ValueCodecError", "encode", "decode", "dumps", "loads", "check", "describe"]
+__all__ = [
+    "ValueCodecError",
+    "encode",
+    "decode",
+    "dumps",
+    "loads",
+    "check",
+    "describe",
+    "unstorable",
+]
 
 #: Ints with more bits than this are written as hex: JSON text of huge ints is refused by
 #: Python's int/str conversion limit (4300 digits) and slow to parse.
@@ -76,7 +85,10 @@ def describe(value: Any) -> str:
 
 def encode(value: Any, hook: Hook | None = None) -> Any:
     """``value`` as a JSON-able structure (see the module docstring); raise ValueCodecError."""
-    return _encode(value, hook, "")
+    try:
+        return _encode(value, hook, "")
+    except RecursionError:
+        raise ValueCodecError(f"{describe(value)} is nested too deeply to store", value) from None
 
 
 def _encode(v: Any, hook: Hook | None, path: str) -> Any:
@@ -178,7 +190,14 @@ def decode(data: Any, decoders: Decoders | None = None) -> Any:
         return _decode(data, decoders)
     except ValueCodecError:
         raise
-    except (TypeError, ValueError, KeyError, IndexError, decimal.InvalidOperation) as exc:
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        RecursionError,
+        decimal.InvalidOperation,
+    ) as exc:
         raise ValueCodecError(f"not an encoded value ({type(exc).__name__}: {exc})") from None
 
 
@@ -245,7 +264,7 @@ def loads(data: bytes | str, decoders: Decoders | None = None) -> Any:
     try:
         # parse_constant: NaN/Infinity literals are never written, so refuse them.
         doc = json.loads(data, parse_constant=_refuse_constant)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ValueCodecError(f"not JSON: {exc}") from None
     return decode(doc, decoders)
 
@@ -256,4 +275,20 @@ def _refuse_constant(name: str) -> Any:
 
 def check(value: Any) -> None:
     """Raise ValueCodecError when ``value`` cannot be encoded (what :func:`encode` would)."""
-    _encode(value, None, "")
+    encode(value)
+
+
+def unstorable(store: dict) -> tuple[Any, str, Any, ValueCodecError] | None:
+    """``(key, "key"|"value", the object, the error)`` for the entry of ``store`` that the
+    codec cannot hold, or None. Of several, the one whose key has the smallest ``repr``, so
+    that every engine names the same key whatever order its dict is in."""
+    found = None
+    for key, value in store.items():
+        for what, obj in (("key", key), ("value", value)):
+            try:
+                check(obj)
+            except ValueCodecError as exc:
+                if found is None or repr(key) < repr(found[0]):
+                    found = (key, what, obj, exc)
+                break
+    return found

@@ -257,15 +257,13 @@ def check_state(stores: dict[str, dict]) -> None:
                 or {type(x) for k in d if type(k) is tuple for x in k} <= _PLAIN
             ):
                 continue
-        for key, value in d.items():
-            for what, obj in (("key", key), ("value", value)):
-                try:
-                    values.check(obj)
-                except values.ValueCodecError as exc:
-                    raise StateError(
-                        f"state {name!r}, key {key!r}: the {what} {obj!r:.80} cannot be "
-                        f"serialized ({exc}); state must hold plain values"
-                    ) from None
+        bad = values.unstorable(d)
+        if bad is not None:
+            key, what, obj, exc = bad
+            raise StateError(
+                f"state {name!r}, key {key!r}: the {what} {obj!r:.80} cannot be "
+                f"serialized ({exc}); state must hold plain values"
+            )
 
 
 def quarantine_warning(table: Any, on_error: str) -> str | None:
