@@ -2,9 +2,16 @@
 
 A checkpoint directory holds one sub-directory per committed epoch and a manifest::
 
-    DIR/manifest.json         written last, by an atomic rename: what is committed
-    DIR/epoch-000003/state.pkl  the replay's state after epoch 3 (engine-specific, pickled)
-    DIR/epoch-000003/rows.pkl   the output rows epoch 3 emitted (the engine's raw rows)
+    DIR/manifest.json               written last, by an atomic rename: what is committed
+    DIR/epoch-000003/state.json     the replay's state after epoch 3 (engine-specific)
+    DIR/epoch-000003/rows.json      the output rows epoch 3 emitted (the engine's raw rows)
+    DIR/epoch-000003/state-0.arrow  an Arrow table inside the state (Arrow IPC file)
+
+No file is a pickle: values go through :mod:`restream_kit.values` (JSON with type tags), Arrow
+tables inside them to ``.arrow`` files, the log's events and scheduled events by their fields,
+and a merge function waiting with ``at=`` by reference to the program's code (its name, line
+and a digest of its code) with the values of its closure; a replay rebuilds it from its own
+program (:func:`restore_serial_state`), so reading a checkpoint never runs code from a file.
 
 An epoch is committed by writing its files into a temporary directory, renaming that to
 ``epoch-NNNNNN`` and then replacing the manifest, so a replay killed at any moment leaves
@@ -23,21 +30,24 @@ of the same log: the log and the state declarations must match, the handlers may
 
 Engines use a :class:`Checkpointer` (see :func:`open_for_replay`): ``load()`` gives the
 :class:`Start` to continue from (or None), ``commit(epoch, done, state, rows)`` commits one
-epoch. ``state`` and ``rows`` are any picklable values the engine knows how to read back;
+epoch. ``state`` and ``rows`` are values the codec above stores, that the engine reads back;
 ``state_format`` names that engine-specific form so that one engine never reads another's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pickle
 import shutil
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import values
 from .errors import RestreamError
 
 __all__ = [
@@ -50,10 +60,13 @@ __all__ = [
     "serial_state",
     "restore_serial_state",
     "check_states",
+    "ProgramFunction",
+    "save_value",
+    "load_value",
 ]
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2  # 1 held pickles, which are no longer read
 _EPOCH_DIR = "epoch-{:06d}"
 
 
@@ -156,8 +169,8 @@ class Checkpointer:
         if not epochs:
             return None
         last = epochs[-1]
-        rows = [_load(self.directory / e["dir"] / "rows.pkl") for e in epochs]
-        state = _load(self.directory / last["dir"] / "state.pkl")
+        rows = [load_value(self.directory / e["dir"], "rows") for e in epochs]
+        state = load_value(self.directory / last["dir"], "state")
         return Start(
             epoch=last["epoch"],
             done=last["done"],
@@ -186,8 +199,8 @@ class Checkpointer:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(mode=0o700)
-        _write(tmp / "state.pkl", _dumps(state, "the state"))
-        _write(tmp / "rows.pkl", _dumps(rows, "the output rows"))
+        save_value(tmp, "state", state, "the state")
+        save_value(tmp, "rows", rows, "the output rows")
         _fsync_dir(tmp)
         final = self.directory / name
         if final.exists():  # left by a run killed between this rename and its manifest
@@ -255,7 +268,7 @@ def read(directory: str | Path, epoch: int | None = None) -> Snapshot:
         done=entry["done"],
         identity=manifest["identity"],
         state_format=manifest["state_format"],
-        state=_load(directory / entry["dir"] / "state.pkl"),
+        state=load_value(directory / entry["dir"], "state"),
         info=dict(entry.get("info", {})),
     )
 
@@ -373,7 +386,7 @@ def state_declarations(program: Any) -> dict[str, list]:
 
 
 def serial_state(rt: Any, stores: dict[str, dict], program: Any) -> dict[str, Any]:
-    """The serial runtime's state between epochs, as plain picklable data.
+    """The serial runtime's state between epochs, as plain data (see save_value).
 
     That is every store, the timed writes still pending (their store by name), the scheduled
     events still pending, the counter that orders both, and each log event's count of
@@ -396,22 +409,43 @@ def serial_state(rt: Any, stores: dict[str, dict], program: Any) -> dict[str, An
 
 
 def restore_serial_state(
-    rt: Any, stores: dict[str, dict], program: Any, state: dict[str, Any], *, outputs: bool = True
+    rt: Any,
+    stores: dict[str, dict],
+    program: Any,
+    state: dict[str, Any],
+    *,
+    outputs: bool = True,
+    namespace: dict[str, Any] | None = None,
 ) -> None:
     """Put ``state`` (from :func:`serial_state`) back into a fresh runtime and its stores.
 
     ``outputs`` False (a ``start_from``) leaves out the handler runs quarantined before.
+    Merge functions read from a checkpoint (:class:`ProgramFunction`) are rebuilt from the
+    program's own code in ``namespace`` (the compiled program's globals; when None, the
+    program is compiled again against ``rt`` and ``stores`` to find them).
     """
-    for name, values in state["stores"].items():
+    for name, saved in state["stores"].items():
         # dict.update: an on_error store must not journal what it is restored to.
         dict.clear(stores[name])
-        dict.update(stores[name], values)
+        dict.update(stores[name], saved)
     if outputs and hasattr(rt, "quarantined"):
         rt.quarantined[:] = state.get("quarantined", [])
     defaults = {name: decl.default for name, decl in program.states.items()}
+    future = state["future"]
+    if any(isinstance(entry[5], ProgramFunction) for entry in future):
+        if namespace is None:
+            from ._compile import compile_program
+
+            namespace = compile_program(program, rt, stores).namespace
+        codes = _program_codes(namespace, program.filename)
+        future = [
+            (*entry[:5], entry[5].rebuild(codes, namespace))
+            if isinstance(entry[5], ProgramFunction)
+            else entry
+            for entry in future
+        ]
     rt.future[:] = [
-        (at, n, stores[name], defaults[name], op, key, arg)
-        for at, n, name, op, key, arg in state["future"]
+        (at, n, stores[name], defaults[name], op, key, arg) for at, n, name, op, key, arg in future
     ]
     rt.scheduled[:] = state["scheduled"]
     rt.order = _count(state["order"])
@@ -457,6 +491,11 @@ def _open_dir(directory: Path, *, create: bool) -> dict[str, Any] | None:
         raise CheckpointError(
             f"{manifest_path} has checkpoint format {manifest.get('format')!r}; "
             f"this restream_kit reads format {FORMAT}"
+            + (
+                " (format 1 held pickles, which are never read: they could run code)"
+                if manifest.get("format") == 1
+                else ""
+            )
         )
     return manifest
 
@@ -491,8 +530,9 @@ def _committed_text(manifest: dict[str, Any]) -> str:
 
 
 def _dumps(value: Any, what: str) -> bytes:
-    """Pickle ``value``; functions of the program (merge functions waiting with ``at=``)
-    travel by value through cloudpickle."""
+    """Pickle ``value`` for the Spark engine's transport to its tasks (in memory, never a
+    file: files go through :func:`save_value`); functions of the program (merge functions
+    waiting with ``at=``) travel by value through cloudpickle."""
     try:
         return pickle.dumps(value, protocol=5)
     except Exception as first:  # noqa: BLE001 - retried below, then reported in one line
@@ -515,15 +555,19 @@ def _cloudpickle() -> Any:
     return cloudpickle
 
 
-def _culprit(value: Any) -> str | None:
-    """Which store and key hold a value that cannot be pickled, for the error message."""
+def _culprit(value: Any, hook: Any = None) -> str | None:
+    """Which store and key hold a value that cannot be stored, for the error message: by the
+    codec with ``hook`` (files), by pickle without it (the Spark engine's transport)."""
     stores = value.get("stores") if isinstance(value, dict) else None
     if not isinstance(stores, dict):
         return None
-    for name, values in stores.items():
-        for key, v in values.items():
+    for name, store in stores.items():
+        for key, v in store.items():
             try:
-                pickle.dumps(v, protocol=5)
+                if hook is None:
+                    pickle.dumps(v, protocol=5)
+                else:
+                    values.encode(v, hook)
             except Exception:  # noqa: BLE001
                 return f"state {name!r} key {key!r} holds {type(v).__name__} {v!r:.60}: "
     return None
@@ -546,9 +590,222 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def _load(path: Path) -> Any:
+# -- the on-disk codec: JSON with type tags, Arrow files, no pickle ------------------------
+
+
+def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
+    """Write ``value`` as ``directory/<stem>.json`` (Arrow tables in it as ``<stem>-N.arrow``).
+
+    A value the codec cannot store is a :class:`CheckpointError` naming it (and, for a
+    replay's state, the state and key that hold it).
+    """
+    tables: list[Any] = []
+
+    def hook(v: Any) -> tuple[str, Any] | None:
+        import pyarrow as pa
+
+        if isinstance(v, pa.Table):
+            name = f"{stem}-{len(tables)}.arrow"
+            tables.append((name, v))
+            return "arrow", name
+        return _encode_special(v, hook)
+
     try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        data = values.dumps(value, hook)
+    except (values.ValueCodecError, RecursionError) as exc:
+        culprit = _culprit(value, hook)
+        raise CheckpointError(
+            f"cannot save {what} in the checkpoint: {culprit or ''}{exc}"
+        ) from None
+    for name, table in tables:
+        import pyarrow as pa
+
+        with pa.OSFile(str(directory / name), "wb") as sink:
+            with pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+        os.chmod(directory / name, 0o600)
+        _fsync_file(directory / name)
+    _write(directory / f"{stem}.json", data)
+
+
+def load_value(directory: Path, stem: str) -> Any:
+    """The value :func:`save_value` wrote (building only plain values, tables and events)."""
+    path = directory / f"{stem}.json"
+
+    def arrow(name: Any) -> Any:
+        import pyarrow as pa
+
+        if not isinstance(name, str) or "/" in name or not name.endswith(".arrow"):
+            raise values.ValueCodecError(f"bad Arrow file reference {name!r}")
+        with pa.memory_map(str(directory / name)) as source:
+            return pa.ipc.open_file(source).read_all()
+
+    try:
+        data = path.read_bytes()
+        return values.loads(data, {"arrow": arrow, **_DECODERS})
+    except (OSError, values.ValueCodecError) as exc:
         raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - Arrow errors: a damaged file, said in one line
+        raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from None
+
+
+def _encode_special(v: Any, hook: Any) -> tuple[str, Any] | None:
+    """Events and merge functions of a replay's state (see the module docstring)."""
+    t = type(v)
+    if isinstance(v, tuple) and t.__name__ == "Event" and hasattr(t, "_fields"):
+        # The log's events: named tuples of a class made per log (Log.event_type).
+        return "event", [list(t._fields), values.encode(list(v), hook)]
+    if t.__name__ == "ScheduledEvent" and t.__module__.endswith("engines.serial"):
+        return "sched", values.encode(dict(v.__dict__), hook)
+    if t is ProgramFunction:
+        return "fn", values.encode(v.as_dict(), hook)
+    if t is types.FunctionType:
+        return "fn", values.encode(ProgramFunction.of(v).as_dict(), hook)
+    return None
+
+
+_EVENT_TYPES: dict[tuple[str, ...], type] = {}
+
+
+def _event(payload: Any) -> Any:
+    from collections import namedtuple
+
+    fields, items = payload
+    fields = tuple(fields)
+    if not all(isinstance(f, str) and f.isidentifier() for f in fields):
+        raise values.ValueCodecError(f"bad event fields {fields!r}")
+    cls = _EVENT_TYPES.get(fields)
+    if cls is None:
+        cls = _EVENT_TYPES[fields] = namedtuple("Event", fields)
+    return tuple.__new__(cls, _decode_nested(items))
+
+
+def _scheduled(payload: Any) -> Any:
+    from .engines.serial import ScheduledEvent
+
+    fields = _decode_nested(payload)
+    return ScheduledEvent(
+        fields.pop("kind"), fields.pop("ts"), fields.pop("lsn"), fields.pop("seq"), fields
+    )
+
+
+def _function(payload: Any) -> Any:
+    return ProgramFunction(**_decode_nested(payload))
+
+
+def _decode_nested(payload: Any) -> Any:
+    return values.decode(payload, _DECODERS)
+
+
+_DECODERS = {"event": _event, "sched": _scheduled, "fn": _function}
+
+
+@dataclass
+class ProgramFunction:
+    """A function of the program (a merge waiting with ``at=``), as a checkpoint keeps it.
+
+    Not code: the function's name, first line and a digest of its compiled code, which find
+    it again in the program being replayed, and the values its closure and defaults held.
+    """
+
+    name: str
+    line: int
+    digest: str
+    closure: tuple = ()
+    defaults: tuple | None = None
+    kwdefaults: dict | None = None
+
+    @classmethod
+    def of(cls, fn: types.FunctionType) -> ProgramFunction:
+        """The reference to ``fn``; its closure's values must be ones the codec stores."""
+        try:
+            closure = tuple(c.cell_contents for c in fn.__closure__ or ())
+        except ValueError:
+            raise values.ValueCodecError(
+                f"function {fn.__qualname__} refers to a variable not yet assigned", fn
+            ) from None
+        return cls(
+            name=fn.__code__.co_name,
+            line=fn.__code__.co_firstlineno,
+            digest=_code_digest(fn.__code__),
+            closure=closure,
+            defaults=fn.__defaults__,
+            kwdefaults=fn.__kwdefaults__,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, for the codec."""
+        return {
+            "name": self.name,
+            "line": self.line,
+            "digest": self.digest,
+            "closure": tuple(self.closure),
+            "defaults": self.defaults,
+            "kwdefaults": self.kwdefaults,
+        }
+
+    def rebuild(self, codes: dict[tuple, types.CodeType], namespace: dict[str, Any]) -> Any:
+        """The function again, from the program's own code found in ``codes``."""
+        code = codes.get((self.name, self.line, self.digest))
+        if code is None or len(code.co_freevars) != len(self.closure):
+            raise CheckpointError(
+                f"the checkpoint holds a merge function waiting with at= ({self.name} at line "
+                f"{self.line}) that this program does not have (changed since?)"
+            )
+        fn = types.FunctionType(
+            code,
+            namespace,
+            self.name,
+            self.defaults,
+            tuple(types.CellType(v) for v in self.closure),
+        )
+        fn.__kwdefaults__ = self.kwdefaults
+        return fn
+
+    def __call__(self, *_args: Any) -> Any:
+        raise CheckpointError(
+            f"merge function {self.name} (line {self.line}) was read from a checkpoint and not "
+            "rebuilt: restore_serial_state rebuilds it from the program"
+        )
+
+
+def _code_digest(code: types.CodeType) -> str:
+    """A digest of compiled code that is the same in every process (no ids, no hash order)."""
+    h = hashlib.sha256()
+    for part in (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
+        h.update(repr(part).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            h.update(_code_digest(const).encode())
+        elif isinstance(const, frozenset):
+            h.update(repr(sorted(map(repr, const))).encode())
+        else:
+            h.update(repr(const).encode())
+    return h.hexdigest()
+
+
+def _program_codes(namespace: dict[str, Any], filename: str) -> dict[tuple, types.CodeType]:
+    """Every code object of the program's functions in ``namespace``, nested ones included."""
+    found: dict[tuple, types.CodeType] = {}
+    todo = [
+        v.__code__
+        for v in namespace.values()
+        if isinstance(v, types.FunctionType) and v.__code__.co_filename == filename
+    ]
+    while todo:
+        code = todo.pop()
+        key = (code.co_name, code.co_firstlineno, _code_digest(code))
+        if key in found:
+            continue
+        found[key] = code
+        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return found
+
+
+def _fsync_file(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -131,8 +131,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    # The run catalog (docs/catalog.md): replays are recorded, `restream runs` lists them.
+    replay.add_argument(
+        "--name", default=None, help="record the run under NAME (default: the program's name)"
+    )
+    replay.add_argument(
+        "--no-record", action="store_true", help="do not record the run in the catalog"
+    )
     _add_diff_parser(commands)
+    _add_runs_parser(commands)
     return parser
+
+
+def _add_runs_parser(commands) -> None:
+    runs = commands.add_parser("runs", help="list the recorded runs, forget old ones")
+    runs.add_argument("--forget", metavar="NAME", help="delete the runs called NAME (or run id)")
+    runs.add_argument("--keep", type=int, metavar="N", help="keep the newest N runs of each name")
+    runs.add_argument("--json", action="store_true", help="print the runs as JSON lines")
 
 
 def _add_diff_parser(commands) -> None:
@@ -247,6 +262,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         options["observer"] = broadcast([o for o in (options.get("observer"), partial) if o])
     if args.by and not args.baseline:
         raise RestreamError("--by compares with a baseline: give --baseline RUN too")
+    program = log = None
     try:
         log = _log_arg(args.log)
         if len(log) == 0:
@@ -254,10 +270,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         # A baseline that cannot be found fails before the replay, not after it.
         baseline = _load_run(args.baseline, log) if args.baseline else None
         # replay checks the program against the log before it starts Spark or replays.
-        result = replay(args.program, log, engine=args.engine, **options)
+        program = _program_arg(args.program)
+        result = replay(program, log, engine=args.engine, **options)
+        # Inside the try: a final state the catalog cannot keep is a StateError, as on serial.
+        _record(args, program, log, result, None)
     except (RestreamError, KeyboardInterrupt) as exc:
         if partial is not None:
             partial.write_error(exc)
+        if program is not None and log is not None:
+            _record(args, program, log, None, str(exc))
         raise
     summary = result.summary()
     if args.out:
@@ -307,7 +328,8 @@ def _load_run(ref: str, log=None) -> tuple[str, dict]:
         path = Path(record.outputs)
         ref = f"{ref} ({record.run_id})"
     files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("_"))
-    if not files and not (path / "metrics.json").exists():
+    # A catalog run (manifest.json) or an --out directory (metrics.json) may have no table.
+    if not files and not any((path / f).exists() for f in ("metrics.json", "manifest.json")):
         raise RestreamError(f"{path}: no <table>.parquet files (give a replay --out directory)")
     return ref, {p.stem: pq.read_table(p) for p in files}
 
@@ -373,6 +395,73 @@ def _replay_text(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _program_arg(path: str):
+    from .program import Program
+
+    return Program.load(path)
+
+
+def _record(args: argparse.Namespace, program, log, result, error: str | None) -> None:
+    """Record a replay in the run catalog; a catalog that cannot be written is a warning,
+    a final state it cannot keep a StateError."""
+    if args.no_record:
+        return
+    from .catalog import Catalog
+    from .errors import StateError
+
+    params = {k: getattr(args, k) for k in ("master", "epoch", "on_error") if getattr(args, k)}
+    try:
+        Catalog().record(
+            name=args.name or program.name,
+            program=program,
+            log=log,
+            engine=args.engine,
+            result=result,
+            master=args.master,
+            params={k: v for k, v in params.items() if v != "stop"},
+            error=error,
+        )
+    except StateError:
+        raise
+    except (OSError, RestreamError) as exc:
+        print(f"warning: the run was not recorded in the catalog: {exc}", file=sys.stderr)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """``restream runs``: every recorded run with its size; ``--forget``, ``--keep``."""
+    from .catalog import Catalog, human_size
+
+    catalog = Catalog()
+    if args.forget:
+        gone = catalog.forget(args.forget)
+        if not gone:
+            raise RestreamError(f"--forget {args.forget}: no run has that name or id")
+        print(f"forgot {len(gone)} run(s) called {args.forget}")
+    if args.keep is not None:
+        gone = catalog.keep(args.keep)
+        print(f"kept the newest {args.keep} run(s) of each name; deleted {len(gone)}")
+    if args.forget or args.keep is not None:
+        return 0
+    rows = catalog.runs().to_dicts() if catalog.runs_dir.exists() else []
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, default=str))
+        return 0
+    if not rows:
+        print(f"no runs recorded in {catalog.home}")
+        return 0
+    print(f"{'run':35} {'name':16} {'engine':7} {'status':7} {'events':>10} {'size':>9}")
+    for r in rows:
+        events = "" if r["events"] is None else f"{r['events']:,}"
+        print(
+            f"{r['run_id']:35} {r['name'][:16]:16} {r['engine']:7} {r['status']:7} "
+            f"{events:>10} {r['size']:>9}"
+        )
+    total = sum(r["size_bytes"] or 0 for r in rows)
+    print(f"{len(rows)} run(s), {human_size(total)} in {catalog.home}")
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import plan as build_plan
     from .planner.render import plan_text
@@ -390,7 +479,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"replay": cmd_replay, "plan": cmd_plan, "diff": cmd_diff}
+COMMANDS = {"replay": cmd_replay, "plan": cmd_plan, "diff": cmd_diff, "runs": cmd_runs}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -61,7 +61,8 @@ class RestreamMagics(Magics):
         The run is bound to NAME in the notebook (``NAME.wait().result``).
 
         As a line magic: ``%restream runs`` shows the run catalog; ``%restream diff A B``
-        compares the latest runs of cells A and B.
+        compares the latest runs of cells A and B; ``%restream forget NAME`` deletes the
+        runs called NAME and their files.
         """
         if cell is None:
             return self._line(line)
@@ -93,6 +94,13 @@ class RestreamMagics(Magics):
         words = shlex.split(line)
         if words == ["runs"]:
             return self.workbench.catalog.runs()
+        if len(words) == 2 and words[0] == "forget":
+            # The catalog (docs/catalog.md): delete the runs called NAME (or one run id).
+            gone = self.workbench.catalog.forget(words[1])
+            if not gone:
+                raise UsageError(f"no recorded run is called {words[1]!r}")
+            print(f"forgot {len(gone)} run(s) called {words[1]}")
+            return None
         if len(words) == 3 and words[0] == "diff":
             from widgets.workbench import show_diff
 
@@ -106,7 +114,8 @@ class RestreamMagics(Magics):
                 raise UsageError(str(exc)) from None
             return None
         raise UsageError(
-            "use %restream runs, %restream diff A B, or %%restream NAME as a cell magic "
+            "use %restream runs, %restream diff A B, %restream forget NAME, or %%restream NAME "
+            "as a cell magic "
             "(%%restream? for help)"
         )
 

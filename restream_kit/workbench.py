@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .api import replay
-from .catalog import Catalog, RunRecord
+from .catalog import Catalog, CatalogError, RunRecord
 from .compare import Diff, diff
 from .errors import RestreamError
 from .log import Log
@@ -102,7 +102,10 @@ class Workbench:
         label = f"serial replay of {program.name}" if baseline is None else f"{baseline} (serial)"
         record = self.catalog.find(program_sha=base_program.sha256, log_fingerprint=log.fingerprint)
         if record is not None:
-            return Baseline(label, self.catalog.load(record), reused=True, record=record)
+            try:
+                return Baseline(label, self.catalog.load(record), reused=True, record=record)
+            except CatalogError:
+                pass  # forgotten by another process meanwhile: replay it again
         result = replay(base_program, log, engine="serial", on_error=on_error)
         record = self.catalog.record(
             name=base_program.name, program=base_program, log=log, engine="serial", result=result

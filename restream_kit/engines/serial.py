@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from .. import values
 from .._compile import compile_program
 from .._inline import SCHEDULED_RUNNER_NAME
 from .._poison import check_on_error, event_fields, quarantine_row
@@ -242,31 +243,27 @@ _PLAIN = frozenset({int, float, str, bool, type(None), bytes})
 
 
 def check_state(stores: dict[str, dict]) -> None:
-    """Raise :class:`StateError` naming the first state key whose value cannot be pickled.
+    """Raise :class:`StateError` naming the first state key whose value cannot be stored.
 
-    Every engine keeps state it cannot hold in memory (Spark tables, checkpoints) pickled, so
-    a replay's final state must be; plain values are recognised by type, at C speed.
+    Runs and checkpoints keep state through the value codec (:mod:`restream_kit.values`: plain
+    values and containers of them, never pickles), so a replay's final state must fit it;
+    plain values are recognised by type, at C speed, before any value is walked.
     """
-    import pickle
-
     for name, d in stores.items():
-        if set(map(type, d.values())) <= _PLAIN and set(map(type, d)) <= _PLAIN | {tuple}:
-            continue
-        try:
-            pickle.dumps(d if type(d) is dict else dict(d), protocol=5)
-            continue
-        except Exception:  # noqa: BLE001 - find the key to name
-            pass
-        for key, value in d.items():
-            for what, obj in (("key", key), ("value", value)):
-                try:
-                    pickle.dumps(obj, protocol=5)
-                except Exception as exc:  # noqa: BLE001 - pickling raises many kinds
-                    raise StateError(
-                        f"state {name!r}, key {key!r}: the {what} {obj!r} cannot be serialized "
-                        f"({type(exc).__name__}); state must hold picklable values"
-                    ) from None
-        raise StateError(f"state {name!r} cannot be serialized")
+        key_types = set(map(type, d))
+        if set(map(type, d.values())) <= _PLAIN and key_types <= _PLAIN | {tuple}:
+            if (
+                tuple not in key_types
+                or {type(x) for k in d if type(k) is tuple for x in k} <= _PLAIN
+            ):
+                continue
+        bad = values.unstorable(d)
+        if bad is not None:
+            key, what, obj, exc = bad
+            raise StateError(
+                f"state {name!r}, key {key!r}: the {what} {obj!r:.80} cannot be "
+                f"serialized ({exc}); state must hold plain values"
+            )
 
 
 def quarantine_warning(table: Any, on_error: str) -> str | None:
@@ -328,7 +325,7 @@ def replay(
     notes: list[str] = []
     done = 0
     if start is not None:
-        notes = _restart(program, rt, compiled.stores, start)
+        notes = _restart(program, rt, compiled.stores, start, compiled.namespace)
         done = start.done
         # Epochs from where the checkpoint stopped (it may have cut the log differently).
         epochs = [Epoch(e.index, max(e.start, done), e.stop) for e in epochs if e.stop > done]
@@ -434,7 +431,9 @@ def _checkpointing(program, log, epoch, checkpoint, resume, start_from):
     )
 
 
-def _restart(program: Program, rt: SerialRuntime, stores: dict, start: Start) -> list[str]:
+def _restart(
+    program: Program, rt: SerialRuntime, stores: dict, start: Start, namespace: Any = None
+) -> list[str]:
     """Load a committed epoch into a fresh runtime; the notes a changed program gets."""
     state = start.state
     notes = []
@@ -446,7 +445,8 @@ def _restart(program: Program, rt: SerialRuntime, stores: dict, start: Start) ->
             f"started from epoch {start.epoch} of {where} (the state after {start.done:,} "
             "events); the result covers the events after it only",
         )
-    restore_serial_state(rt, stores, program, state, outputs=start.resumed)
+    # namespace: merge functions read from a checkpoint are rebuilt from this program's code.
+    restore_serial_state(rt, stores, program, state, outputs=start.resumed, namespace=namespace)
     for epoch_rows in start.rows:
         for name, rows in epoch_rows.items():
             rt.rows[name].extend(rows)
