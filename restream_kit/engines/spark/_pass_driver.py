@@ -170,7 +170,18 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
             pass_started = time.perf_counter()
             readers = sorted({probe.reader for probe in p.serves})
             parts = []
-            if p.event_kinds:
+            senders = [q for q in passes[: p.index] if p.index in q.sends]
+            raw = _raw_key(p.partition, events) if not senders else None
+            if p.event_kinds and not senders:
+                # Log events only: no position columns but their own, and the raw key columns
+                # to partition by when the key is plain columns.
+                ev = df.where(f"kind IN ({_kinds_sql(p.event_kinds)})").selectExpr(
+                    *([] if raw is not None else [f"_rs_pk{p.index} AS _rs_pk"]),
+                    *log_cols,
+                    *[f"_rs_pk{r}" for r in readers],
+                )
+                parts.append(ev)
+            elif p.event_kinds:
                 ev = df.where(f"kind IN ({_kinds_sql(p.event_kinds)})").selectExpr(
                     *_POS,
                     "_rs_tag",
@@ -181,7 +192,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                 parts.append(ev)
             consumed = [probe.slot for probe in p.consumes]
             for j, out in enumerate(outputs):
-                if not _sends(passes[j], p):
+                if p.index not in passes[j].sends:
                     continue
                 parts.append(
                     out.where(
@@ -201,17 +212,22 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
             rows = parts[0]
             for part in parts[1:]:
                 rows = rows.unionByName(part, allowMissingColumns=True)
-            if "_rs_b" not in rows.columns:
+            if senders and "_rs_b" not in rows.columns:
                 rows = rows.selectExpr("*", "CAST(NULL AS BINARY) AS _rs_b")
             for s in consumed:
                 for c, typ in (("l", "BIGINT"), ("d", "DOUBLE"), ("b", "BINARY")):
                     if f"_rs_q{c}{s}" not in rows.columns:
                         rows = rows.selectExpr("*", f"CAST(NULL AS {typ}) AS _rs_q{c}{s}")
             n = 1 if p.partition == SINGLE else partitions
-            if p.partition == ORDER and len(parts) == 1:
-                # Log events only, in any partitions: no shuffle, each sorted as it is.
-                n = rows.rdd.getNumPartitions() if _classic(session) else partitions
-                rows = rows.sortWithinPartitions(*_POS, "_rs_tag")
+            if not senders:
+                if p.partition == ORDER:
+                    # In any partitions: no shuffle, each sorted as it is.
+                    n = rows.rdd.getNumPartitions() if _classic(session) else partitions
+                elif p.partition == SINGLE:
+                    rows = rows.repartition(1)
+                else:
+                    rows = rows.repartition(n, *(raw or ["_rs_pk"]))
+                rows = rows.sortWithinPartitions("ts", "lsn")
             else:
                 rows = rows.repartition(n, "_rs_pk").sortWithinPartitions(*_POS, "_rs_tag")
             spec = T.PassSpec(
@@ -236,22 +252,17 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                 max_flush=MAX_FLUSH,
                 on_error=rep.on_error,
                 plain=(
-                    len(parts) == 1
+                    not senders
                     and bool(p.event_kinds)
                     and not (p.serves or p.consumes or p.blind or p.feeds or p.probe_kinds)
                     and not pp.schedules
                     and rep.on_error == "stop"
                 ),
-                receives=len(parts) > 1 or not p.event_kinds,
+                receives=bool(senders) or not p.event_kinds,
                 # Writes or scheduled events from earlier passes (an event then waits for
                 # the writes of its own runs there): any pass writing into this one's state,
                 # or any scheduling at all in a program (conservatively).
-                receives_writes=pp.schedules
-                or any(
-                    p.index in targets
-                    for q in passes[: p.index]
-                    for targets in (*q.blind.values(), *q.feeds.values())
-                ),
+                receives_writes=any(q.sends[p.index] == "writes" for q in senders),
                 last_ts=last_ts,
             )
             out = rows.mapInArrow(T.PassTask(spec), ddl)
@@ -420,9 +431,28 @@ class _TaskError(RestreamError):
     """A pass's task raised: the driver replays serially to raise the exact error."""
 
 
-def _sends(src: Any, dst: Any) -> bool:
-    """Whether pass ``src`` may send rows to pass ``dst`` (probes, writes, scheduled events)."""
-    return True
+def _raw_key(partition: str, events: Any) -> list[str] | None:
+    """The log columns a partition key is made of, when it is a column or a tuple of columns
+    of one plain type each: Spark then partitions by them, and equal keys meet as in Python."""
+    import ast
+
+    try:
+        node = ast.parse(partition, mode="eval").body
+    except SyntaxError:
+        return None
+    parts = node.elts if isinstance(node, ast.Tuple) else [node]
+    names = []
+    for part in parts:
+        if not (
+            isinstance(part, ast.Attribute)
+            and isinstance(part.value, ast.Name)
+            and part.value.id == "e"
+            and part.attr in events.types
+            and part.attr not in events.pickled
+        ):
+            return None
+        names.append(_q(part.attr))
+    return names or None
 
 
 def _ddl_type(t: Any) -> str:

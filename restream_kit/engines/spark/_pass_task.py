@@ -586,11 +586,16 @@ class PassTask:
                 n = batch.num_rows
                 if not n:
                     continue
-                ts = batch.column("_rs_t").to_pylist()
-                ph = batch.column("_rs_ph").to_pylist()
-                order = batch.column("_rs_o").to_pylist()
-                sub = batch.column("_rs_sub").to_pylist()
-                tags = batch.column("_rs_tag").to_pylist()
+                if spec.receives:
+                    ts = batch.column("_rs_t").to_pylist()
+                    ph = batch.column("_rs_ph").to_pylist()
+                    order = batch.column("_rs_o").to_pylist()
+                    sub = batch.column("_rs_sub").to_pylist()
+                    tags = batch.column("_rs_tag").to_pylist()
+                else:  # log events only, with no position columns but their own
+                    ts = batch.column("ts").to_pylist()
+                    order = batch.column("lsn").to_pylist()
+                    tags = (TAG_EVENT,)
                 rows: list = []
                 if TAG_EVENT in tags:
                     cols = [
@@ -617,7 +622,7 @@ class PassTask:
                     if len(rt.out) >= _BATCH_ROWS:
                         yield _out_batch(rt, schema, slots)
                     continue
-                payload = batch.column("_rs_b").to_pylist()
+                payload = batch.column("_rs_b").to_pylist() if spec.receives else ()
                 qcols = {}
                 for slot, _s, _k, _h in spec.consumes:
                     qcols[slot] = (

@@ -73,6 +73,7 @@ class Pass:
     finals: tuple[str, ...] = ()  # states whose final values this pass reports
     probe_kinds: tuple[str, ...] = ()  # kinds of events that only come for probes
     stages: tuple[str, ...] = ()  # the plan's stages it runs (a reader may join its source)
+    sends: dict[int, str] = field(default_factory=dict)  # later pass -> "probes"/"writes"
 
     @property
     def event_kinds(self) -> tuple[str, ...]:
@@ -335,8 +336,25 @@ def _plan(program: Program, plan) -> PassPlan:
                 stages=tuple(d["stages"]),
             )
         )
+    # Who sends what to whom: probe values, or writes and scheduled events (after which an
+    # event must wait for its own runs' writes).
+    final_passes = []
+    for p in passes:
+        sends: dict[int, str] = {q.reader: "probes" for q in p.serves}
+        for targets in (*p.blind.values(), *p.feeds.values()):
+            for t in targets:
+                sends[t] = "writes"
+        for h in p.handlers:
+            for kind in info[program.handlers[h].name].schedules:
+                for t in kind_passes.get(kind, ()):
+                    if t != p.index:
+                        sends[t] = "writes"
+        final_passes.append(replace(p, sends=sends))
     return PassPlan(
-        tuple(passes), {k: tuple(v) for k, v in kind_passes.items()}, None, bool(schedulers)
+        tuple(final_passes),
+        {k: tuple(v) for k, v in kind_passes.items()},
+        None,
+        bool(schedulers),
     )
 
 
