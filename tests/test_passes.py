@@ -153,6 +153,40 @@ def test_domains_run_in_parallel_passes(spark_session):
 
 
 @pytest.mark.spark
+def test_a_timed_write_after_the_log_comes_before_a_later_scheduled_events_write(spark_session):
+    # Found by the property test: the timed add at ts 1 (after the log's last event) is due
+    # because the scheduled 'b' at ts 2 runs; the fold must apply it before b's delete.
+    p = rk.Program.from_source(
+        textwrap.dedent(
+            """
+            from restream_kit import state, on, schedule
+
+            s0 = state.Counter()
+
+            @on('a', 'b')
+            def h0(e):
+                del s0[e.k]
+
+            @on('a')
+            def h1(e):
+                s0[e.k] += 0
+
+            @on('a')
+            def h2(e):
+                s0.add(e.k, 0, at=e.ts + 1)
+
+            @on('a')
+            def hx(e):
+                schedule('b', at=e.ts + 2, k=e.k)
+            """
+        )
+    )
+    log = rk.Log([{"ts": 0, "kind": "a", "k": 0}, {"ts": 0, "kind": "a", "k": 1}])
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=2)
+    assert_same_result(got, rk.replay(p, log))
+
+
+@pytest.mark.spark
 def test_handler_errors_are_the_serial_engines(spark_session):
     p = rk.Program.from_source(
         textwrap.dedent(

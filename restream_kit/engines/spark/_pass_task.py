@@ -640,7 +640,11 @@ class PassTask:
                             waiting[3].append((pos[3], state, key, op))
                             continue
                         run_waiting()
-                    if rt.heap and rt.heap[0][0] < pos and (tag != TAG_WRITE or pos[0] <= last_ts):
+                    # Everything but a timed write after the log's end means an event ran at
+                    # its time, so this task's own timed writes before it are due.
+                    if rt.heap and rt.heap[0][0] < pos and (
+                        tag != TAG_WRITE or pos[0] <= last_ts or pos[1] != _PH_TIMED
+                    ):
                         settle(pos)
                     if tag == TAG_EVENT:
                         events += 1
