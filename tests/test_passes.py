@@ -127,6 +127,10 @@ def test_programs_run_in_parallel_passes_and_equal_serial(path, spark_session):
     for stage, what in got.metrics.path.items():
         if planned.get(stage) != "sequential":
             assert what.startswith("parallel over"), (stage, what)
+            if what.endswith("(no event reaches it)"):
+                kinds = {k for s in plan(p).stages if s.name == stage for k in s.kinds}
+                assert kinds and not kinds & set(log.kinds), (stage, what, kinds)
+                continue
             tasks = int(what.rsplit("(", 1)[1].split()[0])
             assert tasks >= 2, (stage, what)
 

@@ -119,6 +119,9 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
     # The log as a DataFrame (kept for the next replay of the same log in this session),
     # with every pass's partition value.
     df = _log_frame(session, log, events)
+    # The kinds each pass takes from the log: a kind only ever scheduled costs no log scan.
+    present = set(log.kinds)
+    log_kinds = {p.index: tuple(k for k in p.event_kinds if k in present) for p in passes}
     persisted = []
     python_keys = []
     sql = []
@@ -128,12 +131,16 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
             sql.append(f"concat('i', CAST(_rs_o AS STRING), ';') AS {col}")
         elif p.partition == SINGLE:
             sql.append(f"'N' AS {col}")
-        elif p.partition == BY_KEY or not p.event_kinds:
+        elif p.partition == BY_KEY:
+            continue
+        elif not log_kinds[p.index]:
+            if any(q.reader == p.index for other in passes for q in other.serves):
+                sql.append(f"CAST(NULL AS STRING) AS {col}")  # no log event reads there
             continue
         else:
             expr = jvm_key(p.partition, events)
             if expr is None:
-                python_keys.append((col, p.partition, p.event_kinds))
+                python_keys.append((col, p.partition, log_kinds[p.index]))
             else:
                 sql.append(f"{expr} AS {col}")
     if python_keys:
@@ -172,17 +179,18 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
             parts = []
             senders = [q for q in passes[: p.index] if p.index in q.sends]
             raw = _raw_key(p.partition, events) if not senders else None
-            if p.event_kinds and not senders:
+            kinds = log_kinds[p.index]
+            if kinds and not senders:
                 # Log events only: no position columns but their own, and the raw key columns
                 # to partition by when the key is plain columns.
-                ev = df.where(f"kind IN ({_kinds_sql(p.event_kinds)})").selectExpr(
+                ev = df.where(f"kind IN ({_kinds_sql(kinds)})").selectExpr(
                     *([] if raw is not None else [f"_rs_pk{p.index} AS _rs_pk"]),
                     *log_cols,
                     *[f"_rs_pk{r}" for r in readers],
                 )
                 parts.append(ev)
-            elif p.event_kinds:
-                ev = df.where(f"kind IN ({_kinds_sql(p.event_kinds)})").selectExpr(
+            elif kinds:
+                ev = df.where(f"kind IN ({_kinds_sql(kinds)})").selectExpr(
                     *_POS,
                     "_rs_tag",
                     f"_rs_pk{p.index} AS _rs_pk",
@@ -207,8 +215,16 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                         *[f"_rs_q{c}{s}" for s in consumed for c in "ldb"],
                     )
                 )
-            if not parts:  # nothing reaches this pass
-                parts.append(df.where("false").selectExpr(*_POS, "_rs_tag", "'N' AS _rs_pk"))
+            if not parts:
+                # Nothing reaches this pass (its kinds are not in the log, and no earlier pass
+                # sends it anything): no job, and the path says why it ran no task.
+                outputs.append(session.createDataFrame([], ddl))
+                n = 1 if p.partition == SINGLE else partitions
+                for stage in p.stages or (p.stage,):
+                    path[stage] = p.describe(n) + " (no event reaches it)"
+                stage_seconds[p.stage] = time.perf_counter() - pass_started
+                rep.notify(StageFinished(0, p.stage, stage_seconds[p.stage], 0))
+                continue
             rows = parts[0]
             for part in parts[1:]:
                 rows = rows.unionByName(part, allowMissingColumns=True)
@@ -253,12 +269,12 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                 on_error=rep.on_error,
                 plain=(
                     not senders
-                    and bool(p.event_kinds)
+                    and bool(kinds)
                     and not (p.serves or p.consumes or p.blind or p.feeds or p.probe_kinds)
                     and not pp.schedules
                     and rep.on_error == "stop"
                 ),
-                receives=bool(senders) or not p.event_kinds,
+                receives=bool(senders) or not kinds,
                 # Writes or scheduled events from earlier passes (an event then waits for
                 # the writes of its own runs there): any pass writing into this one's state,
                 # or any scheduling at all in a program (conservatively).
