@@ -642,8 +642,10 @@ class PassTask:
                         run_waiting()
                     # Everything but a timed write after the log's end means an event ran at
                     # its time, so this task's own timed writes before it are due.
-                    if rt.heap and rt.heap[0][0] < pos and (
-                        tag != TAG_WRITE or pos[0] <= last_ts or pos[1] != _PH_TIMED
+                    if (
+                        rt.heap
+                        and rt.heap[0][0] < pos
+                        and (tag != TAG_WRITE or pos[0] <= last_ts or pos[1] != _PH_TIMED)
                     ):
                         settle(pos)
                     if tag == TAG_EVENT:
