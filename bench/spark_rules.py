@@ -19,8 +19,11 @@ Two measures, both as ratios against the serial engine measured in the same run:
 Every Spark result is compared with the serial one before timing. The report gives events/s,
 the time per stage, what ran (``metrics.path``) and the planner's predicted speedup.
 
+``--checkpoint`` adds a third side: the Spark replay checkpointing 10 epochs, reported as its
+cost against the uncheckpointed Spark replay.
+
 ``python -m bench spark-rules [--events N] [--rules a,b] [--runs R] [--master URL]
-[--no-cold] [--out JSON]``
+[--no-cold] [--checkpoint] [--out JSON]``
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cold", action="store_true", help="skip whole-process runs")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
     parser.add_argument("--log", help="Parquet log (default: sample_data/generated/social_<N>)")
+    parser.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="also time Spark with --checkpoint (10 epochs), against Spark without it",
+    )
     args = parser.parse_args(argv)
     rules = [r for r in args.rules.split(",") if r]
     unknown = [r for r in rules if r not in RULES]
@@ -63,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log_path = _ensure_log(args.events, Path(args.log) if args.log else None)
     report = {"events": args.events, "master": args.master, "log": str(log_path), "rules": {}}
-    warm = _warm(log_path, rules, args.runs, args.master)
+    warm = _warm(log_path, rules, args.runs, args.master, args.checkpoint)
     for rule in rules:
         report["rules"][rule] = {"warm": warm[rule]}
         if not args.no_cold:
@@ -75,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _warm(log_path: Path, rules: list[str], runs: int, master: str) -> dict:
+def _warm(log_path: Path, rules: list[str], runs: int, master: str, ck: bool = False) -> dict:
     """Warm session: both engines in this process, the log loaded and Spark up."""
     import restream_kit as rk
     from restream_kit.planner import plan
@@ -89,12 +98,28 @@ def _warm(log_path: Path, rules: list[str], runs: int, master: str) -> dict:
         got = rk.replay(program, log, engine="spark", master=master)  # warms the session
         _same(got, want, rule)
         times: dict[str, list[float]] = {"serial": [], "spark": []}
+        sides = ["serial", "spark"] + (["checkpointed"] if ck else [])
+        if ck:
+            times["checkpointed"] = []
         stages = []
         for i in range(runs):
-            for side in ("serial", "spark") if i % 2 == 0 else ("spark", "serial"):
+            for side in sides if i % 2 == 0 else sides[::-1]:
                 started = time.perf_counter()
                 if side == "serial":
                     rk.replay(program, log)
+                elif side == "checkpointed":
+                    with tempfile.TemporaryDirectory() as tmp:
+                        done = rk.replay(
+                            program,
+                            log,
+                            engine="spark",
+                            master=master,
+                            checkpoint=Path(tmp) / "ck",
+                            epoch=max(1, len(log) // 10),
+                        )
+                        times[side].append(time.perf_counter() - started)
+                    _same(done, want, rule)
+                    continue
                 else:
                     result = rk.replay(program, log, engine="spark", master=master)
                     stages.append(result.metrics.stages)
@@ -113,12 +138,20 @@ def _warm(log_path: Path, rules: list[str], runs: int, master: str) -> dict:
             "predicted_speedup_2": predicted,
             "runs": times,
         }
+        if ck:
+            row["checkpointed_s"] = med["checkpointed"]
+            row["checkpoint_cost"] = med["checkpointed"] / med["spark"]
         out[rule] = row
         print(
             f"warm {rule:<9} serial {med['serial']:7.2f} s  spark {med['spark']:7.2f} s  "
             f"ratio {row['ratio']:5.2f}x  ({row['spark_events_per_s']:,.0f} events/s; "
             f"predicted {predicted if predicted is None else round(predicted, 2)}x)"
         )
+        if ck:
+            print(
+                f"    with --checkpoint (10 epochs): {med['checkpointed']:.2f} s, "
+                f"{row['checkpoint_cost']:.2f}x the uncheckpointed Spark replay"
+            )
         for stage, what in got.metrics.path.items():
             print(f"    {stage}: {what}, {row['stage_s'].get(stage, 0.0):.2f} s")
     return out

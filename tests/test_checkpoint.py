@@ -19,8 +19,10 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from engine_matrix import assert_ran_as_planned, assert_same_result
 
 import restream_kit as rk
+from restream_kit import checkpoint
 from restream_kit.checkpoint import CheckpointError
 
 # A program with a sliding window (writes into the future), a tumbling window (scheduled
@@ -188,7 +190,8 @@ def test_spark_replay_killed_with_sigkill_resumes_to_the_serial_result(tmp_path,
     ]  # fmt: skip
     left = kill_halfway(args, ck, min_epochs=1)
     committed = left["epochs"][-1]["epoch"]
-    assert left["state_format"] == "spark-parallel" and 0 <= committed < 2
+    # The pass path keeps the serial engine's state format (JSON and Arrow, no pickles).
+    assert left["state_format"] == "serial" and 0 <= committed < 2
 
     out = tmp_path / "out"
     done = restream(*args, "--resume", "--out", str(out), "--json")
@@ -213,13 +216,15 @@ def test_spark_replay_killed_with_sigkill_resumes_to_the_serial_result(tmp_path,
     assert changed.state == reference.state
 
 
-def test_spark_fallback_checkpoints_each_epoch_and_resumes(tmp_path, spark_session):
+def test_spark_windows_checkpoint_each_epoch_in_parallel_and_resume(tmp_path, spark_session):
     log = write_log(tmp_path / "clicks.parquet", 600)
     program = write_program(tmp_path / "windows.py", SLOW_WINDOWS)
     ck = tmp_path / "ck"
-    options = dict(engine="spark", master="local[2]", epoch=200, checkpoint=ck)
+    options = dict(engine="spark", master="local[2]", epoch=200, checkpoint=ck, partitions=2)
     first = rk.replay(program, log, **options)
-    assert "one task per epoch" in first.warnings[0]
+    assert first.warnings == []  # no task ran the whole program
+    assert_ran_as_planned(rk.Program.from_file(program), first)
+    assert all("(2 tasks)" in what for what in first.metrics.path.values()), first.metrics.path
     m = manifest(ck)
     assert m["state_format"] == "serial" and [e["epoch"] for e in m["epochs"]] == [0, 1, 2]
     # As if killed after epoch 0 committed.
@@ -341,3 +346,31 @@ def test_start_from_refuses_other_logs_and_other_state(tmp_path, small):
     dropped = dropped.replace("recent[", "recent2[").replace("recent.add", "recent2.add")
     with pytest.raises(CheckpointError, match="no longer declares"):
         rk.replay(dropped, log, start_from=(ck, 1))
+
+
+def test_a_checkpoint_moves_between_the_serial_engine_and_spark(tmp_path, spark_session):
+    """Both engines keep the serial engine's state format: either starts from the other's."""
+    log = write_log(tmp_path / "clicks.parquet", 600)
+    program = write_program(tmp_path / "windows.py", SLOW_WINDOWS)
+    serial_ck, spark_ck = tmp_path / "serial", tmp_path / "spark"
+    rk.replay(program, log, epoch=200, checkpoint=serial_ck)
+    spark = dict(engine="spark", master="local[2]", epoch=200, partitions=2)
+    rk.replay(program, log, **spark, checkpoint=spark_ck)
+    # The state after each epoch is the serial engine's, whichever engine committed it.
+    for epoch in (0, 1):
+        a = checkpoint.read(serial_ck, epoch)
+        b = checkpoint.read(spark_ck, epoch)
+        assert a.state["stores"] == b.state["stores"], epoch
+
+        def waiting(state):  # in the order they apply (each engine numbers them its own way)
+            writes = sorted(state["future"], key=lambda w: w[:2])
+            events = sorted(state["scheduled"], key=lambda s: s[:2])
+            return [w[:1] + w[2:] for w in writes], [(s[0], vars(s[2])) for s in events]
+
+        assert waiting(a.state) == waiting(b.state), epoch
+    v2 = SLOW_WINDOWS.replace("LIMIT = 3", "LIMIT = 2")
+    reference = rk.replay(v2, log, epoch=200, start_from=(serial_ck, 0))
+    on_spark = rk.replay(v2, log, **spark, start_from=(serial_ck, 0))
+    assert_same_result(on_spark, reference)
+    on_serial = rk.replay(v2, log, epoch=200, start_from=(spark_ck, 0))
+    assert_same_result(on_serial, reference)

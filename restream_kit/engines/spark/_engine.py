@@ -369,12 +369,7 @@ class _Replay:
         path = self.options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
         if path in ("stages", "prefix"):
             return None
-        blockers = [
-            name for name in ("checkpoint", "resume", "start_from") if self.options.get(name)
-        ]
-        if not len(self.log):
-            blockers.append("an empty log")
-        why = f"not with {', '.join(blockers)}" if blockers else None
+        why = "not with an empty log" if not len(self.log) else None
         pp = None
         if why is None:
             from ...planner import plan

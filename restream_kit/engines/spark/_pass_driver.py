@@ -15,6 +15,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import RestreamError
@@ -35,7 +36,7 @@ from . import _pass_task as T
 from ._passes import BY_KEY, ORDER, SINGLE, PassPlan
 from ._worker import KeysSpec, KeysTask, ProgramRef
 
-__all__ = ["run_passes"]
+__all__ = ["run_passes", "prepare", "run_jobs", "Setup", "Ran"]
 
 _POS = ("_rs_t", "_rs_ph", "_rs_o", "_rs_sub")
 
@@ -99,25 +100,85 @@ class _Watch:
                 pass
 
 
+@dataclass
+class Setup:
+    """What every pass job of a replay shares: the log's DataFrame with the partition value
+    of every pass, the columns that travel, and the output schema."""
+
+    rep: Any
+    pp: PassPlan
+    program: Program
+    log: Log
+    events: Any
+    session: Any
+    df: Any
+    log_kinds: dict[int, tuple[str, ...]]
+    partitions: int
+    columns: tuple[str, ...]
+    slots: int
+    ref: ProgramRef
+    ddl: str
+    started: float
+    persisted: list = field(default_factory=list)
+
+
+@dataclass
+class Ran:
+    """What the passes over some events sent back to the driver."""
+
+    emitted: list = field(default_factory=list)
+    finals: dict[str, dict] = field(default_factory=dict)
+    pending: list = field(default_factory=list)  # timed writes after the log's end
+    quarantined: list = field(default_factory=list)
+    carried: list = field(default_factory=list)  # (tag, position, blob) beyond an epoch
+    scheduled: int = 0
+    last_event: int | None = None
+    path: dict[str, str] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
 def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
     """Replay with the passes of ``pp`` (``rep`` is the engine's ``_Replay``)."""
+    setup = prepare(rep, pp, started, events)
+    try:
+        if any(rep.options.get(k) for k in ("checkpoint", "resume", "start_from")):
+            from ._pass_epochs import run_checkpointed
+
+            return run_checkpointed(setup)
+        total = len(setup.log)
+        rep.notify(ReplayStarted("spark", total, 1, _names(pp), setup.log.span_ms))
+        rep.notify(EpochStarted(0, total))
+        ran = run_jobs(setup, setup.df, None, None, (0, total), total)
+    finally:
+        for frame in setup.persisted:
+            try:
+                frame.unpersist()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+    apply_pending(setup.program, ran)
+    per_table = table_rows(ran.emitted)
+    tables = {name: build_table(name, rows) for name, rows in per_table.items()}
+    wall = time.perf_counter() - started
+    rep.notify(EpochFinished(0, total, wall, dict(tables)))
+    rep.notify(Progress(total, total, wall))
+    rep.notify(ReplayFinished(total, wall))
+    return make_result(setup, ran, tables, total, 1, ran.quarantined)
+
+
+def _names(pp: PassPlan) -> tuple[str, ...]:
+    return tuple(f"{p.stage}" for p in pp.passes)
+
+
+def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
+    """The log's DataFrame (kept for the next replay of the same log in this session), with
+    every pass's partition value, and what the pass jobs share."""
     from ._engine import _prepare, jvm_key  # the engine module imports this one
 
     program: Program = rep.program
     log: Log = rep.log
     session = rep.session
-    total = len(log)
     events = events or _prepare(log)
-    partitions = max(1, int(rep.options.get("partitions") or rep.cores * 2))
     passes = pp.passes
-    names = tuple(f"{p.stage}" for p in passes)
-    rep.notify(ReplayStarted("spark", total, 1, names, log.span_ms))
-    rep.notify(EpochStarted(0, total))
-    ref = ProgramRef.of(program)
-    slots = sum(len(p.serves) for p in passes)
-
-    # The log as a DataFrame (kept for the next replay of the same log in this session),
-    # with every pass's partition value.
     df = _log_frame(session, log, events)
     # The kinds each pass takes from the log: a kind only ever scheduled costs no log scan.
     present = set(log.kinds)
@@ -125,6 +186,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
     persisted = []
     python_keys = []
     sql = []
+    ref = ProgramRef.of(program)
     for p in passes:
         col = f"_rs_pk{p.index}"
         if p.partition == ORDER:
@@ -154,22 +216,51 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         persisted.append(df)
     if sql:
         df = df.selectExpr("*", *sql)
-    home_partition = {p.index: p.partition for p in passes}
-    outputs: list[Any] = []
-    emitted: list = []
-    finals: dict[str, dict] = {name: {} for name in program.states}
-    path: dict[str, str] = {}
-    stage_seconds: dict[str, float] = {}
-    scheduled = 0
+    slots = sum(len(p.serves) for p in passes)
+    out_schema = T.OUT_SCHEMA(slots)
     # Only the columns the program can read travel (all of them for quarantine rows).
     columns = events.columns if rep.on_error != "stop" else _used_columns(program, events.columns)
-    log_cols = [_q(c) for c in columns]
-    last_ts = int(log.table.column("ts")[-1].as_py())
-    last_event = last_ts
-    pending: list = []
-    quarantined: list = []
-    out_schema = T.OUT_SCHEMA(slots)
-    ddl = ", ".join(f"{f.name} {_ddl_type(f.type)}" for f in out_schema)
+    return Setup(
+        rep=rep,
+        pp=pp,
+        program=program,
+        log=log,
+        events=events,
+        session=session,
+        df=df,
+        log_kinds=log_kinds,
+        partitions=max(1, int(rep.options.get("partitions") or rep.cores * 2)),
+        columns=columns,
+        slots=slots,
+        ref=ref,
+        ddl=", ".join(f"{f.name} {_ddl_type(f.type)}" for f in out_schema),
+        started=started,
+        persisted=persisted,
+    )
+
+
+def run_jobs(
+    setup: Setup,
+    df: Any,
+    carry: Any,
+    epoch_end: tuple | None,
+    done_range: tuple[int, int],
+    total: int,
+) -> Ran:
+    """One Spark job per pass over the log events of ``df``, with the rows of ``carry`` (the
+    state and waiting entries an epoch starts from, with their ``_rs_dest``); ``epoch_end``
+    the position of the epoch's last event (None: the log's end)."""
+    rep, program, session, log = setup.rep, setup.program, setup.session, setup.log
+    passes = setup.pp.passes
+    partitions = setup.partitions
+    home_partition = {p.index: p.partition for p in passes}
+    log_cols = [_q(c) for c in setup.columns]
+    epochs = epoch_end is not None or carry is not None
+    ran = Ran(finals={name: {} for name in program.states})
+    ran.last_event = int(log.table.column("ts")[-1].as_py())
+    last_ts = ran.last_event if epoch_end is None else epoch_end[0]
+    base, span = done_range[0], done_range[1] - done_range[0]
+    outputs: list[Any] = []
     try:
         for p in passes:
             rep._check_cancel()
@@ -178,9 +269,10 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
             readers = sorted({probe.reader for probe in p.serves})
             parts = []
             senders = [q for q in passes[: p.index] if p.index in q.sends]
-            raw = _raw_key(p.partition, events) if not senders else None
-            kinds = log_kinds[p.index]
-            if kinds and not senders:
+            fed = bool(senders) or epochs
+            raw = _raw_key(p.partition, setup.events) if not fed else None
+            kinds = setup.log_kinds[p.index]
+            if kinds and not fed:
                 # Log events only: no position columns but their own, and the raw key columns
                 # to partition by when the key is plain columns.
                 ev = df.where(f"kind IN ({_kinds_sql(kinds)})").selectExpr(
@@ -215,27 +307,32 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                         *[f"_rs_q{c}{s}" for s in consumed for c in "ldb"],
                     )
                 )
+            if carry is not None:
+                parts.append(
+                    carry.where(f"_rs_dest = {p.index}").selectExpr(
+                        *_POS, "_rs_tag", "_rs_pk", "_rs_b"
+                    )
+                )
+            n = 1 if p.partition == SINGLE else partitions
             if not parts:
                 # Nothing reaches this pass (its kinds are not in the log, and no earlier pass
                 # sends it anything): no job, and the path says why it ran no task.
-                outputs.append(session.createDataFrame([], ddl))
-                n = 1 if p.partition == SINGLE else partitions
+                outputs.append(session.createDataFrame([], setup.ddl))
                 for stage in p.stages or (p.stage,):
-                    path[stage] = p.describe(n) + " (no event reaches it)"
-                stage_seconds[p.stage] = time.perf_counter() - pass_started
-                rep.notify(StageFinished(0, p.stage, stage_seconds[p.stage], 0))
+                    ran.path[stage] = p.describe(n) + " (no event reaches it)"
+                ran.stage_seconds[p.stage] = time.perf_counter() - pass_started
+                rep.notify(StageFinished(0, p.stage, ran.stage_seconds[p.stage], 0))
                 continue
             rows = parts[0]
             for part in parts[1:]:
                 rows = rows.unionByName(part, allowMissingColumns=True)
-            if senders and "_rs_b" not in rows.columns:
+            if fed and "_rs_b" not in rows.columns:
                 rows = rows.selectExpr("*", "CAST(NULL AS BINARY) AS _rs_b")
             for s in consumed:
                 for c, typ in (("l", "BIGINT"), ("d", "DOUBLE"), ("b", "BINARY")):
                     if f"_rs_q{c}{s}" not in rows.columns:
                         rows = rows.selectExpr("*", f"CAST(NULL AS {typ}) AS _rs_q{c}{s}")
-            n = 1 if p.partition == SINGLE else partitions
-            if not senders:
+            if not fed:
                 if p.partition == ORDER:
                     # In any partitions: no shuffle, each sorted as it is.
                     n = rows.rdd.getNumPartitions() if _classic(session) else partitions
@@ -247,47 +344,48 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
             else:
                 rows = rows.repartition(n, "_rs_pk").sortWithinPartitions(*_POS, "_rs_tag")
             spec = T.PassSpec(
-                program=ref,
+                program=setup.ref,
                 index=p.index,
-                columns=columns,
-                pickled_columns=events.pickled & set(columns),
+                columns=setup.columns,
+                pickled_columns=setup.events.pickled & set(setup.columns),
                 handlers=p.handlers,
                 homes=p.homes,
                 blind=dict(p.blind),
                 feeds=dict(p.feeds),
                 finals=p.finals,
                 home_partition=home_partition,
-                kind_passes=dict(pp.kind_passes),
+                kind_passes=dict(setup.pp.kind_passes),
                 serves=tuple(
                     (q.slot, q.state, q.key, q.handler, q.kinds, q.reader) for q in p.serves
                 ),
                 consumes=tuple((q.slot, q.state, q.key, q.handler) for q in p.consumes),
-                slots=slots,
+                slots=setup.slots,
                 order_key=ORDER,
                 single_key=SINGLE,
                 max_flush=MAX_FLUSH,
                 on_error=rep.on_error,
                 plain=(
-                    not senders
+                    not fed
                     and bool(kinds)
                     and not (p.serves or p.consumes or p.blind or p.feeds or p.probe_kinds)
-                    and not pp.schedules
+                    and not setup.pp.schedules
                     and rep.on_error == "stop"
                 ),
-                receives=bool(senders) or not kinds,
+                receives=fed or not kinds,
                 # Writes or scheduled events from earlier passes (an event then waits for
                 # the writes of its own runs there): any pass writing into this one's state,
                 # or any scheduling at all in a program (conservatively).
                 receives_writes=any(q.sends[p.index] == "writes" for q in senders),
                 last_ts=last_ts,
+                epoch_end=epoch_end,
             )
-            out = rows.mapInArrow(T.PassTask(spec), ddl)
-            done_before = p.index * total // len(passes)
+            out = rows.mapInArrow(T.PassTask(spec), setup.ddl)
+            done_before = base + p.index * span // len(passes)
 
-            def on_tasks(done: int, tasks: int, base: int = done_before) -> None:
-                share = total // len(passes)
+            def on_tasks(done: int, tasks: int, at: int = done_before) -> None:
+                share = span // len(passes)
                 rep.notify(
-                    Progress(base + share * done // tasks, total, time.perf_counter() - started)
+                    Progress(at + share * done // tasks, total, time.perf_counter() - setup.started)
                 )
 
             with _Watch(session, rep.job_group, on_tasks):
@@ -295,78 +393,103 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                 # later passes read them without planning this pass's plan again.
                 out = out.localCheckpoint(eager=True)
             outputs.append(out)
-            small = out.where(
-                f"_rs_kind IN ({T.EMIT}, {T.FINAL}, {T.STAT}, {T.ERROR}, {T.PEND}, {T.QUAR})"
-            ).select("_rs_kind", "_rs_b", *_POS)
-            got = small.toArrow()
-            kinds = got.column("_rs_kind").to_pylist()
-            blobs = got.column("_rs_b").to_pylist()
-            positions = list(zip(*(got.column(c).to_pylist() for c in _POS)))
-            if T.ERROR in kinds:
-                raise _TaskError(pickle.loads(blobs[kinds.index(T.ERROR)]))
-            tasks = 0
-            busy = 0.0
-            for kind, blob, position in zip(kinds, blobs, positions):
-                if kind == T.PEND:
-                    pending.append((position, blob))
-                elif kind == T.QUAR:
-                    quarantined.extend(pickle.loads(blob))
-                elif kind == T.EMIT:
-                    emitted.extend(pickle.loads(blob))
-                elif kind == T.FINAL:
-                    name, values = pickle.loads(blob)
-                    finals[name].update(values)
-                elif kind == T.STAT:
-                    tasks += 1
-                    _events, task_s, made, last_at = pickle.loads(blob)
-                    busy += task_s
-                    scheduled += made
-                    if last_at is not None:
-                        last_event = max(last_event, last_at)
+            tasks, busy = _collect(out, ran)
             seconds = time.perf_counter() - pass_started
-            stage_seconds[p.stage] = seconds
+            ran.stage_seconds[p.stage] = seconds
             # Where the pass's time goes: its tasks' own work, summed (the rest is Spark's).
-            stage_seconds[f"{p.stage} (tasks, summed)"] = busy
+            ran.stage_seconds[f"{p.stage} (tasks, summed)"] = busy
             for stage in p.stages or (p.stage,):
-                path[stage] = p.describe(n) + (f" ({tasks} tasks)" if tasks else "")
+                ran.path[stage] = p.describe(n) + (f" ({tasks} tasks)" if tasks else "")
             rep.notify(StageFinished(0, p.stage, seconds, tasks))
             rep.notify(
-                Progress((p.index + 1) * total // len(passes), total, time.perf_counter() - started)
+                Progress(
+                    base + (p.index + 1) * span // len(passes),
+                    total,
+                    time.perf_counter() - setup.started,
+                )
             )
     finally:
-        for frame in persisted + outputs:
+        for frame in outputs:
             try:
                 frame.unpersist()
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
-    # Timed writes due after the log's end apply if an event at or after their time ran.
-    pending.sort(key=lambda item: item[0])
-    for position, blob in pending:
-        if position[0] <= last_event:
+    return ran
+
+
+def _collect(out: Any, ran: Ran) -> tuple[int, float]:
+    """Fold a pass's small rows into ``ran``; its number of tasks and their summed time."""
+    small = out.where(
+        f"_rs_kind IN ({T.EMIT}, {T.FINAL}, {T.STAT}, {T.ERROR}, {T.PEND}, {T.QUAR}, {T.CARRY})"
+    ).select("_rs_kind", "_rs_dest", "_rs_b", *_POS)
+    got = small.toArrow()
+    kinds = got.column("_rs_kind").to_pylist()
+    blobs = got.column("_rs_b").to_pylist()
+    dests = got.column("_rs_dest").to_pylist()
+    positions = list(zip(*(got.column(c).to_pylist() for c in _POS)))
+    if T.ERROR in kinds:
+        raise _TaskError(pickle.loads(blobs[kinds.index(T.ERROR)]))
+    tasks = 0
+    busy = 0.0
+    for kind, dest, blob, position in zip(kinds, dests, blobs, positions):
+        if kind == T.PEND:
+            ran.pending.append((position, blob))
+        elif kind == T.CARRY:
+            ran.carried.append((dest, position, blob))
+        elif kind == T.QUAR:
+            ran.quarantined.extend(pickle.loads(blob))
+        elif kind == T.EMIT:
+            ran.emitted.extend(pickle.loads(blob))
+        elif kind == T.FINAL:
+            name, values = pickle.loads(blob)
+            ran.finals[name].update(values)
+        elif kind == T.STAT:
+            tasks += 1
+            _events, task_s, made, last_at = pickle.loads(blob)
+            busy += task_s
+            ran.scheduled += made
+            if last_at is not None:
+                ran.last_event = max(ran.last_event, last_at)
+    return tasks, busy
+
+
+def apply_pending(program: Program, ran: Ran) -> None:
+    """Timed writes due after the log's end apply if an event at or after their time ran."""
+    ran.pending.sort(key=lambda item: item[0])
+    for position, blob in ran.pending:
+        if position[0] <= ran.last_event:
             state, key, op = pickle.loads(blob)
-            T.apply_op(finals[state], program.states[state].default, key, op)
-    # Rows in processing order: position, then handler; a run's rows keep their order.
+            T.apply_op(ran.finals[state], program.states[state].default, key, op)
+
+
+def table_rows(emitted: list) -> dict[str, list]:
+    """Emitted rows per table in processing order: position, then handler; a run's rows
+    keep their order."""
     emitted.sort(key=lambda r: (r[6], r[7]))
     per_table: dict[str, list] = {}
     for table, lsn, ts, handler, seq, fields, _pos, _h in emitted:
         per_table.setdefault(table, []).append((lsn, ts, handler, seq, fields))
-    tables = {name: build_table(name, rows) for name, rows in per_table.items()}
-    wall = time.perf_counter() - started
+    return per_table
+
+
+def make_result(
+    setup: Setup, ran: Ran, tables: dict, events: int, epochs: int, quarantined: list
+) -> Result:
+    """The replay's :class:`Result` from what the passes sent back."""
+    rep = setup.rep
+    wall = time.perf_counter() - setup.started
     metrics = Metrics(
         engine="spark",
-        events=total,
-        scheduled_events=scheduled,
+        events=events,
+        scheduled_events=ran.scheduled,
         wall_s=wall,
-        span_ms=log.span_ms,
+        span_ms=setup.log.span_ms,
         rows={name: t.num_rows for name, t in tables.items()},
-        stages=stage_seconds,
-        epochs=1,
-        path=path,
+        stages=ran.stage_seconds,
+        epochs=epochs,
+        path=ran.path,
     )
-    rep.notify(EpochFinished(0, total, wall, dict(tables)))
-    rep.notify(Progress(total, total, wall))
-    rep.notify(ReplayFinished(total, wall))
-    result = Result(tables=tables, state=finals, metrics=metrics)
+    result = Result(tables=tables, state=ran.finals, metrics=metrics)
     if rep.on_error != "stop":
         quarantined.sort(key=lambda q: (q[0], q[1]))
         result.quarantine = quarantine_table(q[2] for q in quarantined)

@@ -7,6 +7,11 @@ just before their event), writes into a state held here (tag 2) and scheduled ev
 Its own timed writes and scheduled events wait in one heap, keyed by the same positions, so
 that they interleave with the incoming rows exactly as in a serial replay.
 
+A checkpointed replay runs the passes epoch by epoch (``_pass_epochs``): a task then also gets
+the state it starts from (tag 4, before everything), and at the epoch's end it hands back, as
+``CARRY`` rows, whatever lies beyond the epoch's last event: its timed writes and scheduled
+events still waiting, and the rows from earlier passes that come after that event.
+
 A position is ``(t, phase, o, sub)``: a log event is ``(ts, 2, row, b"")``; a scheduled event
 ``(at, 1, 0, run + i)`` and a timed write ``(at, 0, 0, run + i)``, where ``run`` is the bytes
 of the scheduling run's position and handler and ``i`` its count of such calls; an ordinary
@@ -54,14 +59,16 @@ __all__ = [
     "ERROR",
     "PEND",
     "QUAR",
+    "CARRY",
+    "TAG_STATE",
     "TAG_PROBE",
     "TAG_EVENT",
     "TAG_WRITE",
     "TAG_SCHED",
 ]
 
-EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR = range(1, 10)
-TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED = range(4)
+EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY = range(1, 11)
+TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED, TAG_STATE = range(5)
 _PH_TIMED, _PH_SCHED, _PH_LOG = 0, 1, 2
 _BLOB_ROWS = 50_000
 _BATCH_ROWS = 65_536
@@ -133,6 +140,9 @@ class PassSpec:
     receives_writes: bool  # whether writes or scheduled events come from earlier passes
     receives: bool  # whether earlier passes send this one rows (probe values, writes, events)
     last_ts: int  # the log's last time: timed writes after it apply only before a later event
+    # Checkpointed replays: the position (ts, 2, lsn) of the epoch's last event, beyond which
+    # everything is carried to the next epoch (None: the last epoch, run to the log's end).
+    epoch_end: tuple | None = None
 
 
 _BINOPS = {
@@ -530,6 +540,7 @@ class PassTask:
         make = event_type(spec.columns)
         slots = spec.slots
         last_ts = spec.last_ts
+        epoch_end = spec.epoch_end
         schema = _out_schema(slots)
         probe_cols = {r: f"_rs_pk{r}" for r in serve_slots}
         events = 0
@@ -623,6 +634,7 @@ class PassTask:
                         yield _out_batch(rt, schema, slots)
                     continue
                 payload = batch.column("_rs_b").to_pylist() if spec.receives else ()
+                pks = batch.column("_rs_pk").to_pylist() if epoch_end is not None else ()
                 qcols = {}
                 for slot, _s, _k, _h in spec.consumes:
                     qcols[slot] = (
@@ -633,6 +645,14 @@ class PassTask:
                 for i in range(n):
                     pos = (ts[i], ph[i], order[i], sub[i] or b"")
                     tag = tags[i]
+                    if epoch_end is not None and pos[:3] > epoch_end:
+                        # Beyond the epoch: the next one applies it (no log event is).
+                        rt.out.append((CARRY, tag, pks[i], pos, payload[i]))
+                        continue
+                    if tag == TAG_STATE:  # the state this epoch starts from
+                        state, key, value = pickle.loads(payload[i])
+                        dict.__setitem__(stores[state], key, value)
+                        continue
                     if waiting:
                         wpos = waiting[1]
                         if tag == TAG_WRITE and pos[:3] == wpos[:3] and pos[3].startswith(wpos[3]):
@@ -675,31 +695,40 @@ class PassTask:
                         else:
                             apply_op(stores[state], rt.defaults[state], key, op, True)
                     else:
-                        kind, fields, root, seq = pickle.loads(payload[i])
+                        kind, fields, root, seq, *made = pickle.loads(payload[i])
+                        if made:  # carried from an earlier epoch: the root's count so far
+                            rt.per_root[root] = max(rt.per_root.get(root, 0), made[0])
                         ev = ScheduledEvent(kind, pos[0], root, seq, fields)
                         waiting[:] = [ev, pos, None, []]
                 if len(rt.out) >= _BATCH_ROWS:
                     yield _out_batch(rt, schema, slots)
             if waiting:
                 run_waiting()
-            # After the log: timed writes up to its last time, then scheduled events, each
-            # after the timed writes before it; later timed writes go to the driver, which
-            # applies those due by the last event anywhere.
-            settle((last_ts, _PH_LOG + 1))
-            flushed = 0
-            while rt.heap and rt.pending_sched:
-                flushed += 1
-                if flushed > spec.max_flush:
-                    raise RuntimeError(
-                        f"handlers kept scheduling events after the log ended (over "
-                        f"{spec.max_flush:,}); a timer that re-arms itself forever never lets "
-                        "the replay finish"
-                    )
-                # One entry: a timed write (a scheduled event still follows it) or an event.
-                settle((*rt.heap[0][0][:3], rt.heap[0][0][3] + b"\x00"))
-            for pos, _n, _what, (_d, _default, key, op, state, _in) in sorted(rt.heap):
-                blob = dumps((state, key, op))
-                rt.out.append((PEND, -1, None, pos, blob))
+            if epoch_end is not None:
+                # What is due before the epoch's last event runs here too (unless that event
+                # ran here: what its own run made waits); the rest goes to the next epoch.
+                if rt.pos[:3] != epoch_end:
+                    settle((*epoch_end, b""))
+                _carry_heap(rt)
+            else:
+                # After the log: timed writes up to its last time, then scheduled events,
+                # each after the timed writes before it; later timed writes go to the
+                # driver, which applies those due by the last event anywhere.
+                settle((last_ts, _PH_LOG + 1))
+                flushed = 0
+                while rt.heap and rt.pending_sched:
+                    flushed += 1
+                    if flushed > spec.max_flush:
+                        raise RuntimeError(
+                            f"handlers kept scheduling events after the log ended (over "
+                            f"{spec.max_flush:,}); a timer that re-arms itself forever never "
+                            "lets the replay finish"
+                        )
+                    # One entry: a timed write (a scheduled event still follows it) or an event.
+                    settle((*rt.heap[0][0][:3], rt.heap[0][0][3] + b"\x00"))
+                for pos, _n, _what, (_d, _default, key, op, state, _in) in sorted(rt.heap):
+                    blob = dumps((state, key, op))
+                    rt.out.append((PEND, -1, None, pos, blob))
         except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
             rt.out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
             yield _out_batch(rt, schema, slots)
@@ -717,6 +746,23 @@ class PassTask:
         stat = (events, time.perf_counter() - started, rt.scheduled, rt.last_at)
         rt.out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
         yield _out_batch(rt, schema, slots)
+
+
+def _carry_heap(rt: _Runtime) -> None:
+    """The timed writes and scheduled events still waiting at an epoch's end, as ``CARRY``
+    rows for the driver (which keeps them in the checkpoint and routes them again)."""
+    for pos, _n, what, payload in sorted(rt.heap, key=lambda entry: entry[:2]):
+        if what == 0:
+            _d, _default, key, op, state, _incoming = payload
+            rt.out.append((CARRY, TAG_WRITE, None, pos, dumps((state, key, op))))
+        else:
+            ev = payload
+            fields = {k: v for k, v in vars(ev).items() if k not in RESERVED_FIELDS}
+            made = rt.per_root.get(ev.lsn, ev.seq)
+            blob = dumps((ev.kind, fields, ev.lsn, ev.seq, made))
+            rt.out.append((CARRY, TAG_SCHED, None, pos, blob))
+    rt.heap.clear()
+    rt.pending_sched = 0
 
 
 def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> Iterator:

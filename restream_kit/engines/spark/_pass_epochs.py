@@ -1,0 +1,262 @@
+"""Checkpointed replays on the pass path: the passes run epoch by epoch, and the state after
+each epoch is committed in the serial engine's checkpoint format (JSON and Arrow, no pickles).
+
+Between two epochs everything goes through the driver as the serial engine's state
+(:func:`restream_kit.checkpoint.serial_state`'s form): each state's values (reported by the
+pass that holds it), the timed writes and scheduled events still waiting (the tasks' ``CARRY``
+rows, numbered in position order, as the serial engine numbers them by creation) and each root
+event's count of scheduled events. That state is committed, then turned back into rows for the
+next epoch's passes: a state's values go to every pass that holds it (tag ``TAG_STATE``,
+before everything), a timed write to the holders of its state and a scheduled event to the
+passes of its kind, at positions that sort before whatever the next epoch makes at the same
+time. A resume or ``start_from`` turns a committed state into rows the same way, so a serial
+engine's checkpoint can start a Spark replay and the other way round.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from ...checkpoint import (
+    CheckpointError,
+    check_states,
+    open_for_replay,
+    restore_serial_state,
+    state_declarations,
+)
+from ...epochs import Epoch, cut
+from ...progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
+from ...result import Result, build_table
+from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
+from . import _pass_task as T
+from ._codec import encode_key
+from ._pass_driver import Ran, Setup, _names, apply_pending, make_result, run_jobs, table_rows
+from ._passes import BY_KEY, ORDER, SINGLE
+from ._worker import key_function
+
+__all__ = ["run_checkpointed"]
+
+STATE_FORMAT = "serial"  # the serial engine's: checkpoints move between the two engines
+_FIRST = -(1 << 63)  # the position of a state row: before every event
+_RESTORED = b"\x00" * 8  # a restored entry's run bytes: before any run's (see _pass_task)
+_CARRY_SCHEMA = pa.schema(
+    [
+        ("_rs_dest", pa.int32()),
+        ("_rs_t", pa.int64()),
+        ("_rs_ph", pa.int8()),
+        ("_rs_o", pa.int64()),
+        ("_rs_sub", pa.binary()),
+        ("_rs_tag", pa.int8()),
+        ("_rs_pk", pa.string()),
+        ("_rs_b", pa.binary()),
+    ]
+)
+
+
+def run_checkpointed(setup: Setup) -> Result:
+    """Replay epoch by epoch, committing each epoch (``checkpoint``), continuing a committed
+    one (``resume``) or starting from one (``start_from``)."""
+    rep, program, log = setup.rep, setup.program, setup.log
+    opts = rep.options
+    ck, start = open_for_replay(
+        program,
+        log,
+        engine="spark",
+        epoch=opts.get("epoch"),
+        state_format=STATE_FORMAT,
+        checkpoint=opts.get("checkpoint"),
+        resume=bool(opts.get("resume")),
+        start_from=opts.get("start_from"),
+    )
+    total = len(log)
+    epochs = cut(log, opts.get("epoch"))
+    notes: list[str] = []
+    state: dict[str, Any] | None = None
+    per_table: dict[str, list] = {}
+    quarantined: list = []
+    done = 0
+    if start is not None:
+        notes, state = _restart(program, start)
+        done = start.done
+        for epoch_rows in start.rows if start.resumed else ():
+            for name, rows in epoch_rows.items():
+                per_table.setdefault(name, []).extend(rows)
+        if start.resumed:
+            quarantined = [
+                ((_FIRST, 0, i, b""), 0, row) for i, row in enumerate(state["quarantined"])
+            ]
+        epochs = [Epoch(e.index, max(e.start, done), e.stop) for e in epochs if e.stop > done]
+    rep.notify(ReplayStarted("spark", total, len(epochs), _names(setup.pp), log.span_ms))
+    lsn = log.table.column("lsn").to_pylist()
+    ts = log.table.column("ts").to_pylist()
+    ran = Ran(
+        finals={name: dict(state["stores"][name]) for name in program.states} if state else {}
+    )
+    scheduled = 0
+    before = 0  # scheduled before the restart: the serial engine counts them too
+    if start is not None:
+        # A serial checkpoint counts them per root; this engine keeps their total beside.
+        before = start.state.get("scheduled_total", sum(state["scheduled_per_root"].values()))
+    seconds: dict[str, float] = {}
+    for ep in epochs:
+        rep._check_cancel()
+        rep.notify(EpochStarted(ep.index, len(ep)))
+        epoch_started = time.perf_counter()
+        last = ep is epochs[-1]
+        events = setup.df.where(f"lsn >= {lsn[ep.start]} AND lsn <= {lsn[ep.stop - 1]}")
+        carry = _carry_frame(setup, state) if state is not None else None
+        epoch_end = None if last else (ts[ep.stop - 1], 2, lsn[ep.stop - 1])
+        ran = run_jobs(setup, events, carry, epoch_end, (ep.start, ep.stop), total)
+        if last:
+            apply_pending(program, ran)
+        scheduled += ran.scheduled
+        for stage, s in ran.stage_seconds.items():
+            seconds[stage] = seconds.get(stage, 0.0) + s
+        new_rows = table_rows(ran.emitted)
+        for name, rows in new_rows.items():
+            per_table.setdefault(name, []).extend(rows)
+        quarantined.extend(sorted(ran.quarantined, key=lambda q: (q[0], q[1])))
+        state = _state_after(program, ran, [q[2] for q in quarantined])
+        state["scheduled_total"] = before + scheduled
+        if ck is not None:
+            ck.commit(ep.index, ep.stop, state, new_rows, last=last)
+        done = ep.stop
+        settled = None if last else ts[ep.stop - 1]
+        outputs = {name: build_table(name, rows) for name, rows in new_rows.items()}
+        elapsed = time.perf_counter() - epoch_started
+        rep.notify(EpochFinished(ep.index, done, elapsed, outputs, settled))
+        rep.notify(Progress(done, total, time.perf_counter() - setup.started))
+    # Scheduled events in all, as the serial engine counts them (those before a restart too).
+    ran.scheduled = scheduled + before
+    ran.stage_seconds = seconds
+    tables = {name: build_table(name, rows) for name, rows in per_table.items()}
+    wall = time.perf_counter() - setup.started
+    rep.notify(ReplayFinished(total, wall))
+    replayed = total if start is None or start.resumed else total - start.done
+    result = make_result(setup, ran, tables, replayed, len(epochs), quarantined)
+    result.warnings[:0] = notes
+    if start is not None and start.resumed:
+        result.resumed_from_epoch = start.next_epoch
+    return result
+
+
+def _restart(program: Any, start: Any) -> tuple[list[str], dict[str, Any]]:
+    """The notes a ``start_from`` gets, and the committed state with live values (merge
+    functions rebuilt from this program's own code, as the serial engine rebuilds them)."""
+    notes: list[str] = []
+    if not start.resumed:
+        notes = check_states(program, start.state["states"], "start_from")
+        notes.insert(
+            0,
+            f"started from epoch {start.epoch} of {start.info.get('start_from')} (the state "
+            f"after {start.done:,} events); the result covers the events after it only",
+        )
+    rt = SerialRuntime()
+    stores: dict[str, dict] = {name: {} for name in program.states}
+    restore_serial_state(rt, stores, program, start.state, outputs=start.resumed)
+    names = {id(d): name for name, d in stores.items()}
+    state = {
+        "states": state_declarations(program),
+        "stores": stores,
+        "future": [
+            (at, n, names[id(d)], op, key, arg) for at, n, d, _dflt, op, key, arg in rt.future
+        ],
+        "scheduled": list(rt.scheduled),
+        "order": next(rt.order),
+        "scheduled_per_root": dict(rt.scheduled_per_root),
+        "quarantined": list(start.state.get("quarantined", [])) if start.resumed else [],
+    }
+    return notes, state
+
+
+def _state_after(program: Any, ran: Ran, quarantined: list) -> dict[str, Any]:
+    """The serial engine's state after an epoch, from what the passes reported: their
+    states' values and the entries they carried (each once: a write that several passes hold
+    and an event that several passes handle come back from each of them)."""
+    future: list = []
+    scheduled: list = []
+    per_root: dict[int, int] = {}
+    seen: set = set()
+    n = 0
+    for tag, pos, blob in sorted(ran.carried, key=lambda c: (c[1], c[0])):
+        if (pos, tag) in seen:
+            continue
+        seen.add((pos, tag))
+        if tag == T.TAG_WRITE:
+            name, key, op = pickle.loads(blob)
+            future.append((pos[0], n, name, *_serial_op(op, name), key))
+        else:
+            kind, fields, root, seq, *made = pickle.loads(blob)
+            scheduled.append((pos[0], n, ScheduledEvent(kind, pos[0], root, seq, fields)))
+            per_root[root] = max(per_root.get(root, 0), made[0] if made else seq)
+        n += 1
+    # (at, n, state, op, key, arg): the serial engine's order of fields.
+    future = [(at, i, name, op, key, arg) for at, i, name, op, arg, key in future]
+    return {
+        "states": state_declarations(program),
+        "stores": {name: dict(values) for name, values in ran.finals.items()},
+        "future": future,
+        "scheduled": scheduled,
+        "order": n,
+        "scheduled_per_root": per_root,
+        "quarantined": quarantined,
+    }
+
+
+def _serial_op(op: tuple, state: str) -> tuple[str, Any]:
+    """A pass's write operation as the serial engine's (operation, argument)."""
+    if op[0] in ("add", "set", "merge"):
+        return op[0], op[1]
+    if op[0] == "del":
+        return "del", None
+    raise CheckpointError(f"a timed write to {state!r} ({op[0]}) cannot be checkpointed")
+
+
+def _pass_op(op: str, arg: Any) -> tuple:
+    return ("del",) if op == "del" else (op, arg)
+
+
+def _carry_frame(setup: Setup, state: dict[str, Any]) -> Any:
+    """The rows an epoch starts from (see the module docstring), as a DataFrame."""
+    pp, program = setup.pp, setup.program
+    holders = {name: [p for p in pp.passes if name in p.homes] for name in program.states}
+    rows: list[tuple] = []
+
+    def pk(partition: str, key: Any) -> str:
+        return "N" if partition in (SINGLE, ORDER) else encode_key(key)
+
+    for name, values in state["stores"].items():
+        for p in holders.get(name, ()):
+            for key, value in values.items():
+                blob = T.dumps((name, key, value))
+                rows.append((p.index, _FIRST, 0, 0, b"", T.TAG_STATE, pk(p.partition, key), blob))
+    for at, n, name, op, key, arg in state["future"]:
+        sub = _RESTORED + n.to_bytes(8, "big")
+        blob = T.dumps((name, key, _pass_op(op, arg)))
+        for p in holders.get(name, ()):
+            rows.append((p.index, at, 0, 0, sub, T.TAG_WRITE, pk(p.partition, key), blob))
+    routes: dict[int, Any] = {}
+    per_root = state["scheduled_per_root"]
+    for at, n, ev in state["scheduled"]:
+        sub = _RESTORED + n.to_bytes(8, "big")
+        fields = {k: v for k, v in vars(ev).items() if k not in RESERVED_FIELDS}
+        blob = T.dumps((ev.kind, fields, ev.lsn, ev.seq, per_root.get(ev.lsn, ev.seq)))
+        for target in pp.kind_passes.get(ev.kind, ()):
+            partition = pp.passes[target].partition
+            if partition in (SINGLE, ORDER, BY_KEY):
+                where = "N"
+            else:
+                fn = routes.get(target)
+                if fn is None:
+                    fn = routes[target] = key_function(partition, program)
+                where = encode_key(fn(ev))
+            rows.append((target, at, 1, 0, sub, T.TAG_SCHED, where, blob))
+    columns = list(zip(*rows)) if rows else [[] for _ in _CARRY_SCHEMA]
+    table = pa.table(
+        [pa.array(list(c), f.type) for c, f in zip(columns, _CARRY_SCHEMA)], schema=_CARRY_SCHEMA
+    )
+    return setup.session.createDataFrame(table)
