@@ -77,6 +77,7 @@ def compile_program(
     extra_globals: dict[str, Any] | None = None,
     guarded: bool = False,
     only: Sequence[str] | None = None,
+    hooks: Sequence[tuple[int, str, str]] = (),
 ) -> CompiledProgram:
     """Rewrite and execute ``program`` against ``runtime``, with ``stores`` (fresh when None).
 
@@ -89,10 +90,10 @@ def compile_program(
     if columns is not None:
         # ``only``: the runner dispatches to these handlers alone (a Spark pass runs a stage).
         handlers_kinds = [
-            (h.name, h.kinds) for h in program.handlers if only is None or h.name in only
+            (h.name, h.kinds, h.index) for h in program.handlers if only is None or h.name in only
         ]
         dispatch = build_runner(
-            tree, handlers_kinds, list(columns), list(kind_order), guarded=guarded
+            tree, handlers_kinds, list(columns), list(kind_order), guarded=guarded, hooks=hooks
         )
         tree.body.append(dispatch.function)
     code = compile(tree, program.filename, "exec")

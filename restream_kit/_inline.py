@@ -53,25 +53,32 @@ def build_runner(
     kind_order: Sequence[str],
     *,
     guarded: bool = False,
+    hooks: Sequence[tuple[int, str, str]] = (),
 ) -> Dispatch:
-    """Build ``_rs_run_batch(batch)`` for ``handlers`` [(name, kinds)] over a log of ``columns``.
+    """Build ``_rs_run_batch(batch)`` for ``handlers`` [(name, kinds, number)] over a log of
+    ``columns``; ``number`` is the handler's place in declaration order.
 
     ``guarded`` (``on_error`` skip or quarantine) builds another loop: every handler is
     called, never inlined, inside ``try``, after clearing the runtime's journal of changes;
     when it raises, ``_rs_rt.rollback(exc)`` undoes the run. The default loop has none of it.
+
+    ``hooks`` are statements ``(number, kind, source)`` that a Spark pass adds to the loop:
+    in the branch of ``kind``, ``source`` runs just before the handlers declared at or after
+    ``number`` (so it sees what the handlers declared before it did to the event), and a kind
+    with hooks but no handler gets a branch of its own.
     """
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     index = {name: i for i, name in enumerate(columns)}
     bodies: dict[str, list[ast.stmt]] = {}
     needs_named = False
     inlined = []
-    for position, (name, _kinds) in enumerate(handlers):
+    for name, _kinds, number in handlers:
         fn = defs[name]
         if guarded:
             needs_named = True
             bodies[name] = [_guarded_call(name, fn.lineno)]
             continue
-        body, named = _inline(fn, position, index)
+        body, named = _inline(fn, number, index)
         needs_named |= named
         if body is None:
             needs_named |= True  # called as a function, it reads e.column by name
@@ -85,9 +92,15 @@ def build_runner(
         bodies[name] = [set_handler, *body]
     branches: list[tuple[str, list[ast.stmt]]] = []
     for kind in kind_order:
-        stmts = [
-            s for name, kinds in handlers if kind in kinds for s in copy.deepcopy(bodies[name])
-        ]
+        waiting = sorted((n, src) for n, k, src in hooks if k == kind)
+        stmts = []
+        for name, kinds, number in handlers:
+            if kind not in kinds:
+                continue
+            while waiting and waiting[0][0] <= number:
+                stmts.append(_parse_stmt(waiting.pop(0)[1], 1))
+            stmts += copy.deepcopy(bodies[name])
+        stmts += [_parse_stmt(src, 1) for _n, src in waiting]
         if stmts:
             branches.append((kind, stmts))
     runner = _parse_stmt(

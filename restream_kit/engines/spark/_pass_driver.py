@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from ...errors import RestreamError
 from ...log import Log
 from ...program import Program
@@ -120,6 +122,7 @@ class Setup:
     ddl: str
     started: float
     persisted: list = field(default_factory=list)
+    wide: Any = None  # the passes' output schema when they forward events (Arrow)
 
 
 @dataclass
@@ -220,6 +223,14 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
     out_schema = T.OUT_SCHEMA(slots)
     # Only the columns the program can read travel (all of them for quarantine rows).
     columns = events.columns if rep.on_error != "stop" else _used_columns(program, events.columns)
+    wide = None
+    if _forwards(rep, pp):
+        # The events travel from pass to pass with the probe values they pick up: every
+        # pass's output has room for them (their columns and their partition values).
+        pks = [c for c in df.columns if c.startswith("_rs_pk")]
+        extra = [pa.field(c, events.types[c]) for c in columns]
+        extra += [pa.field(c, pa.string()) for c in pks]
+        out_schema = wide = pa.schema([*out_schema, *extra])
     return Setup(
         rep=rep,
         pp=pp,
@@ -233,10 +244,25 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         columns=columns,
         slots=slots,
         ref=ref,
-        ddl=", ".join(f"{f.name} {_ddl_type(f.type)}" for f in out_schema),
+        ddl=", ".join(f"{_q(f.name)} {_ddl_type(f.type)}" for f in out_schema),
         started=started,
         persisted=persisted,
+        wide=wide,
     )
+
+
+def _forwards(rep: Any, pp: PassPlan) -> bool:
+    """Whether the passes forward events (``_pass_task._plain``): every pass runs handlers over
+    log events only, and what crosses passes is only probe values, so that each event can
+    carry the values it reads from pass to pass instead of meeting them in a sort."""
+    if pp.schedules or pp.reason or rep.on_error != "stop":
+        return False
+    if any(rep.options.get(k) for k in ("checkpoint", "resume", "start_from")):
+        return False
+    passes = pp.passes
+    if not any(p.serves for p in passes):
+        return False
+    return all(p.handlers and not p.blind and not p.feeds for p in passes)
 
 
 def run_jobs(
@@ -269,10 +295,27 @@ def run_jobs(
             readers = sorted({probe.reader for probe in p.serves})
             parts = []
             senders = [q for q in passes[: p.index] if p.index in q.sends]
-            fed = bool(senders) or epochs
+            forwarding = setup.wide is not None
+            fed = (bool(senders) and not forwarding) or epochs
             raw = _raw_key(p.partition, setup.events) if not fed else None
             kinds = setup.log_kinds[p.index]
-            if kinds and not fed:
+            if kinds and forwarding:
+                # Each kind from the last earlier pass that had its events (they carry the
+                # probe values picked up there), else from the log.
+                carried = [c for c in df.columns if c.startswith("_rs_pk")]
+                carried += [f"_rs_q{c}{s}" for s in range(setup.slots) for c in "ldb"]
+                for source, some in _sources(passes, p, setup.log_kinds).items():
+                    where = f"kind IN ({_kinds_sql(some)})"
+                    if source is None:
+                        frame = df.where(where)
+                        parts.append(
+                            frame.selectExpr(*log_cols, *[c for c in carried if c in df.columns])
+                        )
+                    else:
+                        frame = outputs[source].where(f"_rs_kind = {T.FWD} AND {where}")
+                        parts.append(frame.selectExpr(*log_cols, *carried))
+                raw = raw or [f"_rs_pk{p.index}"]
+            elif kinds and not fed:
                 # Log events only: no position columns but their own, and the raw key columns
                 # to partition by when the key is plain columns.
                 ev = df.where(f"kind IN ({_kinds_sql(kinds)})").selectExpr(
@@ -292,7 +335,7 @@ def run_jobs(
                 parts.append(ev)
             consumed = [probe.slot for probe in p.consumes]
             for j, out in enumerate(outputs):
-                if p.index not in passes[j].sends:
+                if p.index not in passes[j].sends or forwarding:
                     continue
                 parts.append(
                     out.where(
@@ -330,7 +373,7 @@ def run_jobs(
                 rows = rows.selectExpr("*", "CAST(NULL AS BINARY) AS _rs_b")
             for s in consumed:
                 for c, typ in (("l", "BIGINT"), ("d", "DOUBLE"), ("b", "BINARY")):
-                    if f"_rs_q{c}{s}" not in rows.columns:
+                    if f"_rs_q{c}{s}" not in rows.columns and not forwarding:
                         rows = rows.selectExpr("*", f"CAST(NULL AS {typ}) AS _rs_q{c}{s}")
             if not fed:
                 if p.partition == ORDER:
@@ -367,7 +410,10 @@ def run_jobs(
                 plain=(
                     not fed
                     and bool(kinds)
-                    and not (p.serves or p.consumes or p.blind or p.feeds or p.probe_kinds)
+                    and (
+                        forwarding
+                        or not (p.serves or p.consumes or p.blind or p.feeds or p.probe_kinds)
+                    )
                     and not setup.pp.schedules
                     and rep.on_error == "stop"
                 ),
@@ -378,6 +424,8 @@ def run_jobs(
                 receives_writes=any(q.sends[p.index] == "writes" for q in senders),
                 last_ts=last_ts,
                 epoch_end=epoch_end,
+                wide=setup.wide,
+                forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),
             )
             out = rows.mapInArrow(T.PassTask(spec), setup.ddl)
             done_before = base + p.index * span // len(passes)
@@ -398,8 +446,12 @@ def run_jobs(
             ran.stage_seconds[p.stage] = seconds
             # Where the pass's time goes: its tasks' own work, summed (the rest is Spark's).
             ran.stage_seconds[f"{p.stage} (tasks, summed)"] = busy
+            # Events that came from an earlier pass carried the values read there.
+            carried = (
+                " with the values read upstream on its events" if p.consumes and forwarding else ""
+            )
             for stage in p.stages or (p.stage,):
-                ran.path[stage] = p.describe(n) + (f" ({tasks} tasks)" if tasks else "")
+                ran.path[stage] = p.describe(n) + (f" ({tasks} tasks)" if tasks else "") + carried
             rep.notify(StageFinished(0, p.stage, seconds, tasks))
             rep.notify(
                 Progress(
@@ -415,6 +467,28 @@ def run_jobs(
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
     return ran
+
+
+def _sources(passes: Any, p: Any, log_kinds: dict) -> dict[int | None, list[str]]:
+    """Where forwarded pass ``p`` takes each of its kinds from: the last earlier pass that had
+    events of that kind, or the log (None)."""
+    sources: dict[int | None, list[str]] = {}
+    for kind in log_kinds[p.index]:
+        source = None
+        for q in passes[: p.index]:
+            if kind in log_kinds[q.index]:
+                source = q.index
+        sources.setdefault(source, []).append(kind)
+    return sources
+
+
+def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
+    """Whether a later pass takes some of its events from ``p``."""
+    return any(
+        source == p.index
+        for q in passes[p.index + 1 :]
+        for source in _sources(passes, q, log_kinds)
+    )
 
 
 def _collect(out: Any, ran: Ran) -> tuple[int, float]:
@@ -607,4 +681,10 @@ def _ddl_type(t: Any) -> str:
         return "DOUBLE"
     if t == pa.binary():
         return "BINARY"
+    if t == pa.int16():
+        return "SMALLINT"
+    if t == pa.float32():
+        return "FLOAT"
+    if t == pa.bool_():
+        return "BOOLEAN"
     return "STRING"

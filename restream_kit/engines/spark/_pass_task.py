@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..._compile import compile_program
@@ -60,6 +61,7 @@ __all__ = [
     "PEND",
     "QUAR",
     "CARRY",
+    "FWD",
     "TAG_STATE",
     "TAG_PROBE",
     "TAG_EVENT",
@@ -67,7 +69,7 @@ __all__ = [
     "TAG_SCHED",
 ]
 
-EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY = range(1, 11)
+EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD = range(1, 12)
 TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED, TAG_STATE = range(5)
 _PH_TIMED, _PH_SCHED, _PH_LOG = 0, 1, 2
 _BLOB_ROWS = 50_000
@@ -143,6 +145,10 @@ class PassSpec:
     # Checkpointed replays: the position (ts, 2, lsn) of the epoch's last event, beyond which
     # everything is carried to the next epoch (None: the last epoch, run to the log's end).
     epoch_end: tuple | None = None
+    # Passes that forward events (see ``_plain``): the output schema, wider than OUT_SCHEMA
+    # by the events' columns; None when probe values travel as rows of their own.
+    wide: pa.Schema | None = None
+    forward: bool = False  # whether later passes take their events from this one
 
 
 _BINOPS = {
@@ -766,27 +772,45 @@ def _carry_heap(rt: _Runtime) -> None:
 
 
 def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> Iterator:
-    """A pass that only runs handlers over log events (no probe, no row from or for another
-    pass, no scheduled event in the whole program): the serial engine's generated loop, with
-    the handler bodies inlined, over the partition. Its rows' positions are (ts, lsn): the
-    pass path's ``_rs_o`` is the log's ``lsn``."""
+    """A pass that only runs handlers over log events (no row from or for another pass but
+    probe values, no scheduled event in the whole program): the serial engine's generated
+    loop, with the handler bodies inlined, over the partition. Its rows' positions are
+    (ts, lsn): the pass path's ``_rs_o`` is the log's ``lsn``.
+
+    When the passes *forward* events (``spec.wide``), probe values travel with the events
+    themselves: the loop records, at the reading handler's place in declaration order, the
+    value a later pass reads (``serves``), and sends each event on with those values in its
+    probe columns; a reading pass gets the events with the values of earlier passes and puts
+    each in its store just before the handler that reads it (``consumes``). No probe row, no
+    sort by tag, no per-row join: the event carries its reads.
+    """
     from ..serial import SerialRuntime
 
     rt = SerialRuntime()
     names = [program.handlers[h].name for h in spec.handlers]
+    consumed = sorted({slot for slot, _state, _key, _h in spec.consumes})
+    # Probe columns come after the log's columns: the handlers' own indexes do not move.
+    probe_columns = [f"_rs_q{c}{slot}" for slot in consumed for c in "ldb"]
+    columns = (*spec.columns, *probe_columns)
+    kinds = dict.fromkeys(k for h in spec.handlers for k in program.handlers[h].kinds)
+    for _slot, _state, _key, _h, probe_kinds, _reader in spec.serves:
+        kinds.update(dict.fromkeys(probe_kinds))
+    stores: dict[str, dict] = {name: {} for name in program.states}
+    hooks, extra, served = _probe_hooks(spec, program, columns, tuple(kinds), stores)
     compiled = compile_program(
         program,
         rt,
-        None,
-        columns=spec.columns,
-        kind_order=tuple(
-            dict.fromkeys(k for h in spec.handlers for k in program.handlers[h].kinds)
-        ),
-        extra_globals={"_rs_run_scheduled": lambda t: None},
+        stores,
+        columns=columns,
+        kind_order=tuple(kinds),
+        extra_globals={"_rs_run_scheduled": lambda t: None, **extra},
         only=names,
+        hooks=hooks,
     )
     run_batch = compiled.run_batch
-    make = event_type(spec.columns) if compiled.needs_named_events else None
+    # Key functions of probes read the event's columns by name.
+    named = compiled.needs_named_events or spec.serves or spec.consumes
+    make = event_type(columns) if named else None
     events = 0
     out: list = []
     try:
@@ -794,17 +818,20 @@ def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> It
             if not batch.num_rows:
                 continue
             cols = [_column_values(batch, c, c in spec.pickled_columns) for c in spec.columns]
+            cols += [batch.column(c).to_pylist() for c in probe_columns]
             rows = zip(*cols)
             run_batch(
                 list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
             )
             events += batch.num_rows
+            if spec.forward:
+                yield _forwarded(batch, spec.wide, served)
         # The serial replay applies timed writes due by the log's last event, whichever key
         # that event has: so does this partition, whose own last event may come earlier.
         rt.apply_due(spec.last_ts)
     except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
         out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
-        yield _out_rows(out, spec.slots)
+        yield _out_rows(out, spec)
         return
     index = {h.name: h.index for h in program.handlers}
     emitted = [
@@ -819,13 +846,131 @@ def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> It
         out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, compiled.stores[name]))))
     stat = (events, time.perf_counter() - started, 0, None)
     out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
-    yield _out_rows(out, spec.slots)
+    yield _out_rows(out, spec)
 
 
-def _out_rows(rows: list, slots: int) -> pa.RecordBatch:
+def _probe_hooks(
+    spec: PassSpec, program: Program, columns: tuple, kinds: tuple, stores: dict
+) -> tuple:
+    """The loop statements that record the probe values this pass serves and put the values
+    it consumes in place, what they need in the loop's namespace, and the lists the recorded
+    values go to (slot -> list, one value per event of the batch, in order)."""
+    from ..._compile import dict_name
+    from ..._inline import EVENT
+
+    hooks: list[tuple[int, str, str]] = []
+    extra: dict[str, Any] = {"_rs_MISSING": MISSING, "_rs_probe": _probe}
+    served: dict[int, list] = {}
+    for slot, state, key, h, probe_kinds, _reader in spec.serves:
+        values = served[slot] = []
+        extra[f"_rs_pv{slot}"] = values.append
+        extra[f"_rs_K{slot}"] = key_function(key, program)
+        for kind in kinds:
+            if kind in probe_kinds:
+                src = f"_rs_pv{slot}(_rs_probe({dict_name(state)}, _rs_K{slot}, {EVENT}))"
+                hooks.append((h, kind, src))
+            else:  # every event gives every slot a value, so that the lists stay aligned
+                hooks.append((len(program.handlers), kind, f"_rs_pv{slot}(_rs_MISSING)"))
+    readers: dict[int, list] = {}
+    for slot, state, key, h in spec.consumes:
+        at = columns.index(f"_rs_ql{slot}")
+        readers.setdefault(h, []).append((at, state, key_function(key, program)))
+    for h, slots in readers.items():
+        extra[f"_rs_fill{h}"] = _filler(slots, {state: stores[state] for _a, state, _f in slots})
+        for kind in program.handlers[h].kinds:
+            hooks.append((h, kind, f"_rs_fill{h}({EVENT})"))
+    return hooks, extra, served
+
+
+def _probe(d: dict, key_fn: Any, ev: Any) -> Any:
+    """The value of ``d`` under the event's key, MISSING when it has none (or the key raises:
+    the reading handler's own read raises it in its pass)."""
+    try:
+        return d.get(key_fn(ev), MISSING)
+    except Exception:  # noqa: BLE001
+        return MISSING
+
+
+def _filler(slots: list, stores: dict) -> Any:
+    """A function that puts an event's probe values (``slots``: [(column, state, key)]) in
+    the stores its reading handler reads, which hold nothing else."""
+
+    def fill(ev: Any) -> None:
+        for d in stores.values():
+            d.clear()
+        for at, state, key_fn in slots:
+            value = ev[at]
+            if value is None:
+                value = ev[at + 1]
+                if value is None:
+                    blob = ev[at + 2]
+                    if blob is None:
+                        continue  # no value: the read sees the default
+                    value = pickle.loads(blob)
+            try:
+                stores[state][key_fn(ev)] = value
+            except Exception:  # noqa: BLE001 - the handler's own read raises it
+                pass
+
+    return fill
+
+
+def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) -> Any:
+    """The batch's events for later passes: their columns as they came, with the probe
+    values recorded here in this pass's slots."""
+    n = batch.num_rows
+    names = set(batch.schema.names)
+    arrays = []
+    for f in wide:
+        name = f.name
+        if name == "_rs_kind":
+            arrays.append(pa.array(np.full(n, FWD, dtype=np.int8)))
+        elif name.startswith("_rs_q") and int(name[6:]) in served:
+            values = served[int(name[6:])]
+            arrays.append(_probe_array(name[5], values[:n]))
+        elif name in names:
+            col = batch.column(name)
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    for values in served.values():
+        del values[:n]
+    return pa.RecordBatch.from_arrays(arrays, schema=wide)
+
+
+def _probe_array(which: str, values: list) -> pa.Array:
+    """One of a slot's three probe columns: ``l`` 64-bit ints, ``d`` floats, ``b`` the rest
+    pickled; all three null where there is no value."""
+    if which == "l":
+        return pa.array(
+            [v if type(v) is int and -_SIGN <= v < _SIGN else None for v in values], pa.int64()
+        )
+    if which == "d":
+        return pa.array([v if type(v) is float else None for v in values], pa.float64())
+    return pa.array(
+        [
+            None
+            if v is MISSING or type(v) is float or (type(v) is int and -_SIGN <= v < _SIGN)
+            else dumps(v)
+            for v in values
+        ],
+        pa.binary(),
+    )
+
+
+def _out_rows(rows: list, spec: PassSpec) -> pa.RecordBatch:
     holder = type("Rows", (), {})()
     holder.out = rows
-    return _out_batch(holder, _out_schema(slots), slots)
+    batch = _out_batch(holder, _out_schema(spec.slots), spec.slots)
+    if spec.wide is None:
+        return batch
+    # Forwarding passes share one wider schema: the event columns are null on these rows.
+    n = batch.num_rows
+    arrays = [
+        batch.column(f.name) if f.name in batch.schema.names else pa.nulls(n, f.type)
+        for f in spec.wide
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=spec.wide)
 
 
 def _kind_runner(kind, acts, program, rt, stores, probe_values, pks_now):
