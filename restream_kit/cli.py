@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from .engines import ENGINES
+from .engines import engines
 from .errors import RestreamError
 
 __all__ = ["main", "build_parser"]
@@ -62,10 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=tuple(engines()),
         default="serial",
-        help="serial (the reference, one thread) or spark (parallel, serial-equivalent); "
-        "default serial",
+        help="; ".join(f"{name}: {e.description}" for name, e in engines().items())
+        + " (default serial)",
     )
     replay.add_argument(
         "--master",
