@@ -38,7 +38,7 @@ def plugin(tmp_path, monkeypatch):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-engine\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(
-        "[restream_kit.engines]\necho = echo_engine:EchoEngine\n"
+        "[restream_kit.engines]\necho = echo_engine:EchoEngine\nserial = echo_engine:EchoEngine\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.engines.cache_clear()
@@ -88,6 +88,11 @@ def test_supports_refuses_before_any_event_is_read():
 
 def test_a_registered_engine_appears_everywhere(plugin, tmp_path):
     assert engine_names() == ("serial", "spark", "echo")
+    # The plugin also claims "serial": the oracle cannot be replaced.
+    from restream_kit.engines._builtin import SerialEngine
+
+    assert type(get_engine("serial")) is SerialEngine
+    assert type(registry.engines()["serial"]) is SerialEngine
     from restream_kit.cli import build_parser
 
     commands = next(a for a in build_parser()._actions if a.dest == "command")

@@ -6,7 +6,8 @@ cannot, and ``replay(program, log, observer=..., **options)``. Engines are found
 ``restream_kit.engines`` entry point group (``pyproject.toml``), so another package can add
 one; the command line's and the magics' ``--engine`` choices and the test suite's engine
 matrix all come from :func:`engine_names`. The built-in engines are always there, even when
-the package's metadata is missing (a source checkout on ``PYTHONPATH``).
+the package's metadata is missing (a source checkout on ``PYTHONPATH``), and cannot be
+replaced by another package's entry point of the same name.
 
 May import: the program model, the compiler passes, the planner and the I/O modules of
 ``restream_kit`` (``program``, ``log``, ``result``, ``checkpoint``...). Never ``api``, ``cli``,
@@ -98,18 +99,23 @@ def _entry_points() -> dict[str, Any]:
 
 
 @functools.cache
-def engines() -> dict[str, Engine]:
-    """Every registered engine by name: ``serial`` first (the oracle), then the others.
+def _builtin_engine(name: str) -> Engine:
+    return _instance(_load(BUILTIN[name]), name)
 
-    The entry points of :data:`ENTRY_POINT_GROUP` win; the built-in engines fill in what the
-    metadata lacks. Loading an engine imports only its small wrapper class, never Spark."""
-    found: dict[str, Engine] = {}
-    points = _entry_points()
-    for name in dict.fromkeys([*BUILTIN, *sorted(points)]):
-        if name in points:
-            found[name] = _instance(points[name].load(), name)
-        else:
-            found[name] = _instance(_load(BUILTIN[name]), name)
+
+@functools.cache
+def engines() -> dict[str, Engine]:
+    """Every registered engine by name: ``serial`` first (the oracle), ``spark``, then the
+    engines other packages register, by name.
+
+    The built-in engines are registered under their names in this package's entry points;
+    they are loaded from :data:`BUILTIN` all the same, so that they are there when the
+    metadata is missing and no other package can replace the oracle. Loading an engine
+    imports only its small wrapper class, never Spark."""
+    found = {name: _builtin_engine(name) for name in BUILTIN}
+    for name, point in sorted(_entry_points().items()):
+        if name not in found:
+            found[name] = _instance(point.load(), name)
     return found
 
 
@@ -120,6 +126,8 @@ def engine_names() -> tuple[str, ...]:
 
 def get_engine(name: str) -> Engine:
     """The engine called ``name``; raise :class:`RestreamError` naming the choices otherwise."""
+    if name in BUILTIN:  # no scan of the installed packages' metadata for these
+        return _builtin_engine(name)
     try:
         return engines()[name]
     except KeyError:
