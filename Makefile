@@ -9,15 +9,15 @@ JUPYTER_PORT ?= 8888
 .PHONY: setup lab test lint format demo data bench cluster cluster-stop clean help
 
 help:
-	@echo "make lab    - JupyterLab on notebooks/ (127.0.0.1, token auth)"
-	@echo "make test   - every test (sets up first if needed)"
+	@echo "make lab    - JupyterLab on notebooks/ (127.0.0.1, token auth); no browser, no root"
+	@echo "make test   - ruff and every test (sets up first; installs Chromium for the browser tests)"
 	@echo "make data   - generate the 1M and 10M event sample logs"
 	@echo "make bench  - benchmarks (ratios against a baseline measured in the same run)"
 	@echo "make lint   - ruff check and format check"
 	@echo "make cluster / cluster-stop - a local standalone Spark cluster and a Spark Connect server"
 
+# No browser here: Chromium is only for `make test`'s browser tests.
 setup: $(STAMP)
-	@scripts/ensure_chromium.sh
 	@# Spark's driver starts from a class-data-sharing archive, made once (about a minute).
 	@$(BIN)/python -c 'import sys; from restream_kit.engines.spark._jvm_archive import main; sys.exit(main())'
 
@@ -37,7 +37,10 @@ lab: setup
 	cd notebooks && exec ../$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --port=$(JUPYTER_PORT) \
 		--no-browser $$([ "$$(id -u)" = 0 ] && echo --allow-root) --IdentityProvider.token="$$token"
 
+# Chromium for the browser tests first; where it cannot be installed the suite still runs and
+# those tests fail (never skipped), after one line saying why.
 test: setup
+	@scripts/ensure_chromium.sh || echo "make test: no Chromium, so the browser tests will fail (see the line above)"
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests
 

@@ -2,6 +2,22 @@
 
 A program is plain Python: ``state`` declarations, ``@on`` handlers, ``emit`` and ``schedule``.
 ``replay(program, log, engine=...)`` runs it; ``plan(program)`` tells how parallel it can be.
+
+The layers, lowest first; each may import only the ones before it (``tests/test_layers.py``
+holds the rules as a table and checks every module's imports):
+
+1. the program model, the compiler passes and the I/O modules (``state``, ``program``,
+   ``windows``, ``_compile``..., ``log``, ``result``, ``checkpoint``, ``catalog``...);
+2. the planner (``restream_kit.planner``);
+3. the engines (``restream_kit.engines``: ``serial``, and ``spark``, the only importer of
+   ``pyspark``);
+4. the API and the command line (``api``, ``cli``, ``compare``, ``workbench``);
+5. the notebook layer, the top-level ``widgets`` package (ipywidgets, plotly), imported only
+   by the magics when a cell runs (``%load_ext restream_kit`` calls
+   :func:`load_ipython_extension`).
+
+May import: numpy, pyarrow, polars, duckdb, networkx, rich. Never ``widgets``, ipywidgets,
+plotly or (outside ``engines/spark/``) ``pyspark``: ``import restream_kit`` works without them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from typing import Any
 
 from ._poison import check_on_error
 from .checks import Finding, check_against_log, check_program, scheduled_fields
-from .engines import get_engine
+from .engines import EngineUnsupported, get_engine
+from .errors import RestreamWarning
 from .log import Log
 from .program import Program
 from .progress import Observer
@@ -22,10 +23,6 @@ __all__ = [
     "check_program",
     "warn_findings",
 ]
-
-
-class RestreamWarning(UserWarning):
-    """Something worth knowing that does not stop a replay (a handler's kind absent from the log)."""
 
 
 def missing_kinds(program: Program, log: Log) -> list[str]:
@@ -66,7 +63,8 @@ def replay(
     check: bool = True,
     **options: Any,
 ) -> Result:
-    """Replay ``log`` through ``program`` on ``engine`` ("serial" or "spark").
+    """Replay ``log`` through ``program`` on ``engine`` (``restream_kit.engines.engine_names()``:
+    "serial", "spark" and any engine another package registers).
 
     ``on_error``: "stop" (a handler that raises stops the replay with a
     :class:`~restream_kit.errors.HandlerError`), "skip" or "quarantine" (the handler run is
@@ -89,20 +87,26 @@ def replay(
     :class:`RestreamWarning` at the handler's line. ``check=False`` skips this, for callers
     that ran the check themselves (so that its warnings are shown once).
 
-    Raises :class:`restream_kit.errors.RestreamError` on bad input.
+    Raises :class:`restream_kit.errors.RestreamError` on bad input, and
+    :class:`~restream_kit.engines.EngineUnsupported` when the engine's ``supports``
+    refuses the replay.
     """
     on_error = check_on_error(on_error)
+    runner = get_engine(engine)
     program = Program.load(program)
     log = log if isinstance(log, Log) else Log(log)
     # Mistakes the log reveals come before any event is replayed and before Spark starts.
     notes = warn_findings(check_against_log(program, log)) if check else []
+    if on_error != "stop":
+        options["on_error"] = on_error
+    reason = runner.supports(program, log, options)
+    if reason is not None:
+        raise EngineUnsupported(runner.name, reason)
     if engine == "spark" and options.get("session") is None:
         from .engines.spark import warm_up
 
         warm_up(options.get("master"), options.get("conf"))  # the JVM starts as we compile
-    if on_error != "stop":
-        options["on_error"] = on_error
-    result = get_engine(engine).replay(program, log, observer=observer, **options)
+    result = runner.replay(program, log, observer=observer, **options)
     for note in result.warnings:
         if "rolled back (on_error=" in note:
             warnings.warn(note, RestreamWarning, stacklevel=2)

@@ -1,4 +1,4 @@
-"""The ``restream`` command line: ``plan``, ``replay``, ``diff``.
+"""The ``restream`` command line: ``plan``, ``replay``, ``diff``, ``runs``, ``bench``.
 
 Every user error exits non-zero with one line naming the problem; ``--debug`` shows the
 traceback instead.
@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from .engines import ENGINES
+from .engines import engines
 from .errors import RestreamError
 
 __all__ = ["main", "build_parser"]
@@ -62,10 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=tuple(engines()),
         default="serial",
-        help="serial (the reference, one thread) or spark (parallel, serial-equivalent); "
-        "default serial",
+        help="; ".join(f"{name}: {e.description}" for name, e in engines().items())
+        + " (default serial)",
     )
     replay.add_argument(
         "--master",
@@ -140,7 +140,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_diff_parser(commands)
     _add_runs_parser(commands)
+    _add_bench_parser(commands)
     return parser
+
+
+def _add_bench_parser(commands) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="run the benchmarks (the checkout's, or a built-in one when installed)",
+        description="In a source checkout: the benchmarks of its bench package (python -m "
+        "bench), all or the named ones, with their options. Installed from a wheel, or with "
+        "--builtin: the serial engine against a plain-Python loop on the shipped anti-spam "
+        "rule and social_small log. Each reports a ratio measured in the same run.",
+    )
+    bench.add_argument(
+        "--builtin",
+        action="store_true",
+        help="run the built-in benchmark even in a checkout",
+    )
+    bench.add_argument(
+        "--runs", type=int, default=5, help="built-in: timed runs of each side (default 5)"
+    )
+    bench.add_argument("--json", action="store_true", help="built-in: print one JSON object")
+    bench.add_argument(
+        "benchmarks",
+        nargs="*",
+        metavar="NAME",
+        help="checkout: the benchmarks to run (all by default); every argument after bench, "
+        "options included, goes to python -m bench (restream bench --list)",
+    )
 
 
 def _add_runs_parser(commands) -> None:
@@ -181,7 +209,13 @@ def _add_diff_parser(commands) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(argv)
+    if args.command == "bench":
+        # A checkout's benchmarks take their own options: everything after "bench" is theirs.
+        args.passthrough = argv[argv.index("bench") + 1 :]
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -479,7 +513,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"replay": cmd_replay, "plan": cmd_plan, "diff": cmd_diff, "runs": cmd_runs}
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``restream bench``: the checkout's benchmarks, or the built-in one (see ``_bench``)."""
+    from ._bench import checkout_root, run_builtin, run_checkout
+
+    root = None if args.builtin else checkout_root()
+    if root is not None:
+        return run_checkout(root, args.passthrough)
+    extra = [a for a in args.passthrough if a not in ("--builtin", "--json")]
+    if args.benchmarks or any(a.startswith("-") and not a.startswith("--runs") for a in extra):
+        raise RestreamError(
+            f"bench {' '.join(args.passthrough)}: named benchmarks and their options need a "
+            "source checkout (its bench package); the built-in one takes --runs N and --json"
+        )
+    return run_builtin(args.runs, args.json)
+
+
+COMMANDS = {
+    "replay": cmd_replay,
+    "plan": cmd_plan,
+    "diff": cmd_diff,
+    "runs": cmd_runs,
+    "bench": cmd_bench,
+}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "RestreamError",
+    "RestreamWarning",
     "ProgramError",
     "LogError",
     "HandlerError",
@@ -20,6 +21,10 @@ class RestreamError(Exception):
 
     ``str(err)`` is one line that names the file, column, row, handler or line involved.
     """
+
+
+class RestreamWarning(UserWarning):
+    """Something worth knowing that does not stop a replay (a handler's kind absent from the log)."""
 
 
 class ProgramError(RestreamError):

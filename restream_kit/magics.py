@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .engines import engine_names
 from .errors import RestreamError
 from .workbench import Workbench
 
@@ -40,7 +41,7 @@ class RestreamMagics(Magics):
         metavar="NAME",
         help="compare with the cell called NAME (default: the serial replay of this cell)",
     )
-    @argument("--engine", choices=("serial", "spark"), default="serial")
+    @argument("--engine", choices=engine_names(), default="serial")
     @argument("--master", default=None, metavar="URL", help="Spark master (default local[*])")
     @argument("--plan-only", action="store_true", help="show the plan, do not replay")
     @argument(

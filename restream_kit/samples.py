@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["sample_data", "sample_sources", "SAMPLES"]
+__all__ = ["sample_data", "sample_program", "sample_sources", "SAMPLES", "SAMPLE_PROGRAMS"]
 
 #: Every packaged sample: name -> its files under the ``sample_data`` package, in log order.
 SAMPLES: dict[str, tuple[str, ...]] = {
@@ -25,6 +25,26 @@ SAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "adclicks_small": ("adclicks_small/impressions.parquet", "adclicks_small/clicks.parquet"),
 }
+
+
+#: Programs shipped beside the samples: name -> file under the ``sample_data`` package.
+#: ``antispam`` is the SPEC's rule for ``social_small`` (``examples/antispam.py`` links to it);
+#: the JVM start-up archive is trained on it and ``restream bench`` times it.
+SAMPLE_PROGRAMS: dict[str, str] = {"antispam": "antispam.py"}
+
+
+def sample_program(name: str) -> Path:
+    """The path of the packaged program ``name`` (one of :data:`SAMPLE_PROGRAMS`)."""
+    from .errors import ProgramError
+
+    if name not in SAMPLE_PROGRAMS:
+        raise ProgramError(
+            f"no sample program called {name!r}; the sample programs: {', '.join(SAMPLE_PROGRAMS)}"
+        )
+    path = _root() / SAMPLE_PROGRAMS[name]
+    if not path.exists():
+        raise ProgramError(f"sample program {name!r} is missing from the installation: {path}")
+    return path
 
 
 def _root() -> Path:

@@ -2,7 +2,11 @@
 
 A test that takes ``replay_on`` runs on each engine in ``ENGINE_PARAMS``; on engines other
 than serial it also replays serially and requires identical results, since the serial engine
-is the oracle. Known gaps are marked per engine with ``pytest.mark.notyet(engines, reason)``.
+is the oracle. The engines are the registered ones (``restream_kit.engines.engine_names()``)
+and the Spark engine's cluster placements (``engine_matrix.ENGINE_PARAMS``). A known gap is
+marked per engine with the exception it raises, as ibis does:
+``@pytest.mark.notyet(["spark"], raises=EngineUnsupported, reason="...")`` (strict: the test
+must fail with exactly that exception there, and fails once the gap closes).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from engine_matrix import (  # noqa: E402
     ENGINE_PARAMS,
     assert_ran_as_planned,
     assert_same_result,
+    notyet_xfail,
 )
 from spark_fixtures import (  # noqa: E402,F401 - SparkSessions shared by the tests
     _sessions_stopped,
@@ -35,7 +40,11 @@ import restream_kit as rk  # noqa: E402
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "notyet(engines, reason): a known gap on some engines")
+    config.addinivalue_line(
+        "markers",
+        "notyet(engines, raises=Exception, reason=...): a known gap on some engines, failing "
+        "there with exactly that exception",
+    )
     config.addinivalue_line(
         "markers", "cluster: also run this engine-parametrized test on the cluster engines"
     )
@@ -74,11 +83,9 @@ def _isolated_home(tmp_path, monkeypatch):
 @pytest.fixture(params=ENGINE_PARAMS)
 def engine(request):
     name = request.param
-    marker = request.node.get_closest_marker("notyet")
-    if marker and (
-        name in marker.args[0] or ("spark" in marker.args[0] and name in CLUSTER_ENGINES)
-    ):
-        pytest.xfail(f"not yet on {name}: {marker.args[1]}")
+    gap = notyet_xfail(request.node.get_closest_marker("notyet"), name)
+    if gap is not None:
+        request.node.add_marker(gap)
     if name == "spark":
         request.getfixturevalue("spark_session")
     elif name == "spark-cluster":

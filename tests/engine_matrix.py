@@ -2,23 +2,63 @@
 
 from __future__ import annotations
 
+import pytest
+
 import restream_kit as rk
+from restream_kit.engines import engine_names
 
 __all__ = [
     "ENGINE_PARAMS",
     "CLUSTER_ENGINES",
+    "engine_of_param",
+    "notyet_xfail",
     "assert_same_result",
     "assert_ran_as_planned",
     "rows_of",
 ]
 
-#: Every engine the suite covers. Add an engine here and every semantic test runs on it.
+#: Engines that need a cluster: they run tests/test_semantics.py and tests marked ``cluster``.
 #: ``spark-cluster`` is the Spark engine on a real standalone cluster (a master and a worker
 #: started for the test session), ``spark-connect`` the same over a real Spark Connect server.
-ENGINE_PARAMS = ["serial", "spark", "spark-cluster", "spark-connect"]
+CLUSTER_ENGINES = ("spark-cluster", "spark-connect") if "spark" in engine_names() else ()
 
-#: Engines that need a cluster: they run tests/test_semantics.py and tests marked ``cluster``.
-CLUSTER_ENGINES = ("spark-cluster", "spark-connect")
+#: Every engine the suite covers: every registered engine (the ``restream_kit.engines`` entry
+#: points, see ``restream_kit/engines/__init__.py``), then the Spark engine's cluster
+#: placements. Register an engine and every semantic test runs on it.
+ENGINE_PARAMS = [*engine_names(), *CLUSTER_ENGINES]
+
+
+def engine_of_param(param: str) -> str:
+    """The registered engine a matrix entry runs (``spark-cluster`` runs ``spark``)."""
+    return "spark" if param in CLUSTER_ENGINES else param
+
+
+def notyet_xfail(marker: pytest.Mark | None, param: str) -> pytest.MarkDecorator | None:
+    """The ``xfail`` a ``notyet`` marker puts on the matrix entry ``param``, or None.
+
+    ``@pytest.mark.notyet(["spark"], raises=SomeError, reason="...")`` says: on these engines
+    the test fails with exactly ``SomeError`` for now (as ibis' ``notyet`` names the
+    exception). The xfail is strict, so a test that starts passing fails until its marker
+    goes, and a test that fails with any other exception is a real failure. Naming ``spark``
+    covers its cluster placements too.
+    """
+    if marker is None:
+        return None
+    engines = marker.args[0] if marker.args else marker.kwargs.get("engines")
+    raises = marker.kwargs.get("raises")
+    reason = marker.kwargs.get("reason") or (marker.args[1] if len(marker.args) > 1 else None)
+    if isinstance(engines, str) or not engines:
+        raise TypeError("notyet: give the engines as a list, e.g. notyet(['spark'], ...)")
+    unknown = set(engines) - set(ENGINE_PARAMS)
+    if unknown:
+        raise TypeError(f"notyet: unknown engine(s) {sorted(unknown)}; known: {ENGINE_PARAMS}")
+    if not (isinstance(raises, type) and issubclass(raises, BaseException)):
+        raise TypeError("notyet: name the exception the gap raises, e.g. raises=EngineUnsupported")
+    if not reason:
+        raise TypeError("notyet: say why in reason=...")
+    if param not in engines and engine_of_param(param) not in engines:
+        return None
+    return pytest.mark.xfail(raises=raises, strict=True, reason=f"not yet on {param}: {reason}")
 
 
 def assert_same_result(got: rk.Result, want: rk.Result) -> None:

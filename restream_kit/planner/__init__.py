@@ -6,6 +6,11 @@ stages in topological order with their modes and partition keys, the static crit
 ``plan(program, log)`` adds the data critical path (``critical_path``): hot keys, each
 stage's heaviest chain and the predicted speedup. ``causal.longest_chain`` replays a log and
 measures the true longest read-after-write chain, against which the plan can be checked.
+
+May import: the program model, the compiler passes and the I/O modules of ``restream_kit``
+(``program``, ``log``, ``checks``, ``errors``...). Never the engines (the planner sits below
+them: engines read plans), ``api``, ``cli``, ``workbench``, ``magics``, the notebook layer or
+``pyspark``.
 """
 
 from __future__ import annotations

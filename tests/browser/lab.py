@@ -86,7 +86,7 @@ def require_chromium() -> Path:
     if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
         pytest.fail(
             f"{CHROMIUM} is missing: the browser tests drive Debian's Chromium. "
-            f"Install it with `{ENSURE_CHROMIUM}` (or `make setup`), "
+            f"Install it with `{ENSURE_CHROMIUM}` (`make test` runs it), "
             "or point RESTREAM_CHROMIUM at a Chromium executable.",
             pytrace=False,
         )

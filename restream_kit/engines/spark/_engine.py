@@ -390,7 +390,7 @@ class _Replay:
             # Said before the replay starts: a parallel engine running one task is news.
             import warnings
 
-            from ...api import RestreamWarning
+            from ...errors import RestreamWarning
 
             note = (
                 f"spark: the whole program ran in one task ({pp.reason}); the plan's stages "

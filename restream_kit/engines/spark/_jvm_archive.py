@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..._java import ensure_java_home
 
-__all__ = ["archive_path", "java_options", "build", "main"]
+__all__ = ["archive_path", "java_options", "build", "main", "training_inputs"]
 
 #: Keeps the JVM quiet about classes it cannot archive (signed jars, generated code) and about
 #: an archive it cannot use.
@@ -99,6 +99,14 @@ session.stop()
 """
 
 
+def training_inputs() -> tuple[Path, Path]:
+    """The program and log the archive is trained on: both ship inside the package, so an
+    installed wheel builds the archive as a checkout does."""
+    from ...samples import sample_data, sample_program
+
+    return sample_program("antispam"), sample_data("social_small")
+
+
 def build(*, force: bool = False, quiet: bool = False, timeout: float = 600) -> Path | None:
     """Make the archive unless it exists; return its path (None when it is turned off).
     Says what it made unless ``quiet``."""
@@ -109,9 +117,7 @@ def build(*, force: bool = False, quiet: bool = False, timeout: float = 600) -> 
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    root = Path(__file__).resolve().parents[3]
-    program = root / "examples" / "antispam.py"
-    log = root / "sample_data" / "social_small.parquet"
+    program, log = training_inputs()
     started = time.perf_counter()
     try:
         _train(tmp, program, log, timeout)
