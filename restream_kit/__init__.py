@@ -11,6 +11,7 @@ from .api import RestreamWarning, replay
 from .durations import days, hours, milliseconds, minutes, seconds
 from .errors import CheckError, HandlerError, LogError, OutputError, ProgramError, RestreamError
 from .log import Log
+from .params import param
 from .program import Program, emit, on, schedule
 from .result import Metrics, Result
 from .samples import sample_data
@@ -20,6 +21,9 @@ __all__ = [
     "on",
     "emit",
     "schedule",
+    "param",
+    "sweep",
+    "explain",
     "milliseconds",
     "seconds",
     "minutes",
@@ -57,6 +61,14 @@ def __getattr__(name: str):
         from .compare import diff
 
         return diff
+    if name == "sweep":
+        from .sweeps import sweep
+
+        return sweep
+    if name == "explain":
+        from .explanation import explain
+
+        return explain
     if name == "check_against_log":
         from .checks import check_against_log
 
