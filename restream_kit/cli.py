@@ -138,9 +138,46 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--no-record", action="store_true", help="do not record the run in the catalog"
     )
+    replay.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help='override a parameter declared with NAME = param("NAME", default); repeatable',
+    )
     _add_diff_parser(commands)
     _add_runs_parser(commands)
+    _add_sweep_parser(commands)
     return parser
+
+
+def _add_sweep_parser(commands) -> None:
+    sweep = commands.add_parser(
+        "sweep",
+        help="replay every combination of parameter values, in one scan of the log",
+        description="Replay PROGRAM once per combination of the --param values (a grid). "
+        "Handlers no swept parameter reaches run once for all variants; the others run per "
+        "variant, in the same scan. Each variant equals its own replay.",
+    )
+    sweep.add_argument("program", help="the program, a .py file")
+    sweep.add_argument(
+        "--log", action="append", required=True, metavar="LOG", help="as for replay; repeatable"
+    )
+    sweep.add_argument(
+        "--param",
+        action="append",
+        required=True,
+        metavar="NAME=V1,V2,...",
+        help="the values of one parameter to try; repeatable (the grid of all of them runs)",
+    )
+    sweep.add_argument(
+        "--engine", choices=ENGINES, default="serial", help="serial (default) or spark"
+    )
+    sweep.add_argument("--master", default=None, help="Spark master, as for replay")
+    sweep.add_argument(
+        "--out", default=None, metavar="DIR", help="write DIR/<NAME=V,...>/<table>.parquet"
+    )
+    sweep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
 def _add_runs_parser(commands) -> None:
@@ -254,6 +291,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise RestreamError("--start-epoch needs --start-from DIR")
     if args.on_error != "stop":
         options["on_error"] = args.on_error
+    if args.param:
+        options["params"] = _params_arg(args.param, many=False)
     partial = None
     if args.out:
         from ._cli_outputs import PartialOutputs
@@ -479,7 +518,63 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"replay": cmd_replay, "plan": cmd_plan, "diff": cmd_diff, "runs": cmd_runs}
+def _params_arg(items: list[str], many: bool) -> dict:
+    """``NAME=VALUE`` (or ``NAME=V1,V2`` when ``many``) options as a dict of parsed values."""
+    from .params import parse_value
+
+    out: dict = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name or not text.strip():
+            shape = "NAME=V1,V2,..." if many else "NAME=VALUE"
+            raise RestreamError(f"--param {item!r}: expected {shape}")
+        if name in out:
+            raise RestreamError(f"--param {name} is given twice")
+        out[name] = [parse_value(v) for v in text.split(",")] if many else parse_value(text)
+    return out
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """``restream sweep``: every variant of a grid of parameter values, in one scan."""
+    from .sweeps import sweep
+
+    values = _params_arg(args.param, many=True)
+    log = _log_arg(args.log)
+    options = {"master": args.master} if args.master else {}
+    result = sweep(_program_arg(args.program), log, engine=args.engine, **options, **values)
+    summary = result.summary()
+    if args.out:
+        written = result.write(args.out)
+        for variant in summary["variants"]:
+            label = ",".join(f"{k}={v}" for k, v in variant["params"].items())
+            variant["outputs"] = written[label]
+    if args.json:
+        print(json.dumps(summary, default=str))
+        return 0
+    how = "in one scan" if result.single_scan else "as separate replays"
+    print(
+        f"swept {len(result)} variants over {result.events:,} events {how} on {result.engine} "
+        f"in {result.wall_s:.2f} s"
+    )
+    print(f"  shared (ran once): {', '.join(result.shared_handlers) or 'none'}")
+    print(f"  per variant: {', '.join(result.variant_handlers) or 'none'}")
+    tables = sorted({t for v in summary["variants"] for t in v["tables"]})
+    for variant in summary["variants"]:
+        label = ", ".join(f"{k}={v}" for k, v in variant["params"].items())
+        counts = ", ".join(f"{t}: {variant['tables'].get(t, 0):,}" for t in tables) or "no rows"
+        where = f" -> {args.out}/{label.replace(', ', ',')}" if args.out else ""
+        print(f"  {label}: {counts}{where}")
+    return 0
+
+
+COMMANDS = {
+    "replay": cmd_replay,
+    "plan": cmd_plan,
+    "diff": cmd_diff,
+    "runs": cmd_runs,
+    "sweep": cmd_sweep,
+}
 
 
 if __name__ == "__main__":  # pragma: no cover
