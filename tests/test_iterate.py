@@ -230,3 +230,23 @@ def test_cli_sweep_prints_json_and_writes_each_variant(tmp_path, capsys):
                 "--no-record", "--quiet"]) == 0  # fmt: skip
     replayed = json.loads(capsys.readouterr().out)
     assert replayed["tables"] == rk.replay(ANTISPAM, SOCIAL, params={"ratio": 3}).metrics.rows
+
+
+def test_sweep_benchmark_quick_run(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "sweep.json"
+    command = [
+        sys.executable, "-m", "bench", "sweep", "--events", "20000", "--runs", "1",
+        "--log", str(tmp_path / "social_20000.parquet"), "--out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
+    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())
+    assert results["variants"] == 12 and results["variant_handlers"] == ["flag"]
+    assert len(set(results["spam_rows"].values())) > 1
+    assert re.search(r"ratio \d+\.\d+ \(target <= 3.0\)", proc.stdout), proc.stdout
