@@ -214,6 +214,28 @@ def _add_diff_parser(commands) -> None:
         metavar="N",
         help="rows or keys shown per kind of difference (text; --json lists all keys)",
     )
+    diff.add_argument(
+        "--explain",
+        default=None,
+        metavar="ROW",
+        help="explain one differing row, TABLE:LSN:SEQ:N as the diff prints it (TABLE:LSN for "
+        "a log event's first row): the handler and line that emitted it, the state it read in "
+        "both runs, and the earliest event where those values first differed",
+    )
+    diff.add_argument(
+        "--log",
+        action="append",
+        default=None,
+        metavar="LOG",
+        help="with --explain: the log both runs replayed (default: the catalog run's own log)",
+    )
+    diff.add_argument(
+        "--programs",
+        nargs=2,
+        default=None,
+        metavar=("A.py", "B.py"),
+        help="with --explain over --out directories: the programs that wrote A and B",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -398,6 +420,9 @@ def _diff_text(differences, samples: int) -> str:
 def cmd_diff(args: argparse.Namespace) -> int:
     from .compare import diff
 
+    if args.explain:
+        return _explain(args)
+
     a_label, a = _load_run(args.a)
     b_label, b = _load_run(args.b)
     differences = diff(a, b, by=args.by, labels=(a_label, b_label))
@@ -407,6 +432,29 @@ def cmd_diff(args: argparse.Namespace) -> int:
     else:
         print(_diff_text(differences, samples=args.samples))
     return 0 if differences.empty else 1
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """``restream diff A B --explain ROW``: the causal chain of one differing row."""
+    from pathlib import Path
+
+    from .explanation import explain
+
+    sides = list(args.programs or (args.a, args.b))
+    for side in sides:
+        if Path(side).is_dir():
+            raise RestreamError(
+                f"--explain: {side} is a directory of outputs; give the programs that wrote "
+                "them with --programs A.py B.py (and the log with --log)"
+            )
+    log = _log_arg(args.log) if args.log else None
+    labels = (args.a, args.b) if args.programs else None
+    explanation = explain(sides[0], sides[1], args.explain, log=log, labels=labels)
+    if args.json:
+        print(json.dumps(explanation.to_dict(), default=str))
+    else:
+        print(explanation.text())
+    return 1
 
 
 def _replay_text(summary: dict) -> str:

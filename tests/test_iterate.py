@@ -250,3 +250,80 @@ def test_sweep_benchmark_quick_run(tmp_path):
     assert results["variants"] == 12 and results["variant_handlers"] == ["flag"]
     assert len(set(results["spam_rows"].values())) > 1
     assert re.search(r"ratio \d+\.\d+ \(target <= 3.0\)", proc.stdout), proc.stdout
+
+
+# -- explain ------------------------------------------------------------------------------
+
+COUNT_V1 = """
+from restream_kit import emit, on, state
+seen = state.Counter()
+
+@on("message")
+def count(e):
+    seen[e.src] += 1
+
+@on("message")
+def flag(e):
+    if seen[e.src] == 3:
+        emit("third", src=e.src)
+"""
+#: v2 counts a message with email twice: a sender reaches 3 sooner.
+COUNT_V2 = COUNT_V1.replace("seen[e.src] += 1", "seen[e.src] += 2 if e.has_email else 1")
+
+
+def known_answer(row: dict):
+    """What explain must say, computed from the log with polars alone: the sender's first
+    message with email, and the count each version reads on the row's event."""
+    import polars as pl
+
+    log = rk.Log(SOCIAL)
+    events = pl.from_arrow(log.table).filter(
+        (pl.col("kind") == "message")
+        & (pl.col("src") == row["src"])
+        & (pl.col("lsn") <= row["lsn"])
+    )
+    first_email = events.filter(pl.col("has_email"))["lsn"][0]
+    v1 = events.height  # flag runs after count: it reads the count with this message
+    v2 = events.height + events.filter(pl.col("has_email")).height
+    return first_email, v1, v2
+
+
+def test_explain_names_the_emitter_the_reads_and_the_first_divergent_write():
+    d = rk.diff(rk.replay(COUNT_V2, SOCIAL), rk.replay(COUNT_V1, SOCIAL))
+    row = d.tables["third"].added.row(0, named=True)
+    ex = rk.explain(COUNT_V2, COUNT_V1, f"third:{row['lsn']}:{row['seq']}:0", log=SOCIAL,
+                    labels=("v2", "v1"))  # fmt: skip
+    first_email, v1_count, v2_count = known_answer(row)
+    assert (ex.side, ex.handler, ex.line, ex.fields) == ("a", "flag", 12, {"src": row["src"]})
+    assert not ex.other_has_row
+    (read,) = ex.reads
+    assert (read.state, read.key, read.line) == ("seen", row["src"], 11)
+    assert (read.value, read.baseline_value) == (3, v1_count) and v2_count == 3
+    first = read.first_difference
+    assert first.lsn == first_email and first.seq == 0
+    assert [(w.handler, w.line) for w in first.writes] == [("count", 7)]
+    assert first.value == first.baseline_value + 1
+    text = ex.text()
+    assert f"row third:{row['lsn']}:0:0 is in v2, not in v1" in text
+    assert f"first differed after lsn {first_email}" in text
+    assert ex.to_dict()["reads"][0]["first_difference"]["lsn"] == first_email
+
+
+def test_explain_a_removed_row_and_from_the_command_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RESTREAM_HOME", str(tmp_path / ".restream"))
+    (tmp_path / "v1.py").write_text(COUNT_V1)
+    (tmp_path / "v2.py").write_text(COUNT_V2)
+    for name in ("v1", "v2"):
+        argv = ["replay", str(tmp_path / f"{name}.py"), "--log", SOCIAL, "--name", name]
+        assert cli([*argv, "--quiet", "--json"]) == 0
+    capsys.readouterr()
+    d = rk.diff(rk.replay(COUNT_V2, SOCIAL), rk.replay(COUNT_V1, SOCIAL))
+    row = d.tables["third"].removed.row(0, named=True)
+    assert cli(["diff", "v2", "v1", "--explain", f"third:{row['lsn']}", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    first_email, _, _ = known_answer(row)
+    assert out["emitted_by"]["handler"] == "flag" and out["emitted_by"]["run"].startswith("v1")
+    assert out["reads"][0]["value"] == 3 and out["reads"][0]["other_value"] > 3
+    assert out["reads"][0]["first_difference"]["lsn"] == first_email
+    assert cli(["diff", "v2", "v1", "--explain", "third:x"]) == 2
+    assert "expected TABLE:LSN:SEQ:N" in capsys.readouterr().err
