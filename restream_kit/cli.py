@@ -590,7 +590,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     values = _params_arg(args.param, many=True)
     log = _log_arg(args.log)
     options = {"master": args.master} if args.master else {}
-    result = sweep(_program_arg(args.program), log, engine=args.engine, **options, **values)
+    result = sweep(_program_arg(args.program), log, engine=args.engine, options=options, **values)
     summary = result.summary()
     if args.out:
         written = result.write(args.out)

@@ -351,13 +351,15 @@ def sweep(
     *,
     engine: str = "serial",
     params: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
     **values: Sequence[Any],
 ) -> Sweep:
     """Replay every combination of the parameter values given (a grid), in one scan.
 
     ``sweep(program, log, ratio=[1.5, 2, 3], share=[0.1, 0.2])`` gives 6 variants; each
     variant's result equals ``replay(program, log, params={...})``. ``params`` fixes other
-    parameters for every variant. When a handler that varies schedules events, the variants
+    parameters for every variant; ``options`` go to the engine (``{"master": "local[2]"}``),
+    apart from the values, whose names are the program's. When a handler that varies schedules events, the variants
     run as separate replays (``Sweep.single_scan`` False, and a warning says why).
     """
     from .api import check_against_log, replay, warn_findings
@@ -375,7 +377,10 @@ def sweep(
     schedulers = _schedules(program, variant)
     started = time.perf_counter()
     if schedulers or not variants:
-        results = [replay(program, log, engine=engine, params=v, check=False) for v in variants]
+        results = [
+            replay(program, log, engine=engine, params=v, check=False, **(options or {}))
+            for v in variants
+        ]
         if schedulers:
             notes.append(
                 f"the variants ran as {len(variants)} separate replays: handler "
@@ -394,7 +399,7 @@ def sweep(
             notes,
         )
     rewritten = sweep_program(program, variants)
-    combined = replay(rewritten.program, log, engine=engine, check=False)
+    combined = replay(rewritten.program, log, engine=engine, check=False, **(options or {}))
     wall = time.perf_counter() - started
     schemas = emit_schemas(program, log)
     out = [Variant(v, _split(combined, i, states, schemas, notes)) for i, v in enumerate(variants)]

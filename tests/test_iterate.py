@@ -327,3 +327,35 @@ def test_explain_a_removed_row_and_from_the_command_line(tmp_path, capsys, monke
     assert out["reads"][0]["first_difference"]["lsn"] == first_email
     assert cli(["diff", "v2", "v1", "--explain", "third:x"]) == 2
     assert "expected TABLE:LSN:SEQ:N" in capsys.readouterr().err
+
+
+# -- stage identities and the reuse decision ------------------------------------------------
+
+
+def test_stage_identities_decide_what_an_edit_lets_a_re_replay_reuse():
+    from restream_kit.identity import decide, stage_identities
+
+    base = rk.Program.from_source(ANTISPAM, name="v1")
+    recorded = stage_identities(base)
+    assert len(set(recorded.values())) == len(recorded) == 4
+
+    def decision(source, **kw):
+        d = decide(rk.Program.from_source(source, name="v2"), recorded, **kw)
+        return set(d.reused_stages), set(d.rerun_stages)
+
+    # The final threshold: only flag re-runs.
+    threshold = ANTISPAM.replace('"ratio", 2.0', '"ratio", 3.0')
+    assert decision(threshold) == ({"befriend", "tally_sender", "tally_ip"}, {"flag"})
+    # A comment and blank lines move every line: nothing changes.
+    moved = ANTISPAM.replace('\n\n@on("friendship")', '\n# a note\n\n\n@on("friendship")')
+    assert decision(moved) == ({"befriend", "tally_sender", "tally_ip", "flag"}, set())
+    # An upstream edit re-runs it and everything downstream.
+    upstream = ANTISPAM.replace("ip_msgs[e.ip] += 1", "ip_msgs[e.ip] += 2")
+    assert decision(upstream) == ({"befriend", "tally_sender"}, {"tally_ip", "flag"})
+    # A new handler that also writes ip_emails: tally_ip must re-run with it (shared state).
+    added = ANTISPAM + '\n\n@on("friendship")\ndef bonus(e):\n    ip_emails[e.src] += 1\n'
+    reused, rerun = decision(added)
+    assert {"bonus", "tally_ip", "flag"} <= rerun and "tally_ip" not in reused
+    # Another log: nothing can be reused, and the decision says so.
+    other = decide(rk.Program.from_source(threshold, name="v2"), recorded, same_log=False)
+    assert other.full and "another log" in other.reason
