@@ -339,6 +339,15 @@ def _reject_module_uses(program: Program, variables: Mapping[str, str]) -> None:
                 )
 
 
+def _dump(tree: ast.AST) -> str:
+    return ast.dump(tree, include_attributes=False)
+
+
+def astuple_rest(sp: SweepProgram) -> tuple:
+    """Every field of ``sp`` but its program."""
+    return sp.shared_handlers, sp.variant_handlers, sp.variant_states, sp.variant_tables
+
+
 def _schedules(program: Program, handlers: set[str]) -> list[str]:
     from .planner._analysis import analyse
 
@@ -375,12 +384,20 @@ def sweep(
     notes = warn_findings(check_against_log(program, log))
     variant, states, _out = partition(program, list(values))
     schedulers = _schedules(program, variant)
+    # Spark workers rebuild a program from its source text: the sweep program must have its
+    # own, and windows would be expanded twice from it.
+    windows = engine != "serial" and _dump(ast.parse(program.source)) != _dump(program.module_ast)
     started = time.perf_counter()
-    if schedulers or not variants:
+    if schedulers or windows or not variants:
         results = [
             replay(program, log, engine=engine, params=v, check=False, **(options or {}))
             for v in variants
         ]
+        if windows and not schedulers:
+            notes.append(
+                f"the variants ran as {len(variants)} separate replays on {engine}: a sweep "
+                "of a program with window declarations runs in one scan on the serial engine only"
+            )
         if schedulers:
             notes.append(
                 f"the variants ran as {len(variants)} separate replays: handler "
@@ -399,6 +416,10 @@ def sweep(
             notes,
         )
     rewritten = sweep_program(program, variants)
+    if engine != "serial":
+        text = ast.unparse(rewritten.program.module_ast) + "\n"
+        sweep_prog = Program(text, f"{program.filename} [sweep]", program.name)
+        rewritten = SweepProgram(sweep_prog, *astuple_rest(rewritten))
     combined = replay(rewritten.program, log, engine=engine, check=False, **(options or {}))
     wall = time.perf_counter() - started
     schemas = emit_schemas(program, log)
@@ -406,7 +427,8 @@ def sweep(
     if engine != "serial":
         notes.append(
             f"the {engine} engine replayed one program holding every variant (one plan, one "
-            "scan of the log); its stage timings cover all variants together"
+            "scan of the log; each variant's handlers are stages of their own); an error in a "
+            "variant's handler names a line of the generated sweep program"
         )
     return Sweep(
         out,

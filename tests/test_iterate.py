@@ -359,3 +359,15 @@ def test_stage_identities_decide_what_an_edit_lets_a_re_replay_reuse():
     # Another log: nothing can be reused, and the decision says so.
     other = decide(rk.Program.from_source(threshold, name="v2"), recorded, same_log=False)
     assert other.full and "another log" in other.reason
+
+
+def test_a_spark_sweep_is_one_replay_of_the_sweep_program_and_equals_serial_replays(
+    spark_session,
+):
+    result = rk.sweep(
+        ANTISPAM, SOCIAL, engine="spark", options={"partitions": 2}, ratio=[1.5, 3], share=[0.1]
+    )
+    assert result.single_scan and "one scan of the log" in result.warnings[-1]
+    assert {"flag__v0", "flag__v1"} <= set(result[0].result.metrics.path)
+    for v in result:
+        assert_same(v.result, rk.replay(ANTISPAM, SOCIAL, params=v.params))
