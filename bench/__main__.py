@@ -20,6 +20,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.spark_vs_serial",
         "Spark engine local[2] vs serial engine, 10M-event anti-spam log, whole processes",
     ),
+    "sweep": (
+        "bench.sweep_bench",
+        "12 variants of the anti-spam thresholds in one sweep vs one replay, serial engine",
+    ),
     "spark-rules": (
         "bench.spark_rules",
         "Spark engine vs serial on anti-spam, ordinary Python, windows, EWMA: warm and cold",

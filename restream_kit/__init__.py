@@ -27,6 +27,7 @@ from .api import RestreamWarning, replay
 from .durations import days, hours, milliseconds, minutes, seconds
 from .errors import CheckError, HandlerError, LogError, OutputError, ProgramError, RestreamError
 from .log import Log
+from .params import param
 from .program import Program, emit, on, schedule
 from .result import Metrics, Result
 from .samples import sample_data
@@ -36,6 +37,9 @@ __all__ = [
     "on",
     "emit",
     "schedule",
+    "param",
+    "sweep",
+    "explain",
     "milliseconds",
     "seconds",
     "minutes",
@@ -73,6 +77,14 @@ def __getattr__(name: str):
         from .compare import diff
 
         return diff
+    if name == "sweep":
+        from .sweeps import sweep
+
+        return sweep
+    if name == "explain":
+        from .explanation import explain
+
+        return explain
     if name == "check_against_log":
         from .checks import check_against_log
 

@@ -61,6 +61,7 @@ def replay(
     observer: Observer | None = None,
     on_error: str = "stop",
     check: bool = True,
+    params: dict[str, Any] | None = None,
     **options: Any,
 ) -> Result:
     """Replay ``log`` through ``program`` on ``engine`` (``restream_kit.engines.engine_names()``:
@@ -87,6 +88,9 @@ def replay(
     :class:`RestreamWarning` at the handler's line. ``check=False`` skips this, for callers
     that ran the check themselves (so that its warnings are shown once).
 
+    ``params`` overrides the defaults of the program's parameters (``x = param("x", 2.0)``):
+    the program replayed is the one whose text has those defaults (see ``docs/iterate.md``).
+
     Raises :class:`restream_kit.errors.RestreamError` on bad input, and
     :class:`~restream_kit.engines.EngineUnsupported` when the engine's ``supports``
     refuses the replay.
@@ -94,6 +98,10 @@ def replay(
     on_error = check_on_error(on_error)
     runner = get_engine(engine)
     program = Program.load(program)
+    if params:
+        from .params import with_params
+
+        program = with_params(program, params)
     log = log if isinstance(log, Log) else Log(log)
     # Mistakes the log reveals come before any event is replayed and before Spark starts.
     notes = warn_findings(check_against_log(program, log)) if check else []

@@ -138,9 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--no-record", action="store_true", help="do not record the run in the catalog"
     )
+    replay.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help='override a parameter declared with NAME = param("NAME", default); repeatable',
+    )
     _add_diff_parser(commands)
     _add_runs_parser(commands)
     _add_bench_parser(commands)
+    _add_sweep_parser(commands)
     return parser
 
 
@@ -169,6 +177,39 @@ def _add_bench_parser(commands) -> None:
         help="checkout: the benchmarks to run (all by default); every argument after bench, "
         "options included, goes to python -m bench (restream bench --list)",
     )
+
+
+def _add_sweep_parser(commands) -> None:
+    sweep = commands.add_parser(
+        "sweep",
+        help="replay every combination of parameter values, in one scan of the log",
+        description="Replay PROGRAM once per combination of the --param values (a grid). "
+        "Handlers no swept parameter reaches run once for all variants; the others run per "
+        "variant, in the same scan. Each variant equals its own replay.",
+    )
+    sweep.add_argument("program", help="the program, a .py file")
+    sweep.add_argument(
+        "--log", action="append", required=True, metavar="LOG", help="as for replay; repeatable"
+    )
+    sweep.add_argument(
+        "--param",
+        action="append",
+        required=True,
+        metavar="NAME=V1,V2,...",
+        help="the values of one parameter to try; repeatable (the grid of all of them runs)",
+    )
+    sweep.add_argument(
+        "--engine",
+        choices=tuple(engines()),
+        default="serial",
+        help="; ".join(f"{name}: {e.description}" for name, e in engines().items())
+        + " (default serial)",
+    )
+    sweep.add_argument("--master", default=None, help="Spark master, as for replay")
+    sweep.add_argument(
+        "--out", default=None, metavar="DIR", help="write DIR/<NAME=V,...>/<table>.parquet"
+    )
+    sweep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
 def _add_runs_parser(commands) -> None:
@@ -204,6 +245,28 @@ def _add_diff_parser(commands) -> None:
         default=3,
         metavar="N",
         help="rows or keys shown per kind of difference (text; --json lists all keys)",
+    )
+    diff.add_argument(
+        "--explain",
+        default=None,
+        metavar="ROW",
+        help="explain one differing row, TABLE:LSN:SEQ:N as the diff prints it (TABLE:LSN for "
+        "a log event's first row): the handler and line that emitted it, the state it read in "
+        "both runs, and the earliest event where those values first differed",
+    )
+    diff.add_argument(
+        "--log",
+        action="append",
+        default=None,
+        metavar="LOG",
+        help="with --explain: the log both runs replayed (default: the catalog run's own log)",
+    )
+    diff.add_argument(
+        "--programs",
+        nargs=2,
+        default=None,
+        metavar=("A.py", "B.py"),
+        help="with --explain over --out directories: the programs that wrote A and B",
     )
 
 
@@ -288,6 +351,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise RestreamError("--start-epoch needs --start-from DIR")
     if args.on_error != "stop":
         options["on_error"] = args.on_error
+    if args.param:
+        options["params"] = _params_arg(args.param, many=False)
     partial = None
     if args.out:
         from ._cli_outputs import PartialOutputs
@@ -393,6 +458,9 @@ def _diff_text(differences, samples: int) -> str:
 def cmd_diff(args: argparse.Namespace) -> int:
     from .compare import diff
 
+    if args.explain:
+        return _explain(args)
+
     a_label, a = _load_run(args.a)
     b_label, b = _load_run(args.b)
     differences = diff(a, b, by=args.by, labels=(a_label, b_label))
@@ -402,6 +470,29 @@ def cmd_diff(args: argparse.Namespace) -> int:
     else:
         print(_diff_text(differences, samples=args.samples))
     return 0 if differences.empty else 1
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """``restream diff A B --explain ROW``: the causal chain of one differing row."""
+    from pathlib import Path
+
+    from .explanation import explain
+
+    sides = list(args.programs or (args.a, args.b))
+    for side in sides:
+        if Path(side).is_dir():
+            raise RestreamError(
+                f"--explain: {side} is a directory of outputs; give the programs that wrote "
+                "them with --programs A.py B.py (and the log with --log)"
+            )
+    log = _log_arg(args.log) if args.log else None
+    labels = (args.a, args.b) if args.programs else None
+    explanation = explain(sides[0], sides[1], args.explain, log=log, labels=labels)
+    if args.json:
+        print(json.dumps(explanation.to_dict(), default=str))
+    else:
+        print(explanation.text())
+    return 1
 
 
 def _replay_text(summary: dict) -> str:
@@ -529,12 +620,63 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_builtin(args.runs, args.json)
 
 
+def _params_arg(items: list[str], many: bool) -> dict:
+    """``NAME=VALUE`` (or ``NAME=V1,V2`` when ``many``) options as a dict of parsed values."""
+    from .params import parse_value
+
+    out: dict = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name or not text.strip():
+            shape = "NAME=V1,V2,..." if many else "NAME=VALUE"
+            raise RestreamError(f"--param {item!r}: expected {shape}")
+        if name in out:
+            raise RestreamError(f"--param {name} is given twice")
+        out[name] = [parse_value(v) for v in text.split(",")] if many else parse_value(text)
+    return out
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """``restream sweep``: every variant of a grid of parameter values, in one scan."""
+    from .sweeps import sweep
+
+    values = _params_arg(args.param, many=True)
+    log = _log_arg(args.log)
+    options = {"master": args.master} if args.master else {}
+    result = sweep(_program_arg(args.program), log, engine=args.engine, options=options, **values)
+    summary = result.summary()
+    if args.out:
+        written = result.write(args.out)
+        for variant in summary["variants"]:
+            label = ",".join(f"{k}={v}" for k, v in variant["params"].items())
+            variant["outputs"] = written[label]
+    if args.json:
+        print(json.dumps(summary, default=str))
+        return 0
+    how = "in one scan" if result.single_scan else "as separate replays"
+    print(
+        f"swept {len(result)} variants over {result.events:,} events {how} on {result.engine} "
+        f"in {result.wall_s:.2f} s"
+    )
+    print(f"  shared (ran once): {', '.join(result.shared_handlers) or 'none'}")
+    print(f"  per variant: {', '.join(result.variant_handlers) or 'none'}")
+    tables = sorted({t for v in summary["variants"] for t in v["tables"]})
+    for variant in summary["variants"]:
+        label = ", ".join(f"{k}={v}" for k, v in variant["params"].items())
+        counts = ", ".join(f"{t}: {variant['tables'].get(t, 0):,}" for t in tables) or "no rows"
+        where = f" -> {args.out}/{label.replace(', ', ',')}" if args.out else ""
+        print(f"  {label}: {counts}{where}")
+    return 0
+
+
 COMMANDS = {
     "replay": cmd_replay,
     "plan": cmd_plan,
     "diff": cmd_diff,
     "runs": cmd_runs,
     "bench": cmd_bench,
+    "sweep": cmd_sweep,
 }
 
 

@@ -66,13 +66,17 @@ class Handler:
 class Program:
     """A loaded program. Build one with :meth:`from_file` or :meth:`from_source`."""
 
-    def __init__(self, source: str, filename: str, name: str):
+    def __init__(
+        self, source: str, filename: str, name: str, *, module_ast: ast.Module | None = None
+    ):
+        """``module_ast``: run this module instead of ``source``'s (a sweep's rewritten
+        program, whose lines are still those of ``source``)."""
         self.source = source
         self.filename = filename
         self.name = name
         self.sha256 = hashlib.sha256(source.encode()).hexdigest()
         try:
-            self.module_ast = ast.parse(source, filename=filename)
+            self.module_ast = module_ast or ast.parse(source, filename=filename)
         except SyntaxError as exc:
             raise ProgramError(
                 f"syntax error: {exc.msg}", filename=filename, lineno=exc.lineno
@@ -83,7 +87,8 @@ class Program:
         # Window declarations (restream_kit.windows) become plain code: run the expanded module.
         from ._windows_expand import expand
 
-        expanded = expand(self.module_ast, namespace, filename)
+        # A given module_ast is a program's module as loaded: its windows are expanded.
+        expanded = None if module_ast is not None else expand(self.module_ast, namespace, filename)
         if expanded is not None:
             self.module_ast = expanded
             namespace = self._execute()
@@ -96,6 +101,10 @@ class Program:
                 self.states[var] = value
         self.handlers: tuple[Handler, ...] = self._collect_handlers(namespace)
         self.namespace_names = frozenset(namespace)
+        from .params import declared
+
+        #: The parameters the program declares (``x = param("x", 2.0)``), by name.
+        self.params = declared(self.module_ast, namespace, filename)
         self._check_writes(namespace)
         from ._compile import check  # the compiler imports this module
 

@@ -318,6 +318,9 @@ class Plan:
     critical_path: tuple[str, ...]
     warnings: tuple[PlanWarning, ...]
     data: DataPath | None = field(default=None, compare=False)
+    #: Per parameter (``x = param("x", 2.0)``), the handlers that name it, directly or
+    #: through helpers; handlers downstream of those depend on it through state.
+    params: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def handler(self, name: str) -> HandlerInfo:
         for h in self.handlers:
@@ -367,6 +370,8 @@ class Plan:
             "warnings": [w.to_dict() for w in self.warnings],
             "data": self.data.to_dict() if self.data else None,
         }
+        if self.params:  # only programs with parameters have the key (golden plans stay)
+            out["params"] = {name: list(handlers) for name, handlers in self.params}
         if self.data is not None:
             out["hot_keys"] = {
                 s.stage: [list(k) for k in s.hot_keys] for s in self.data.per_stage if s.hot_keys
@@ -539,8 +544,15 @@ def build_plan(
         stages=stages_t,
         critical_path=(),
         warnings=tuple(unique),
+        params=_param_reach(program),
     )
     return replace(plan, critical_path=static_critical_path(plan))
+
+
+def _param_reach(program: Program) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    from ..params import reach
+
+    return tuple(reach(program).items())
 
 
 def _stage(
