@@ -1,5 +1,5 @@
 """The command line has the commands the README promises, and ``--help`` lists exactly those:
-``plan``, ``replay``, ``diff``, ``runs`` and ``bench`` (``restream_kit/cli.py``)."""
+``plan``, ``replay``, ``diff``, ``runs``, ``sweep`` and ``bench`` (``restream_kit/cli.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 from restream_kit.cli import COMMANDS, build_parser
 
-PROMISED = {"plan", "replay", "diff", "runs", "bench"}
+PROMISED = {"plan", "replay", "diff", "runs", "sweep", "bench"}
 
 
 def restream(*args: str, cwd=None) -> subprocess.CompletedProcess:
