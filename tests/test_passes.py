@@ -103,6 +103,13 @@ def test_what_the_passes_cannot_split_runs_as_one_pass_and_says_why():
     assert only.partition == SINGLE and only.describe(4).startswith("sequential in one task")
 
 
+def test_a_stage_partitioned_by_an_element_of_its_keys_is_one_parallel_pass():
+    pp = passes_of("examples/plans/tumbling_window.py")
+    assert pp.reason is None
+    (only,) = pp.passes
+    assert only.partition == "e.symbol" and set(only.homes) == {"volume", "is_open"}
+
+
 # -- on Spark ------------------------------------------------------------------------------
 
 
@@ -305,3 +312,21 @@ def test_forwarded_events_equal_the_serial_engine(case, spark_session):
     got = rk.replay(program, the_log, engine="spark", partitions=2, path="passes")
     assert_same_result(got, rk.replay(program, the_log))
     assert_ran_as_planned(program, got)
+
+
+@pytest.mark.spark
+def test_windows_keyed_by_a_tuple_run_in_parallel_by_its_element(spark_session):
+    """Tumbling windows keyed (symbol, window end), closed by scheduled events: the stage
+    is partitioned by the symbol, and the closes reach the partition of their symbol."""
+    p = program("examples/plans/tumbling_window.py")
+    trades = [
+        {"ts": 1_000 * i + (i * 7919) % 997, "kind": "trade", "symbol": f"S{i % 7}", "qty": i % 13}
+        for i in range(4000)
+    ]
+    log = rk.Log(trades)
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, rk.replay(p, log))
+    assert_ran_as_planned(p, got)
+    (what,) = set(got.metrics.path.values())
+    assert what.startswith("parallel over 3 partitions by e.symbol"), what
+    assert int(what.rsplit("(", 1)[1].split()[0]) >= 2, what

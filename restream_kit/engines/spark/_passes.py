@@ -158,9 +158,11 @@ def _plan(program: Program, plan) -> PassPlan:
         if stage.mode == "sequential":
             d["partition"], d["reason"] = SINGLE, stage.reason
         elif stage.mode == "partitioned":
-            if stage.reason and "element" in stage.reason:
-                raise _Unsplit(f"stage {stage.name} is partitioned by an element of its keys")
             d["partition"] = stage.partition_key
+            # Partitioned by an element common to every key of its own state (the symbol of
+            # (symbol, window end)): equal keys have equal elements, so the stage holds its
+            # own state whole per partition, though no access uses the element as its key.
+            d["element"] = bool(stage.reason and "element" in stage.reason)
         else:
             keys = {k for a, k in writes}
             one = len(keys) == 1 and all(a.event_key or k == "()" for a, k in writes)
@@ -171,7 +173,7 @@ def _plan(program: Program, plan) -> PassPlan:
 
     def holds(i: int, state: str) -> bool:
         d = drafts[i]
-        if d["partition"] == SINGLE:
+        if d["partition"] == SINGLE or d.get("element"):
             return True
         return all(k == d["partition"] for _h, a, k in accesses(d) if a.state == state)
 
