@@ -77,6 +77,7 @@ def compile_program(
     extra_globals: dict[str, Any] | None = None,
     guarded: bool = False,
     only: Sequence[str] | None = None,
+    transform: Callable[[ast.Module], ast.Module] | None = None,
 ) -> CompiledProgram:
     """Rewrite and execute ``program`` against ``runtime``, with ``stores`` (fresh when None).
 
@@ -85,6 +86,8 @@ def compile_program(
     (``guarded``: the runner that rolls back handler runs that raise, see ``_inline``).
     """
     tree = _rewrite(program)
+    if transform is not None:  # a re-replay serves some reads from a history (``reuse``)
+        tree = transform(tree)
     dispatch = None
     if columns is not None:
         # ``only``: the runner dispatches to these handlers alone (a Spark pass runs a stage).
