@@ -97,7 +97,7 @@ def replay_reusing(
     plan = make_plan(program, allow_nondeterminism=True)
     try:
         _check_usable(program, log, label, hist, options or {})
-        decision = decide(program, hist.identities, plan=plan)
+        decision = _decide(program, hist, plan)
         if decision.full:
             raise CannotReuse(decision.reason)
         result = _rereplay(program, log, recorded, hist, decision, plan, observer, history)
@@ -121,6 +121,32 @@ def replay_reusing(
         "reuse_reason": None,
     }
     return result
+
+
+def _decide(program: Program, hist: History, plan):
+    """:func:`identity.decide`, re-running also the writers of a state whose recorded values
+    include writes of a handler that is not reused (removed or changed): a write's recorded
+    value after it holds their part too."""
+    from .identity import decide
+
+    writers = {
+        state: set(pc.unique(table.column("handler")).to_pylist())
+        for state, table in hist.writes.items()
+    }
+    stages = {s.name: s for s in plan.stages}
+    force: set[str] = set()
+    while True:
+        decision = decide(program, hist.identities, plan=plan, force=force)
+        reused = {h for s in decision.reused_stages for h in stages[s].handlers}
+        more = set()
+        for name in decision.reused_stages:
+            for h in stages[name].handlers:
+                for access in plan.handler(h).writes:
+                    if writers.get(access.state, set()) - reused:
+                        more.add(name)
+        if not more:
+            return decision
+        force |= more
 
 
 def _check_usable(program: Program, log: Log, label: str, hist, options: dict) -> None:
@@ -364,7 +390,10 @@ def _serve(site, keys, hist, writes_at, run_pos, default) -> list:
     where = f"handler {site.handler} (line {site.lineno}) reads {site.state!r}"
     reads = pl.DataFrame({"key": _key_series(keys, enc["key"], where), "pos": run_pos})
     writes = writes.select("key", "pos", "value", "deleted")
-    joined = reads.join_asof(writes, on="pos", by="key", strategy="backward")
+    # Both sides are sorted by pos (reads in log order; writes sorted above).
+    joined = reads.join_asof(
+        writes, on="pos", by="key", strategy="backward", check_sortedness=False
+    )
     found = joined.get_column("deleted").fill_null(True).not_().to_list()
     vals = decode_column(joined.get_column("value").to_list(), enc["value"])
     return [v if ok else missing for v, ok in zip(vals, found, strict=True)]
