@@ -90,7 +90,6 @@ def replay_reusing(
 
     ``full_replay(history=...)`` replays in full, for when nothing can be reused.
     """
-    from .identity import decide
     from .planner import plan as make_plan
 
     label, recorded, hist = resolve_run(run, log)

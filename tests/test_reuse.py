@@ -140,8 +140,7 @@ def servable(spec: ProgramSpec) -> ProgramSpec:
     handlers = []
     for h in spec.handlers:
         ops = tuple(
-            op if op.what in SERVABLE else dataclasses.replace(op, what="cond_emit")
-            for op in h.ops
+            op if op.what in SERVABLE else dataclasses.replace(op, what="cond_emit") for op in h.ops
         )
         handlers.append(HandlerSpec(h.name, h.kinds, ops))
     return ProgramSpec(spec.states, tuple(handlers))
