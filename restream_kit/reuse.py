@@ -21,6 +21,7 @@ import ast
 import copy
 import itertools
 import time
+from itertools import repeat
 from typing import Any
 
 import polars as pl
@@ -393,9 +394,17 @@ def _serve(site, keys, hist, writes_at, run_pos, default) -> list:
     joined = reads.join_asof(
         writes, on="pos", by="key", strategy="backward", check_sortedness=False
     )
-    found = joined.get_column("deleted").fill_null(True).not_().to_list()
-    vals = decode_column(joined.get_column("value").to_list(), enc["value"])
-    return [v if ok else missing for v, ok in zip(vals, found, strict=True)]
+    found = joined.get_column("deleted").fill_null(True).not_()
+    value = joined.get_column("value")
+    if enc["value"] == {int: "int64", float: "double", str: "string"}.get(type(missing)):
+        # The default has the values' own type: polars fills it in, no Python loop.
+        return (
+            joined.select(pl.when(found).then(value).otherwise(pl.lit(missing)))
+            .to_series()
+            .to_list()
+        )
+    vals = decode_column(value.to_list(), enc["value"])
+    return [v if ok else missing for v, ok in zip(vals, found.to_list(), strict=True)]
 
 
 def _positioned_writes(hist, states, reused_handlers, positions, log_index, width):
@@ -417,18 +426,6 @@ def _positioned_writes(hist, states, reused_handlers, positions, log_index, widt
         frame = frame.sort(["pos", "op"]).unique(["key", "pos"], keep="last", maintain_order=True)
         out[state] = frame
     return out
-
-
-def _final_state(hist: History, frame: pl.DataFrame | None, state: str) -> dict:
-    """The value of every key after the last write of the reused handlers."""
-    if frame is None or frame.height == 0:
-        return {}
-    last = frame.sort(["pos", "op"]).unique(["key"], keep="last", maintain_order=True)
-    last = last.filter(~pl.col("deleted"))
-    enc = hist.encodings[state]
-    keys = decode_column(last.get_column("key").to_list(), enc["key"])
-    vals = decode_column(last.get_column("value").to_list(), enc["value"])
-    return dict(zip(keys, vals, strict=True))
 
 
 # -- the re-replay -----------------------------------------------------------------------
@@ -475,7 +472,7 @@ def _rereplay(program, log, recorded, hist, decision, plan, observer, history) -
     index = pa.array(range(table.num_rows), pa.int64())
     log_index = pl.DataFrame({"lsn": table.column("lsn"), "idx": index})
     writes_at = _positioned_writes(
-        hist, reused_states, reused_handlers, positions, log_index, width
+        hist, {site.state for site in serve.sites}, reused_handlers, positions, log_index, width
     )
     make = log.event_type()
     for handler in {s.handler for s in serve.sites}:
@@ -494,9 +491,15 @@ def _rereplay(program, log, recorded, hist, decision, plan, observer, history) -
     notify(ReplayStarted("serial", total, 1, ("serial",), log.span_ms))
     notify(EpochStarted(0, total))
     named = compiled.needs_named_events
+    wanted = _columns_read(program, rerun_handlers, log.columns) if not named else None
     try:
         for batch in selected.to_batches(max_chunksize=65_536):
-            rows = zip(*(col.to_pylist() for col in batch.columns))
+            rows = zip(
+                *(
+                    col.to_pylist() if wanted is None or i in wanted else repeat(None)
+                    for i, col in enumerate(batch.columns)
+                )
+            )
             compiled.run_batch(
                 list(map(lambda r: tuple.__new__(make, r), rows)) if named else list(rows)
             )
@@ -508,10 +511,12 @@ def _rereplay(program, log, recorded, hist, decision, plan, observer, history) -
     state = {}
     for name in program.states:
         if name in reused_states:
-            state[name] = _final_state(hist, writes_at.get(name), name)
+            # _decide made sure every recorded writer of this state is reused: its recorded
+            # final values are the ones a full replay ends with.
+            state[name] = dict(recorded.state.get(name, {}))
         else:
             state[name] = dict(stores[name]) if history else stores[name]
-    check_state(state)
+    check_state({n: d for n, d in state.items() if n not in reused_states})  # others were
     wall = time.perf_counter() - started
     notify(Progress(total, total, wall))
     notify(EpochFinished(0, total, wall, {}, None))
@@ -529,6 +534,18 @@ def _rereplay(program, log, recorded, hist, decision, plan, observer, history) -
     if history:
         result.history = _combined_history(program, log, hist, writes, reused_states)
     return result
+
+
+def _columns_read(program: Program, handlers: list[str], columns: list[str]) -> set[int]:
+    """Positions of the log columns the re-run handlers name (``e.col``), and lsn, ts, kind.
+
+    Other columns of the events they get stay None: the inlined loop reads columns by position.
+    """
+    names = set()
+    for fn in program.module_ast.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name in handlers:
+            names |= {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
+    return {0, 1, 2} | {i for i, c in enumerate(columns) if c in names}
 
 
 def _tables(recorded: Result, rerun_rows: dict, reused_handlers: set, positions: dict) -> dict:
