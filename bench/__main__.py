@@ -24,6 +24,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.sweep_bench",
         "12 variants of the anti-spam thresholds in one sweep vs one replay, serial engine",
     ),
+    "reuse": (
+        "bench.reuse_bench",
+        "re-replay after an anti-spam threshold edit vs a full replay, serial engine",
+    ),
     "spark-rules": (
         "bench.spark_rules",
         "Spark engine vs serial on anti-spam, ordinary Python, windows, EWMA: warm and cold",

@@ -78,14 +78,19 @@ def compile_program(
     guarded: bool = False,
     only: Sequence[str] | None = None,
     hooks: Sequence[tuple[int, str, str]] = (),
+    transform: Callable[[ast.Module], ast.Module] | None = None,
 ) -> CompiledProgram:
     """Rewrite and execute ``program`` against ``runtime``, with ``stores`` (fresh when None).
 
     Given the log's ``columns`` (and its kinds, most frequent first), also generate the batch
     runner that dispatches log events to handlers with their bodies inlined where safe
-    (``guarded``: the runner that rolls back handler runs that raise, see ``_inline``).
+    (``guarded``: the runner that rolls back handler runs that raise; ``hooks``: statements a
+    Spark pass adds to the loop; see ``_inline``). ``transform`` rewrites the program's tree
+    first (a re-replay serves some reads from a run's history, see ``reuse``).
     """
     tree = _rewrite(program)
+    if transform is not None:  # a re-replay serves some reads from a history (``reuse``)
+        tree = transform(tree)
     dispatch = None
     if columns is not None:
         # ``only``: the runner dispatches to these handlers alone (a Spark pass runs a stage).

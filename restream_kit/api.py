@@ -62,6 +62,8 @@ def replay(
     on_error: str = "stop",
     check: bool = True,
     params: dict[str, Any] | None = None,
+    history: bool = False,
+    reuse: Any = None,
     **options: Any,
 ) -> Result:
     """Replay ``log`` through ``program`` on ``engine`` (``restream_kit.engines.engine_names()``:
@@ -91,6 +93,13 @@ def replay(
     ``params`` overrides the defaults of the program's parameters (``x = param("x", 2.0)``):
     the program replayed is the one whose text has those defaults (see ``docs/iterate.md``).
 
+    ``history=True`` keeps the run's state version history in ``Result.history`` (serial
+    engine; the catalog stores it with the run). ``reuse=RUN`` (a catalog run name or id, or a
+    ``Result`` with a history) re-runs only the stages that changed since RUN and reads the
+    others from RUN's history; ``Result.reuse`` says which, and why nothing was reused when
+    nothing was (the replay is then a full one). On Spark the re-run stages run through the
+    serial re-replay (said in the warnings); see ``docs/iterate.md``.
+
     Raises :class:`restream_kit.errors.RestreamError` on bad input, and
     :class:`~restream_kit.engines.EngineUnsupported` when the engine's ``supports``
     refuses the replay.
@@ -114,7 +123,33 @@ def replay(
         from .engines.spark import warm_up
 
         warm_up(options.get("master"), options.get("conf"))  # the JVM starts as we compile
-    result = runner.replay(program, log, observer=observer, **options)
+    if history and engine != "serial":
+        notes.append(f"the run's history is recorded by the serial engine only, not on {engine}")
+        history = False
+
+    def full(history: bool = history) -> Result:
+        more = {"history": True} if history else {}
+        return runner.replay(program, log, observer=observer, **options, **more)
+
+    if reuse is not None:
+        from .reuse import replay_reusing
+
+        result = replay_reusing(
+            program,
+            log,
+            reuse,
+            full_replay=full,
+            observer=observer,
+            history=history,
+            options=options,
+        )
+        if engine != "serial" and result.reuse.get("reused_stages"):
+            result.warnings.append(
+                f"reuse on {engine}: the re-run stages ran through the serial re-replay "
+                "(the result is the same)"
+            )
+    else:
+        result = full()
     for note in result.warnings:
         if "rolled back (on_error=" in note:
             warnings.warn(note, RestreamWarning, stacklevel=2)

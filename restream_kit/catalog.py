@@ -178,6 +178,8 @@ class Catalog:
                 tables[table_name] = rel
             if result.quarantine.num_rows:
                 pq.write_table(result.quarantine, tmp / QUARANTINE)
+            if result.history is not None:  # history/: every state write (restream_kit.history)
+                result.history.write(tmp)
             _write(tmp / STATE_FILE, _state_bytes(result.state))
             metrics = result.metrics.as_dict()
             extra = {
@@ -405,9 +407,23 @@ class Catalog:
             pl.col("program_sha").str.slice(0, 12).alias("program"),
             pl.col("log_fingerprint").alias("log"),
             pl.col("size_bytes").map_elements(human_size, return_dtype=pl.String).alias("size"),
+            # The part of size that is the run's state history (replay(..., history=True)).
+            pl.col("outputs")
+            .map_elements(_history_size, return_dtype=pl.String, skip_nulls=False)
+            .alias("history"),
         )
         # What a glance needs first: polars shows the first and last columns of wide frames.
-        first = ["run_id", "name", "size", "status", "engine", "started_at", "events", "wall_s"]
+        first = [
+            "run_id",
+            "name",
+            "size",
+            "history",
+            "status",
+            "engine",
+            "started_at",
+            "events",
+            "wall_s",
+        ]
         last = ["program", "log"]
         middle = [c for c in frame.columns if c not in first and c not in last]
         return frame.select(first + middle + last)
@@ -552,6 +568,13 @@ def _record(row: dict[str, Any], outputs: str | None) -> RunRecord:
         outputs,
         row["status"],
     )
+
+
+def _history_size(outputs: str | None) -> str:
+    from .history import disk_size
+
+    size = disk_size(outputs) if outputs else 0
+    return human_size(size) if size else ""
 
 
 def _inside(run_dir: Path, rel: str) -> Path:

@@ -139,6 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-record", action="store_true", help="do not record the run in the catalog"
     )
     replay.add_argument(
+        "--history",
+        action="store_true",
+        help="keep the run's state version history in the catalog (serial engine), so that a "
+        "later --reuse can read the stages an edit did not change",
+    )
+    replay.add_argument(
+        "--reuse",
+        default=None,
+        metavar="RUN",
+        help="re-run only the stages changed since RUN (a run recorded with --history) and "
+        "read the others from its history; the result equals a full replay",
+    )
+    replay.add_argument(
         "--param",
         action="append",
         default=[],
@@ -353,6 +366,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         options["on_error"] = args.on_error
     if args.param:
         options["params"] = _params_arg(args.param, many=False)
+    if args.history:
+        options["history"] = True
+    if args.reuse:
+        options["reuse"] = args.reuse
     partial = None
     if args.out:
         from ._cli_outputs import PartialOutputs
@@ -511,6 +528,15 @@ def _replay_text(summary: dict) -> str:
     for stage, what in summary.get("path", {}).items():
         lines.append(f"  ran {stage}: {what}")
 
+    if summary.get("reused_run") is not None:
+        if summary.get("reused_stages"):
+            lines.append(
+                f"  reused from {summary['reused_run']}: {', '.join(summary['reused_stages'])}; "
+                f"re-ran: {', '.join(summary['rerun_stages']) or 'nothing'} "
+                f"(saved {summary['saved_s']:.2f} s)"
+            )
+        else:
+            lines.append(f"  {summary['reuse_reason']}")
     if summary.get("quarantined"):
         where = summary.get("outputs", {}).get("_quarantine.parquet")
         lines.append(
@@ -575,12 +601,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no runs recorded in {catalog.home}")
         return 0
-    print(f"{'run':35} {'name':16} {'engine':7} {'status':7} {'events':>10} {'size':>9}")
+    print(
+        f"{'run':35} {'name':16} {'engine':7} {'status':7} {'events':>10} {'size':>9} "
+        f"{'history':>9}"
+    )
     for r in rows:
         events = "" if r["events"] is None else f"{r['events']:,}"
         print(
             f"{r['run_id']:35} {r['name'][:16]:16} {r['engine']:7} {r['status']:7} "
-            f"{events:>10} {r['size']:>9}"
+            f"{events:>10} {r['size']:>9} {r.get('history') or '':>9}"
         )
     total = sum(r["size_bytes"] or 0 for r in rows)
     print(f"{len(rows)} run(s), {human_size(total)} in {catalog.home}")

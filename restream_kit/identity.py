@@ -102,8 +102,12 @@ def decide(
     *,
     same_log: bool = True,
     plan=None,
+    force: frozenset[str] | set[str] = frozenset(),
 ) -> Reuse:
-    """Which stages of ``program`` a run with stage identities ``recorded`` lets us reuse."""
+    """Which stages of ``program`` a run with stage identities ``recorded`` lets us reuse.
+
+    ``force``: stages to re-run whatever their identity (their recorded state is unusable).
+    """
     from .planner import plan as make_plan
 
     plan = plan or make_plan(program, allow_nondeterminism=True)
@@ -112,7 +116,7 @@ def decide(
         return Reuse((), names, "the recorded run replayed another log: replaying in full")
     mine = stage_identities(program, plan)
     recorded_ids = set(recorded.values())
-    rerun = {s for s in names if mine[s] not in recorded_ids}
+    rerun = {s for s in names if mine[s] not in recorded_ids} | set(force)
     writes = {
         s.name: {a.state for h in s.handlers for a in plan.handler(h).writes} for s in plan.stages
     }

@@ -122,6 +122,11 @@ class Result:
     schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Where the tables were written (``write``), if they were.
     path: str | None = None
+    #: Every state write of the run (``replay(..., history=True)``, :mod:`restream_kit.history`).
+    history: Any = None
+    #: What a ``replay(..., reuse=RUN)`` took from RUN: ``reused_stages``, ``rerun_stages``,
+    #: ``saved_s`` and ``reason`` (why nothing, when nothing was).
+    reuse: dict[str, Any] | None = None
 
     @property
     def table_names(self) -> list[str]:
@@ -221,6 +226,8 @@ class Result:
             "warnings": list(self.warnings),
             "quarantined": self.quarantine.num_rows,
             "resumed_from_epoch": self.resumed_from_epoch,
+            # reused_stages, rerun_stages, saved_s, reused_run, reuse_reason (replay reuse=).
+            **(self.reuse or {}),
         }
 
     def summary_json(self) -> str:

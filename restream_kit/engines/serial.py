@@ -292,6 +292,7 @@ def replay(
     resume: bool = False,
     start_from: Any = None,
     final: bool = True,
+    history: bool = False,
     **_options: Any,
 ) -> Result:
     """Replay ``log`` through ``program`` one event at a time and return the result.
@@ -301,6 +302,7 @@ def replay(
     handler run that raises and goes on (see :class:`GuardedRuntime`). ``checkpoint`` (a
     directory) commits every epoch, ``resume`` continues its last committed one, and
     ``start_from`` starts from a committed epoch's state (see :mod:`restream_kit.checkpoint`).
+    ``history`` keeps every state write in ``Result.history`` (:mod:`restream_kit.history`).
     """
     notify = broadcast(observer)
     ck, start = _checkpointing(program, log, epoch, checkpoint, resume, start_from)
@@ -308,10 +310,12 @@ def replay(
     guarded = on_error != "stop"
     rt = GuardedRuntime(program.filename, list(log.columns)) if guarded else SerialRuntime()
     by_kind: dict = {}
+    stores = {name: JournalDict(rt.journal) for name in program.states} if guarded else None
+    recorded, history_note = _history_stores(rt, program, history, guarded, start, ck)
     compiled = compile_program(
         program,
         rt,
-        {name: JournalDict(rt.journal) for name in program.states} if guarded else None,
+        recorded.stores if recorded is not None else stores,
         columns=log.columns,
         kind_order=log.kinds_by_frequency(),
         extra_globals={SCHEDULED_RUNNER_NAME: lambda t: _run_scheduled(rt, by_kind, t)},
@@ -385,14 +389,19 @@ def replay(
     )
     notify(ReplayFinished(total, wall))
     resumed = start.next_epoch if start is not None and start.resumed else None
+    if history_note:
+        notes.append(history_note)
     if not guarded:
-        return Result(
+        result = Result(
             tables=tables,
             state=compiled.stores,
             metrics=metrics,
             warnings=notes,
             resumed_from_epoch=resumed,
         )
+        if recorded is not None:
+            result.history = recorded.finish(program, log, rt, result)
+        return result
     quarantine = quarantine_table(rt.quarantined)
     note = quarantine_warning(quarantine, on_error)
     return Result(
@@ -404,6 +413,20 @@ def replay(
         on_error=on_error,
         resumed_from_epoch=resumed,
     )
+
+
+def _history_stores(rt, program, history, guarded, start, ck):
+    """Recording stores when ``history`` is asked for and can be kept; else a note why not."""
+    if not history:
+        return None, None
+    if guarded or start is not None or ck is not None:
+        return None, (
+            "the run's history was not recorded: it is kept for whole replays that stop on "
+            "errors, without checkpoints"
+        )
+    from ..history import Recorder
+
+    return Recorder(rt, program), None
 
 
 def _checkpointing(program, log, epoch, checkpoint, resume, start_from):
