@@ -19,6 +19,7 @@ __all__ = ["MODE_COLORS", "dag_figure", "hot_keys_figure", "speedup_figure", "sa
 
 MODE_COLORS = {
     "stateless": "#2ca02c",
+    "per event": "#17becf",
     "partitioned": "#1f77b4",
     "broadcast-read": "#ff7f0e",
     "sequential": "#d62728",
@@ -100,7 +101,7 @@ def dag_figure(plan: Plan) -> go.Figure:
             ))  # fmt: skip
     stage_of = {h: s for s in plan.stages for h in s.handlers}
     for mode, color in MODE_COLORS.items():
-        names = [h.name for h in plan.handlers if stage_of[h.name].mode == mode]
+        names = [h.name for h in plan.handlers if stage_of[h.name].label == mode]
         if not names:
             continue
         hover = []
@@ -109,7 +110,8 @@ def dag_figure(plan: Plan) -> go.Figure:
             s = stage_of[name]
             lines = [
                 f"<b>{name}</b> on {', '.join(h.kinds)}",
-                f"stage {s.name}: {s.mode}" + (f" by {s.partition_key}" if s.partition_key else ""),
+                f"stage {s.name}: {s.label}"
+                + (f" by {s.partition_key}" if s.partition_key else ""),
             ]
             lines += [
                 f"{a.op} {a.state}[{a.key}] (line {a.lineno})"
@@ -151,15 +153,15 @@ def dag_figure(plan: Plan) -> go.Figure:
     for s in plan.stages:
         xs = [pos[("h", h)][0] for h in s.handlers]
         ys = [pos[("h", h)][1] for h in s.handlers]
-        label = s.mode + (f"<br>by {s.partition_key}" if s.partition_key else "")
+        label = s.label + (f"<br>by {s.partition_key}" if s.partition_key else "")
         fig.add_annotation(
             x=sum(xs) / len(xs), y=max(ys), yshift=44, text=f"<i>{label}</i>", showarrow=False,
-            font={"size": 10, "color": MODE_COLORS[s.mode]},
+            font={"size": 10, "color": MODE_COLORS[s.label]},
         )  # fmt: skip
         if len(s.handlers) > 1:
             fig.add_shape(
                 type="rect", x0=min(xs) - 0.08, x1=max(xs) + 0.08, y0=min(ys) - 0.1,
-                y1=max(ys) + 0.2, line={"color": MODE_COLORS[s.mode], "dash": "dash"},
+                y1=max(ys) + 0.2, line={"color": MODE_COLORS[s.label], "dash": "dash"},
                 fillcolor="rgba(0,0,0,0)", layer="below",
             )  # fmt: skip
     fig.add_trace(go.Scatter(
