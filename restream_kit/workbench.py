@@ -161,7 +161,12 @@ class Workbench:
         return program
 
     def baseline(
-        self, program: Program, log: Log, baseline: str | None = None, on_error: str = "stop"
+        self,
+        program: Program,
+        log: Log,
+        baseline: str | None = None,
+        on_error: str = "stop",
+        cancel: CancelToken | None = None,
     ) -> Baseline:
         """The baseline result: the serial replay of ``program``, or of the cell named ``baseline``
         (with ``on_error``, so that a run that rolls poison events back has a baseline)."""
@@ -173,7 +178,7 @@ class Workbench:
                 return Baseline(label, self.catalog.load(record), reused=True, record=record)
             except CatalogError:
                 pass  # forgotten by another process meanwhile: replay it again
-        result = replay(base_program, log, engine="serial", on_error=on_error)
+        result = replay(base_program, log, engine="serial", on_error=on_error, cancel=cancel)
         record = self.catalog.record(
             name=base_program.name, program=base_program, log=log, engine="serial", result=result
         )
@@ -218,7 +223,7 @@ class Workbench:
         try:
             if cancel is not None:
                 cancel.check()
-            cell.baseline = self.baseline(program, log, baseline, on_error)
+            cell.baseline = self.baseline(program, log, baseline, on_error, cancel)
             if before_replay is not None:
                 before_replay(cell)
             if cancel is not None:

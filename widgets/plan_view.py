@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from restream_kit.planner.plan import Plan
 from restream_kit.planner.render import plan_text
-from widgets.plan_figures import dag_figure, hot_keys_figure, speedup_figure
+from widgets.plan_figures import dag_svg, hot_keys_figure, speedup_figure
 
 __all__ = ["PlanView", "stages_html", "WIDTH_PX"]
 
@@ -71,11 +71,11 @@ class PlanView:
 
     def __init__(self, plan: Plan, name: str):
         self.plan = plan
-        dag = dag_figure(plan)
-        dag.update_layout(
-            title=None, height=DAG_HEIGHT_PX, margin={"l": 10, "r": 10, "t": 10, "b": 10}
+        # A static SVG: a plotly widget would cost the first cell seconds in the browser.
+        self.dag = w.HTML(
+            f"<div style='font-size:12px;font-weight:bold'>Handler DAG of {html.escape(name)}</div>"
+            + dag_svg(plan, width=540, height=DAG_HEIGHT_PX - 20)
         )
-        self.dag = go.FigureWidget(dag)
         text = w.HTML(
             f"<pre style='font-size:85%;line-height:1.25;margin:0'>"
             f"{html.escape(plan_text(plan))}</pre>",
