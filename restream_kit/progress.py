@@ -193,6 +193,9 @@ class ProgressState:
             self.finished = event
             if event.ok:
                 self.events_done = self.events_total
+            # The engine's own time, the one its metrics (and the run catalog) record.
+            self.elapsed_s = event.elapsed_s
+            return
         self.elapsed_s = time.monotonic() - self._started
 
     @property

@@ -9,20 +9,56 @@ catalog instead of being replayed again.
 
 from __future__ import annotations
 
+import contextvars
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .api import replay
 from .catalog import Catalog, CatalogError, RunRecord
-from .compare import Diff, diff
+from .compare import Diff, KeyDiff, diff
 from .errors import RestreamError
 from .log import Log
 from .program import Program
-from .progress import CancelToken, Observer
+from .progress import Cancelled, CancelToken, Observer, ProgressState, broadcast
 from .result import Result
 
-__all__ = ["Workbench", "CellRun", "Baseline", "BackgroundRun"]
+__all__ = [
+    "Workbench",
+    "CellRun",
+    "Baseline",
+    "BackgroundRun",
+    "ReplayCancelled",
+    "cancelled_line",
+    "log_epoch",
+]
+
+#: After a cancel, how long to wait for the engine to stop before giving the kernel back.
+CANCEL_WAIT_S = 30.0
+
+
+class ReplayCancelled(KeyboardInterrupt):
+    """A replay stopped by an interrupt or its Stop button; shown as its one line in a notebook.
+
+    A ``KeyboardInterrupt``, so that Run All stops at the cell as it does for any interrupt.
+    """
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
+        return [str(self)]
+
+
+def cancelled_line(progress: ProgressState) -> str:
+    """``cancelled at epoch k of n, N events`` from a replay's progress."""
+    total = max(progress.epochs_total, 1)
+    epoch = min(progress.epochs_done + 1, total)
+    return f"cancelled at epoch {epoch} of {total}, {progress.events_done:,} events"
+
+
+def log_epoch(log: Log) -> int:
+    """An epoch size that cuts ``log`` into about ten epochs, so that progress moves on small
+    logs too (the engines' default epoch is at least 100,000 events)."""
+    return max(1_000, -(-len(log) // 10))
 
 
 @dataclass
@@ -45,14 +81,45 @@ class CellRun:
     engine: str
     result: Result | None = None
     baseline: Baseline | None = None
-    diff: Diff | None = None
+    diff: Diff | KeyDiff | None = None
     record: RunRecord | None = None
     error: BaseException | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    #: The replay's progress as the monitor saw it (epochs and events done, elapsed time).
+    progress: ProgressState = field(default_factory=ProgressState, repr=False)
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.result is not None
+
+    @property
+    def cancelled(self) -> bool:
+        return isinstance(self.error, (Cancelled, KeyboardInterrupt))
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``failed``, ``cancelled`` or ``running``."""
+        if self.cancelled:
+            return "cancelled"
+        if self.error is not None:
+            return "failed"
+        return "ok" if self.result is not None else "running"
+
+    def cancelled_line(self) -> str:
+        """``cancelled at epoch k of n, N events``: where a cancelled replay stopped."""
+        return cancelled_line(self.progress)
+
+    def __repr__(self) -> str:
+        what = f"<restream run {self.name!r} on {self.engine}: {self.status}"
+        if self.result is not None:
+            m = self.result.metrics
+            tables = ", ".join(f"{n} {rows:,} rows" for n, rows in m.rows.items())
+            what += f", {m.events:,} events in {m.wall_s:.2f} s" + (f"; {tables}" if tables else "")
+        elif self.error is not None and not self.cancelled:
+            what += f": {str(self.error).splitlines()[0] if str(self.error) else type(self.error).__name__}"
+        elif self.cancelled:
+            what += f" ({self.cancelled_line()})"
+        return what + ">"
 
     def wait(self, timeout: float | None = None) -> CellRun:
         """A finished run is its own result (the same call as on a ``BackgroundRun``)."""
@@ -94,7 +161,12 @@ class Workbench:
         return program
 
     def baseline(
-        self, program: Program, log: Log, baseline: str | None = None, on_error: str = "stop"
+        self,
+        program: Program,
+        log: Log,
+        baseline: str | None = None,
+        on_error: str = "stop",
+        cancel: CancelToken | None = None,
     ) -> Baseline:
         """The baseline result: the serial replay of ``program``, or of the cell named ``baseline``
         (with ``on_error``, so that a run that rolls poison events back has a baseline)."""
@@ -106,7 +178,7 @@ class Workbench:
                 return Baseline(label, self.catalog.load(record), reused=True, record=record)
             except CatalogError:
                 pass  # forgotten by another process meanwhile: replay it again
-        result = replay(base_program, log, engine="serial", on_error=on_error)
+        result = replay(base_program, log, engine="serial", on_error=on_error, cancel=cancel)
         record = self.catalog.record(
             name=base_program.name, program=base_program, log=log, engine="serial", result=result
         )
@@ -126,33 +198,52 @@ class Workbench:
         cancel: CancelToken | None = None,
         before_replay: Any = None,
         on_error: str = "stop",
+        progress: ProgressState | None = None,
+        by: str | list[str] | None = None,
     ) -> CellRun:
         """Define ``name``, replay it on ``engine``, compare with the baseline, record the run.
 
         Errors are kept in the returned ``CellRun`` (``error``) rather than raised, so that a
         view can show them; ``CellRun.ok`` says whether it worked. ``before_replay(cell_run)``
-        is called once the baseline is ready, before the replay starts.
+        is called once the baseline is ready, before the replay starts. ``by`` compares with
+        the baseline by those fields (a ``KeyDiff``) rather than row by row.
         """
         program = source if isinstance(source, Program) else self.define(name, source)
         self.programs[name] = program
         log = log if isinstance(log, Log) else Log(log)
-        params = {"master": master, "epoch": epoch, "baseline": baseline}
+        params = {"master": master, "epoch": epoch, "baseline": baseline, "by": by}
         params = {k: v for k, v in params.items() if v}
         if on_error != "stop":
             params["on_error"] = on_error
         cell = CellRun(name, program, log, engine, params=params)
+        if progress is not None:
+            cell.progress = progress
         self.runs[name] = cell
+        observers = [cell.progress] + ([observer] if observer is not None else [])
         try:
-            cell.baseline = self.baseline(program, log, baseline, on_error)
+            if cancel is not None:
+                cancel.check()
+            cell.baseline = self.baseline(program, log, baseline, on_error, cancel)
             if before_replay is not None:
                 before_replay(cell)
-            options: dict[str, Any] = {"observer": observer, "cancel": cancel, "epoch": epoch}
+            if cancel is not None:
+                cancel.check()
+            options: dict[str, Any] = {
+                "observer": broadcast(observers),
+                "cancel": cancel,
+                "epoch": epoch,
+            }
             if on_error != "stop":
                 options["on_error"] = on_error
             if master:
                 options["master"] = master
             cell.result = replay(program, log, engine=engine, **options)
-            cell.diff = diff(cell.result, cell.baseline.result)
+            if by:
+                cell.diff = diff(
+                    cell.result, cell.baseline.result, by=by, labels=(name, cell.baseline.label)
+                )
+            else:
+                cell.diff = diff(cell.result, cell.baseline.result)
         except BaseException as exc:  # noqa: BLE001 - kept for the view, re-raised by callers who want it
             cell.error = exc
         cell.record = self.catalog.record(
@@ -167,8 +258,10 @@ class Workbench:
         )
         return cell
 
-    def diff(self, a: str, b: str) -> Diff:
-        """The diff of the latest runs of cells ``a`` and ``b``."""
+    def diff(self, a: str, b: str, by: str | list[str] | None = None) -> Diff | KeyDiff:
+        """The diff of the latest runs of cells ``a`` and ``b`` (by the fields ``by``)."""
+        if by:
+            return diff(self._latest_result(a), self._latest_result(b), by=by, labels=(a, b))
         return diff(self._latest_result(a), self._latest_result(b))
 
     def _latest_result(self, name: str) -> Result:
@@ -181,9 +274,11 @@ class Workbench:
 
 
 class BackgroundRun:
-    """A ``Workbench.run`` on a thread, so that the kernel stays usable while it replays.
+    """A ``Workbench.run`` on a thread, so that the kernel can wait for it or go on.
 
-    ``wait()`` returns the finished ``CellRun``; ``cancel()`` asks the engine to stop.
+    ``wait()`` returns the finished ``CellRun``; an interrupt while waiting (the kernel's stop
+    button, Ctrl-C) cancels the replay, waits for the engine to stop and raises
+    :class:`ReplayCancelled` with one line. ``cancel()`` asks the engine to stop.
     """
 
     def __init__(
@@ -198,6 +293,7 @@ class BackgroundRun:
     ):
         self.name = name
         self.cancel_token = CancelToken()
+        self.progress = ProgressState()
         self._cell: CellRun | None = None
         self._done = threading.Event()
         #: An exception raised by ``on_done`` (a view), re-raised by ``wait()``.
@@ -205,7 +301,9 @@ class BackgroundRun:
 
         def work() -> None:
             try:
-                self._cell = workbench.run(name, source, log, cancel=self.cancel_token, **options)
+                self._cell = workbench.run(
+                    name, source, log, cancel=self.cancel_token, progress=self.progress, **options
+                )
                 if on_done is not None:
                     try:
                         on_done(self._cell)
@@ -214,17 +312,49 @@ class BackgroundRun:
             finally:
                 self._done.set()
 
-        self._thread = threading.Thread(target=work, name=f"restream-{name}", daemon=True)
+        # The thread keeps the context of the cell that started it, so that what it prints goes
+        # to that cell's output in a kernel.
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(work,), name=f"restream-{name}", daemon=True
+        )
         self._thread.start()
 
     @property
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def status(self) -> str:
+        """``running`` until the run ends, then its ``CellRun.status``."""
+        return self._cell.status if self.done and self._cell is not None else "running"
+
     def wait(self, timeout: float | None = None) -> CellRun:
-        """Block until the run has finished; return it."""
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"run {self.name!r} still going after {timeout} s")
+        """Block until the run has finished; return it. An interrupt cancels the replay."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            # Short waits, so that the interrupt is seen at once.
+            while not self._done.wait(0.1):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"run {self.name!r} still going after {timeout} s")
+        except KeyboardInterrupt:
+            raise self.stop() from None
+        return self._finished()
+
+    def stop(self) -> ReplayCancelled:
+        """Cancel the replay, wait up to ``CANCEL_WAIT_S`` for it to stop; the exception that
+        says where it stopped (for the caller to raise)."""
+        self.cancel()
+        try:
+            stopped = self._done.wait(CANCEL_WAIT_S)
+        except KeyboardInterrupt:  # a second interrupt: give the kernel back now
+            stopped = False
+        line = cancelled_line(self.progress)
+        if not stopped:
+            line += f"; the engine is still stopping (run {self.name!r} in the background)"
+        return ReplayCancelled(line)
+
+    def _finished(self) -> CellRun:
         if self.callback_error is not None:
             raise self.callback_error
         assert self._cell is not None
@@ -239,5 +369,6 @@ class BackgroundRun:
         return self.wait().result
 
     def __repr__(self) -> str:
-        state = "running" if not self.done else ("ok" if self._cell and self._cell.ok else "failed")
-        return f"<restream run {self.name!r}: {state}>"
+        if not self.done or self._cell is None:
+            return f"<restream run {self.name!r}: running>"
+        return repr(self._cell)

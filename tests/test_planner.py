@@ -825,7 +825,8 @@ def test_figures():
     p = plan(CATALOGUE["five_rules"], Log(power_law_log(3_000, 1.5), cache=False))
     dag = figures.dag_figure(p)
     names = {t.name for t in dag.data}
-    assert {"stateless", "partitioned", "state", "critical path"} <= names
+    # A stateless stage that writes state is labelled "per event" (it writes, so not stateless).
+    assert {"per event", "partitioned", "state", "critical path"} <= names
     assert any("partitioned" in (a.text or "") for a in dag.layout.annotations)
     hot = figures.hot_keys_figure(p)
     assert len(hot.data) == 2

@@ -176,7 +176,7 @@ def test_program_error_in_a_cell_is_one_line(shell):
     from IPython.core.error import UsageError
 
     with pytest.raises(
-        UsageError, match=r"<restream bad>:3: write to 'counts', which is undeclared"
+        UsageError, match=r"<restream bad>:4: write to 'counts', which is undeclared"
     ):
         shell.run_cell_magic(
             "restream",

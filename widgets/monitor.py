@@ -18,6 +18,7 @@ from restream_kit.progress import (
     ProgressEvent,
     ProgressState,
     ReplayFinished,
+    ReplayStarted,
     StageFinished,
     StageStarted,
     TextProgress,
@@ -29,72 +30,111 @@ __all__ = ["ReplayMonitor", "TextMonitor"]
 REDRAW_EVERY_S = 0.2
 
 
-class ReplayMonitor:
-    """Live progress of one replay, with a cancel button."""
+#: The state a monitor shows, as words and colours.
+STATUS_COLOURS = {
+    "waiting": "#777",
+    "running": "#1f77b4",
+    "done": "#2a7",
+    "failed": "#b00",
+    "cancelled": "#888",
+}
 
-    def __init__(self, title: str):
+
+class ReplayMonitor:
+    """Live progress of one replay: events, epochs and each stage's share of the epochs done,
+    with a Stop button while it runs. Green when done, red when failed, grey when cancelled."""
+
+    def __init__(self, title: str, engine: str = "serial"):
         self.state = ProgressState()
+        self.engine = engine
         self.title = w.HTML(f"<b>replay {html.escape(title)}</b>")
+        self.status = w.HTML("")
         self.events_bar = w.FloatProgress(
-            value=0.0,
-            min=0.0,
-            max=1.0,
-            description="events",
-            bar_style="info",
-            layout=w.Layout(width="60%"),
-        )
+            value=0.0, min=0.0, max=1.0, description="events", bar_style="info",
+            layout=w.Layout(width="50%"),
+        )  # fmt: skip
         self.events_label = w.Label("0%")
         self.epoch_bar = w.IntProgress(
-            value=0, min=0, max=1, description="epochs", layout=w.Layout(width="60%")
-        )
+            value=0, min=0, max=1, description="epochs", bar_style="info",
+            layout=w.Layout(width="50%"),
+        )  # fmt: skip
         self.epoch_label = w.Label("")
         self.stages = w.VBox([])
         self.stats = w.HTML("")
-        self.cancel_button = w.Button(description="Cancel", button_style="warning", icon="stop")
-        self.cancel_button.on_click(lambda _b: self._cancel())
+        self.stop_button = w.Button(
+            description="Stop", button_style="danger", icon="stop", tooltip="cancel this replay",
+            layout=w.Layout(width="auto"),
+        )  # fmt: skip
+        self.stop_button.on_click(lambda _b: self._cancel())
+        self.log_note = w.HTML("")
         self.widget = w.VBox(
             [
-                self.title,
+                w.HBox([self.title, self.status, self.stop_button]),
                 w.HBox([self.events_bar, self.events_label]),
                 w.HBox([self.epoch_bar, self.epoch_label]),
                 self.stages,
-                w.HBox([self.stats, self.cancel_button]),
-            ]
+                self.stats,
+                self.log_note,
+            ],
+            layout=w.Layout(max_width="1000px"),
         )
         self._stage_bars: dict[str, w.IntProgress] = {}
+        self._stage_done: dict[str, int] = {}
         self._last_draw = 0.0
         self._lock = threading.Lock()
         self._run: Any = None
+        self._set_status("waiting", "preparing the baseline")
+        if engine == "spark":
+            self._show_spark_log()
 
     def attach(self, run: Any) -> None:
-        """Let the cancel button stop ``run`` (anything with ``cancel()``)."""
+        """Let the Stop button cancel ``run`` (anything with ``cancel()``)."""
         self._run = run
 
     def _cancel(self) -> None:
         if self._run is not None:
             self._run.cancel()
-            self.cancel_button.disabled = True
-            self.cancel_button.description = "Cancelling"
+            self.stop_button.disabled = True
+            self.stop_button.description = "Stopping"
+
+    def _set_status(self, status: str, words: str | None = None) -> None:
+        colour = STATUS_COLOURS[status]
+        self.status.value = (
+            f"&nbsp;<span class='restream-status' data-status='{status}' "
+            f"style='color:{colour};font-weight:bold'>{html.escape(words or status)}</span>&nbsp;"
+        )
+        self.stop_button.layout.display = None if status in ("waiting", "running") else "none"
+
+    def _show_spark_log(self) -> None:
+        from restream_kit.engines.spark._session import spark_log_path
+
+        self.log_note.value = (
+            "<span style='font-size:85%;color:#777'>Spark's own log: "
+            f"<code>{html.escape(str(spark_log_path().resolve()))}</code></span>"
+        )
 
     def finish(self, cell: Any) -> None:
-        """A run ended; show its error when it failed before the replay could say so."""
-        if cell.error is not None and self.state.finished is None:
-            self.state(
-                ReplayFinished(
-                    self.state.events_done, self.state.elapsed_s, ok=False, error=str(cell.error)
-                )
-            )
-            with self._lock:
-                self._draw()
+        """A run ended: show how (also when it failed before the replay could say so)."""
+        with self._lock:
+            if cell.error is not None and self.state.finished is None:
+                self.state(
+                    ReplayFinished(
+                        self.state.events_done, self.state.elapsed_s, ok=False,
+                        error=str(cell.error).splitlines()[0] if str(cell.error) else "",
+                    )
+                )  # fmt: skip
+            status = getattr(cell, "status", "failed" if cell.error is not None else "done")
+            self._draw(status="done" if status == "ok" else status)
 
     def __call__(self, event: ProgressEvent) -> None:
         with self._lock:
             self.state(event)
-            if isinstance(event, StageStarted):
+            if isinstance(event, ReplayStarted):
+                self._set_status("running")
+            elif isinstance(event, StageStarted):
                 self._stage_bar(event.stage).bar_style = "info"
             elif isinstance(event, StageFinished):
-                bar = self._stage_bar(event.stage)
-                bar.value, bar.bar_style = 1, "success"
+                self._stage_done[event.stage] = self._stage_done.get(event.stage, 0) + 1
             boundary = isinstance(
                 event, (EpochFinished, ReplayFinished, StageStarted, StageFinished)
             )
@@ -106,41 +146,55 @@ class ReplayMonitor:
     def _stage_bar(self, stage: str) -> w.IntProgress:
         if stage not in self._stage_bars:
             bar = w.IntProgress(
-                value=0,
-                min=0,
-                max=1,
-                description=stage[:18],
-                layout=w.Layout(width="45%"),
+                value=0, min=0, max=max(1, self.state.epochs_total), description=stage[:24],
+                bar_style="info", layout=w.Layout(width="50%"),
                 style={"description_width": "initial"},
-            )
+            )  # fmt: skip
             self._stage_bars[stage] = bar
             self.stages.children = (*self.stages.children, bar)
         return self._stage_bars[stage]
 
-    def _draw(self) -> None:
+    def _draw(self, status: str | None = None) -> None:
         s = self.state
-        if isinstance(self.state.finished, ReplayFinished) or s.epochs_done == 0:
-            for bar in self._stage_bars.values():
-                if s.finished is not None and s.finished.ok:
-                    bar.value, bar.bar_style = 1, "success"
+        total = max(1, s.epochs_total)
+        for stage, bar in self._stage_bars.items():
+            # A stage's bar is the share of the epochs in which it has finished.
+            bar.max = total
+            bar.value = min(self._stage_done.get(stage, 0), total)
         self.events_bar.value = s.fraction
         self.events_label.value = f"{s.fraction:.0%} of {s.events_total:,}"
-        self.epoch_bar.max = max(1, s.epochs_total)
-        self.epoch_bar.value = s.epochs_done
+        self.epoch_bar.max = total
+        self.epoch_bar.value = min(s.epochs_done, total)
         self.epoch_label.value = f"{s.epochs_done}/{s.epochs_total}"
-        self.stats.value = html.escape(s.line())
-        if s.finished is not None:
-            self.cancel_button.disabled = True
-            self.cancel_button.description = "Finished" if s.finished.ok else "Stopped"
-            style = "success" if s.finished.ok else "danger"
-            self.events_bar.bar_style = self.epoch_bar.bar_style = style
-            if not s.finished.ok:
-                self.stats.value = f"<span style='color:#b00'>{html.escape(s.line())}</span>"
-        if s.epochs_done and not s.finished:
-            # A new epoch starts its stages afresh.
-            for bar in self._stage_bars.values():
-                if bar.bar_style == "success":
-                    bar.value = 1
+        if s.finished is None and status is None:
+            self.stats.value = html.escape(s.line())
+            return
+        if status is None:
+            status = "done" if s.finished.ok else "failed"
+        error = (s.finished.error or "") if s.finished is not None else ""
+        if status == "failed" and error == "replay cancelled":
+            status = "cancelled"
+        bars = [self.events_bar, self.epoch_bar, *self._stage_bars.values()]
+        if status == "done":
+            for bar in bars:
+                bar.bar_style = "success"
+            self._set_status("done", f"done in {s.elapsed_s:.2f} s")
+            self.stats.value = html.escape(s.line())
+        elif status == "cancelled":
+            for bar in bars:
+                bar.bar_style, bar.style.bar_color = "", STATUS_COLOURS["cancelled"]
+            epoch = min(s.epochs_done + 1, total)
+            self._set_status(
+                "cancelled", f"cancelled at epoch {epoch} of {total}, {s.events_done:,} events"
+            )
+            self.stats.value = ""
+        else:
+            for bar in bars:
+                bar.bar_style = "danger"
+            self._set_status("failed")
+            self.stats.value = (
+                f"<span style='color:{STATUS_COLOURS['failed']}'>{html.escape(error)}</span>"
+            )
 
 
 #: Text mode prints the same lines as the command line.

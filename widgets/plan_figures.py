@@ -15,10 +15,18 @@ from plotly.subplots import make_subplots
 
 from restream_kit.planner import Plan
 
-__all__ = ["MODE_COLORS", "dag_figure", "hot_keys_figure", "speedup_figure", "save_image"]
+__all__ = [
+    "MODE_COLORS",
+    "dag_figure",
+    "dag_svg",
+    "hot_keys_figure",
+    "speedup_figure",
+    "save_image",
+]
 
 MODE_COLORS = {
     "stateless": "#2ca02c",
+    "per event": "#17becf",
     "partitioned": "#1f77b4",
     "broadcast-read": "#ff7f0e",
     "sequential": "#d62728",
@@ -100,7 +108,7 @@ def dag_figure(plan: Plan) -> go.Figure:
             ))  # fmt: skip
     stage_of = {h: s for s in plan.stages for h in s.handlers}
     for mode, color in MODE_COLORS.items():
-        names = [h.name for h in plan.handlers if stage_of[h.name].mode == mode]
+        names = [h.name for h in plan.handlers if stage_of[h.name].label == mode]
         if not names:
             continue
         hover = []
@@ -109,7 +117,8 @@ def dag_figure(plan: Plan) -> go.Figure:
             s = stage_of[name]
             lines = [
                 f"<b>{name}</b> on {', '.join(h.kinds)}",
-                f"stage {s.name}: {s.mode}" + (f" by {s.partition_key}" if s.partition_key else ""),
+                f"stage {s.name}: {s.label}"
+                + (f" by {s.partition_key}" if s.partition_key else ""),
             ]
             lines += [
                 f"{a.op} {a.state}[{a.key}] (line {a.lineno})"
@@ -151,15 +160,15 @@ def dag_figure(plan: Plan) -> go.Figure:
     for s in plan.stages:
         xs = [pos[("h", h)][0] for h in s.handlers]
         ys = [pos[("h", h)][1] for h in s.handlers]
-        label = s.mode + (f"<br>by {s.partition_key}" if s.partition_key else "")
+        label = s.label + (f"<br>by {s.partition_key}" if s.partition_key else "")
         fig.add_annotation(
             x=sum(xs) / len(xs), y=max(ys), yshift=44, text=f"<i>{label}</i>", showarrow=False,
-            font={"size": 10, "color": MODE_COLORS[s.mode]},
+            font={"size": 10, "color": MODE_COLORS[s.label]},
         )  # fmt: skip
         if len(s.handlers) > 1:
             fig.add_shape(
                 type="rect", x0=min(xs) - 0.08, x1=max(xs) + 0.08, y0=min(ys) - 0.1,
-                y1=max(ys) + 0.2, line={"color": MODE_COLORS[s.mode], "dash": "dash"},
+                y1=max(ys) + 0.2, line={"color": MODE_COLORS[s.label], "dash": "dash"},
                 fillcolor="rgba(0,0,0,0)", layer="below",
             )  # fmt: skip
     fig.add_trace(go.Scatter(
@@ -176,6 +185,93 @@ def dag_figure(plan: Plan) -> go.Figure:
         legend={"orientation": "h", "y": -0.05},
     )
     return fig
+
+
+def dag_svg(plan: Plan, width: int = 540, height: int = 300) -> str:
+    """The DAG of :func:`dag_figure` as a static SVG: the same layout and colours, hover text as
+    SVG titles. It costs the browser nothing to draw, unlike a plotly figure widget."""
+    from html import escape
+
+    g = _graph(plan)
+    if not g.nodes:
+        return "<svg width='0' height='0'></svg>"
+    pos = nx.multipartite_layout(g, subset_key="layer", align="vertical", scale=1.0)
+    xs = [x for x, _ in pos.values()]
+    ys = [y for _, y in pos.values()]
+    pad = 60
+
+    def at(node) -> tuple[float, float]:
+        x, y = pos[node]
+        sx = (x - min(xs)) / ((max(xs) - min(xs)) or 1)
+        sy = (max(ys) - y) / ((max(ys) - min(ys)) or 1)
+        return pad + sx * (width - 2 * pad), 34 + sy * (height - 70)
+
+    critical = set(plan.critical_path)
+    critical_edges = _critical_edges(plan, g)
+    stage_of = {h: s for s in plan.stages for h in s.handlers}
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        "class='restream-dag' font-family='sans-serif' font-size='11'>",
+        "<defs>"
+        + "".join(
+            f"<marker id='arrow-{name}' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='7' "
+            f"markerHeight='7' orient='auto-start-reverse'><path d='M0,0L10,5L0,10z' "
+            f"fill='{colour}'/></marker>"
+            for name, colour in (("edge", EDGE_COLOR), ("critical", CRITICAL))
+        )
+        + "</defs>",
+    ]
+    for u, v, attrs in g.edges(data=True):
+        (x0, y0), (x1, y1) = at(u), at(v)
+        length = max(((x1 - x0) ** 2 + (y1 - y0) ** 2) ** 0.5, 1)
+        # Stop short of the nodes so the arrowheads show.
+        dx, dy = (x1 - x0) / length * 15, (y1 - y0) / length * 15
+        kind = "critical" if (u, v) in critical_edges else "edge"
+        colour = CRITICAL if kind == "critical" else EDGE_COLOR
+        dash = " stroke-dasharray='4 3'" if "schedule" in attrs else ""
+        parts.append(
+            f"<line x1='{x0 + dx:.1f}' y1='{y0 + dy:.1f}' x2='{x1 - dx:.1f}' y2='{y1 - dy:.1f}' "
+            f"stroke='{colour}' stroke-width='{3 if kind == 'critical' else 1.3}'{dash} "
+            f"marker-end='url(#arrow-{kind})'/>"
+        )
+    for node in g.nodes:
+        x, y = at(node)
+        kind, name = node
+        if kind == "h":
+            stage = stage_of[name]
+            h = plan.handler(name)
+            hover = [f"{name} on {', '.join(h.kinds)}", f"stage {stage.name}: {stage.label}"]
+            hover += [f"{a.op} {a.state} (line {a.lineno})" for a in h.accesses]
+            ring = f"stroke='{CRITICAL}' stroke-width='4'" if name in critical else "stroke='#333'"
+            parts.append(
+                f"<g><title>{escape(chr(10).join(hover))}</title>"
+                f"<circle cx='{x:.1f}' cy='{y:.1f}' r='12' fill='{MODE_COLORS[stage.label]}' "
+                f"{ring}/><text x='{x:.1f}' y='{y - 17:.1f}' text-anchor='middle'>"
+                f"{escape(name)}</text></g>"
+            )
+        else:
+            state = next((st for st in plan.states if st.name == name), None)
+            hover = f"{name}: state.{state.kind}" if state is not None else name
+            parts.append(
+                f"<g><title>{escape(hover)}</title><rect x='{x - 8:.1f}' y='{y - 8:.1f}' "
+                f"width='16' height='16' fill='{STATE_COLOR}' stroke='#555'/>"
+                f"<text x='{x:.1f}' y='{y + 21:.1f}' text-anchor='middle' fill='#444'>"
+                f"{escape(name)}</text></g>"
+            )
+    used = dict.fromkeys(stage_of[h.name].label for h in plan.handlers)
+    legend_x = 8
+    for label in used:
+        parts.append(
+            f"<circle cx='{legend_x + 5}' cy='{height - 10}' r='5' fill='{MODE_COLORS[label]}'/>"
+            f"<text x='{legend_x + 13}' y='{height - 6}'>{escape(label)}</text>"
+        )
+        legend_x += 20 + 7 * len(label)
+    parts.append(
+        f"<line x1='{legend_x}' y1='{height - 10}' x2='{legend_x + 18}' y2='{height - 10}' "
+        f"stroke='{CRITICAL}' stroke-width='3'/><text x='{legend_x + 22}' y='{height - 6}'>"
+        "critical path</text></svg>"
+    )
+    return "".join(parts)
 
 
 def _widest_layer(g: nx.DiGraph) -> int:

@@ -1,9 +1,8 @@
 """What a ``%%restream`` cell shows: the plan, then a live monitor and diff while it replays.
 
 ``display_mode()`` picks widgets inside a Jupyter kernel and text elsewhere (a terminal), or
-what ``RESTREAM_DISPLAY`` says (``widgets`` or ``text``). In widget mode the replay runs on a
-background thread and the kernel stays usable; in text mode it runs in the foreground and
-prints.
+what ``RESTREAM_DISPLAY`` says (``widgets`` or ``text``). The replay runs on a thread in both
+modes; the magic waits for it (the cell ends with its replay) unless ``--background``.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from restream_kit.log import Log
 from restream_kit.planner import plan as make_plan
 from restream_kit.planner.render import plan_text
 from restream_kit.progress import broadcast
-from restream_kit.workbench import BackgroundRun, CellRun, Workbench
+from restream_kit.workbench import BackgroundRun, CellRun, Workbench, log_epoch
 
 __all__ = ["display_mode", "run_cell", "show_diff"]
 
@@ -46,56 +45,50 @@ def run_cell(
     *,
     logs: list[str],
     baseline: str | None = None,
+    by: str | None = None,
     engine: str = "serial",
     master: str | None = None,
     plan_only: bool = False,
     epoch: str | None = None,
     mode: str | None = None,
     on_error: str = "stop",
-) -> CellRun | BackgroundRun | None:
-    """Define the cell's program, show its plan and, given logs, replay it against the baseline."""
+) -> BackgroundRun | None:
+    """Define the cell's program, show its plan and, given logs, start its replay against the
+    baseline on a thread; the caller waits for it (a blocking cell) or not (``--background``).
+
+    Widgets put the monitor first, so that it is at the top of the cell while the replay runs.
+    """
     mode = mode or display_mode()
     program = workbench.define(name, source)
     log = Log(logs) if logs else None
     the_plan = make_plan(program, log)
-    if mode == "text":
-        print(plan_text(the_plan))
-    else:
-        from widgets.plan_view import PlanView
-
-        _display(PlanView(the_plan, name).widget)
     if plan_only or log is None:
+        _show_plan(the_plan, name, mode)
         return None
-    options = dict(baseline=baseline, engine=engine, master=master, epoch=epoch)
+    if epoch is None and engine == "serial":
+        epoch = str(log_epoch(log))  # about ten epochs, so that the monitor moves
+    options: dict[str, Any] = dict(baseline=baseline, engine=engine, master=master, epoch=epoch)
+    if by:
+        options["by"] = by
     if on_error != "stop":
         options["on_error"] = on_error
     if mode == "text":
+        _show_plan(the_plan, name, mode)
         from widgets.monitor import TextMonitor
 
-        cell = workbench.run(name, program, log, observer=TextMonitor(), **options)
-        if cell.error is not None:
-            raise cell.error
-        from widgets.quarantine_view import quarantine_text
-
-        if cell.result is not None and cell.result.quarantine.num_rows:
-            print(quarantine_text(cell.result.quarantine))
-        print(f"diff against {cell.baseline.label}:")
-        print(cell.diff.text())
-        if cell.unexpected_difference:
-            print(
-                "The parallel result differs from the serial replay of the same program: "
-                "the engine is wrong. Please report this.",
-                file=sys.stderr,
-            )
-        return cell
+        return BackgroundRun(
+            workbench, name, program, log, observer=TextMonitor(), on_done=_print_outcome, **options
+        )
 
     from widgets.diff_view import DiffView
     from widgets.monitor import ReplayMonitor
     from widgets.quarantine_view import QuarantineView
 
-    monitor, diff_view = ReplayMonitor(f"{name} on {engine}"), DiffView()
+    monitor, diff_view = ReplayMonitor(f"{name} on {engine}", engine), DiffView(by=by)
     quarantine_view = QuarantineView()
-    _display(monitor.widget, quarantine_view.widget, diff_view.widget)
+    _display(monitor.widget)
+    _display(quarantine_view.widget, diff_view.widget)
+    _show_plan(the_plan, name, mode)
 
     def finished(cell: CellRun) -> None:
         monitor.finish(cell)
@@ -116,16 +109,46 @@ def run_cell(
     return run
 
 
-def show_diff(workbench: Workbench, a: str, b: str, *, mode: str | None = None) -> Any:
-    """``%restream diff A B``: the latest runs of cells A and B compared."""
-    d = workbench.diff(a, b)
+def _show_plan(the_plan: Any, name: str, mode: str) -> None:
+    if mode == "text":
+        print(plan_text(the_plan))
+        return
+    from widgets.plan_view import PlanView
+
+    _display(PlanView(the_plan, name).widget)
+
+
+def _print_outcome(cell: CellRun) -> None:
+    """Text mode: the quarantine and the diff of a finished run (nothing for a failed one; the
+    cell raises its error)."""
+    if not cell.ok:
+        return
+    from widgets.quarantine_view import quarantine_text
+
+    if cell.result is not None and cell.result.quarantine.num_rows:
+        print(quarantine_text(cell.result.quarantine))
+    print(f"diff against {cell.baseline.label}:")
+    print(cell.diff.text())
+    if cell.unexpected_difference:
+        print(
+            "The parallel result differs from the serial replay of the same program: "
+            "the engine is wrong. Please report this.",
+            file=sys.stderr,
+        )
+
+
+def show_diff(
+    workbench: Workbench, a: str, b: str, *, by: str | None = None, mode: str | None = None
+) -> Any:
+    """``%restream diff A B [--by F]``: the latest runs of cells A and B compared."""
+    d = workbench.diff(a, b, by=by)
     if (mode or display_mode()) == "text":
         print(f"{a} against {b}:")
         print(d.text())
         return d
     from widgets.diff_view import DiffView
 
-    view = DiffView()
-    view.show(d, f"{b} ({a} compared with it)")
+    view = DiffView(by=by)
+    view.show(d, f"{b} ({a} compared with it)", sides=(workbench, a, b))
     _display(view.widget)
     return d

@@ -202,6 +202,15 @@ class Stage:
     kinds: tuple[str, ...] = ()
     upstream: tuple[str, ...] = ()
 
+    @property
+    def label(self) -> str:
+        """The mode as people read it: a "stateless" stage that writes state runs its events
+        in any split (it reads only what earlier stages wrote), so it is called "per event";
+        "stateless" is kept for stages that write no state."""
+        if self.mode == "stateless" and self.owns:
+            return "per event"
+        return self.mode
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,

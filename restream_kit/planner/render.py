@@ -63,8 +63,10 @@ def plan_text(plan: Plan) -> str:
         lines.append("  none: no handler reads what another writes")
     lines += ["", "Stages, in order"]
     for i, s in enumerate(plan.stages, 1):
-        mode = s.mode + (f" by {s.partition_key}" if s.partition_key else "")
+        mode = s.label + (f" by {s.partition_key}" if s.partition_key else "")
         lines.append(f"  {i}. {s.name}: {mode}")
+        if s.label == "per event":
+            lines.append("     why: reads only what earlier stages wrote; events run in any split")
         if s.reason:
             lines.append(f"     why: {s.reason}")
         if s.owns:
@@ -89,7 +91,7 @@ def plan_text(plan: Plan) -> str:
             rows.append(
                 [
                     s.stage,
-                    s.mode,
+                    plan.stage(s.stage).label,
                     f"{s.work:,}",
                     s.heaviest_key if s.heaviest_key is not None else "-",
                     f"{s.heaviest_share:.1%}",

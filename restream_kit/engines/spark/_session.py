@@ -35,11 +35,13 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from ... import config
 from ..._java import ensure_java_home
 from ...errors import RestreamError
+from ...log import default_home, private_dir
 from ._jvm_archive import java_options
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "Watchdog",
     "current",
     "master_of",
+    "spark_log_path",
 ]
 
 _LOCK = threading.Lock()
@@ -159,6 +162,36 @@ def get_session(
         return _SESSION
 
 
+def spark_log_path() -> Path:
+    """Where the JVM's own output goes (log4j, Hadoop, the JVM's warnings, Python workers'
+    stderr): ``spark.log`` in ``$RESTREAM_HOME`` or ``./.restream``, never a cell or terminal."""
+    return default_home() / "spark.log"
+
+
+@contextmanager
+def _jvm_output_to_log() -> Iterator[None]:
+    """Start the JVM with its stdout and stderr on :func:`spark_log_path`.
+
+    The JVM (and the Python workers it starts) inherit this process's file descriptors 1 and 2
+    when it is launched, so they point at the log file just for that moment.
+    """
+    path = spark_log_path()
+    private_dir(path.parent)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(path, "ab") as log:
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
 def _classic_session(target: config.SparkTarget) -> Any:
     master = target.master or "local[*]"
     if not (master.startswith("local") or master.startswith("spark://")):
@@ -179,7 +212,8 @@ def _classic_session(target: config.SparkTarget) -> Any:
     builder = SparkSession.builder.appName("restream").master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _jvm_output_to_log():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     _WAIT[id(session)] = target.executor_wait
     if master.startswith("spark://"):
