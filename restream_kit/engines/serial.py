@@ -37,6 +37,7 @@ from ..progress import (
     broadcast,
 )
 from ..result import Metrics, Result, build_table, quarantine_table
+from ._gc import without_collector
 
 __all__ = [
     "replay",
@@ -279,6 +280,7 @@ def quarantine_warning(table: Any, on_error: str) -> str | None:
     )
 
 
+@without_collector
 def replay(
     program: Program,
     log: Log,

@@ -407,16 +407,8 @@ def run_jobs(
                 single_key=SINGLE,
                 max_flush=MAX_FLUSH,
                 on_error=rep.on_error,
-                plain=(
-                    not fed
-                    and bool(kinds)
-                    and (
-                        forwarding
-                        or not (p.serves or p.consumes or p.blind or p.feeds or p.probe_kinds)
-                    )
-                    and not setup.pp.schedules
-                    and rep.on_error == "stop"
-                ),
+                plain=_plain(setup, p, fed, kinds, forwarding),
+                ships_events=bool(p.schedules),
                 receives=fed or not kinds,
                 # Writes or scheduled events from earlier passes (an event then waits for
                 # the writes of its own runs there): any pass writing into this one's state,
@@ -467,6 +459,19 @@ def run_jobs(
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
     return ran
+
+
+def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> bool:
+    """Whether pass ``p`` runs the serial engine's inlined loop (``_pass_task._plain``): it
+    takes log events only, and sends on nothing but what that loop can send (probe values
+    carried by forwarded events, writes into later passes' state, events scheduled for later
+    passes), with ``on_error`` stop."""
+    if fed or not kinds or setup.rep.on_error != "stop" or p.feeds:
+        return False
+    if (p.serves or p.consumes or p.probe_kinds) and not forwarding:
+        return False
+    kind_passes = setup.pp.kind_passes
+    return not any(p.index in kind_passes.get(kind, ()) for kind in p.schedules)
 
 
 def _sources(passes: Any, p: Any, log_kinds: dict) -> dict[int | None, list[str]]:

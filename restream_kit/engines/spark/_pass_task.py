@@ -36,7 +36,14 @@ import pyarrow as pa
 from ..._compile import compile_program
 from ..._poison import quarantine_row
 from ...program import Program
-from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
+from .._gc import collector_paused
+from ..serial import (
+    JOURNAL_ABSENT,
+    RESERVED_FIELDS,
+    ScheduledEvent,
+    TimeTravelError,
+    apply_write,
+)
 from ._codec import MISSING, encode_key
 from ._worker import (
     ProgramRef,
@@ -149,6 +156,7 @@ class PassSpec:
     # by the events' columns; None when probe values travel as rows of their own.
     wide: pa.Schema | None = None
     forward: bool = False  # whether later passes take their events from this one
+    ships_events: bool = False  # whether it schedules events for later passes (plain passes)
 
 
 _BINOPS = {
@@ -501,6 +509,10 @@ class PassTask:
         self.spec = spec
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with collector_paused():  # see restream_kit.engines._gc
+            yield from self._run(batches)
+
+    def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         spec = self.spec
         inject_fault(f"pass{spec.index}")
         started = time.perf_counter()
@@ -786,7 +798,9 @@ def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> It
     """
     from ..serial import SerialRuntime
 
-    rt = SerialRuntime()
+    # A pass that writes into state later passes hold, or schedules events for them, sends
+    # those as rows (``_Shipping``); the rest of the loop is the serial engine's.
+    rt = _Shipping(spec, program) if spec.blind or spec.ships_events else SerialRuntime()
     names = [program.handlers[h].name for h in spec.handlers]
     consumed = sorted({slot for slot, _state, _key, _h in spec.consumes})
     # Probe columns come after the log's columns: the handlers' own indexes do not move.
@@ -795,7 +809,9 @@ def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> It
     kinds = dict.fromkeys(k for h in spec.handlers for k in program.handlers[h].kinds)
     for _slot, _state, _key, _h, probe_kinds, _reader in spec.serves:
         kinds.update(dict.fromkeys(probe_kinds))
-    stores: dict[str, dict] = {name: {} for name in program.states}
+    stores: dict[str, dict] = {
+        name: BlindStore(rt, name) if name in spec.blind else {} for name in program.states
+    }
     hooks, extra, served = _probe_hooks(spec, program, columns, tuple(kinds), stores)
     compiled = compile_program(
         program,
@@ -826,6 +842,8 @@ def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> It
             events += batch.num_rows
             if spec.forward:
                 yield _forwarded(batch, spec.wide, served)
+            if type(rt) is _Shipping and len(rt.out) >= _BATCH_ROWS:
+                yield _shipped(rt, spec)
         # The serial replay applies timed writes due by the log's last event, whichever key
         # that event has: so does this partition, whose own last event may come earlier.
         rt.apply_due(spec.last_ts)
@@ -833,6 +851,14 @@ def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> It
         out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
         yield _out_rows(out, spec)
         return
+    # Later ones apply only if an event after the log (scheduled elsewhere) comes at or after
+    # their time: the driver decides, as for the other passes' (``PEND``).
+    names = {id(d): name for name, d in stores.items()}
+    for at, order, d, _default, op, key, arg in sorted(rt.future, key=lambda f: f[:2]):
+        what = ("del",) if op == "delete" else (op, arg)
+        out.append(
+            (PEND, -1, None, (at, _PH_TIMED, 0, _U32.pack(order)), dumps((names[id(d)], key, what)))
+        )
     index = {h.name: h.index for h in program.handlers}
     emitted = [
         (table, lsn, ts, handler, seq, fields, (ts, _PH_LOG, lsn, b""), index[handler])
@@ -844,9 +870,191 @@ def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> It
         out.append((EMIT, -1, None, (0, 0, 0, b""), dumps(emitted[start : start + _BLOB_ROWS])))
     for name in spec.finals:
         out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, compiled.stores[name]))))
-    stat = (events, time.perf_counter() - started, 0, None)
+    made, last_at = (rt.made, rt.last_at) if type(rt) is _Shipping else (0, None)
+    stat = (events, time.perf_counter() - started, made, last_at)
     out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
+    if type(rt) is _Shipping:
+        out[:0] = rt.out
     yield _out_rows(out, spec)
+
+
+class _Shipping:
+    """The serial engine's runtime for a plain pass that sends rows on: writes into state a
+    later pass holds (through :class:`BlindStore`) and events scheduled for later passes go
+    out as rows at the positions the receiving passes sort by (see the module docstring),
+    everything else is the serial engine's own."""
+
+    def __init__(self, spec: PassSpec, program: Program):
+        from ..serial import SerialRuntime
+
+        self._serial = SerialRuntime()
+        self.rows = self._serial.rows
+        self.future = self._serial.future
+        self._order = self._serial.order
+        self.scheduled = self._serial.scheduled  # stays empty: no event is scheduled here
+        self.spec = spec
+        self.program = program
+        self.number = {h.name: h.index for h in program.handlers}
+        self.event: Any = None
+        self.seq = 0
+        self._handler = ""
+        self.hidx = 0
+        self.calls = 0
+        self.rb: bytes | None = None
+        self.write_pos = None
+        self.out: list = []
+        self.per_root: dict[int, int] = {}
+        self.made = 0
+        self.last_at: int | None = None
+        self.pk_cache: dict = {}
+        self.home_keys: dict[int, Any] = {}
+        self.field_keys: dict[int, Any] = {}
+
+    # The generated loop names the handler before each run: a new run starts its count.
+    @property
+    def handler(self) -> str:
+        return self._handler
+
+    @handler.setter
+    def handler(self, name: str) -> None:
+        self._handler = name
+        self.hidx = self.number[name]
+        self.calls = 0
+        self.rb = None
+
+    def _run_bytes(self) -> bytes:
+        rb = self.rb
+        if rb is None:
+            ev = self.event
+            rb = self.rb = _RUN_HEAD.pack(ev[1] + _SIGN, _PH_LOG, ev[0] + _SIGN) + _U32.pack(
+                self.hidx
+            )
+        return rb
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
+        now = self.event[1]
+        if type(d) is not BlindStore:  # the serial engine's write, inlined: it is hot
+            if at is None or at == now:
+                apply_write(d, default, op, key, arg)
+            elif at < now:
+                raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+            else:
+                heapq.heappush(self.future, (at, next(self._order), d, default, op, key, arg))
+            return
+        if at is not None and at < now:
+            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+        shipped = (
+            ("add", arg)
+            if op == "add"
+            else ("set", arg)
+            if op == "set"
+            else (("merge", arg) if op == "merge" else ("del",))
+        )
+        self.ship(d.state, key, shipped, None if at == now else at, self.spec.blind[d.state])
+
+    def emit(self, table: str, **fields: Any) -> None:
+        ev = self.event
+        self.rows[table].append((ev[0], ev[1], self._handler, self.seq, fields))
+
+    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
+        ev = self.event
+        if at < ev[1]:
+            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
+        if fields.keys() & RESERVED_FIELDS:
+            clash = RESERVED_FIELDS & set(fields)
+            raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
+        root = ev[0]
+        seq = self.per_root[root] = self.per_root.get(root, 0) + 1
+        self.made += 1
+        if self.last_at is None or at > self.last_at:
+            self.last_at = at
+        self.calls += 1
+        position = (at, _PH_SCHED, 0, self._run_bytes() + _U32.pack(self.calls))
+        payload = dumps((kind, fields, root, seq))
+        for target in self.spec.kind_passes.get(kind, ()):
+            self.out.append(
+                (SCHED, target, self._to(target, kind, at, root, seq, fields), position, payload)
+            )
+
+    def _to(self, target: int, kind: str, at: int, root: int, seq: int, fields: dict) -> str:
+        """The partition value of a scheduled event in pass ``target``."""
+        partition = self.spec.home_partition[target]
+        if partition in (self.spec.single_key, self.spec.order_key):
+            return "N"
+        fn = self.field_keys.get(target)
+        if fn is None:
+            fn = self.field_keys[target] = _fields_key_function(partition, self.program)
+        try:
+            key = fn(fields, kind, at, root, seq)
+        except _NotAField:  # an expression the fields alone cannot answer
+            key = key_function(partition, self.program)(ScheduledEvent(kind, at, root, seq, fields))
+        return self._pk(key)
+
+    def apply_due(self, t: int) -> None:
+        self._serial.apply_due(t)
+
+    def ship(self, state: str, key: Any, op: tuple, at: int | None, targets: tuple) -> None:
+        """A write for the passes that hold ``state`` (``targets``), at its position."""
+        self.calls += 1
+        if at is None:
+            ev = self.event
+            position = (ev[1], _PH_LOG, ev[0], _U32x2.pack(self.hidx, self.calls))
+        else:
+            position = (at, _PH_TIMED, 0, self._run_bytes() + _U32.pack(self.calls))
+        payload = dumps((state, key, op))
+        spec = self.spec
+        for home in targets:
+            pk = "N" if spec.home_partition[home] == spec.single_key else self._pk(key)
+            self.out.append((WRITE, home, pk, position, payload))
+
+    _pk = _Runtime._pk
+    route = _Runtime.route
+
+
+class _NotAField(Exception):
+    """A key expression over a scheduled event that reads more than its fields."""
+
+
+def _fields_key_function(expr: str, program: Program) -> Any:
+    """A key expression over a scheduled event as a function of its fields, kind, time, root
+    and seq, so that routing it costs no event object: ``e.key`` becomes ``f["key"]``. An
+    expression that uses ``e`` otherwise raises :class:`_NotAField` when called."""
+    import ast
+
+    special = {"kind": "kind", "ts": "at", "lsn": "root", "seq": "seq"}
+    tree = ast.parse(expr, mode="eval")
+    plain = True
+
+    class Fields(ast.NodeTransformer):
+        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+            if isinstance(node.value, ast.Name) and node.value.id == "e":
+                if node.attr in special:
+                    return ast.copy_location(ast.Name(special[node.attr], ast.Load()), node)
+                sub = ast.Subscript(ast.Name("f", ast.Load()), ast.Constant(node.attr), ast.Load())
+                return ast.copy_location(sub, node)
+            return self.generic_visit(node)
+
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            nonlocal plain
+            if node.id == "e":
+                plain = False
+            return node
+
+    body = ast.fix_missing_locations(Fields().visit(tree)).body
+    if not plain:
+
+        def refuse(*_args: Any) -> Any:
+            raise _NotAField(expr)
+
+        return refuse
+    fn = key_function("0", program)  # the program's namespace, for helpers the key calls
+    source = f"lambda f, kind, at, root, seq: ({ast.unparse(body)})"
+    return eval(compile(source, f"<key of {program.name}>", "eval"), fn.__globals__)
+
+
+def _shipped(rt: _Shipping, spec: PassSpec) -> pa.RecordBatch:
+    rows, rt.out = rt.out, []
+    return _out_rows(rows, spec)
 
 
 def _probe_hooks(
@@ -1061,14 +1269,14 @@ def _out_batch(rt: _Runtime, schema: pa.Schema, slots: int) -> pa.RecordBatch:
     rows = rt.out
     rt.out = []
     n = len(rows)
-    kind = [r[0] for r in rows]
-    dest = [r[1] for r in rows]
-    pk = [r[2] for r in rows]
-    t = [r[3][0] for r in rows]
-    ph = [r[3][1] for r in rows]
-    o = [r[3][2] for r in rows]
-    sub = [r[3][3] for r in rows]
-    b = [r[4] if r[0] != PROBE else None for r in rows]
+    if n:
+        # Lists, not the tuples zip makes: pyarrow converts a list a hundred times faster.
+        kind, dest, pk, positions, b = map(list, zip(*rows))
+        t, ph, o, sub = map(list, zip(*positions))
+        if PROBE in kind:
+            b = [r[4] if r[0] != PROBE else None for r in rows]
+    else:
+        kind = dest = pk = t = ph = o = sub = b = []
     arrays = [
         pa.array(kind, pa.int8()),
         pa.array(dest, pa.int32()),

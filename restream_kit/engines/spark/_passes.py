@@ -74,6 +74,7 @@ class Pass:
     probe_kinds: tuple[str, ...] = ()  # kinds of events that only come for probes
     stages: tuple[str, ...] = ()  # the plan's stages it runs (a reader may join its source)
     sends: dict[int, str] = field(default_factory=dict)  # later pass -> "probes"/"writes"
+    schedules: tuple[str, ...] = ()  # kinds its handlers schedule
 
     @property
     def event_kinds(self) -> tuple[str, ...]:
@@ -351,7 +352,10 @@ def _plan(program: Program, plan) -> PassPlan:
                 for t in kind_passes.get(kind, ()):
                     if t != p.index:
                         sends[t] = "writes"
-        final_passes.append(replace(p, sends=sends))
+        made = tuple(
+            dict.fromkeys(k for h in p.handlers for k in info[program.handlers[h].name].schedules)
+        )
+        final_passes.append(replace(p, sends=sends, schedules=made))
     return PassPlan(
         tuple(final_passes),
         {k: tuple(v) for k, v in kind_passes.items()},
