@@ -38,14 +38,9 @@ from ..._poison import quarantine_row
 from ...program import Program
 from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
 from ._codec import MISSING, encode_key
-from ._worker import (
-    ProgramRef,
-    _column_values,
-    event_type,
-    inject_fault,
-    key_function,
-    load_program,
-)
+from ._faults import inject_fault
+from ._program_ref import ProgramRef, event_type, key_function, load_program
+from ._program_ref import column_values as _column_values
 
 __all__ = [
     "PassSpec",
