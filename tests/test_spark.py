@@ -229,6 +229,29 @@ def test_a_read_on_scheduled_events_runs_in_one_task_and_says_so(spark_session):
     assert "scheduled events" in result.warnings[0]
 
 
+def test_a_program_the_planner_cannot_plan_runs_as_one_sequential_pass(spark_session):
+    program = prog(
+        """
+        c = state.Counter()
+
+        def bump(k):
+            c[k] += 1
+
+        @on("event")
+        def count(e):
+            step = bump  # a helper passed as a value: its state accesses cannot be followed
+            step(e.k)
+            emit("out", k=e.k, n=c[e.k])
+        """
+    )
+    with pytest.raises(rk.RestreamError, match="passed as a value"):
+        plan(program, allow_nondeterminism=True)
+    with pytest.warns(rk.RestreamWarning, match="ran in one task"):
+        result = on_spark(program, [{"ts": i, "k": i % 3} for i in range(12)], path="passes")
+    assert list(result.metrics.path) == ["whole program"]
+    assert "the planner could not plan the program" in result.metrics.path["whole program"]
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [
@@ -313,15 +336,21 @@ def test_cancel_stops_the_passes_between_stages(spark_session):
     token = CancelToken()
     finished = []
 
+    ended = []
+
     def observer(event):
         if isinstance(event, StageFinished):
             finished.append(event.stage)
             token.cancel()
+        if isinstance(event, ReplayFinished):
+            ended.append(event)
 
     with pytest.raises(Cancelled):
         rk.replay(prog(MIXED), rk.Log(mixed_log()), engine="spark", observer=observer,
                   cancel=token, path="passes")  # fmt: skip
     assert len(finished) == 1
+    # The observers hear that it ended unfinished, as from the serial engine.
+    assert [(e.ok, e.error) for e in ended] == [(False, "replay cancelled")]
 
 
 # -- keys ------------------------------------------------------------------------------------------
