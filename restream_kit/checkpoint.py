@@ -40,7 +40,6 @@ import contextlib
 import hashlib
 import json
 import os
-import pickle
 import shutil
 import types
 from dataclasses import dataclass, field
@@ -67,6 +66,11 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 FORMAT = 2  # 1 held pickles, which are no longer read
+#: State formats of engines that are gone: their checkpoints are refused in one line.
+_RETIRED_STATE_FORMATS = {
+    "spark-parallel": "the Spark engine's retired stage path (path='stages'), whose state "
+    "held pickled values",
+}
 _EPOCH_DIR = "epoch-{:06d}"
 
 
@@ -213,16 +217,6 @@ class Checkpointer:
         os.replace(self.directory / f".{MANIFEST}.tmp", self.directory / MANIFEST)
         _fsync_dir(self.directory)
         self.manifest = manifest
-
-    def reset(self, state_format: str | None = None) -> None:
-        """Forget every committed epoch (when an engine restarts in another way)."""
-        for e in self.manifest["epochs"]:
-            shutil.rmtree(self.directory / e["dir"], ignore_errors=True)
-        if state_format is not None:
-            self.state_format = state_format
-        self.manifest = self._fresh()
-        _write(self.directory / f".{MANIFEST}.tmp", json.dumps(self.manifest, indent=1).encode())
-        os.replace(self.directory / f".{MANIFEST}.tmp", self.directory / MANIFEST)
 
 
 # -- snapshots: committed epochs read back --------------------------------------------------
@@ -497,6 +491,12 @@ def _open_dir(directory: Path, *, create: bool) -> dict[str, Any] | None:
                 else ""
             )
         )
+    retired = _RETIRED_STATE_FORMATS.get(manifest.get("state_format"))
+    if retired:
+        raise CheckpointError(
+            f"checkpoint {directory} was written by {retired}; no engine reads it any more: "
+            "replay again into a new directory"
+        )
     return manifest
 
 
@@ -529,45 +529,16 @@ def _committed_text(manifest: dict[str, Any]) -> str:
     return f"a checkpoint of epochs {epochs[0]['epoch']}..{epochs[-1]['epoch']} ({done})"
 
 
-def _dumps(value: Any, what: str) -> bytes:
-    """Pickle ``value`` for the Spark engine's transport to its tasks (in memory, never a
-    file: files go through :func:`save_value`); functions of the program (merge functions
-    waiting with ``at=``) travel by value through cloudpickle."""
-    try:
-        return pickle.dumps(value, protocol=5)
-    except Exception as first:  # noqa: BLE001 - retried below, then reported in one line
-        try:
-            cloudpickle = _cloudpickle()
-            return cloudpickle.dumps(value, protocol=5)
-        except Exception:  # noqa: BLE001
-            culprit = _culprit(value)
-            raise CheckpointError(
-                f"cannot save {what} in the checkpoint: {culprit or ''}"
-                f"{type(first).__name__}: {first}"
-            ) from None
-
-
-def _cloudpickle() -> Any:
-    try:
-        import cloudpickle
-    except ImportError:
-        from pyspark import cloudpickle  # bundled with pyspark
-    return cloudpickle
-
-
-def _culprit(value: Any, hook: Any = None) -> str | None:
-    """Which store and key hold a value that cannot be stored, for the error message: by the
-    codec with ``hook`` (files), by pickle without it (the Spark engine's transport)."""
+def _culprit(value: Any, hook: Any) -> str | None:
+    """Which store and key hold a value the codec (with ``hook``) cannot store, for the
+    error message."""
     stores = value.get("stores") if isinstance(value, dict) else None
     if not isinstance(stores, dict):
         return None
     for name, store in stores.items():
         for key, v in store.items():
             try:
-                if hook is None:
-                    pickle.dumps(v, protocol=5)
-                else:
-                    values.encode(v, hook)
+                values.encode(v, hook)
             except Exception:  # noqa: BLE001
                 return f"state {name!r} key {key!r} holds {type(v).__name__} {v!r:.60}: "
     return None

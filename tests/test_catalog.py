@@ -615,7 +615,7 @@ def test_no_pickle_under_the_catalog_or_a_serial_checkpoint(tmp_path):
 def test_no_pickle_under_the_catalog_or_a_spark_checkpoint(tmp_path, spark_session):
     home = tmp_path / "home"
     ck = tmp_path / "ck"
-    fallback = tmp_path / "ck-timers"
+    timers_ck = tmp_path / "ck-timers"
     parallel = textwrap.dedent(
         """
         from restream_kit import emit, on, state
@@ -643,13 +643,13 @@ def test_no_pickle_under_the_catalog_or_a_spark_checkpoint(tmp_path, spark_sessi
     log = pending_log()
     options = dict(engine="spark", master="local[2]", epoch=30)
     result = rk.replay(parallel, log, **options, checkpoint=ck)
-    rk.replay(timers, log, **options, checkpoint=fallback)
-    for directory in (ck, fallback):
+    rk.replay(timers, log, **options, checkpoint=timers_ck)
+    for directory in (ck, timers_ck):
         # The pass path keeps the serial engine's format, scheduled events and all.
         assert json.loads((directory / "manifest.json").read_text())["state_format"] == "serial"
     program = rk.Program.from_source(parallel, name="spark")
     catalog = Catalog(home)
     record = catalog.record(name="spark", program=program, log=log, engine="spark", result=result)
     assert_same_result(catalog.load(record), result)
-    assert pickles_under(home, ck, fallback) == []
-    assert embedded_pickles(home, ck, fallback) == 0
+    assert pickles_under(home, ck, timers_ck) == []
+    assert embedded_pickles(home, ck, timers_ck) == 0

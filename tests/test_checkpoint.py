@@ -198,7 +198,7 @@ def test_spark_replay_killed_with_sigkill_resumes_to_the_serial_result(tmp_path,
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["resumed_from_epoch"] == committed + 1
-    assert summary["warnings"] == []  # it ran the parallel path, not the fallback
+    assert summary["warnings"] == []  # every pass ran in parallel: nothing to warn about
 
     expected = rk.replay(program, log, epoch=300)
     assert_same_tables(out, expected)
@@ -374,3 +374,28 @@ def test_a_checkpoint_moves_between_the_serial_engine_and_spark(tmp_path, spark_
     assert_same_result(on_spark, reference)
     on_serial = rk.replay(v2, log, epoch=200, start_from=(spark_ck, 0))
     assert_same_result(on_serial, reference)
+
+
+def test_a_checkpoint_of_the_retired_stage_path_is_refused_in_one_line(
+    tmp_path, small, spark_session
+):
+    """The Spark stage path's checkpoints (state format ``spark-parallel``) held pickled
+    values: no engine reads them, whether resumed or started from."""
+    program, log = small
+    ck = tmp_path / "ck"
+    rk.replay(program, log, epoch=100, checkpoint=ck)
+    manifest = json.loads((ck / "manifest.json").read_text())
+    manifest["state_format"], manifest["complete"] = "spark-parallel", False
+    manifest["identity"]["engine"] = "spark"
+    manifest["epochs"] = manifest["epochs"][:1]
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+    spark = dict(engine="spark", master="local[2]", epoch=100)
+    attempts = [
+        dict(**spark, checkpoint=ck, resume=True),
+        dict(**spark, start_from=(ck, 0)),
+        dict(epoch=100, start_from=(ck, 0)),
+    ]
+    for options in attempts:
+        with pytest.raises(CheckpointError, match="retired stage path") as caught:
+            rk.replay(program, log, **options)
+        assert "\n" not in str(caught.value) and str(ck) in str(caught.value)

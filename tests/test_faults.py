@@ -1,7 +1,9 @@
 """Worker faults on Spark: a killed Python worker or a failed task is retried, and the result
 is still the serial one.
 
-Faults come from ``$RESTREAM_FAULT`` (``_worker.inject_fault``), read by the Python workers.
+Faults come from ``$RESTREAM_FAULT`` (``_faults.inject_fault``), read by the Python workers:
+on the pass path a task's stage is ``pass0``, ``pass1``... (the pass's index), on the prefix
+path ``round1``, ``round2``...
 Retries need ``spark.task.maxFailures`` > 1, which local mode takes from the master URL
 (``local[2,4]``: 2 cores, 4 attempts per task), and classic PySpark allows one SparkContext
 per process, so each case is a real child process running the command line, with the fault in
@@ -19,18 +21,18 @@ import pyarrow.parquet as pq
 import pytest
 
 import restream_kit as rk
-from restream_kit.engines.spark._worker import FAULT_ENV, FAULT_LOG_ENV, _faults
+from restream_kit.engines.spark._faults import FAULT_ENV, FAULT_LOG_ENV, parse_faults
 
 SAMPLE = "sample_data/social_small.parquet"
 EVENTS = 12_000  # the sample's first events, in two epochs: small, and still spam in both
 
 
 def replay_with_faults(
-    root, tmp_path, faults: str, *conf: str, path: str = "stages"
+    root, tmp_path, faults: str, *conf: str, path: str = "passes"
 ) -> tuple[dict, list[str]]:
     """Replay antispam on Spark in a child process with ``faults``; the summary and the
-    faults that struck. ``path``: the stage path (``StepTask``s, stages named after their
-    handlers) or the prefix path (``PrefixTask``s, stages ``round1``, ``round2``...)."""
+    faults that struck. ``path``: the pass path (``PassTask``s, stages ``pass0``,
+    ``pass1``...) or the prefix path (``PrefixTask``s, stages ``round1``, ``round2``...)."""
     struck = tmp_path / "faults.log"
     env = {
         **os.environ,
@@ -77,11 +79,14 @@ def struck_where(lines: list[str]) -> set[tuple[str, str]]:
 def test_a_killed_worker_and_a_failed_task_are_retried_to_the_serial_result(
     root, tmp_path, serial_spam
 ):
-    # Partition ids of a stage's tasks depend on Spark's plan: strike every partition.
-    summary, struck = replay_with_faults(root, tmp_path, "kill:stage=tally_sender;fail:stage=flag")
-    assert struck_where(struck) == {("kill", "tally_sender"), ("fail", "flag")}
-    assert len(struck) >= 4  # at least once per stage and epoch
-    assert not any("serial algorithm" in w for w in summary["warnings"]), summary["warnings"]
+    # Antispam's passes: befriend, the fold of friends, tally_sender, then tally_ip and flag.
+    # Partition ids of a pass's tasks depend on Spark's plan: strike every partition.
+    summary, struck = replay_with_faults(root, tmp_path, "kill:stage=pass2;fail:stage=pass3")
+    assert struck_where(struck) == {("kill", "pass2"), ("fail", "pass3")}
+    assert len(struck) >= 4  # once per task of each of the two passes (two tasks or more)
+    path = summary["path"]
+    assert list(path)[2:] == ["tally_sender", "tally_ip", "flag"], path  # per stage
+    assert all(what.startswith("parallel") for what in path.values()), path
     got = pq.read_table(tmp_path / "out" / "spam.parquet")
     assert got.to_pylist() == serial_spam.to_pylist() and got.num_rows > 0
 
@@ -104,9 +109,9 @@ def test_with_speculation_on_a_retried_replay_is_still_the_serial_result(
 
 
 def test_fault_specs_parse_and_bad_ones_are_refused():
-    assert _faults("kill:stage=flag:attempt=0; fail:partition=1") == [
-        ("kill", {"stage": "flag", "attempt": "0"}),
+    assert parse_faults("kill:stage=pass1:attempt=0; fail:partition=1") == [
+        ("kill", {"stage": "pass1", "attempt": "0"}),
         ("fail", {"partition": "1"}),
     ]
     with pytest.raises(ValueError, match="unknown fault 'explode'"):
-        _faults("explode:stage=flag")
+        parse_faults("explode:stage=pass1")

@@ -49,10 +49,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "the magics call the notebook layer inside the magic; moving RestreamMagics into "
         "widgets/ (with load_ipython_extension importing it from there) removes this"
     ),
-    ("restream_kit/checkpoint.py", "pyspark"): (
-        "cloudpickle taken from PySpark when the cloudpickle package is missing, for the "
-        "Spark stage path's checkpoints; goes when path='stages' is retired"
-    ),
 }
 
 

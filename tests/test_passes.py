@@ -305,7 +305,7 @@ def test_events_carry_their_reads_from_pass_to_pass(spark_session):
 def test_forwarded_events_equal_the_serial_engine(case, spark_session):
     """Generated programs whose passes forward events (reads of upstream state under the
     holder's key, nothing else crossing passes) equal the serial engine."""
-    source, log, _epoch, _fold, _path = case
+    source, log, _epoch, _path = case
     program = rk.Program.from_source(source, name="fwd")
     assume(_forwarding(program))
     the_log = rk.Log(log)

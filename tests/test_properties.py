@@ -38,8 +38,8 @@ def test_serial_engine_equals_the_naive_interpreter(spec, log):
 
 SPARK_EXAMPLES = int(os.environ.get("RESTREAM_SPARK_PROPERTY_EXAMPLES", str(EXAMPLES)))
 
-#: Handlers that send the whole replay to the Spark engine's serial fallback: a read by a key
-#: that is not a function of the event (a broadcast-read stage), and scheduled events.
+#: Handlers the passes find hard: a read by a key that is not a function of the event (a
+#: broadcast-read stage: the whole program runs as one sequential pass), and scheduled events.
 EXTRAS = {
     "broadcast": """
 
@@ -70,9 +70,8 @@ def one_key(spec):
 
 @st.composite
 def spark_cases(draw):
-    """A program (plain, partitioned by one key, or with a fallback extra), a log (with a hot
-    key holding half the events, sometimes), an epoch size (one epoch, mostly) and how the
-    engine folds merges (Spark windows, mostly, or numpy)."""
+    """A program (plain, partitioned by one key, or with an extra above), a log (with a hot
+    key holding half the events, sometimes), an epoch size (one epoch, mostly) and the path."""
     spec = draw(programs())
     shape = draw(st.sampled_from(["plain", "plain", "one key", "one key", "extra"]))
     if shape == "one key":
@@ -90,23 +89,20 @@ def spark_cases(draw):
     if draw(st.booleans()):
         log = [dict(e, k=0, j=0) if i % 2 else e for i, e in enumerate(log)]
     epoch = draw(st.sampled_from([None, None, None, None, len(log) // 2 + 1, "8ms"]))
-    fold = draw(st.sampled_from(["jvm", "jvm", "jvm", "vector"]))
     # "auto" takes the prefix path whenever the program lowers and the pass path otherwise;
     # "passes" always the pass path (scheduled events and timed writes in parallel passes).
     path = draw(st.sampled_from(["auto", "passes", "passes"]))
-    return source, log, epoch, fold, path
+    return source, log, epoch, path
 
 
 @settings(max_examples=SPARK_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=spark_cases())
 def test_spark_engine_equals_the_serial_engine(case, spark_session):
-    source, log, epoch, fold, path = case
+    source, log, epoch, path = case
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
     want = rk.replay(program, the_log)
-    got = rk.replay(
-        program, the_log, engine="spark", epoch=epoch, partitions=2, fold=fold, path=path
-    )
+    got = rk.replay(program, the_log, engine="spark", epoch=epoch, partitions=2, path=path)
     assert_same_result(got, want)
     if path == "passes":
         assert_ran_as_planned(program, got)
@@ -124,7 +120,7 @@ def test_checkpointed_spark_replays_and_their_resumes_equal_the_serial_engine(
     across epochs), then resumed from an earlier epoch: the serial engine's result."""
     import json
 
-    source, log, _epoch, _fold, _path = case
+    source, log, _epoch, _path = case
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
     want = rk.replay(program, the_log)

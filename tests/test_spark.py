@@ -1,5 +1,5 @@
-"""The Spark engine beyond the shared semantic suite: epochs, progress, fallbacks, numbers,
-layouts, key encodings and the command line.
+"""The Spark engine beyond the shared semantic suite: epochs, progress, what runs in one task,
+numbers, retired options, key encodings and the command line.
 
 Every replay here is checked against the serial engine, the oracle.
 """
@@ -15,11 +15,11 @@ import threading
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from engine_matrix import assert_same_result
+from engine_matrix import assert_ran_as_planned, assert_same_result
 
 import restream_kit as rk
+from restream_kit.engines import EngineUnsupported
 from restream_kit.engines.spark._codec import decode_key, encode_key
-from restream_kit.engines.spark._layout import layout
 from restream_kit.planner import plan
 from restream_kit.progress import (
     Cancelled,
@@ -93,11 +93,13 @@ def mixed_log(n: int = 14) -> list[dict]:
 @pytest.mark.parametrize(
     ("epoch", "events", "epochs"), [(1, 6, 6), (3, 14, 5), (None, 14, 1), ("2ms", 14, 4)]
 )
-def test_epoch_boundaries_never_change_the_result(spark_session, epoch, events, epochs):
-    # Epochs are the stage path's (checkpoints); the pass path runs each stage over the log.
-    result = on_spark(prog(MIXED), mixed_log(events), epoch=epoch, path="stages")
+def test_epoch_boundaries_never_change_the_result(spark_session, tmp_path, epoch, events, epochs):
+    # Epochs are the checkpoints' (without one, each pass runs over the whole log at once).
+    program = prog(MIXED)
+    result = on_spark(program, mixed_log(events), epoch=epoch, checkpoint=tmp_path / "ck")
     assert result.metrics.epochs == epochs
     assert not result.warnings, result.warnings
+    assert_ran_as_planned(program, result)
 
 
 def test_a_hot_key_holding_half_the_events(spark_session):
@@ -108,21 +110,14 @@ def test_a_hot_key_holding_half_the_events(spark_session):
     on_spark(prog(MIXED), log, epoch=15)
 
 
-def test_the_layout_of_the_mixed_program():
+def test_the_mixed_program_runs_each_stage_as_planned(spark_session):
     program = prog(MIXED)
-    lay = layout(program, plan(program))
-    assert lay.fallback_reason is None
-    modes = {s.stages: s.mode for s in lay.steps}
-    assert modes[("count",)] == "partitioned"
-    assert modes[("running",)] == "sequential"
-    assert {s.name: s.path for s in lay.states.values()} == {
-        "window": "own",
-        "last": "set",
-        "total": "own",
-        "seen": "add",
-    }
-    count = next(s for s in lay.steps if s.stages == ("count",))
-    assert count.upstream_writes == ("window",) and count.own == {"window": True}
+    result = on_spark(program, mixed_log())
+    assert_ran_as_planned(program, result)
+    path = result.metrics.path
+    assert path["count"].startswith("parallel over 2 partitions by e.k")
+    assert path["running"].startswith("sequential in one task: total.value")
+    assert path["fold last by e.k"].startswith("parallel")  # `last` is read by e.k downstream
 
 
 def test_a_state_partitioned_by_one_element_of_its_keys(spark_session):
@@ -136,14 +131,16 @@ def test_a_state_partitioned_by_one_element_of_its_keys(spark_session):
             emit("out", sym=e.sym, day=e.day, n=per[e.sym, e.day], before=per[e.sym, e.day - 1])
         """
     )
-    lay = layout(program, plan(program))
-    (step,) = lay.steps
-    assert step.mode == "partitioned" and step.partition_key == "e.sym"
-    assert step.own_key_part == {"per": 0}
+    (stage,) = plan(program).stages
+    assert stage.mode == "partitioned" and stage.partition_key == "e.sym"
     log = [
         {"ts": i, "kind": "trade", "sym": "abc"[i % 3], "day": i // 4, "qty": i} for i in range(24)
     ]
-    on_spark(program, log, epoch=7)
+    # The passes cannot split that yet: one sequential task, and the warning says why.
+    with pytest.warns(rk.RestreamWarning, match="ran in one task"):
+        result = on_spark(program, log, epoch=7)
+    assert result.metrics.path["whole program"].startswith("sequential in one task")
+    assert "partitioned by an element of its keys" in result.warnings[-1]
 
 
 # -- numbers, merges and values ------------------------------------------------------------------
@@ -173,18 +170,17 @@ NUMBERS = """
 """
 
 
-@pytest.mark.parametrize("fold", ["jvm", "vector"])
-def test_sums_of_ints_and_floats_are_exact_and_in_order(spark_session, fold):
+def test_sums_of_ints_and_floats_are_exact_and_in_order(spark_session):
     log = [
         {"ts": i, "kind": "wr"[i % 4 == 3], "k": i % 2, "i": i * 7 % 11, "f": 0.1 * (i % 7)}
         for i in range(30)
     ]
-    result = on_spark(prog(NUMBERS), log, fold=fold, epoch=11)
+    result = on_spark(prog(NUMBERS), log, epoch=11)
     assert not result.warnings
     assert type(result.state["floats"][0]) is float and type(result.state["ints"][0]) is int
 
 
-def test_a_sum_beyond_64_bits_falls_back_and_stays_exact(spark_session):
+def test_a_sum_beyond_64_bits_stays_exact(spark_session):
     program = prog(
         """
         c = state.Counter()
@@ -203,13 +199,9 @@ def test_a_sum_beyond_64_bits_falls_back_and_stays_exact(spark_session):
     result = on_spark(program, log)
     assert result.state["c"] == {0: 2**64} and not result.warnings
     assert all(what.startswith("parallel") for what in result.metrics.path.values())
-    # The stage path sums in the JVM's 64 bits: it notices and falls back, exactly.
-    result = on_spark(program, log, path="stages")
-    assert result.state["c"] == {0: 2**64}
-    assert any("64 bits" in w or "serial" in w for w in result.warnings)
 
 
-# -- fallbacks -----------------------------------------------------------------------------------
+# -- what runs in one task, and what is no longer an option -------------------------------------
 
 
 def test_a_read_on_scheduled_events_runs_in_one_task_and_says_so(spark_session):
@@ -237,18 +229,81 @@ def test_a_read_on_scheduled_events_runs_in_one_task_and_says_so(spark_session):
     assert "scheduled events" in result.warnings[0]
 
 
-def test_fallback_on_request(spark_session):
-    result = on_spark(prog(MIXED), mixed_log(), fallback=True)
-    assert "fallback=True" in result.warnings[0]
+def test_a_program_the_planner_cannot_plan_runs_as_one_sequential_pass(spark_session):
+    program = prog(
+        """
+        c = state.Counter()
+
+        def bump(k):
+            c[k] += 1
+
+        @on("event")
+        def count(e):
+            step = bump  # a helper passed as a value: its state accesses cannot be followed
+            step(e.k)
+            emit("out", k=e.k, n=c[e.k])
+        """
+    )
+    with pytest.raises(rk.RestreamError, match="passed as a value"):
+        plan(program, allow_nondeterminism=True)
+    with pytest.warns(rk.RestreamWarning, match="ran in one task"):
+        result = on_spark(program, [{"ts": i, "k": i % 3} for i in range(12)], path="passes")
+    assert list(result.metrics.path) == ["whole program"]
+    assert "the planner could not plan the program" in result.metrics.path["whole program"]
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"path": "stages"}, "path must be one of 'auto', 'prefix', 'passes', not 'stages'"),
+        ({"fold": "jvm"}, "fold= is no longer an option"),
+        ({"jobs": "step"}, "jobs= is no longer an option"),
+        ({"fallback": True}, "fallback= is no longer an option.*engine='serial'"),
+    ],
+)
+def test_options_of_the_retired_stage_path_are_refused_in_one_line(option, message):
+    # Refused by the engine's supports(), before Spark starts.
+    with pytest.raises(EngineUnsupported, match=message) as caught:
+        rk.replay(prog(MIXED), mixed_log(), engine="spark", **option)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_retired_path_in_the_environment_is_refused(spark_session, monkeypatch):
+    monkeypatch.setenv("RESTREAM_SPARK_PATH", "stages")
+    with pytest.raises(rk.RestreamError, match=r"\$RESTREAM_SPARK_PATH: path must be one of"):
+        rk.replay(prog(MIXED), mixed_log(), engine="spark")
+
+
+def test_an_empty_log_gives_the_serial_engines_result_and_checkpoint(spark_session, tmp_path):
+    empty = pa.table(
+        {
+            "ts": pa.array([], pa.int64()),
+            "kind": pa.array([], pa.string()),
+            "k": pa.array([], pa.int64()),
+        }
+    )
+    program = prog(MIXED)
+    recorder = Recorder()
+    got = on_spark(program, rk.Log(empty), observer=recorder)
+    want = rk.replay(program, rk.Log(empty))
+    assert got.tables == want.tables == {} and got.state == {name: {} for name in program.states}
+    assert (got.metrics.engine, got.metrics.events, got.metrics.epochs) == ("spark", 0, 1)
+    assert recorder.of(ReplayStarted)[0].engine == "spark" and recorder.of(ReplayFinished)[0].ok
+    ck = tmp_path / "ck"
+    on_spark(program, rk.Log(empty), checkpoint=ck)
+    manifest = json.loads((ck / "manifest.json").read_text())
+    assert manifest["identity"]["engine"] == "spark" and manifest["state_format"] == "serial"
+    assert manifest["complete"] and [e["epoch"] for e in manifest["epochs"]] == [0]
 
 
 # -- progress ------------------------------------------------------------------------------------
 
 
-def test_progress_reports_epochs_stages_and_streams_outputs(spark_session):
+def test_progress_reports_epochs_stages_and_streams_outputs(spark_session, tmp_path):
     recorder = Recorder()
     program = prog(MIXED)
-    result = on_spark(program, mixed_log(), epoch=5, observer=recorder, path="stages")
+    ck = tmp_path / "ck"  # epochs are the checkpoint's
+    result = on_spark(program, mixed_log(), epoch=5, observer=recorder, checkpoint=ck)
     started = recorder.of(ReplayStarted)[0]
     assert (started.engine, started.events_total, started.epochs_total) == ("spark", 14, 3)
     assert [e.epoch for e in recorder.of(EpochStarted)] == [0, 1, 2]
@@ -262,7 +317,7 @@ def test_progress_reports_epochs_stages_and_streams_outputs(spark_session):
     assert recorder.of(ReplayFinished)[-1].ok
 
 
-def test_cancel_stops_the_replay(spark_session):
+def test_cancel_stops_the_replay_between_epochs(spark_session, tmp_path):
     token = CancelToken()
 
     def observer(event):
@@ -272,22 +327,30 @@ def test_cancel_stops_the_replay(spark_session):
 
     with pytest.raises(Cancelled):
         rk.replay(prog(MIXED), rk.Log(mixed_log()), engine="spark", epoch=2, observer=observer,
-                  cancel=token, path="stages")  # fmt: skip
+                  cancel=token, checkpoint=tmp_path / "ck")  # fmt: skip
+    manifest = json.loads((tmp_path / "ck" / "manifest.json").read_text())
+    assert not manifest["complete"] and len(manifest["epochs"]) < 7
 
 
 def test_cancel_stops_the_passes_between_stages(spark_session):
     token = CancelToken()
     finished = []
 
+    ended = []
+
     def observer(event):
         if isinstance(event, StageFinished):
             finished.append(event.stage)
             token.cancel()
+        if isinstance(event, ReplayFinished):
+            ended.append(event)
 
     with pytest.raises(Cancelled):
         rk.replay(prog(MIXED), rk.Log(mixed_log()), engine="spark", observer=observer,
                   cancel=token, path="passes")  # fmt: skip
     assert len(finished) == 1
+    # The observers hear that it ended unfinished, as from the serial engine.
+    assert [(e.ok, e.error) for e in ended] == [(False, "replay cancelled")]
 
 
 # -- keys ------------------------------------------------------------------------------------------
@@ -305,7 +368,8 @@ def test_keys_equal_in_python_encode_equal():
 
 
 def test_spark_sql_encodes_column_keys_as_python_does(spark_session):
-    from restream_kit.engines.spark._engine import _prepare, jvm_key
+    from restream_kit.engines.spark._events import prepare_events
+    from restream_kit.engines.spark._keys import jvm_key
 
     table = pa.table(
         {
@@ -316,7 +380,7 @@ def test_spark_sql_encodes_column_keys_as_python_does(spark_session):
         }
     )
     log = rk.Log(table)
-    events = _prepare(log)
+    events = prepare_events(log)
     exprs = ["e.n", "e.s", "e.b", "(e.n, e.s)", "(e.s, (e.b, 3), 'k')", "e.kind", "e.lsn"]
     sql = [jvm_key(expr, events) for expr in exprs]
     assert all(sql)
@@ -392,10 +456,16 @@ def test_keys_that_are_not_plain_columns_are_computed_in_python(spark_session):
             )
         """
     )
-    lay = layout(program, plan(program))
-    assert [s.mode for s in lay.steps] == ["map", "stateless"]
+    from restream_kit.engines.spark._events import prepare_events
+    from restream_kit.engines.spark._keys import jvm_key
+    from restream_kit.engines.spark._passes import plan_passes
+
     log = [
         {"ts": i, "kind": "tick" if i % 3 else "look", "k": i % 4, "price": 1.5 * (i % 3)}
         for i in range(18)
     ]
-    on_spark(program, log, epoch=7)
+    events = prepare_events(rk.Log(log))
+    partitions = [p.partition for p in plan_passes(program, plan(program)).passes]
+    assert any(p.startswith("(") and jvm_key(p, events) is None for p in partitions), partitions
+    result = on_spark(program, log, epoch=7)
+    assert_ran_as_planned(program, result)

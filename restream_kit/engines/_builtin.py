@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-__all__ = ["SerialEngine", "SparkEngine"]
+__all__ = ["SerialEngine", "SparkEngine", "SPARK_PATHS", "spark_option_problem"]
 
 
 class SerialEngine:
@@ -28,7 +28,32 @@ class SerialEngine:
 
 
 #: The Spark engine's ``path=`` values (see ``engines/spark/_engine.py``).
-SPARK_PATHS = ("auto", "prefix", "passes", "stages")
+SPARK_PATHS = ("auto", "prefix", "passes")
+
+#: Options of the Spark engine's retired stage path and serial fallback: refused, with why.
+_RETIRED_OPTIONS = {
+    "fold": "it chose how the retired stage path folded merges",
+    "jobs": "it chose how the retired stage path grouped its Spark jobs",
+    "fallback": (
+        "it ran the serial engine in one Spark task, which was retired "
+        "(engine='serial' replays serially)"
+    ),
+}
+
+
+def spark_option_problem(options: dict[str, Any]) -> str | None:
+    """Why the Spark engine refuses ``options`` (a ``path`` it does not have, an option it no
+    longer has), or None."""
+    for name, why in _RETIRED_OPTIONS.items():
+        if options.get(name) is not None:
+            return f"{name}= is no longer an option: {why}; every replay takes the pass path"
+    path = options.get("path")
+    if path is not None and path not in SPARK_PATHS:
+        retired = " (the stage path was retired: 'passes' runs every program)"
+        return f"path must be one of {', '.join(map(repr, SPARK_PATHS))}, not {path!r}" + (
+            retired if path == "stages" else ""
+        )
+    return None
 
 
 class SparkEngine:
@@ -40,10 +65,7 @@ class SparkEngine:
     def supports(self, program: Any, log: Any, options: dict[str, Any]) -> str | None:
         if options.get("session") is None and importlib.util.find_spec("pyspark") is None:
             return "PySpark is not installed (pip install 'restream_kit[spark]')"
-        path = options.get("path")
-        if path is not None and path not in SPARK_PATHS:
-            return f"path must be one of {', '.join(map(repr, SPARK_PATHS))}, not {path!r}"
-        return None
+        return spark_option_problem(options)
 
     def replay(self, program: Any, log: Any, *, observer: Any = None, **options: Any) -> Any:
         from . import spark

@@ -435,8 +435,8 @@ def _checkpointing(program, log, epoch, checkpoint, resume, start_from):
     """The replay's checkpointer and start (None, None without checkpoint options).
 
     ``checkpoint`` may also be an object with ``load()`` and ``commit()``, as
-    :class:`restream_kit.checkpoint.Checkpointer` has (the Spark engine's serial fallback
-    passes one that keeps an epoch's state in memory, to run one epoch per task).
+    :class:`restream_kit.checkpoint.Checkpointer` has (the Spark engine passes one it
+    opened itself for a log with no events, so that the checkpoint is a Spark one).
     """
     if checkpoint is None and start_from is None:
         if resume:

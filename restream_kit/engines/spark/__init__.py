@@ -7,13 +7,13 @@
 - ``epoch``: events per epoch (an int) or a duration (``"1h"``), cut as every engine cuts
   (``restream_kit.epochs``): small logs run in one epoch;
 - ``cancel``: a ``progress.CancelToken``; cancelling stops the replay's Spark jobs at once;
-- ``partitions``: tasks per shuffled step (default: the session's cores);
-- ``jobs``: ``"epoch"`` (one Spark job per epoch) or ``"step"`` (one per step, for per-step
-  timings); by default ``"step"`` when epochs hold 200,000 events or more;
-- ``fallback=True``: run the serial algorithm in one Spark task (also what happens, with a
-  note in ``Result.warnings``, when the plan has something the parallel path does not do).
+- ``partitions``: tasks per pass (default: twice the session's cores);
+- ``path``: ``"auto"`` (default; also ``$RESTREAM_SPARK_PATH``), ``"passes"`` or
+  ``"prefix"``: which of the two paths runs the replay (see ``_engine``);
+- ``checkpoint``, ``resume``, ``start_from``, ``on_error``: as on the serial engine.
 
-See ``_engine`` for how a replay runs and ``_layout`` for how the plan becomes steps.
+See ``_engine`` for how a replay chooses its path, ``_passes`` for how the plan becomes
+passes, and ``docs/spark_engine.md``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""How keys and values cross the JVM: keys as strings, values as a tag and three columns.
+"""How state keys cross the JVM: as strings.
 
-Keys. A state key becomes a string that is equal for keys that Python's dicts treat as one
+A state key becomes a string that is equal for keys that Python's dicts treat as one
 (``1``, ``1.0`` and ``True`` all encode as ``i1;``), so that Spark can partition, sort and
 join on it. Every part says its type and is self-delimiting, which makes the encoding
 injective and decodable:
@@ -13,11 +13,8 @@ injective and decodable:
   compare equal to one another, such as ``1 + 0j`` and ``1``, encode differently: a limit).
 
 The same strings are built by Spark SQL for keys that are plain int, bool or string columns of
-the event, or tuples of them (see ``_engine.jvm_key``), so such keys are never computed in
-Python.
-
-Values. A value is a tag and three columns, so that numbers stay numbers in the JVM (running
-sums) and only other objects are pickled: ``(tag, long, double, bytes)``.
+the event, or tuples of them (see ``_keys.jvm_key``), so such keys are never computed in
+Python. ``MISSING`` is the value of a key that is not there.
 """
 
 from __future__ import annotations
@@ -27,27 +24,7 @@ import numbers
 import pickle
 from typing import Any
 
-__all__ = [
-    "encode_key",
-    "decode_key",
-    "encode_value",
-    "decode_value",
-    "ABSENT",
-    "INT",
-    "FLOAT",
-    "BOOL",
-    "NONE",
-    "STR",
-    "PICKLE",
-    "BAD",
-    "MISSING",
-    "LONG_MIN",
-    "LONG_MAX",
-]
-
-ABSENT, INT, FLOAT, BOOL, NONE, STR, PICKLE, BAD = range(8)
-LONG_MIN = -(1 << 63)
-LONG_MAX = (1 << 63) - 1
+__all__ = ["encode_key", "decode_key", "MISSING"]
 
 
 class _Missing:
@@ -141,41 +118,3 @@ def _decode(text: str, pos: int) -> tuple[Any, int]:
             items.append(item)
         return (tuple(items) if tag == "t" else frozenset(items)), pos
     raise ValueError(f"bad key encoding {text!r} at {pos}")
-
-
-def encode_value(value: Any) -> tuple[int, int | None, float | None, bytes | None]:
-    """``(tag, long, double, bytes)`` for a value; MISSING is ABSENT."""
-    t = type(value)
-    if t is int:
-        if LONG_MIN <= value <= LONG_MAX:
-            return INT, value, None, None
-    elif t is float:
-        return FLOAT, None, value, None
-    elif t is bool:
-        return BOOL, int(value), None, None
-    elif value is None:
-        return NONE, None, None, None
-    elif t is str:
-        return STR, None, None, value.encode("utf-8", "surrogatepass")
-    elif value is MISSING:
-        return ABSENT, None, None, None
-    return PICKLE, None, None, pickle.dumps(value, protocol=5)
-
-
-def decode_value(tag: int, long: int | None, double: float | None, data: bytes | None) -> Any:
-    """The value :func:`encode_value` encoded (MISSING for ABSENT)."""
-    if tag == INT:
-        return long
-    if tag == FLOAT:
-        return double
-    if tag == BOOL:
-        return bool(long)
-    if tag == NONE:
-        return None
-    if tag == STR:
-        return data.decode("utf-8", "surrogatepass")
-    if tag == PICKLE:
-        return pickle.loads(data)
-    if tag == ABSENT:
-        return MISSING
-    raise ValueError(f"unknown value tag {tag}")

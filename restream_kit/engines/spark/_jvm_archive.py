@@ -92,7 +92,7 @@ log = pq.read_table(log).slice(0, 3000)
 options = "-Dlog4j2.level=ERROR -XX:ArchiveClassesAtExit=" + target + " -Xlog:cds=off"
 session = get_session("local[2]", {"spark.driver.extraJavaOptions": options})
 pid = session.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-for path in ("prefix", "stages"):
+for path in ("prefix", "passes"):
     replay(program, log, engine="spark", path=path, epoch=1000)
 print("JVM", pid, flush=True)
 session.stop()

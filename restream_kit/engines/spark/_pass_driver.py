@@ -35,8 +35,9 @@ from ...progress import (
 from ...result import Metrics, Result, build_table, quarantine_table
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_task as T
+from ._keys import KeysSpec, KeysTask
 from ._passes import BY_KEY, ORDER, SINGLE, PassPlan
-from ._worker import KeysSpec, KeysTask, ProgramRef
+from ._program_ref import ProgramRef
 
 __all__ = ["run_passes", "prepare", "run_jobs", "Setup", "Ran"]
 
@@ -175,7 +176,8 @@ def _names(pp: PassPlan) -> tuple[str, ...]:
 def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
     """The log's DataFrame (kept for the next replay of the same log in this session), with
     every pass's partition value, and what the pass jobs share."""
-    from ._engine import _prepare, jvm_key  # the engine module imports this one
+    from ._events import prepare_events as _prepare
+    from ._keys import jvm_key
 
     program: Program = rep.program
     log: Log = rep.log

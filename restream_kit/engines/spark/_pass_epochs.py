@@ -36,7 +36,7 @@ from . import _pass_task as T
 from ._codec import encode_key
 from ._pass_driver import Ran, Setup, _names, apply_pending, make_result, run_jobs, table_rows
 from ._passes import BY_KEY, ORDER, SINGLE
-from ._worker import key_function
+from ._program_ref import key_function
 
 __all__ = ["run_checkpointed"]
 

@@ -45,14 +45,9 @@ from ..serial import (
     apply_write,
 )
 from ._codec import MISSING, encode_key
-from ._worker import (
-    ProgramRef,
-    _column_values,
-    event_type,
-    inject_fault,
-    key_function,
-    load_program,
-)
+from ._faults import inject_fault
+from ._program_ref import ProgramRef, event_type, key_function, load_program
+from ._program_ref import column_values as _column_values
 
 __all__ = [
     "PassSpec",

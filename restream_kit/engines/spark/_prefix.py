@@ -53,6 +53,7 @@ from ...progress import (
 )
 from ...result import ROW_COLUMNS, Metrics, Result, build_table
 from ._columnar import DELTA_CHUNK, combine_deltas, needed_columns, run_epoch
+from ._faults import inject_fault
 
 __all__ = ["prefix_plan", "PrefixTask", "run_prefix", "TASK_SCHEMA"]
 
@@ -102,8 +103,6 @@ class PrefixTask:
         self.deltas = deltas  # a Spark broadcast of {state: IPC bytes}, or the dict itself
 
     def __call__(self, batches):
-        from ._worker import inject_fault
-
         inject_fault(f"round{self.job + 1}")  # a no-op unless $RESTREAM_FAULT asks for one
         shipped = None
         for batch in batches:

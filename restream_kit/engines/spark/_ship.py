@@ -5,7 +5,7 @@ already. A remote cluster needs the package shipped: :func:`ship` zips it (:func
 and adds the zip to the workers' Python path, once per session: ``addPyFile`` on a standalone
 cluster (``spark://``), ``addArtifacts(..., pyfile=True)`` over Spark Connect (``sc://``, where
 there is no SparkContext). Programs themselves never need shipping: their source text travels
-with each task (``_worker.ProgramRef``), whether it came from a file or a notebook cell.
+with each task (``_program_ref.ProgramRef``), whether it came from a file or a notebook cell.
 """
 
 from __future__ import annotations
