@@ -73,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     log_path = _ensure_log(args.events, Path(args.log) if args.log else None)
     report = {"events": args.events, "master": args.master, "log": str(log_path), "rules": {}}
     warm = _warm(log_path, rules, args.runs, args.master, args.checkpoint)
+    if not args.master.startswith("local"):
+        # The warm session holds the cluster's cores: a whole-process run needs them.
+        from restream_kit.engines.spark import stop_session
+
+        stop_session()
     for rule in rules:
         report["rules"][rule] = {"warm": warm[rule]}
         if not args.no_cold:

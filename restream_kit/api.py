@@ -112,6 +112,14 @@ def replay(
 
         program = with_params(program, params)
     log = log if isinstance(log, Log) else Log(log)
+    if engine == "spark" and log.uri is not None and log.summary is None:
+        # Spark reads a URI log, not this process: the checks below use what Spark found.
+        from .engines.spark import describe_uri_log, get_session
+
+        session = options.get("session") or get_session(
+            options.get("master"), options.get("conf"), None, options.get("executor_wait")
+        )
+        describe_uri_log(session, log, options)
     # Mistakes the log reveals come before any event is replayed and before Spark starts.
     notes = warn_findings(check_against_log(program, log)) if check else []
     if on_error != "stop":

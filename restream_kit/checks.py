@@ -123,6 +123,9 @@ def kind_fields(log: Any) -> dict[str, set[str]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    described = getattr(log, "summary", None)
+    if described is not None:  # a URI log that Spark read: it counted the values
+        return {k: set(v) for k, v in described.kind_fields.items()}
     table = log.table
     others = [c for c in table.column_names if c not in EVENT_ATTRIBUTES]
     if table.num_rows == 0:

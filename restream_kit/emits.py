@@ -36,7 +36,7 @@ def emit_schemas(program: Any, log: Any = None) -> dict[str, dict[str, pl.DataTy
     columns: dict[str, pl.DataType] = {}
     if log is not None:
         try:
-            schema = pl.from_arrow(log.table.slice(0, 0)).schema
+            schema = pl.from_arrow(log.schema.empty_table()).schema
             columns = dict(schema)
         except Exception:  # noqa: BLE001 - types are a convenience, never a failure
             columns = {}

@@ -4,6 +4,11 @@ The canonical log has the columns ``lsn``, ``ts`` (int64 milliseconds since the 
 ``kind``, then every other column of the sources. Several sources merge ordered by
 (``ts``, position of the source, row order in the source). The result is cached under the
 cache directory, keyed by the sources' fingerprint, so that a second replay does not sort again.
+
+A source may be a URI (``scheme://...``: ``hdfs:``, ``s3a:``, ``file:``...), a Parquet file or
+directory, or a CSV file. The Spark engine hands it to Spark's reader untouched and describes
+the log from Spark (:class:`LogSummary`, set on the log); anything that needs the rows in this
+process (the serial engine) reads it through pyarrow's filesystems, or says that only Spark can.
 """
 
 from __future__ import annotations
@@ -26,12 +31,32 @@ import pyarrow.parquet as pq
 
 from .errors import LogError
 
-__all__ = ["Log", "Source", "default_home", "DEFAULT_KIND"]
+__all__ = ["Log", "LogSummary", "Source", "default_home", "is_uri", "DEFAULT_KIND"]
 
 DEFAULT_KIND = "event"
 RESERVED = ("lsn", "ts", "kind")
 _CACHE_VERSION = 1
 _NAMED = re.compile(r"^([A-Za-z_][\w.-]*)=(.+)$")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(text: Any) -> bool:
+    """True for ``scheme://...`` strings (a log the cluster may read where this process cannot)."""
+    return isinstance(text, str) and _URI.match(text) is not None
+
+
+@dataclass(frozen=True)
+class LogSummary:
+    """What a replay needs to know of a log without its rows in this process (a URI log the
+    Spark engine read): exactly what :class:`Log` would compute from its table."""
+
+    rows: int
+    kinds: tuple[str, ...]  # in order of first appearance
+    counts: dict[str, int]
+    first_ts: int | None
+    last_ts: int | None
+    schema: pa.Schema
+    kind_fields: dict[str, frozenset[str]]  # per kind, the columns with a value in some row
 
 
 def default_home() -> Path:
@@ -68,6 +93,8 @@ def _as_source(item: Any) -> Source:
         return Source(name, src.path, src.table)
     if isinstance(item, (str, Path)):
         text = str(item)
+        if is_uri(text):
+            return Source(None, text)
         match = _NAMED.match(text)
         if match and not Path(text).exists():
             return Source(match.group(1), match.group(2))
@@ -102,7 +129,7 @@ def _expand_samples(sources: Any) -> Any:
     from .samples import sample_sources, unknown_name_hint
 
     items = sources if isinstance(sources, list) else [sources]
-    if not all(isinstance(i, (str, Path)) for i in items):
+    if not all(isinstance(i, (str, Path)) for i in items) or any(is_uri(i) for i in items):
         return sources
     out: list = []
     changed = False
@@ -153,9 +180,20 @@ class Log:
             raise LogError("no log given")
         self.sources: tuple[Source, ...] = tuple(_as_source(item) for item in items)
         self.cache_dir = Path(cache_dir) if cache_dir else default_home() / "logs"
-        self.cache = cache and all(s.path for s in self.sources)
+        # A URI log is not copied to this machine's cache: it may be far larger than the disk.
+        self.cache = cache and all(s.path and not is_uri(s.path) for s in self.sources)
         self._table: pa.Table | None = None
         self._fingerprint: str | None = None
+        #: Set by an engine that read the log itself (Spark, for a URI): then the log's size,
+        #: kinds, times and schema come from it, and the rows are never read here.
+        self.summary: LogSummary | None = None
+
+    @property
+    def uri(self) -> str | None:
+        """The URI of a log made of one ``scheme://`` source (None otherwise)."""
+        if len(self.sources) == 1 and is_uri(self.sources[0].path):
+            return self.sources[0].path
+        return None
 
     def __repr__(self) -> str:
         return f"Log({[s.label for s in self.sources]})"
@@ -170,7 +208,9 @@ class Log:
             h.update(json.dumps([_CACHE_VERSION]).encode())
             for src in self.sources:
                 h.update(json.dumps([src.name]).encode())
-                if src.path is not None:
+                if src.path is not None and is_uri(src.path):
+                    h.update(json.dumps([src.path, _uri_files(src.path)]).encode())
+                elif src.path is not None:
                     st = _stat(src.path)
                     h.update(
                         json.dumps(
@@ -206,27 +246,52 @@ class Log:
             os.replace(tmp, cached)
         return table
 
+    def _described(self) -> LogSummary | None:
+        return self.summary if self._table is None else None
+
     def __len__(self) -> int:
-        return self.table.num_rows
+        described = self._described()
+        return described.rows if described else self.table.num_rows
 
     @property
     def kinds(self) -> list[str]:
         """The kinds present, in order of first appearance."""
+        described = self._described()
+        if described:
+            return list(described.kinds)
         return list(dict.fromkeys(self.table.column("kind").unique().to_pylist()))
 
     @property
     def columns(self) -> list[str]:
-        return self.table.column_names
+        return self.schema.names
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The canonical log's columns and types."""
+        described = self._described()
+        return described.schema if described else self.table.schema
 
     @property
     def span_ms(self) -> int:
         """Time from the first event to the last, in milliseconds."""
+        described = self._described()
+        if described:
+            return (described.last_ts - described.first_ts) if described.rows else 0
         ts = self.table.column("ts")
         return int(ts[-1].as_py() - ts[0].as_py()) if len(ts) else 0
 
+    @property
+    def last_ts(self) -> int | None:
+        """The last event's time (None for an empty log)."""
+        described = self._described()
+        if described:
+            return described.last_ts
+        ts = self.table.column("ts")
+        return int(ts[-1].as_py()) if len(ts) else None
+
     def event_type(self) -> type:
         """The named tuple type of this log's events (``e.ts``, ``e.lsn``, ``e.kind``, ...)."""
-        return namedtuple("Event", self.table.column_names, rename=True)
+        return namedtuple("Event", self.columns, rename=True)
 
     def iter_events(
         self,
@@ -247,6 +312,9 @@ class Log:
 
     def kinds_by_frequency(self) -> list[str]:
         """The kinds present, most frequent first."""
+        described = self._described()
+        if described:
+            return sorted(described.kinds, key=lambda k: -described.counts[k])
         counts = self.table.column("kind").value_counts().to_pylist()
         return [c["values"] for c in sorted(counts, key=lambda c: -c["counts"])]
 
@@ -294,7 +362,55 @@ def _stat(path: str) -> os.stat_result:
         raise LogError(f"cannot read log: {exc.strerror}", path=path) from None
 
 
+def _uri_filesystem(uri: str) -> tuple[Any, str]:
+    """pyarrow's filesystem for ``uri`` and the path in it; a LogError when pyarrow has none."""
+    from pyarrow import fs
+
+    try:
+        return fs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
+        raise LogError(
+            "this process cannot read this URI (pyarrow: "
+            f"{str(exc).splitlines()[0]}); only the Spark engine reads it (engine='spark')",
+            path=uri,
+        ) from None
+
+
+def _uri_files(uri: str) -> list:
+    """The files under ``uri`` with sizes and times, for the fingerprint (empty when this
+    process cannot list them: the URI alone then names the log)."""
+    from pyarrow import fs
+
+    try:
+        filesystem, path = fs.FileSystem.from_uri(uri)
+        info = filesystem.get_file_info(path)
+        if info.type == fs.FileType.Directory:
+            infos = filesystem.get_file_info(fs.FileSelector(path, recursive=True))
+        else:
+            infos = [info]
+        return sorted([i.path, i.size, i.mtime_ns] for i in infos if i.type == fs.FileType.File)
+    except Exception:  # noqa: BLE001 - e.g. s3a:, which only Spark reads
+        return []
+
+
+def _read_uri(uri: str) -> pa.Table:
+    filesystem, path = _uri_filesystem(uri)
+    suffix = Path(path).suffix.lower()
+    try:
+        if suffix in (".csv", ".tsv", ".txt"):
+            options = pa_csv.ParseOptions(delimiter="\t" if suffix == ".tsv" else ",")
+            with filesystem.open_input_stream(path) as stream:
+                return pa_csv.read_csv(stream, parse_options=options)
+        if suffix in (".parquet", ".pq", ""):
+            return pq.read_table(path, filesystem=filesystem)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise LogError(f"cannot read log: {str(exc).splitlines()[0]}", path=uri) from None
+    raise LogError("unknown log format (use .parquet or .csv)", path=uri)
+
+
 def _read(path: str) -> pa.Table:
+    if is_uri(path):
+        return _read_uri(path)
     _stat(path)
     suffix = Path(path).suffix.lower()
     try:

@@ -127,6 +127,3 @@ def root() -> Path:
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -18,6 +18,7 @@ import os
 import secrets
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,8 @@ def start_cluster(
         "RESTREAM_WORKER_CORES": str(cores),
         "RESTREAM_WORKER_MEMORY": "2g",
         "RESTREAM_CONNECT": "1" if connect else "0",
+        # The workers' Python is made from this one (run as another user when root).
+        "PYTHON": sys.executable,
     }
     if token:
         env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token

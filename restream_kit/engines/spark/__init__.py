@@ -21,10 +21,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._engine import replay
+from ._engine import describe_uri_log, replay
 from ._session import get_session, stop_session
 
-__all__ = ["replay", "get_session", "stop_session", "warm_up"]
+__all__ = ["replay", "get_session", "stop_session", "warm_up", "describe_uri_log"]
 
 
 def warm_up(master: str | None = None, conf: Any = None) -> None:

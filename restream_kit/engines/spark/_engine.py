@@ -41,6 +41,19 @@ from ._passes import PassPlan, _single, plan_passes
 from ._prefix import prefix_plan, run_prefix, spark_map_epochs
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
+from ._uri_log import describe as _describe_uri
+
+
+def describe_uri_log(session: Any, log: Log, options: dict[str, Any]) -> None:
+    """Read a URI log with Spark's reader (see ``_uri_log``), for a replay with ``options``."""
+    refused = [k for k in ("checkpoint", "resume", "start_from") if options.get(k)]
+    if refused:
+        raise RestreamError(
+            f"{log.uri}: {refused[0]}= is not supported yet for a log given as a URI; "
+            "give a local path, or replay without it"
+        )
+    _describe_uri(session, log)
+
 
 __all__ = ["replay"]
 
@@ -70,6 +83,8 @@ class _Replay:
             options.get("executor_wait"),
         )
         ship(self.session)
+        if log.uri is not None:
+            describe_uri_log(self.session, log, options)
         self.cores = session_cores(self.session)
         self.cancel = options.get("cancel")
         self.job_group = f"restream-{id(self):x}-{time.monotonic_ns()}"
@@ -141,6 +156,8 @@ class _Replay:
             blockers.append("on_error")
         if not len(self.log):
             blockers.append("an empty log")
+        if self.log.uri is not None:
+            blockers.append("a log given as a URI (Spark reads it)")
         if is_connect(self.session) or getattr(self.session, "sparkContext", None) is None:
             blockers.append("Spark Connect")
         elif not is_local(self.session):

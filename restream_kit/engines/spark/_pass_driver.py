@@ -182,6 +182,10 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
     program: Program = rep.program
     log: Log = rep.log
     session = rep.session
+    if events is None and log.uri is not None:  # read by Spark, never here: see _uri_log
+        from ._uri_log import uri_events
+
+        events = uri_events(log)
     events = events or _prepare(log)
     passes = pp.passes
     df = _log_frame(session, log, events)
@@ -285,7 +289,7 @@ def run_jobs(
     log_cols = [_q(c) for c in setup.columns]
     epochs = epoch_end is not None or carry is not None
     ran = Ran(finals={name: {} for name in program.states})
-    ran.last_event = int(log.table.column("ts")[-1].as_py())
+    ran.last_event = log.last_ts  # (from Log.summary for a log read by Spark)
     last_ts = ran.last_event if epoch_end is None else epoch_end[0]
     base, span = done_range[0], done_range[1] - done_range[0]
     outputs: list[Any] = []
@@ -591,7 +595,12 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
     df = _FRAMES.get(key)
     if df is not None:
         return df
-    df = session.createDataFrame(events.table.drop_columns(["_rs_o"]))
+    if log.uri is not None:  # Spark's reader made it (see _uri_log)
+        from ._uri_log import uri_frame
+
+        df = uri_frame(session, log)
+    else:
+        df = session.createDataFrame(events.table.drop_columns(["_rs_o"]))
     # A log event's order is its lsn (unique, and increasing in log order).
     df = df.selectExpr(
         "*",

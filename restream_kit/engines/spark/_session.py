@@ -51,6 +51,7 @@ __all__ = [
     "session_cores",
     "is_connect",
     "check_python",
+    "executor_python",
     "mismatch_message",
     "watch",
     "Watchdog",
@@ -203,7 +204,6 @@ def _classic_session(target: config.SparkTarget) -> Any:
     ensure_java_home()
     if "spark.driver.host" in default_conf(master) and "SPARK_LOCAL_IP" not in os.environ:
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # a one-machine cluster: bind to loopback
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -212,8 +212,18 @@ def _classic_session(target: config.SparkTarget) -> Any:
     builder = SparkSession.builder.appName("restream").master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with _jvm_output_to_log():
-        session = builder.getOrCreate()
+    # PySpark takes the executors' Python from PYSPARK_PYTHON when the context starts.
+    python = executor_python(master, settings)
+    before = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = python
+    try:
+        with _jvm_output_to_log():
+            session = builder.getOrCreate()
+    finally:
+        if before is None:
+            del os.environ["PYSPARK_PYTHON"]
+        else:
+            os.environ["PYSPARK_PYTHON"] = before
     session.sparkContext.setLogLevel("ERROR")
     _WAIT[id(session)] = target.executor_wait
     if master.startswith("spark://"):
@@ -232,9 +242,20 @@ def _classic_session(target: config.SparkTarget) -> Any:
         except BaseException:
             session.stop()
             raise
-    elif settings.get("spark.pyspark.python", sys.executable) != sys.executable:
+    elif python != sys.executable:
         check_python(session)
     return session
+
+
+def executor_python(master: str, settings: dict[str, str]) -> str:
+    """The Python the executors start: ``spark.pyspark.python`` when set, else
+    ``PYSPARK_PYTHON``, else this interpreter on a local master and, on a cluster, ``python3``
+    as the workers' PATH finds it (Spark's own default): a cluster's workers need not see
+    this machine's files, so the kernel's path means nothing there."""
+    chosen = settings.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    if chosen:
+        return chosen
+    return sys.executable if master.startswith("local") else "python3"
 
 
 def _connect_session(target: config.SparkTarget) -> Any:
@@ -379,7 +400,7 @@ def check_python(session: Any, driver: tuple[int, int] | None = None) -> str:
     try:
         rows = session.range(1, numPartitions=1).mapInArrow(probe, "v string").collect()
     except Exception as exc:  # noqa: BLE001 - PySpark's own check comes first
-        message = mismatch_message(str(exc))
+        message = mismatch_message(str(exc)) or unrunnable_message(str(exc))
         if message is None:
             raise
         raise RestreamError(message) from None
@@ -396,6 +417,21 @@ def mismatch_message(text: str) -> str | None:
         return None
     worker = ".".join(p.strip() for p in found.group(1).split(",")[:2] if p.strip())
     return _python_message(worker, found.group(2).rstrip("."))
+
+
+_UNRUNNABLE = re.compile(r'Cannot run program "([^"]*)": error=\d+, ([^\n]+)')
+
+
+def unrunnable_message(text: str) -> str | None:
+    """Our one line for an executor that cannot start its Python (None for other text)."""
+    found = _UNRUNNABLE.search(text)
+    if found is None:
+        return None
+    return (
+        f"the cluster's workers cannot run Python {found.group(1)!r} "
+        f"({found.group(2).strip()}): set spark.pyspark.python (or PYSPARK_PYTHON) to an "
+        "interpreter the workers can run, with this kernel's Python version and packages"
+    )
 
 
 def _python_message(worker: str, driver: str) -> str:

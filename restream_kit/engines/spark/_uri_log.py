@@ -1,0 +1,239 @@
+"""A log given as a URI (``hdfs://``, ``s3a://``, ``file://``...), read by Spark's own reader.
+
+The kernel never reads such a log: the URI goes to ``spark.read.parquet`` (a file or a
+directory of files) or ``spark.read.csv`` untouched, and Spark builds the canonical log exactly
+as :class:`restream_kit.log.Log` builds it from a local file:
+
+- ``ts`` to int64 milliseconds (integers, timestamps, dates, whole floats), ``kind`` filled
+  with the default kind name, the other columns as they are;
+- without an ``lsn`` column, the events sorted by ``ts`` and, among equal times, by position in
+  the input, and numbered from 0 in that order. The position is explicit, never Spark's task
+  order: (file path, start of the file split, row within the split), so a directory of files
+  reads in path order, as pyarrow reads it;
+- with an ``lsn`` column, sorted by (``ts``, ``lsn``), the ``lsn`` values unique.
+
+:func:`describe` reads the log once per session (the canonical rows stay in Spark, checkpointed
+on the executors) and sets :attr:`Log.summary`: its size, kinds, times, schema and which columns
+each kind fills, so the program's checks and the replay's plan need no row in the kernel.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+
+from ...errors import LogError, RestreamError
+from ...log import DEFAULT_KIND, RESERVED, Log, LogSummary
+
+__all__ = ["describe", "uri_frame", "uri_events"]
+
+_BASES: dict[tuple, Any] = {}  # (session, fingerprint) -> the canonical DataFrame
+
+
+def describe(session: Any, log: Log) -> LogSummary:
+    """Read ``log.uri`` with Spark (once per session and log) and set ``log.summary``."""
+    if log.summary is not None and (id(session), log.fingerprint) in _BASES:
+        return log.summary
+    base = _read(session, log)
+    log.summary = _summarize(base)
+    while len(_BASES) >= 2:
+        _BASES.pop(next(iter(_BASES)))
+    _BASES[(id(session), log.fingerprint)] = base
+    return log.summary
+
+
+def uri_frame(session: Any, log: Log) -> Any:
+    """The canonical log's DataFrame (``lsn``, ``ts``, ``kind``, the other columns)."""
+    describe(session, log)
+    return _BASES[(id(session), log.fingerprint)]
+
+
+def uri_events(log: Log) -> Any:
+    """The engine's view of the log's columns (no rows: those stay in Spark)."""
+    from ._engine import _SAFE, _EventsTable
+
+    schema = log.summary.schema
+    for f in schema:
+        if not any(check(f.type) for check in _SAFE):
+            raise LogError(
+                f"column {f.name} has type {f.type}, which a log read by Spark from a URI "
+                "cannot carry yet (use numbers, strings, booleans or binary)",
+                path=log.uri,
+                column=f.name,
+            )
+    empty = schema.append(pa.field("_rs_o", pa.int64())).empty_table()
+    return _EventsTable(empty, tuple(schema.names), frozenset(), {f.name: f.type for f in schema})
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _read(session: Any, log: Log) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as ST
+
+    uri = log.uri
+    source = log.sources[0]
+    suffix = PurePosixPath(urlparse(uri).path).suffix.lower()
+    csv = suffix in (".csv", ".tsv", ".txt")
+    try:
+        if csv:
+            sep = "\t" if suffix == ".tsv" else ","
+            raw = session.read.options(header=True, inferSchema=True, sep=sep).csv(uri)
+        elif suffix in (".parquet", ".pq", ""):
+            raw = session.read.parquet(uri)
+        else:
+            raise LogError("unknown log format (use .parquet or .csv)", path=uri)
+        fields = {f.name: f.dataType for f in raw.schema.fields}
+    except LogError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. PATH_NOT_FOUND: one line, naming the URI
+        raise LogError(f"Spark cannot read the log: {_first_line(exc)}", path=uri) from None
+    if "ts" not in fields:
+        raise LogError(f"no 'ts' column (columns: {', '.join(fields)})", path=uri, column="ts")
+    # The position in the input, made explicit: Spark's task order is not the file order.
+    df = raw.select(
+        "*",
+        F.col("_metadata.file_path").alias("_rs_f"),
+        F.col("_metadata.file_block_start").alias("_rs_b"),
+        F.monotonically_increasing_id().alias("_rs_m"),
+    )
+    ts = _ts(fields["ts"], uri, df)
+    kind_name = source.name or DEFAULT_KIND
+    if "kind" in fields:
+        kind = F.coalesce(F.col("kind").cast("string"), F.lit(kind_name))
+    else:
+        kind = F.lit(kind_name)
+    rest = []
+    for name, typ in fields.items():
+        if name in RESERVED:
+            continue
+        col = F.col(_q(name))
+        # pyarrow reads a CSV's integers as int64: so must Spark.
+        if csv and isinstance(typ, (ST.IntegerType, ST.ShortType, ST.ByteType)):
+            col = col.cast("bigint")
+        rest.append(col.alias(name))
+    if "lsn" in fields:
+        if not isinstance(fields["lsn"], ST.IntegralType):
+            raise LogError(
+                f"lsn has type {fields['lsn'].simpleString()}; it must be an integer",
+                path=uri,
+                column="lsn",
+            )
+        df = df.select(
+            F.col("lsn").cast("bigint").alias("lsn"), ts.alias("ts"), kind.alias("kind"), *rest
+        )
+        nulls, rows, distinct = df.agg(
+            F.count(F.lit(1)) - F.count("lsn"), F.count(F.lit(1)), F.countDistinct("lsn")
+        ).first()
+        if nulls:
+            raise LogError("lsn is null", path=uri, column="lsn")
+        if distinct != rows:
+            raise LogError("an lsn is duplicated", path=uri, column="lsn")
+        return df.orderBy("ts", "lsn").localCheckpoint(eager=True)
+    ordered = (
+        df.select(ts.alias("ts"), kind.alias("kind"), *rest, "_rs_f", "_rs_b", "_rs_m")
+        .orderBy("ts", "_rs_f", "_rs_b", "_rs_m")
+        .select(
+            "*",
+            F.spark_partition_id().alias("_rs_p"),
+            F.monotonically_increasing_id().alias("_rs_n"),
+        )
+        .localCheckpoint(eager=True)
+    )
+    # A range-partitioned sort: partition i holds the i-th run of the order, so an event's
+    # lsn is the rows of the partitions before its own plus its row number within it.
+    counts = dict(ordered.groupBy("_rs_p").count().collect())
+    offsets, total = {}, 0
+    for part in sorted(counts):
+        offsets[part] = total
+        total += counts[part]
+    if offsets:
+        start = F.element_at(
+            F.map_from_arrays(
+                F.array(*[F.lit(p) for p in offsets]),
+                F.array(*[F.lit(o).cast("bigint") for o in offsets.values()]),
+            ),
+            F.col("_rs_p"),
+        )
+    else:
+        start = F.lit(0).cast("bigint")
+    within = F.col("_rs_n") - F.shiftleft(F.col("_rs_p").cast("bigint"), 33)
+    names = [n for n in fields if n not in RESERVED]
+    return ordered.select((start + within).alias("lsn"), "ts", "kind", *[_q(n) for n in names])
+
+
+def _ts(typ: Any, uri: str, df: Any) -> Any:
+    """``ts`` as int64 milliseconds, as :func:`restream_kit.log._ts_to_ms` makes it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as ST
+
+    c = F.col("ts")
+    if isinstance(typ, ST.IntegralType):
+        out = c.cast("bigint")
+    elif isinstance(typ, ST.TimestampType):
+        out = F.unix_millis(c)
+    elif type(typ).__name__ == "TimestampNTZType":  # wall times, read as UTC (as pyarrow does)
+        out = F.expr("timestampdiff(MILLISECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', ts)")
+    elif isinstance(typ, ST.DateType):
+        out = F.unix_date(c).cast("bigint") * F.lit(86_400_000)
+    elif isinstance(typ, (ST.FloatType, ST.DoubleType)):
+        fractions = df.where(c.isNotNull() & (c != F.floor(c))).limit(1).count()
+        if fractions:
+            raise LogError("ts must be whole milliseconds, found a fraction", path=uri, column="ts")
+        out = c.cast("bigint")
+    else:
+        raise LogError(
+            f"ts has type {typ.simpleString()}, which a log read by Spark from a URI cannot "
+            "order as time (use integer milliseconds, timestamps or dates)",
+            path=uri,
+            column="ts",
+        )
+    if df.where(c.isNull()).limit(1).count():
+        raise LogError("ts is null", path=uri, column="ts")
+    return out
+
+
+def _summarize(base: Any) -> LogSummary:
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ...checks import EVENT_ATTRIBUTES
+
+    others = [c for c in base.columns if c not in EVENT_ATTRIBUTES]
+    rows = (
+        base.groupBy("kind")
+        .agg(
+            F.count(F.lit(1)).alias("_rs_n"),
+            F.min(F.struct("ts", "lsn")).alias("_rs_first"),
+            F.min("ts").alias("_rs_lo"),
+            F.max("ts").alias("_rs_hi"),
+            *[F.count(_q(c)).alias(f"_rs_c{i}") for i, c in enumerate(others)],
+        )
+        .collect()
+    )
+    rows.sort(key=lambda r: (r["_rs_first"]["ts"], r["_rs_first"]["lsn"]))
+    try:
+        schema = to_arrow_schema(base.schema)
+    except Exception as exc:  # noqa: BLE001 - a Spark type Arrow has no name for
+        raise RestreamError(f"a log read by Spark has a column Arrow cannot hold: {exc}") from None
+    return LogSummary(
+        rows=sum(r["_rs_n"] for r in rows),
+        kinds=tuple(r["kind"] for r in rows),
+        counts={r["kind"]: r["_rs_n"] for r in rows},
+        first_ts=min((r["_rs_lo"] for r in rows), default=None),
+        last_ts=max((r["_rs_hi"] for r in rows), default=None),
+        schema=schema,
+        kind_fields={
+            r["kind"]: frozenset(c for i, c in enumerate(others) if r[f"_rs_c{i}"]) for r in rows
+        },
+    )
