@@ -206,11 +206,10 @@ def _served_list(probe, site, default: Any) -> list:
 
 
 class _Prepared:
-    """The re-run handlers compiled with their reads served, and what serves them."""
+    """What re-runs, and the read sites of reused state that probes serve."""
 
-    def __init__(self, decision, compiled, sites, probes, rerun, reused, reused_states, notes):
+    def __init__(self, decision, sites, probes, rerun, reused, reused_states, notes):
         self.decision = decision
-        self.compiled = compiled
         self.sites = sites
         self.probes = probes  # site number -> Probe
         self.rerun = rerun
@@ -218,13 +217,18 @@ class _Prepared:
         self.reused_states = reused_states
         self.notes = notes
 
+    def serve(self, program, log) -> ReadSites:
+        """The tree transform that serves the sites (``compile_program(transform=...)``)."""
+        handlers = {h: self.reused_states for h in self.rerun}
+        return ReadSites(program, handlers, log.columns, serve=True)
 
-def _prepare(program, log, hist, plan, rt, stores, recorder) -> _Prepared:
-    """Decide what re-runs and compile it with its reads of reused state served by probes.
+
+def _prepare(program, log, hist, plan) -> _Prepared:
+    """Decide what re-runs and find its reads of reused state, each served by a probe.
 
     A read no probe answers (or any other use of reused state) makes the stages that write
     that state re-run too, and the decision is taken again: re-running is always exact."""
-    from ._compile import compile_program
+    from ._compile import _rewrite
 
     stages = {s.name: s for s in plan.stages}
     stage_of = {h: s.name for s in plan.stages for h in s.handlers}
@@ -237,38 +241,21 @@ def _prepare(program, log, hist, plan, rt, stores, recorder) -> _Prepared:
         rerun = [h for s in decision.rerun_stages for h in stages[s].handlers]
         reused = {h for s in decision.reused_stages for h in stages[s].handlers}
         reused_states = {a.state for h in reused for a in plan.handler(h).writes}
-        serve = ReadSites(program, {h: reused_states for h in rerun}, log.columns, serve=True)
+        prep = _Prepared(decision, [], {}, rerun, reused, reused_states, notes)
+        serve = prep.serve(program, log)
         try:
-            compiled = compile_program(
-                program,
-                rt,
-                stores,
-                columns=log.columns,
-                kind_order=log.kinds_by_frequency(),
-                extra_globals={
-                    SCHEDULED_RUNNER_NAME: _no_schedule,
-                    "_rs_pick": _pick,
-                    **(recorder.globals if recorder is not None else {}),
-                },
-                only=rerun,
-                transform=serve,
-                hooks=recorder.hooks if recorder is not None else (),
-            )
-            probes = {}
+            serve(_rewrite(program))
             for site in serve.sites:
                 sig = signature(program, plan, site.handler, site.state, site.text)
-                probes[site.number] = hist.probes.get(sig)
-                if probes[site.number] is None:
+                prep.probes[site.number] = hist.probes.get(sig)
+                if prep.probes[site.number] is None:
                     raise Uncovered(
                         site.state,
                         f"no recorded read of {site.state}[{site.text}] at the place of "
                         f"handler {site.handler} (line {site.lineno})",
                     )
         except Uncovered as why:
-            more = {stage_of[h] for h in hist.writers.get(why.state, [])} - set(
-                decision.rerun_stages
-            )
-            more |= {
+            more = {
                 stage_of[h.name]
                 for h in plan.handlers
                 if any(a.state == why.state for a in h.writes)
@@ -278,9 +265,35 @@ def _prepare(program, log, hist, plan, rt, stores, recorder) -> _Prepared:
             force |= more
             notes.append(f"{', '.join(sorted(more))} re-ran too: {why}")
             continue
-        return _Prepared(
-            decision, compiled, serve.sites, probes, rerun, reused, reused_states, notes
-        )
+        prep.sites = serve.sites
+        return prep
+
+
+def _compile(program, log, prep: _Prepared, rt, stores, recorder):
+    """The re-run handlers compiled for the loop, their served reads rewritten."""
+    from ._compile import compile_program
+
+    serve = prep.serve(program, log)
+    compiled = compile_program(
+        program,
+        rt,
+        stores,
+        columns=log.columns,
+        kind_order=log.kinds_by_frequency(),
+        extra_globals={
+            SCHEDULED_RUNNER_NAME: _no_schedule,
+            "_rs_pick": _pick,
+            **(recorder.globals if recorder is not None else {}),
+        },
+        only=prep.rerun,
+        transform=serve,
+        hooks=recorder.hooks if recorder is not None else (),
+    )
+    # The same walk over the same tree: the same sites, in the same order.
+    assert [(s.handler, s.state, s.text) for s in serve.sites] == [
+        (s.handler, s.state, s.text) for s in prep.sites
+    ]
+    return compiled
 
 
 def _no_schedule(_t):  # pragma: no cover - programs that schedule are refused before
@@ -298,14 +311,12 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
     rt = SerialRuntime()
     stores: dict[str, dict] = {name: {} for name in program.states}
     recorder = None
-    prep = _prepare(program, log, hist, plan, rt, stores, None)
+    prep = _prepare(program, log, hist, plan)
     if history:
         # The new run's history: probes of reused state come from RUN's, the others are
         # recorded by the re-run loop (their readers all re-run: they are downstream).
         recorder = Recorder(program, log.columns, skip=prep.reused_states, plan=plan)
-        prep = _prepare(program, log, hist, plan, rt, stores, recorder)
-    compiled, sites = prep.compiled, prep.sites
-    ns = compiled.namespace
+    sites = prep.sites
     kinds = sorted({k for h in prep.rerun for k in by_name[h].kinds})
     table = log.table
     selected = table.filter(pc.is_in(table.column("kind"), pa.array(kinds, pa.string())))
@@ -329,6 +340,8 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
         new_tables = columns_run.run(selected, values, handler_of)
         how = "columns"
     else:
+        compiled = _compile(program, log, prep, rt, stores, recorder)
+        ns = compiled.namespace
         for handler in {s.handler for s in sites}:
             ns[counter_var(handler)] = itertools.count().__next__
         for site in sites:

@@ -255,3 +255,25 @@ def test_a_reuse_of_servable_programs_reuses_whatever_did_not_change(data, spec,
     event("reused" if got.reuse["reused_stages"] else "replayed in full")
     # Programs of plain reads and writes are always served; only a whole change is replayed.
     assert reason is None or "every stage changed" in reason, reason
+
+
+@pytest.mark.spark
+def test_reuse_on_spark_reruns_in_the_driver_and_equals_a_full_replay(spark_session):
+    log = rk.Log(SOCIAL)
+    v1 = rk.replay(ANTISPAM, log, history=True)
+    want = rk.replay(STRICTER, log)
+    got = rk.replay(STRICTER, log, engine="spark", reuse=v1)
+    assert got.reuse["rerun_stages"] == ["flag"] and got.reuse["rerun_as"] == "columns"
+    assert any("as polars columns in the driver" in w for w in got.warnings)
+    assert_same(got, want)
+    # A re-run stage that does not lower runs its Python in the driver's loop.
+    looped = STRICTER.replace('emit("spam", sender=e.src)', 'emit("spam", sender=str(e.src))')
+    got = rk.replay(looped, log, engine="spark", reuse=v1)
+    assert got.reuse["rerun_as"] == "loop"
+    assert any("through the serial re-replay in the driver" in w for w in got.warnings)
+    assert_same(got, rk.replay(looped, log))
+    # Nothing to reuse (another log): the full replay runs on Spark.
+    other = rk.Log(log.table.slice(0, 20_000))
+    got = rk.replay(STRICTER, other, engine="spark", reuse=v1)
+    assert got.reuse["reused_stages"] == [] and got.metrics.engine == "spark"
+    assert_same(got, rk.replay(STRICTER, other))
