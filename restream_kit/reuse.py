@@ -105,6 +105,8 @@ def replay_reusing(
             "rerun_stages": [s.name for s in plan.stages],
             "saved_s": 0.0,
             "reuse_reason": f"nothing reused from {label}: {why}",
+            "rerun_as": None,
+            "notes": [],
         }
         result.warnings.append(result.reuse["reuse_reason"])
         return result

@@ -244,7 +244,7 @@ def check_edit(spec: ProgramSpec, edited: ProgramSpec, log: list[dict]) -> rk.Re
 @given(data=st.data(), spec=programs(), log=events)
 def test_a_reuse_of_any_edit_equals_a_full_replay(data, spec, log):
     got = check_edit(spec, data.draw(edits(spec)), log)
-    event("reused" if got.reuse["reused_stages"] else "replayed in full")
+    event(f"re-ran as {got.reuse['rerun_as']}" if got.reuse["reused_stages"] else "in full")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -252,7 +252,7 @@ def test_a_reuse_of_any_edit_equals_a_full_replay(data, spec, log):
 def test_a_reuse_of_servable_programs_reuses_whatever_did_not_change(data, spec, log):
     got = check_edit(spec, data.draw(edits(spec)), log)
     reason = got.reuse["reuse_reason"]
-    event("reused" if got.reuse["reused_stages"] else "replayed in full")
+    event(f"re-ran as {got.reuse['rerun_as']}" if got.reuse["reused_stages"] else "in full")
     # Programs of plain reads and writes are always served; only a whole change is replayed.
     assert reason is None or "every stage changed" in reason, reason
 
@@ -277,3 +277,86 @@ def test_reuse_on_spark_reruns_in_the_driver_and_equals_a_full_replay(spark_sess
     got = rk.replay(STRICTER, other, engine="spark", reuse=v1)
     assert got.reuse["reused_stages"] == [] and got.metrics.engine == "spark"
     assert_same(got, rk.replay(STRICTER, other))
+
+
+RICH = """
+from restream_kit import emit, on, param, state
+
+limit = param("limit", 2)
+scale = 1.5
+seen = state.Counter()
+last = state.Map(default=None)
+big = state.Map(default=False)
+name = state.Map(default="")
+rare = state.Map(default=None)
+
+
+@on("a")
+def tally(e):
+    seen[e.k] += e.v
+    big[e.k] = e.v > 3
+    name[e.k] = e.tag
+    if e.v == 6:
+        rare[e.k] = 1
+
+
+@on("a", "b")
+def remember(e):
+    last[e.k] = e.v
+
+
+@on("b", "a")
+def judge(e):
+    n = seen[e.k] - limit
+    if n > 0 and big[e.k]:
+        emit("hot", k=e.k, n=n, x=n * scale, tag=name[e.k], big=big[e.k])
+    elif not big[e.k]:
+        emit("cold", k=e.k, tag=name[e.k])
+    if last[e.k]:
+        emit("hot", k=e.k, n=0, x=0.5, tag="again", big=True)
+
+
+@on("b")
+def other(e):
+    if seen[e.j] >= limit:
+        emit("cold", k=e.j, tag=e.tag)
+"""
+
+
+def test_emit_only_rerun_stages_run_as_columns_row_for_row():
+    import random
+
+    rng = random.Random(7)
+    rows = [
+        {
+            "ts": i // 3,
+            "kind": rng.choice("ab"),
+            "k": rng.randint(0, 9),
+            "j": rng.randint(0, 9),
+            "v": rng.randint(-2, 6),
+            "tag": rng.choice(["x", "yy", ""]),
+        }
+        for i in range(3000)
+    ]
+    log = rk.Log(rows)
+    v1 = rk.replay(RICH, log, history=True)
+    for edit, rerun in (
+        (('limit = param("limit", 2)', 'limit = param("limit", 4)'), ["judge", "other"]),
+        (("elif not big[e.k]", "elif big[e.k] or n < -3"), ["judge"]),
+        (("x=n * scale", "x=n * scale - 1"), ["judge"]),
+    ):
+        edited = RICH.replace(*edit)
+        assert edited != RICH
+        got = rk.replay(edited, log, reuse=v1)
+        assert got.reuse["rerun_stages"] == rerun, got.reuse
+        assert got.reuse["rerun_as"] == "columns", got.reuse["notes"]
+        assert_same(got, rk.replay(edited, log))
+        assert {t.schema.field("x").type for n, t in got.tables.items() if n == "hot"} <= {
+            rk.Log([{"ts": 0, "kind": "a", "x": 1.0}]).table.schema.field("x").type
+        }
+    # Arithmetic on a value that may be None stays Python (it raises there).
+    risky = RICH.replace("if last[e.k]:", "if rare[e.k] + 1 > 2:")
+    with pytest.raises(rk.HandlerError):
+        rk.replay(risky, log)
+    with pytest.raises(rk.HandlerError):
+        rk.replay(risky, log, reuse=v1)
