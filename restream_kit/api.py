@@ -97,8 +97,9 @@ def replay(
     engine; the catalog stores it with the run). ``reuse=RUN`` (a catalog run name or id, or a
     ``Result`` with a history) re-runs only the stages that changed since RUN and reads the
     others from RUN's history; ``Result.reuse`` says which, and why nothing was reused when
-    nothing was (the replay is then a full one). On Spark the re-run stages run through the
-    serial re-replay (said in the warnings); see ``docs/iterate.md``.
+    nothing was (the replay is then a full one). On Spark the re-run stages run in the driver
+    (as polars columns when they lower, else through the serial re-replay; said in the
+    warnings), and a replay that reuses nothing runs on Spark; see ``docs/iterate.md``.
 
     Raises :class:`restream_kit.errors.RestreamError` on bad input, and
     :class:`~restream_kit.engines.EngineUnsupported` when the engine's ``supports``
@@ -152,9 +153,14 @@ def replay(
             options=options,
         )
         if engine != "serial" and result.reuse.get("reused_stages"):
+            how = (
+                "as polars columns in the driver"
+                if result.reuse.get("rerun_as") == "columns"
+                else "through the serial re-replay in the driver"
+            )
             result.warnings.append(
-                f"reuse on {engine}: the re-run stages ran through the serial re-replay "
-                "(the result is the same)"
+                f"reuse on {engine}: the re-run stages ran {how}, over the values recorded "
+                "in the reused run's history (the result is the same)"
             )
     else:
         result = full()

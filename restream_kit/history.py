@@ -1,18 +1,19 @@
-"""A run's state version history: every write to every state, with where in the run it happened.
+"""A run's history: what each stage read of the state other stages wrote, event by event.
 
-A serial replay asked for it (``replay(..., history=True)``) keeps its states in
-:class:`RecordingDict` stores, which note each write as ``(lsn, handler, key, value after)``
-(or a delete) before applying it. Nothing else changes in the hot loop, and a replay that did
-not ask pays nothing. The writes of one state become an Arrow table (:class:`History`), stored
-under the run's directory in the catalog as ``history/state/NNNN.parquet`` next to
-``history/history.json`` (the log's fingerprint, each stage's identity and handlers, each
-state's file and column encodings). The rows a stage emitted are the run's own tables: every
-row names its handler. Keys and values of one plain type (int, float, str, bool) are stored as
-that Arrow type; anything else goes through the value codec (:mod:`restream_kit.values`) as
-JSON text. No pickles.
+A serial replay asked for it (``replay(..., history=True)``) records, for every read site of
+one stage on another stage's state (:mod:`restream_kit._probes`), the value the read finds,
+at the reading handler's place, for every event of the handler's kinds: a statement the
+generated loop runs (a dict lookup and a list append), not a Python call per write. A
+re-replay that re-runs the reading stage then gets its upstream values as columns aligned
+with its events: no join, no replay of the stages upstream.
 
-Why the value after the write rather than a delta for merges: an as-of read (the value of
-``state[key]`` just before a handler run) is then one as-of join, with no running sum to redo.
+Stored under the run's directory in the catalog as ``history/probes/NNNN.parquet`` (columns
+``value`` and ``absent``) next to ``history/history.json`` (the log's fingerprint, each
+stage's identity and handlers, each state's writers, each probe's signature and the encoding
+of its values). Values of one plain type (int, float, str, bool) are stored as that Arrow
+type; anything else goes through the value codec (:mod:`restream_kit.values`) as JSON text.
+No pickles. The rows a stage emitted are the run's own tables (every row names its handler);
+the final state is the run's own.
 """
 
 from __future__ import annotations
@@ -23,74 +24,110 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import values
+from ._probes import ABSENT, ReadSites, Signature, hook_source, signature
 
 __all__ = [
-    "RecordingDict",
     "Recorder",
     "History",
+    "Probe",
     "HISTORY_DIR",
-    "DELETED",
-    "encode_column",
+    "encode_probe",
     "decode_column",
     "codec_text",
     "timing_reason",
     "disk_size",
+    "probe_sites",
 ]
 
 #: The folder of a run directory that holds its history.
 HISTORY_DIR = "history"
 _INDEX = "history.json"
-_FORMAT = 1
-
-#: The value a recorded delete carries.
-DELETED = object()
+_FORMAT = 2
 
 _ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+_ABSENT_TYPE = type(ABSENT)
 
 
-class RecordingDict(dict):
-    """A state store that notes every write (``lsn``, handler, key, value after) in ``writes``.
+@dataclass
+class Probe:
+    """The recorded values of one read site: ``value`` (encoded as ``encoding``: an Arrow type
+    name or ``codec``) and ``absent`` (True where the store had no value; None: nowhere)."""
 
-    The runtime knows the event and handler being run; reads stay plain ``dict.get`` calls.
-    """
+    signature: Signature
+    value: pa.Array
+    encoding: str
+    absent: pa.Array | None
 
-    __slots__ = ("rt", "writes")
+    def python_values(self) -> list:
+        """The values as Python objects, :data:`ABSENT` where the store had none."""
+        out = decode_column(self.value.to_pylist(), self.encoding)
+        if self.absent is not None:
+            for i in pc.indices_nonzero(self.absent).to_pylist():
+                out[i] = ABSENT
+        return out
 
-    def __init__(self, rt: Any, writes: list):
-        super().__init__()
-        self.rt = rt
-        self.writes = writes
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        rt = self.rt
-        self.writes.append((rt.event[0], rt.handler, key, value))
-        dict.__setitem__(self, key, value)
+def probe_sites(program: Any, plan: Any, columns: list[str]) -> list:
+    """The read sites a history of ``program`` records: in each handler, reads of state that
+    some handler writes but none of the handler's own stage does."""
+    from ._compile import _rewrite
 
-    def pop(self, key: Any, *default: Any) -> Any:
-        rt = self.rt
-        self.writes.append((rt.event[0], rt.handler, key, DELETED))
-        return dict.pop(self, key, *default)
-
-    def __delitem__(self, key: Any) -> None:
-        self.pop(key)
+    stage_of = {h: s.name for s in plan.stages for h in s.handlers}
+    writers: dict[str, set[str]] = {}
+    for h in plan.handlers:
+        for a in h.writes:
+            writers.setdefault(a.state, set()).add(stage_of[h.name])
+    wanted = {
+        h.name: {s for s, stages in writers.items() if stage_of[h.name] not in stages}
+        for h in program.handlers
+        if h.event_arg
+    }
+    finder = ReadSites(program, wanted, columns)
+    finder(_rewrite(program))
+    return finder.sites
 
 
 class Recorder:
-    """Recording stores for a replay's states, and the :class:`History` they make."""
+    """The loop statements that record a replay's probes, and the :class:`History` they make."""
 
-    def __init__(self, rt: Any, program: Any):
-        self.writes: dict[str, list] = {name: [] for name in program.states}
-        self.stores = {name: RecordingDict(rt, self.writes[name]) for name in program.states}
+    def __init__(self, program: Any, columns: list[str], *, skip=(), plan: Any = None):
+        """``skip``: states whose reads are not recorded (a re-replay takes them from RUN)."""
+        from .planner import plan as make_plan
+
+        self.plan = plan or make_plan(program, allow_nondeterminism=True)
+        self.signatures: list[Signature] = []
+        self.values: list[list] = []
+        self.hooks: list[tuple[int, str, str]] = []
+        self.globals: dict[str, Any] = {"_rs_ABSENT": ABSENT}
+        if timing_reason(program):
+            return  # such a history cannot serve reads (History.unusable says why)
+        index = {h.name: h for h in program.handlers}
+        slots: dict[Signature, int] = {}
+        for site in probe_sites(program, self.plan, list(columns)):
+            if site.state in skip:
+                continue
+            sig = signature(program, self.plan, site.handler, site.state, site.text)
+            if sig in slots:
+                continue  # recorded at an earlier handler's place: the same values
+            slot = slots[sig] = len(self.signatures)
+            self.signatures.append(sig)
+            self.values.append([])
+            self.globals[f"_rs_pv{slot}"] = self.values[slot].append
+            handler = index[site.handler]
+            for kind in handler.kinds:
+                self.hooks.append((handler.index, kind, hook_source(site, slot, list(columns))))
 
     def finish(self, program: Any, log: Any, rt: Any, result: Any) -> History:
-        """The history; ``result.state`` becomes plain dicts."""
-        hist = History.build(program, log, self.writes)
+        """The history of the replay."""
+        hist = History.new(program, log, self.plan)
         if hist.unusable is None and sum(rt.scheduled_per_root.values()):
             hist.unusable = f"{program.name} scheduled events"
-        result.state = {name: dict(d) for name, d in result.state.items()}
+        for sig, vals in zip(self.signatures, self.values, strict=True):
+            hist.add_probe(sig, vals)
         return hist
 
 
@@ -99,26 +136,41 @@ def codec_text(value: Any) -> str:
     return json.dumps(values.encode(value), separators=(",", ":"))
 
 
-def encode_column(items: list) -> tuple[pa.Array, str]:
-    """``items`` as an Arrow array and its encoding: an Arrow type name, or ``codec``.
+def encode_probe(items: list) -> tuple[pa.Array, str, pa.Array | None]:
+    """A probe's values as (Arrow array, encoding, absent mask or None).
 
-    ``DELETED`` items become nulls. One plain Python type (by exact type: 1 and 1.0 and True
-    are kept apart) is stored as itself; anything else as codec JSON text.
-    """
-    present = [x for x in items if x is not DELETED]
-    types = set(map(type, present))
-    if len(types) == 1 and (t := next(iter(types))) in _ARROW_TYPES:
+    Values of one plain Python type (by exact type: 1, 1.0 and True are kept apart) are
+    stored as that type, anything else as codec JSON text; :data:`ABSENT` is a null in
+    ``value`` and True in ``absent``."""
+    types = set(map(type, items))
+    has_absent = _ABSENT_TYPE in types
+    types.discard(_ABSENT_TYPE)
+    if len(types) <= 1:
+        t = next(iter(types), bool)
+        arrow = _ARROW_TYPES.get(t)
+        # ABSENT is a NaN float: as a null it is told apart unless floats may be NaN too.
+        if arrow is not None and not (has_absent and t is float):
+            try:
+                arr = pa.array(items, arrow, from_pandas=True)
+                absent = arr.is_null() if has_absent else None
+                return arr, str(arrow), absent
+            except (OverflowError, pa.ArrowException):
+                pass
+    mask = [type(x) is _ABSENT_TYPE for x in items] if has_absent else None
+    present = [x for x in items if type(x) is not _ABSENT_TYPE] if has_absent else items
+    kinds = set(map(type, present))
+    if len(kinds) == 1 and (t := next(iter(kinds))) in _ARROW_TYPES:
         try:
-            arr = pa.array([None if x is DELETED else x for x in items], _ARROW_TYPES[t])
-            return arr, str(_ARROW_TYPES[t])
+            arr = pa.array([None if type(x) is _ABSENT_TYPE else x for x in items], _ARROW_TYPES[t])
+            return arr, str(_ARROW_TYPES[t]), pa.array(mask, pa.bool_())
         except (OverflowError, pa.ArrowException):
             pass
-    texts = [None if x is DELETED else codec_text(x) for x in items]
-    return pa.array(texts, pa.string()), "codec"
+    texts = [None if type(x) is _ABSENT_TYPE else codec_text(x) for x in items]
+    return pa.array(texts, pa.string()), "codec", None if mask is None else pa.array(mask)
 
 
 def decode_column(items: list, encoding: str) -> list:
-    """Python values of a column :func:`encode_column` made (nulls stay None)."""
+    """Python values of a column :func:`encode_probe` made (nulls stay None)."""
     if encoding != "codec":
         return items
     return [None if x is None else values.decode(json.loads(x)) for x in items]
@@ -126,99 +178,105 @@ def decode_column(items: list, encoding: str) -> list:
 
 @dataclass
 class History:
-    """The writes of every state of a run, and what the run's stages were."""
+    """What a run's stages read of each other's state, and what the run's stages were."""
 
     log_fingerprint: str
     #: Stage name -> identity (``restream_kit.identity.stage_identities``).
     identities: dict[str, str]
     #: Stage name -> its handlers.
     stages: dict[str, list[str]]
-    #: State -> table of writes in run order: ``lsn``, ``handler``, ``key``, ``value``,
-    #: ``deleted``; ``key``/``value`` encoded as ``encodings[state]`` says.
-    writes: dict[str, pa.Table] = field(default_factory=dict)
-    #: State -> {"key": encoding, "value": encoding}.
-    encodings: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: Why positions in this history cannot serve reads (timed writes, scheduled events).
+    #: State -> the handlers that write it (as the planner sees the program).
+    writers: dict[str, list[str]] = field(default_factory=dict)
+    probes: dict[Signature, Probe] = field(default_factory=dict)
+    #: Why this history cannot serve reads (timed writes, scheduled events).
     unusable: str | None = None
 
     @classmethod
-    def build(cls, program: Any, log: Any, writes: dict[str, list]) -> History:
-        """The history of a replay of ``program`` over ``log`` whose stores recorded ``writes``."""
+    def new(cls, program: Any, log: Any, plan: Any = None) -> History:
+        """An empty history of a replay of ``program`` over ``log``."""
         from .identity import stage_identities
         from .planner import plan as make_plan
 
-        plan = make_plan(program, allow_nondeterminism=True)
-        hist = cls(
+        plan = plan or make_plan(program, allow_nondeterminism=True)
+        writers: dict[str, list[str]] = {}
+        for h in program.handlers:
+            for a in plan.handler(h.name).writes:
+                if h.name not in writers.setdefault(a.state, []):
+                    writers[a.state].append(h.name)
+        return cls(
             log_fingerprint=log.fingerprint,
             identities=stage_identities(program, plan),
             stages={s.name: list(s.handlers) for s in plan.stages},
+            writers=writers,
             unusable=timing_reason(program),
         )
-        for state, rows in writes.items():
-            hist.add_state(state, rows)
-        return hist
 
-    def add_state(self, state: str, rows: list[tuple]) -> None:
-        """Add the recorded ``(lsn, handler, key, value)`` writes of ``state``."""
-        lsn, handler, keys, vals = (list(c) for c in zip(*rows)) if rows else ([], [], [], [])
-        key_arr, key_enc = encode_column(keys)
-        value_arr, value_enc = encode_column(vals)
-        self.writes[state] = pa.table(
-            {
-                "lsn": pa.array(lsn, pa.int64()),
-                "handler": pa.array(handler, pa.string()),
-                "key": key_arr,
-                "value": value_arr,
-                "deleted": pa.array([v is DELETED for v in vals], pa.bool_()),
-            }
-        )
-        self.encodings[state] = {"key": key_enc, "value": value_enc}
+    def add_probe(self, sig: Signature, items: list) -> None:
+        """Add the recorded values of the read with signature ``sig``."""
+        value, encoding, absent = encode_probe(items)
+        self.probes[sig] = Probe(sig, value, encoding, absent)
 
     @property
     def nbytes(self) -> int:
-        """Bytes the write tables take in memory."""
-        return sum(t.nbytes for t in self.writes.values())
+        """Bytes the recorded values take in memory."""
+        return sum(
+            p.value.nbytes + (p.absent.nbytes if p.absent is not None else 0)
+            for p in self.probes.values()
+        )
 
     def write(self, run_dir: str | Path) -> None:
         """Write the history under ``run_dir/history/``."""
         out = Path(run_dir) / HISTORY_DIR
-        (out / "state").mkdir(parents=True, mode=0o700, exist_ok=True)
-        files = {}
-        for i, (state, table) in enumerate(self.writes.items()):
-            rel = f"state/{i:04d}.parquet"  # state names need not be file names
-            pq.write_table(table, out / rel)
-            files[state] = rel
+        (out / "probes").mkdir(parents=True, mode=0o700, exist_ok=True)
+        probes = []
+        for i, probe in enumerate(self.probes.values()):
+            rel = f"probes/{i:04d}.parquet"
+            columns = {"value": probe.value}
+            if probe.absent is not None:
+                columns["absent"] = probe.absent
+            pq.write_table(pa.table(columns), out / rel)
+            probes.append({**probe.signature.to_json(), "file": rel, "encoding": probe.encoding})
         index = {
             "format": _FORMAT,
             "log_fingerprint": self.log_fingerprint,
             "identities": self.identities,
             "stages": self.stages,
-            "states": {s: {"file": files[s], **self.encodings[s]} for s in self.writes},
+            "writers": self.writers,
+            "probes": probes,
             "unusable": self.unusable,
         }
         (out / _INDEX).write_text(json.dumps(index, indent=1))
 
     @classmethod
     def read(cls, run_dir: str | Path) -> History | None:
-        """The history stored under ``run_dir``, or None when the run kept none."""
+        """The history stored under ``run_dir``, or None when the run kept none (or kept one
+        in an older format)."""
         where = Path(run_dir) / HISTORY_DIR
         if not (where / _INDEX).exists():
             return None
         index = json.loads((where / _INDEX).read_text())
+        if index.get("format") != _FORMAT:
+            return None
         hist = cls(
             log_fingerprint=index["log_fingerprint"],
             identities=index["identities"],
             stages=index["stages"],
+            writers=index["writers"],
             unusable=index.get("unusable"),
         )
-        for state, info in index["states"].items():
-            hist.writes[state] = pq.read_table(where / info["file"])
-            hist.encodings[state] = {"key": info["key"], "value": info["value"]}
+        for info in index["probes"]:
+            sig = Signature.from_json(info)
+            table = pq.read_table(where / info["file"])
+            absent = (
+                table.column("absent").combine_chunks() if "absent" in table.column_names else None
+            )
+            value = table.column("value").combine_chunks()
+            hist.probes[sig] = Probe(sig, value, info["encoding"], absent)
         return hist
 
 
 def timing_reason(program: Any) -> str | None:
-    """Why a history of ``program`` cannot place its writes by event and handler alone.
+    """Why a history of ``program`` cannot serve reads by log event and handler alone.
 
     A write with ``at=`` lands between events and a scheduled event runs between log events:
     neither has a place among (log event, handler) positions, which is what reads are served by.

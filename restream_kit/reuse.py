@@ -2,23 +2,25 @@
 
 ``replay(program, log, reuse=RUN)`` (``docs/iterate.md``). :func:`restream_kit.identity.decide`
 picks the stages to re-run. Only their handlers are compiled and run, over the events of
-their kinds; every read they make of a state that a reused stage writes is answered from the
-recorded run's history *as of that handler run*: before the loop, for each such read site,
-the key is computed for every event the handler will see and one polars ``join_asof`` (by
-key, on the order position ``event index * P + handler position``) finds the value of the
-last write before it. The handler then takes its value from a list, by its run number. The
-reused stages' rows are the recorded run's rows of their handlers, and their states' final
-values the last write of each key in the history.
+their kinds. Every read they make of a state that a reused stage writes is a read site
+(:mod:`restream_kit._probes`) whose values RUN recorded, for every event of the handler's
+kinds, at the handler's place (:mod:`restream_kit.history`): the re-run handler takes them as
+a column aligned with its events, no join. When the re-run handlers only read such values and
+emit, and lower to column expressions, they run as one polars selection per emit site
+(:mod:`restream_kit._rerun_columns`); otherwise their Python runs in the usual loop, each
+served read taking its value from a list by the handler's run number. The reused stages'
+rows are RUN's rows of their handlers, and their states' final values RUN's final state.
 
-When the history cannot serve a read exactly (a key that is not a function of the event, a
-state passed through a helper, ``k in state``, scheduled events or timed writes, another
-log), :func:`replay_reusing` says why in ``Result.reuse["reuse_reason"]`` and replays in full.
+A read that no recorded probe answers (or another use of a reused state: ``k in state``, a
+helper that names it, a key that is not a function of the event) makes the stages writing
+that state re-run too, which is always exact. When nothing can be reused (another log,
+scheduled events or timed writes, every stage changed), :func:`replay_reusing` says why in
+``Result.reuse["reuse_reason"]`` and replays in full.
 """
 
 from __future__ import annotations
 
 import ast
-import copy
 import itertools
 import time
 from itertools import repeat
@@ -28,10 +30,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._compile import compile_program, default_name, dict_name
-from ._inline import SCHEDULED_RUNNER_NAME, _function_locals
+from ._inline import SCHEDULED_RUNNER_NAME
+from ._probes import ABSENT, ReadSites, Uncovered, counter_var, signature
+from ._rerun_columns import plan_columns
 from .errors import HandlerError, RestreamError
-from .history import History, RecordingDict, codec_text, decode_column
+from .history import History, probe_sites
 from .log import Log
 from .program import Program
 from .progress import (
@@ -46,10 +49,6 @@ from .progress import (
 from .result import Metrics, Result, build_table
 
 __all__ = ["replay_reusing", "CannotReuse", "resolve_run"]
-
-_MISSING = object()
-#: Inside these a name may be bound by the construct itself: reads there are not served.
-_SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 class CannotReuse(Exception):
@@ -97,10 +96,7 @@ def replay_reusing(
     plan = make_plan(program, allow_nondeterminism=True)
     try:
         _check_usable(program, log, label, hist, options or {})
-        decision = _decide(program, hist, plan)
-        if decision.full:
-            raise CannotReuse(decision.reason)
-        result = _rereplay(program, log, recorded, hist, decision, plan, observer, history)
+        result, (prep, info) = _rereplay(program, log, recorded, hist, plan, observer, history)
     except CannotReuse as why:
         result = full_replay(history=history)
         result.reuse = {
@@ -109,32 +105,33 @@ def replay_reusing(
             "rerun_stages": [s.name for s in plan.stages],
             "saved_s": 0.0,
             "reuse_reason": f"nothing reused from {label}: {why}",
+            "rerun_as": None,
+            "notes": [],
         }
         result.warnings.append(result.reuse["reuse_reason"])
         return result
     saved = (recorded.metrics.wall_s or 0.0) - result.metrics.wall_s
     result.reuse = {
         "reused_run": label,
-        "reused_stages": list(decision.reused_stages),
-        "rerun_stages": list(decision.rerun_stages),
+        "reused_stages": list(prep.decision.reused_stages),
+        "rerun_stages": list(prep.decision.rerun_stages),
         "saved_s": round(max(saved, 0.0), 6),
         "reuse_reason": None,
+        "rerun_as": info["rerun_as"],
+        "notes": prep.notes + ([info["columns_refused"]] if info["columns_refused"] else []),
     }
     return result
 
 
-def _decide(program: Program, hist: History, plan):
-    """:func:`identity.decide`, re-running also the writers of a state whose recorded values
-    include writes of a handler that is not reused (removed or changed): a write's recorded
-    value after it holds their part too."""
+def _decide(program: Program, hist: History, plan, force: set[str]):
+    """:func:`identity.decide` (``force``: stages to re-run whatever their identity),
+    re-running also the writers of a state that a handler of RUN that is not reused (removed
+    or changed) wrote: RUN's values of that state hold its part too."""
     from .identity import decide
 
-    writers = {
-        state: set(pc.unique(table.column("handler")).to_pylist())
-        for state, table in hist.writes.items()
-    }
+    writers = {state: set(handlers) for state, handlers in hist.writers.items()}
     stages = {s.name: s for s in plan.stages}
-    force: set[str] = set()
+    force = set(force)
     while True:
         decision = decide(program, hist.identities, plan=plan, force=force)
         reused = {h for s in decision.reused_stages for h in stages[s].handlers}
@@ -170,353 +167,218 @@ def _check_usable(program: Program, log: Log, label: str, hist, options: dict) -
         raise CannotReuse("on_error is not 'stop' (rolled back runs would have to be redone)")
 
 
-# -- serving reads from the history ----------------------------------------------------
-
-
-class _Site:
-    """One read ``state[key]`` / ``state.get(key, fallback)`` of reused state in a handler."""
-
-    def __init__(self, number, handler, state, key, event_arg, default, lineno):
-        self.number = number
-        self.handler = handler
-        self.state = state
-        self.key = key
-        self.event_arg = event_arg
-        self.default = default  # True: the state's default; else the read has a fallback
-        self.lineno = lineno
-
-    @property
-    def var(self) -> str:
-        return f"_rs_pre_{self.number}"
-
-
-def _counter_var(handler: str) -> str:
-    return f"_rs_next_{handler}"
-
-
-class _ServeReads:
-    """Rewrite the re-run handlers so that reads of reused states take precomputed values."""
-
-    def __init__(self, program: Program, handlers: list[str], reused_states: set[str]):
-        self.program = program
-        self.handlers = set(handlers)
-        self.all_handlers = {h.name for h in program.handlers}
-        self.dicts = {dict_name(s): s for s in reused_states}
-        self.sites: list[_Site] = []
-
-    def __call__(self, tree: ast.Module) -> ast.Module:
-        for node in tree.body:
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            if node.name in self.handlers:
-                self._handler(node)
-            elif node.name not in self.all_handlers and node.name != "_rs_run_batch":
-                for sub in ast.walk(node):
-                    if isinstance(sub, ast.Name) and sub.id in self.dicts:
-                        raise CannotReuse(
-                            f"helper {node.name}() (line {sub.lineno}) uses state "
-                            f"{self.dicts[sub.id]!r}, which a reused stage writes"
-                        )
-        return ast.fix_missing_locations(tree)
-
-    def _handler(self, fn: ast.FunctionDef) -> None:
-        event_arg = fn.args.args[0].arg
-        local = _function_locals(fn.body) - {event_arg}
-        before = len(self.sites)
-        fn.body = [self._visit(stmt, fn.name, event_arg, local, []) for stmt in fn.body]
-        if len(self.sites) > before:
-            counter = ast.parse(f"_rs_i = {_counter_var(fn.name)}()").body[0]
-            ast.copy_location(counter, fn.body[0])
-            for n in ast.walk(counter):
-                ast.copy_location(n, fn.body[0])
-            fn.body.insert(0, counter)
-
-    def _visit(self, node, handler, event_arg, local, enclosing):
-        site = self._site(node, handler, event_arg, local, enclosing)
-        if site is not None:
-            return site
-        if isinstance(node, ast.Name) and node.id in self.dicts:
-            raise CannotReuse(
-                f"handler {handler} (line {node.lineno}) uses state {self.dicts[node.id]!r} "
-                "other than by reading one key (a reused stage writes it)"
-            )
-        inner = [*enclosing, node]
-        for name, value in ast.iter_fields(node):
-            if isinstance(value, list):
-                setattr(
-                    node,
-                    name,
-                    [
-                        self._visit(v, handler, event_arg, local, inner)
-                        if isinstance(v, ast.AST)
-                        else v
-                        for v in value
-                    ],
-                )
-            elif isinstance(value, ast.AST):
-                setattr(node, name, self._visit(value, handler, event_arg, local, inner))
-        return node
-
-    def _site(self, node, handler, event_arg, local, enclosing):
-        """The replacement of a served read, or None when ``node`` is not one."""
-        if not (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "get"
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id in self.dicts
-            and 1 <= len(node.args) <= 2
-            and not node.keywords
-        ):
-            return None
-        state = self.dicts[node.func.value.id]
-        key = node.args[0]
-        where = f"handler {handler} (line {node.lineno}) reads {state!r}"
-        if any(isinstance(n, _SCOPES) for n in enclosing):
-            raise CannotReuse(f"{where} inside a lambda or comprehension")
-        for sub in ast.walk(key):
-            if isinstance(sub, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
-                raise CannotReuse(f"{where} with a key that assigns")
-            if isinstance(sub, ast.Name) and sub.id != event_arg:
-                if sub.id in local or sub.id.startswith("_rs_") or sub.id in _helpers(self.program):
-                    raise CannotReuse(f"{where} with a key that is not a function of the event")
-        fallback = node.args[1] if len(node.args) == 2 else ast.Constant(None)
-        fallback = self._visit(fallback, handler, event_arg, local, [*enclosing, node])
-        uses_default = isinstance(fallback, ast.Name) and fallback.id == default_name(state)
-        site = _Site(
-            len(self.sites),
-            handler,
-            state,
-            copy.deepcopy(key),
-            event_arg,
-            uses_default,
-            node.lineno,
-        )
-        self.sites.append(site)
-        served: ast.expr = ast.Subscript(
-            value=ast.Name(site.var, ast.Load()),
-            slice=ast.Name("_rs_i", ast.Load()),
-            ctx=ast.Load(),
-        )
-        if not _cannot_raise(key, event_arg):
-            # Evaluate the key all the same: a key that raises still raises, as it would.
-            served = ast.Subscript(
-                value=ast.Tuple([key, served], ast.Load()), slice=ast.Constant(1), ctx=ast.Load()
-            )
-        if not uses_default:
-            served = ast.Call(ast.Name("_rs_pick", ast.Load()), [served, fallback], [])
-        return ast.copy_location(served, node)
-
-
-def _helpers(program: Program) -> set[str]:
-    return {
-        n.name
-        for n in program.module_ast.body
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-    }
-
-
-def _cannot_raise(key: ast.expr, event_arg: str) -> bool:
-    """``e.col``, constants and tuples of them (fields are checked against the log first)."""
-    if isinstance(key, ast.Constant):
-        return True
-    if isinstance(key, ast.Tuple):
-        return all(_cannot_raise(k, event_arg) for k in key.elts)
-    return (
-        isinstance(key, ast.Attribute)
-        and isinstance(key.value, ast.Name)
-        and key.value.id == event_arg
-    )
-
-
-def _pick(value: Any, fallback: Any) -> Any:
-    return fallback if value is _MISSING else value
-
-
-def _site_keys(site: _Site, events: pa.Table, namespace: dict, make) -> list | pa.ChunkedArray:
-    """The key of ``site``'s read for every event its handler runs on, in run order."""
-    key = site.key
-    if (
-        isinstance(key, ast.Attribute)
-        and isinstance(key.value, ast.Name)
-        and key.value.id == site.event_arg
-        and key.attr in events.column_names
-    ):
-        return events.column(key.attr)
-    lam = ast.Expression(
-        ast.Lambda(
-            ast.arguments([], [ast.arg(site.event_arg)], None, [], [], None, []), copy.deepcopy(key)
-        )
-    )
-    fn = eval(compile(ast.fix_missing_locations(lam), "<reuse key>", "eval"), namespace)
-    out = []
-    for row in zip(*(c.to_pylist() for c in events.columns)):
-        try:
-            out.append(fn(make(row)))
-        except Exception:  # noqa: BLE001 - the handler evaluates the key again and raises
-            out.append(_MISSING)
-    return out
-
-
-def _key_series(keys, encoding: str, where: str) -> pl.Series:
-    """Read keys in the history's encoding of that state's keys."""
-    if isinstance(keys, pa.ChunkedArray):
-        if encoding != "codec" and str(keys.type) == encoding:
-            return pl.Series("key", keys)
-        keys = keys.to_pylist()
-    if encoding == "codec":
-        return pl.Series("key", [None if k is _MISSING else codec_text(k) for k in keys], pl.String)
-    wanted = {"int64": int, "double": float, "string": str, "bool": bool}[encoding]
-    seen = {type(k) for k in keys if k is not _MISSING}
-    numeric = {int, float, bool}
-    if wanted in numeric and (seen & numeric) - {wanted}:
-        # 1, 1.0 and True are one dict key: a typed join would miss what a dict finds.
-        raise CannotReuse(f"{where} with keys of another number type than written (1 == 1.0)")
-    return pl.Series(
-        "key",
-        [k if type(k) is wanted else None for k in keys],
-        dtype={int: pl.Int64, float: pl.Float64, str: pl.String, bool: pl.Boolean}[wanted],
-    )
-
-
-def _serve(site, keys, hist, writes_at, run_pos, default) -> list:
-    """The value of ``state[key]`` just before each run of the site's handler."""
-    enc = hist.encodings.get(site.state)
-    missing = default if site.default else _MISSING
-    n = len(run_pos)
-    writes = writes_at.get(site.state)
-    if enc is None or writes is None or writes.height == 0:
-        return [missing] * n
-    where = f"handler {site.handler} (line {site.lineno}) reads {site.state!r}"
-    reads = pl.DataFrame({"key": _key_series(keys, enc["key"], where), "pos": run_pos})
-    writes = writes.select("key", "pos", "value", "deleted")
-    # Both sides are sorted by pos (reads in log order; writes sorted above).
-    joined = reads.join_asof(
-        writes, on="pos", by="key", strategy="backward", check_sortedness=False
-    )
-    found = joined.get_column("deleted").fill_null(True).not_()
-    value = joined.get_column("value")
-    if enc["value"] == {int: "int64", float: "double", str: "string"}.get(type(missing)):
-        # The default has the values' own type: polars fills it in, no Python loop.
-        return (
-            joined.select(pl.when(found).then(value).otherwise(pl.lit(missing)))
-            .to_series()
-            .to_list()
-        )
-    vals = decode_column(value.to_list(), enc["value"])
-    return [v if ok else missing for v, ok in zip(vals, found.to_list(), strict=True)]
-
-
-def _positioned_writes(hist, states, reused_handlers, positions, log_index, width):
-    """Per reused state, its writes by reused handlers with their order position, deduplicated."""
-    out = {}
-    for state in states:
-        table = hist.writes.get(state)
-        if table is None:
-            continue
-        frame = pl.from_arrow(table).with_row_index("op")
-        frame = frame.filter(pl.col("handler").is_in(list(reused_handlers)))
-        hpos = pl.DataFrame(
-            {"handler": list(positions), "hpos": list(positions.values())},
-            schema={"handler": pl.String, "hpos": pl.Int64},
-        )
-        frame = frame.join(log_index, on="lsn").join(hpos, on="handler")
-        frame = frame.with_columns(pos=pl.col("idx").cast(pl.Int64) * width + pl.col("hpos"))
-        # The last write of a key in one handler run is the one later reads see.
-        frame = frame.sort(["pos", "op"]).unique(["key", "pos"], keep="last", maintain_order=True)
-        out[state] = frame
-    return out
-
-
 # -- the re-replay -----------------------------------------------------------------------
 
 
-def _rereplay(program, log, recorded, hist, decision, plan, observer, history) -> Result:
-    from .engines.serial import SerialRuntime, _handler_error, check_state
+def _pick(value: Any, fallback: Any) -> Any:
+    return fallback if value is ABSENT else value
 
-    notify = broadcast(observer)
-    started = time.perf_counter()
+
+def _typed_default(encoding: str, default: Any) -> bool:
+    want = {"int64": int, "double": float, "string": str, "bool": bool}.get(encoding)
+    return default is None or (want is not None and type(default) is want)
+
+
+def _served_array(probe, default: Any) -> pa.Array | None:
+    """A probe's values with the state's default where the store had none, as one Arrow
+    array, or None when the values have no plain type of their own (codec) or another type
+    than the default."""
+    n = len(probe.value)
+    if probe.absent is not None and pc.all(probe.absent).as_py() and n:
+        if type(default) not in (int, float, str, bool):
+            return None
+        return pa.array([default] * n)
+    if probe.encoding == "codec":
+        return None
+    if probe.absent is None or not pc.any(probe.absent).as_py():
+        return probe.value
+    if not _typed_default(probe.encoding, default):
+        return None
+    return pc.if_else(probe.absent, pa.scalar(default, probe.value.type), probe.value)
+
+
+def _served_list(probe, site, default: Any) -> list:
+    """A site's values for the loop: its read's values, ABSENT kept for ``get(k, fallback)``."""
+    if site.default:
+        arr = _served_array(probe, default)
+        if arr is not None:
+            return arr.to_pylist()
+        return [default if v is ABSENT else v for v in probe.python_values()]
+    return probe.python_values()
+
+
+class _Prepared:
+    """What re-runs, and the read sites of reused state that probes serve."""
+
+    def __init__(self, decision, sites, probes, rerun, reused, reused_states, notes):
+        self.decision = decision
+        self.sites = sites
+        self.probes = probes  # site number -> Probe
+        self.rerun = rerun
+        self.reused = reused
+        self.reused_states = reused_states
+        self.notes = notes
+
+    def serve(self, program, log) -> ReadSites:
+        """The tree transform that serves the sites (``compile_program(transform=...)``)."""
+        handlers = {h: self.reused_states for h in self.rerun}
+        return ReadSites(program, handlers, log.columns, serve=True)
+
+
+def _prepare(program, log, hist, plan) -> _Prepared:
+    """Decide what re-runs and find its reads of reused state, each served by a probe.
+
+    A read no probe answers (or any other use of reused state) makes the stages that write
+    that state re-run too, and the decision is taken again: re-running is always exact."""
+    from ._compile import _rewrite
+
     stages = {s.name: s for s in plan.stages}
-    rerun_handlers = [h for s in decision.rerun_stages for h in stages[s].handlers]
-    reused_handlers = {h for s in decision.reused_stages for h in stages[s].handlers}
-    reused_states = {a.state for h in reused_handlers for a in plan.handler(h).writes}
-    positions = {h.name: i for i, h in enumerate(program.handlers)}
-    width = len(positions) + 1
-    by_name = {h.name: h for h in program.handlers}
-    serve = _ServeReads(program, rerun_handlers, reused_states)
-    rt = SerialRuntime()
-    writes: dict[str, list] = {}
-    stores: dict[str, dict] = {}
-    for name in program.states:
-        if history and name not in reused_states:
-            stores[name] = RecordingDict(rt, writes.setdefault(name, []))
-        else:
-            stores[name] = {}
+    stage_of = {h: s.name for s in plan.stages for h in s.handlers}
+    force: set[str] = set()
+    notes: list[str] = []
+    while True:
+        decision = _decide(program, hist, plan, force)
+        if decision.full:
+            raise CannotReuse(decision.reason + ("" if not notes else f" ({'; '.join(notes)})"))
+        rerun = [h for s in decision.rerun_stages for h in stages[s].handlers]
+        reused = {h for s in decision.reused_stages for h in stages[s].handlers}
+        reused_states = {a.state for h in reused for a in plan.handler(h).writes}
+        prep = _Prepared(decision, [], {}, rerun, reused, reused_states, notes)
+        serve = prep.serve(program, log)
+        try:
+            serve(_rewrite(program))
+            for site in serve.sites:
+                sig = signature(program, plan, site.handler, site.state, site.text)
+                prep.probes[site.number] = hist.probes.get(sig)
+                if prep.probes[site.number] is None:
+                    raise Uncovered(
+                        site.state,
+                        f"no recorded read of {site.state}[{site.text}] at the place of "
+                        f"handler {site.handler} (line {site.lineno})",
+                    )
+        except Uncovered as why:
+            more = {
+                stage_of[h.name]
+                for h in plan.handlers
+                if any(a.state == why.state for a in h.writes)
+            } - set(decision.rerun_stages)
+            if not more:
+                raise CannotReuse(str(why)) from None
+            force |= more
+            notes.append(f"{', '.join(sorted(more))} re-ran too: {why}")
+            continue
+        prep.sites = serve.sites
+        return prep
 
-    def no_schedule(_t):  # pragma: no cover - programs that schedule are refused before
-        raise RestreamError("a re-replay cannot run scheduled events")
 
+def _compile(program, log, prep: _Prepared, rt, stores, recorder):
+    """The re-run handlers compiled for the loop, their served reads rewritten."""
+    from ._compile import compile_program
+
+    serve = prep.serve(program, log)
     compiled = compile_program(
         program,
         rt,
         stores,
         columns=log.columns,
         kind_order=log.kinds_by_frequency(),
-        extra_globals={SCHEDULED_RUNNER_NAME: no_schedule, "_rs_pick": _pick},
-        only=rerun_handlers,
+        extra_globals={
+            SCHEDULED_RUNNER_NAME: _no_schedule,
+            "_rs_pick": _pick,
+            **(recorder.globals if recorder is not None else {}),
+        },
+        only=prep.rerun,
         transform=serve,
+        hooks=recorder.hooks if recorder is not None else (),
     )
-    ns = compiled.namespace
-    kinds = sorted({k for h in rerun_handlers for k in by_name[h].kinds})
+    # The same walk over the same tree: the same sites, in the same order.
+    assert [(s.handler, s.state, s.text) for s in serve.sites] == [
+        (s.handler, s.state, s.text) for s in prep.sites
+    ]
+    return compiled
+
+
+def _no_schedule(_t):  # pragma: no cover - programs that schedule are refused before
+    raise RestreamError("a re-replay cannot run scheduled events")
+
+
+def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Result, Any]:
+    from .engines.serial import SerialRuntime, _handler_error, check_state
+    from .history import Recorder
+
+    notify = broadcast(observer)
+    started = time.perf_counter()
+    positions = {h.name: i for i, h in enumerate(program.handlers)}
+    by_name = {h.name: h for h in program.handlers}
+    rt = SerialRuntime()
+    stores: dict[str, dict] = {name: {} for name in program.states}
+    recorder = None
+    prep = _prepare(program, log, hist, plan)
+    if history:
+        # The new run's history: probes of reused state come from RUN's, the others are
+        # recorded by the re-run loop (their readers all re-run: they are downstream).
+        recorder = Recorder(program, log.columns, skip=prep.reused_states, plan=plan)
+    sites = prep.sites
+    kinds = sorted({k for h in prep.rerun for k in by_name[h].kinds})
     table = log.table
-    index = pa.array(range(table.num_rows), pa.int64())
-    log_index = pl.DataFrame({"lsn": table.column("lsn"), "idx": index})
-    writes_at = _positioned_writes(
-        hist, {site.state for site in serve.sites}, reused_handlers, positions, log_index, width
-    )
-    make = log.event_type()
-    for handler in {s.handler for s in serve.sites}:
-        mask = pc.is_in(table.column("kind"), pa.array(sorted(by_name[handler].kinds)))
-        events = table.filter(mask)
-        idx = pc.filter(index, mask)
-        run_pos = pl.Series("pos", idx).cast(pl.Int64) * width + positions[handler]
-        ns[_counter_var(handler)] = itertools.count().__next__
-        for site in (s for s in serve.sites if s.handler == handler):
-            keys = _site_keys(site, events, ns, lambda row: tuple.__new__(make, row))
-            default = program.states[site.state].default
-            ns[site.var] = _serve(site, keys, hist, writes_at, run_pos, default)
-    prep_s = time.perf_counter() - started
     selected = table.filter(pc.is_in(table.column("kind"), pa.array(kinds, pa.string())))
     total = len(log)
     notify(ReplayStarted("serial", total, 1, ("serial",), log.span_ms))
     notify(EpochStarted(0, total))
-    named = compiled.needs_named_events
-    wanted = _columns_read(program, rerun_handlers, log.columns) if not named else None
-    try:
-        for batch in selected.to_batches(max_chunksize=65_536):
-            rows = zip(
-                *(
-                    col.to_pylist() if wanted is None or i in wanted else repeat(None)
-                    for i, col in enumerate(batch.columns)
+    columns_run, why_not = None, "a run that keeps a history records in the loop"
+    if recorder is None or not recorder.hooks:
+        served = {}
+        for site in sites:
+            arr = _served_array(prep.probes[site.number], program.states[site.state].default)
+            if arr is not None and site.default:
+                served[site.number] = arr
+        columns_run, why_not = plan_columns(program, prep.rerun, sites, served, selected)
+        if why_not:
+            why_not = f"the re-run handlers ran in the loop, not as columns: {why_not}"
+    prep_s = time.perf_counter() - started
+    if columns_run is not None:
+        handler_of = {s.number: s.handler for s in sites}
+        values = {n: pl.from_arrow(a) for n, a in served.items() if n in columns_run.reads.values()}
+        new_tables = columns_run.run(selected, values, handler_of)
+        how = "columns"
+    else:
+        compiled = _compile(program, log, prep, rt, stores, recorder)
+        ns = compiled.namespace
+        for handler in {s.handler for s in sites}:
+            ns[counter_var(handler)] = itertools.count().__next__
+        for site in sites:
+            default = program.states[site.state].default
+            ns[site.var] = _served_list(prep.probes[site.number], site, default)
+        named = compiled.needs_named_events
+        wanted = _columns_read(program, prep.rerun, log.columns) if not named else None
+        make = log.event_type()
+        try:
+            for batch in selected.to_batches(max_chunksize=65_536):
+                rows = zip(
+                    *(
+                        col.to_pylist() if wanted is None or i in wanted else repeat(None)
+                        for i, col in enumerate(batch.columns)
+                    )
                 )
-            )
-            compiled.run_batch(
-                list(map(lambda r: tuple.__new__(make, r), rows)) if named else list(rows)
-            )
-    except HandlerError:
-        raise
-    except Exception as exc:
-        raise _handler_error(program, rt, exc, log.columns) from exc
-    tables = _tables(recorded, rt.rows, reused_handlers, positions)
+                compiled.run_batch(
+                    list(map(lambda r: tuple.__new__(make, r), rows)) if named else list(rows)
+                )
+        except HandlerError:
+            raise
+        except Exception as exc:
+            raise _handler_error(program, rt, exc, log.columns) from exc
+        new_tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
+        how = "loop"
+    tables = _tables(recorded, new_tables, prep.reused, positions)
     state = {}
     for name in program.states:
-        if name in reused_states:
+        if name in prep.reused_states:
             # _decide made sure every recorded writer of this state is reused: its recorded
             # final values are the ones a full replay ends with.
             state[name] = dict(recorded.state.get(name, {}))
         else:
-            state[name] = dict(stores[name]) if history else stores[name]
-    check_state({n: d for n, d in state.items() if n not in reused_states})  # others were
+            state[name] = stores[name]
+    check_state({n: d for n, d in state.items() if n not in prep.reused_states})
     wall = time.perf_counter() - started
     notify(Progress(total, total, wall))
     notify(EpochFinished(0, total, wall, {}, None))
@@ -532,8 +394,15 @@ def _rereplay(program, log, recorded, hist, decision, plan, observer, history) -
     )
     result = Result(tables=tables, state=state, metrics=metrics)
     if history:
-        result.history = _combined_history(program, log, hist, writes, reused_states)
-    return result
+        result.history = recorder.finish(program, log, rt, result)
+        # Reads of reused state: the values RUN recorded (same signature, same values).
+        for site in probe_sites(program, plan, list(log.columns)):
+            if site.state in prep.reused_states:
+                sig = signature(program, plan, site.handler, site.state, site.text)
+                if sig in hist.probes:
+                    result.history.probes[sig] = hist.probes[sig]
+    info = {"rerun_as": how, "columns_refused": None if how == "columns" else why_not}
+    return result, (prep, info)
 
 
 def _columns_read(program: Program, handlers: list[str], columns: list[str]) -> set[int]:
@@ -548,27 +417,31 @@ def _columns_read(program: Program, handlers: list[str], columns: list[str]) -> 
     return {0, 1, 2} | {i for i, c in enumerate(columns) if c in names}
 
 
-def _tables(recorded: Result, rerun_rows: dict, reused_handlers: set, positions: dict) -> dict:
-    """The reused handlers' recorded rows merged with the re-run rows, in log order."""
-    names = list(dict.fromkeys([*recorded.tables, *rerun_rows]))
+def _tables(recorded: Result, new: dict, reused_handlers: set, positions: dict) -> dict:
+    """The reused handlers' recorded rows merged with the re-run tables, in log order."""
+    names = list(dict.fromkeys([*recorded.tables, *new]))
     out = {}
+    keep_names = pa.array(sorted(reused_handlers), pa.string())
     for name in names:
         old = recorded.tables.get(name)
         if old is not None:
-            keep = pc.is_in(old.column("handler"), pa.array(sorted(reused_handlers), pa.string()))
-            old = old.filter(keep)
-        new = rerun_rows.get(name, [])
-        if not new:
+            old = old.filter(pc.is_in(old.column("handler"), keep_names))
+        fresh = new.get(name)
+        if fresh is None or not fresh.num_rows:
             if old is not None and old.num_rows:
                 out[name] = old
             continue
-        rows = list(new)
-        if old is not None and old.num_rows:
-            fields = [c for c in old.column_names if c not in ("lsn", "ts", "handler", "seq")]
-            for r in old.to_pylist():
+        if old is None or not old.num_rows:
+            out[name] = fresh
+            continue
+        rows = []
+        for t in (fresh, old):
+            fields = [c for c in t.column_names if c not in ("lsn", "ts", "handler", "seq")]
+            for r in t.to_pylist():
                 rows.append((r["lsn"], r["ts"], r["handler"], r["seq"], {f: r[f] for f in fields}))
-            # Log order is (ts, lsn); within an event, declaration order; sort is stable.
-            rows.sort(key=lambda r: (r[1], r[0], positions[r[2]]))
+        # Log order is (ts, lsn); within an event, declaration order; sort is stable (the
+        # re-run rows come first, but within one handler's run only one side has rows).
+        rows.sort(key=lambda r: (r[1], r[0], positions[r[2]]))
         out[name] = build_table(name, rows)
     # A full replay lists tables in the order of their first row.
     first = {
@@ -580,25 +453,3 @@ def _tables(recorded: Result, rerun_rows: dict, reused_handlers: set, positions:
         for n, t in out.items()
     }
     return {n: out[n] for n in sorted(out, key=lambda n: first[n])}
-
-
-def _combined_history(program, log, hist, writes, reused_states) -> History:
-    from .identity import stage_identities
-
-    new = History(
-        log_fingerprint=log.fingerprint,
-        identities=stage_identities(program),
-        stages=dict(hist.stages),
-    )
-    from .planner import plan as make_plan
-
-    new.stages = {
-        s.name: list(s.handlers) for s in make_plan(program, allow_nondeterminism=True).stages
-    }
-    for name in program.states:
-        if name in reused_states and name in hist.writes:
-            new.writes[name] = hist.writes[name]
-            new.encodings[name] = hist.encodings[name]
-        else:
-            new.add_state(name, writes.get(name, []))
-    return new

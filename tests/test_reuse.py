@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from naive import KEYS, KINDS, HandlerSpec, Op, ProgramSpec, events, programs, render
 
 import restream_kit as rk
+from restream_kit._probes import ABSENT
 from restream_kit.catalog import Catalog
 from restream_kit.cli import main as cli
 from restream_kit.history import History
@@ -36,9 +37,9 @@ def assert_same(got: rk.Result, want: rk.Result) -> None:
     assert got.state == want.state
 
 
-def test_history_records_every_write_with_its_value_after():
+def test_history_records_every_cross_stage_read_for_every_event_of_the_readers_kinds():
     source = """
-from restream_kit import on, state
+from restream_kit import emit, on, state
 c = state.Counter()
 m = state.Map(default=None)
 
@@ -48,20 +49,39 @@ def h(e):
     m[e.k, "x"] = {"v": e.v}
     if e.v < 0:
         del m[e.k, "x"]
+
+@on("a", "b")
+def r(e):
+    if e.v > 100 and c[e.k] > 1:  # c is read on every event all the same
+        emit("out", n=c.get(e.k, -1), m=m[e.k, "x"])
 """
-    log = rk.Log([{"ts": 1, "kind": "a", "k": 1, "v": 5}, {"ts": 2, "kind": "a", "k": 1, "v": -1}])
+    log = rk.Log(
+        [
+            {"ts": 1, "kind": "a", "k": 1, "v": 5},
+            {"ts": 2, "kind": "b", "k": 2, "v": 500},
+            {"ts": 3, "kind": "a", "k": 1, "v": -1},
+        ]
+    )
     result = rk.replay(source, log, history=True)
     hist = result.history
-    assert hist.writes["c"].to_pylist() == [
-        {"lsn": 0, "handler": "h", "key": 1, "value": 2, "deleted": False},
-        {"lsn": 1, "handler": "h", "key": 1, "value": 4, "deleted": False},
-    ]
-    assert hist.encodings["m"] == {"key": "codec", "value": "codec"}
-    rows = hist.writes["m"].to_pylist()
-    assert [(r["lsn"], r["deleted"]) for r in rows] == [(0, False), (1, False), (1, True)]
+    probes = {(s.state, s.key): (s.kinds, s.before, p) for s, p in hist.probes.items()}
+    assert set(probes) == {("c", "e.k"), ("m", "(e.k, 'x')")}
+    kinds, before, c = probes["c", "e.k"]
+    assert kinds == ("a", "b") and before == ("h",)
+    # After h ran on the event: 2 at lsn 0, nothing for key 2, 4 at lsn 2.
+    assert c.python_values()[0] == 2 and c.python_values()[2] == 4
+    assert c.python_values()[1] is ABSENT and c.encoding == "int64"
+    m = probes["m", "(e.k, 'x')"][2]
+    assert m.encoding == "codec" and m.python_values()[0] == {"v": 5}
+    assert m.python_values()[2] is ABSENT  # deleted by h on that event
+    assert hist.writers == {"c": ["h"], "m": ["h"]}
     assert result.state == {"c": {1: 4}, "m": {}}
-    assert type(result.state["c"]) is dict  # not the recording store
     assert rk.replay(source, log).history is None  # only when asked
+    edited = source.replace("e.v > 100", "e.v > 1")
+    want = rk.replay(edited, log)
+    got = rk.replay(edited, log, reuse=result)
+    assert got.reuse["rerun_stages"] == ["r"] and got.reuse["rerun_as"] == "loop"
+    assert_same(got, want)
 
 
 def test_reuse_of_the_antispam_threshold_reruns_only_the_flag():
@@ -119,15 +139,38 @@ def test_nothing_is_reused_on_another_log_or_after_an_upstream_edit():
     assert_same(got, rk.replay(upstream, log))
 
 
-def test_reads_the_history_cannot_serve_fall_back_with_the_reason():
+def test_reads_no_probe_serves_rerun_the_writers_of_that_state_and_say_why():
     log = rk.Log(SOCIAL)
     v1 = rk.replay(ANTISPAM, log, history=True)
     membership = ANTISPAM.replace(
         "if to_strangers[e.src] > 2 * to_friends[e.src]", "if e.src in to_strangers"
     )
     got = rk.replay(membership, log, reuse=v1)
-    assert "other than by reading one key" in got.reuse["reuse_reason"]
+    assert got.reuse["reuse_reason"] is None
+    assert got.reuse["rerun_stages"] == ["tally_sender", "flag"]
+    assert got.reuse["reused_stages"] == ["befriend", "tally_ip"]
+    assert any("other than by reading one key" in n for n in got.reuse["notes"])
     assert_same(got, rk.replay(membership, log))
+    # A new handler after tally_ip reads ip_msgs where flag's read was recorded: served.
+    busy = """
+@on("message")
+def busy(e):
+    if ip_msgs[e.ip] > 40:
+        emit("busy", ip=e.ip)
+"""
+    late = ANTISPAM + busy
+    got = rk.replay(late, log, reuse=v1)
+    assert got.reuse["rerun_stages"] == ["busy"] and got.reuse["rerun_as"] == "columns"
+    assert_same(got, rk.replay(late, log))
+    # Declared before tally_ip, it reads ip_msgs where no read was recorded.
+    early = ANTISPAM.replace(
+        '@on("message")\ndef tally_sender', busy + '\n@on("message")\ndef tally_sender'
+    )
+    assert early != ANTISPAM
+    got = rk.replay(early, log, reuse=v1)
+    assert set(got.reuse["rerun_stages"]) == {"busy", "tally_ip", "flag"}
+    assert any("no recorded read of ip_msgs[e.ip]" in n for n in got.reuse["notes"])
+    assert_same(got, rk.replay(early, log))
 
 
 # -- random programs, random edits ---------------------------------------------------------
@@ -201,7 +244,7 @@ def check_edit(spec: ProgramSpec, edited: ProgramSpec, log: list[dict]) -> rk.Re
 @given(data=st.data(), spec=programs(), log=events)
 def test_a_reuse_of_any_edit_equals_a_full_replay(data, spec, log):
     got = check_edit(spec, data.draw(edits(spec)), log)
-    event("reused" if got.reuse["reused_stages"] else "replayed in full")
+    event(f"re-ran as {got.reuse['rerun_as']}" if got.reuse["reused_stages"] else "in full")
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -209,6 +252,111 @@ def test_a_reuse_of_any_edit_equals_a_full_replay(data, spec, log):
 def test_a_reuse_of_servable_programs_reuses_whatever_did_not_change(data, spec, log):
     got = check_edit(spec, data.draw(edits(spec)), log)
     reason = got.reuse["reuse_reason"]
-    event("reused" if got.reuse["reused_stages"] else "replayed in full")
+    event(f"re-ran as {got.reuse['rerun_as']}" if got.reuse["reused_stages"] else "in full")
     # Programs of plain reads and writes are always served; only a whole change is replayed.
     assert reason is None or "every stage changed" in reason, reason
+
+
+@pytest.mark.spark
+def test_reuse_on_spark_reruns_in_the_driver_and_equals_a_full_replay(spark_session):
+    log = rk.Log(SOCIAL)
+    v1 = rk.replay(ANTISPAM, log, history=True)
+    want = rk.replay(STRICTER, log)
+    got = rk.replay(STRICTER, log, engine="spark", reuse=v1)
+    assert got.reuse["rerun_stages"] == ["flag"] and got.reuse["rerun_as"] == "columns"
+    assert any("as polars columns in the driver" in w for w in got.warnings)
+    assert_same(got, want)
+    # A re-run stage that does not lower runs its Python in the driver's loop.
+    looped = STRICTER.replace('emit("spam", sender=e.src)', 'emit("spam", sender=str(e.src))')
+    got = rk.replay(looped, log, engine="spark", reuse=v1)
+    assert got.reuse["rerun_as"] == "loop"
+    assert any("through the serial re-replay in the driver" in w for w in got.warnings)
+    assert_same(got, rk.replay(looped, log))
+    # Nothing to reuse (another log): the full replay runs on Spark.
+    other = rk.Log(log.table.slice(0, 20_000))
+    got = rk.replay(STRICTER, other, engine="spark", reuse=v1)
+    assert got.reuse["reused_stages"] == [] and got.metrics.engine == "spark"
+    assert_same(got, rk.replay(STRICTER, other))
+
+
+RICH = """
+from restream_kit import emit, on, param, state
+
+limit = param("limit", 2)
+scale = 1.5
+seen = state.Counter()
+last = state.Map(default=None)
+big = state.Map(default=False)
+name = state.Map(default="")
+rare = state.Map(default=None)
+
+
+@on("a")
+def tally(e):
+    seen[e.k] += e.v
+    big[e.k] = e.v > 3
+    name[e.k] = e.tag
+    if e.v == 6:
+        rare[e.k] = 1
+
+
+@on("a", "b")
+def remember(e):
+    last[e.k] = e.v
+
+
+@on("b", "a")
+def judge(e):
+    n = seen[e.k] - limit
+    if n > 0 and big[e.k]:
+        emit("hot", k=e.k, n=n, x=n * scale, tag=name[e.k], big=big[e.k])
+    elif not big[e.k]:
+        emit("cold", k=e.k, tag=name[e.k])
+    if last[e.k]:
+        emit("hot", k=e.k, n=0, x=0.5, tag="again", big=True)
+
+
+@on("b")
+def other(e):
+    if seen[e.j] >= limit:
+        emit("cold", k=e.j, tag=e.tag)
+"""
+
+
+def test_emit_only_rerun_stages_run_as_columns_row_for_row():
+    import random
+
+    rng = random.Random(7)
+    rows = [
+        {
+            "ts": i // 3,
+            "kind": rng.choice("ab"),
+            "k": rng.randint(0, 9),
+            "j": rng.randint(0, 9),
+            "v": rng.randint(-2, 6),
+            "tag": rng.choice(["x", "yy", ""]),
+        }
+        for i in range(3000)
+    ]
+    log = rk.Log(rows)
+    v1 = rk.replay(RICH, log, history=True)
+    for edit, rerun in (
+        (('limit = param("limit", 2)', 'limit = param("limit", 4)'), ["judge", "other"]),
+        (("elif not big[e.k]", "elif big[e.k] or n < -3"), ["judge"]),
+        (("x=n * scale", "x=n * scale - 1"), ["judge"]),
+    ):
+        edited = RICH.replace(*edit)
+        assert edited != RICH
+        got = rk.replay(edited, log, reuse=v1)
+        assert got.reuse["rerun_stages"] == rerun, got.reuse
+        assert got.reuse["rerun_as"] == "columns", got.reuse["notes"]
+        assert_same(got, rk.replay(edited, log))
+        assert {t.schema.field("x").type for n, t in got.tables.items() if n == "hot"} <= {
+            rk.Log([{"ts": 0, "kind": "a", "x": 1.0}]).table.schema.field("x").type
+        }
+    # Arithmetic on a value that may be None stays Python (it raises there).
+    risky = RICH.replace("if last[e.k]:", "if rare[e.k] + 1 > 2:")
+    with pytest.raises(rk.HandlerError):
+        rk.replay(risky, log)
+    with pytest.raises(rk.HandlerError):
+        rk.replay(risky, log, reuse=v1)

@@ -304,7 +304,8 @@ def replay(
     handler run that raises and goes on (see :class:`GuardedRuntime`). ``checkpoint`` (a
     directory) commits every epoch, ``resume`` continues its last committed one, and
     ``start_from`` starts from a committed epoch's state (see :mod:`restream_kit.checkpoint`).
-    ``history`` keeps every state write in ``Result.history`` (:mod:`restream_kit.history`).
+    ``history`` keeps what each stage read of other stages' state in ``Result.history``
+    (:mod:`restream_kit.history`).
     """
     notify = broadcast(observer)
     ck, start = _checkpointing(program, log, epoch, checkpoint, resume, start_from)
@@ -313,15 +314,19 @@ def replay(
     rt = GuardedRuntime(program.filename, list(log.columns)) if guarded else SerialRuntime()
     by_kind: dict = {}
     stores = {name: JournalDict(rt.journal) for name in program.states} if guarded else None
-    recorded, history_note = _history_stores(rt, program, history, guarded, start, ck)
+    recorded, history_note = _history_stores(program, log, history, guarded, start, ck)
     compiled = compile_program(
         program,
         rt,
-        recorded.stores if recorded is not None else stores,
+        stores,
         columns=log.columns,
         kind_order=log.kinds_by_frequency(),
-        extra_globals={SCHEDULED_RUNNER_NAME: lambda t: _run_scheduled(rt, by_kind, t)},
+        extra_globals={
+            SCHEDULED_RUNNER_NAME: lambda t: _run_scheduled(rt, by_kind, t),
+            **(recorded.globals if recorded is not None else {}),
+        },
         guarded=guarded,
+        hooks=recorded.hooks if recorded is not None else (),
     )
     by_kind.update(compiled.handlers_by_kind())
     run_batch = compiled.run_batch
@@ -417,8 +422,9 @@ def replay(
     )
 
 
-def _history_stores(rt, program, history, guarded, start, ck):
-    """Recording stores when ``history`` is asked for and can be kept; else a note why not."""
+def _history_stores(program, log, history, guarded, start, ck):
+    """The recorder of the run's history (the reads the loop records, see
+    :mod:`restream_kit.history`) when ``history`` is asked for and can be kept; else a note."""
     if not history:
         return None, None
     if guarded or start is not None or ck is not None:
@@ -428,7 +434,7 @@ def _history_stores(rt, program, history, guarded, start, ck):
         )
     from ..history import Recorder
 
-    return Recorder(rt, program), None
+    return Recorder(program, log.columns), None
 
 
 def _checkpointing(program, log, epoch, checkpoint, resume, start_from):
