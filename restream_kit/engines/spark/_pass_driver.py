@@ -34,8 +34,10 @@ from ...progress import (
 )
 from ...result import Metrics, Result, build_table, quarantine_table
 from ..serial import MAX_FLUSH, quarantine_warning
-from . import _pass_task as T
+from . import _pass_rows as W
 from ._keys import KeysSpec, KeysTask
+from ._pass_stores import apply_op
+from ._pass_task import PassTask
 from ._passes import BY_KEY, ORDER, SINGLE, PassPlan
 from ._program_ref import ProgramRef
 
@@ -226,7 +228,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
     if sql:
         df = df.selectExpr("*", *sql)
     slots = sum(len(p.serves) for p in passes)
-    out_schema = T.OUT_SCHEMA(slots)
+    out_schema = W.OUT_SCHEMA(slots)
     # Only the columns the program can read travel (all of them for quarantine rows).
     columns = events.columns if rep.on_error != "stop" else _used_columns(program, events.columns)
     wide = None
@@ -258,7 +260,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
 
 
 def _forwards(rep: Any, pp: PassPlan) -> bool:
-    """Whether the passes forward events (``_pass_task._plain``): every pass runs handlers over
+    """Whether the passes forward events (``_plain_pass.run_plain``): every pass runs handlers over
     log events only, and what crosses passes is only probe values, so that each event can
     carry the values it reads from pass to pass instead of meeting them in a sort."""
     if pp.schedules or pp.reason or rep.on_error != "stop":
@@ -318,7 +320,7 @@ def run_jobs(
                             frame.selectExpr(*log_cols, *[c for c in carried if c in df.columns])
                         )
                     else:
-                        frame = outputs[source].where(f"_rs_kind = {T.FWD} AND {where}")
+                        frame = outputs[source].where(f"_rs_kind = {W.FWD} AND {where}")
                         parts.append(frame.selectExpr(*log_cols, *carried))
                 raw = raw or [f"_rs_pk{p.index}"]
             elif kinds and not fed:
@@ -345,11 +347,11 @@ def run_jobs(
                     continue
                 parts.append(
                     out.where(
-                        f"_rs_dest = {p.index} AND _rs_kind IN ({T.WRITE}, {T.SCHED}, {T.PROBE})"
+                        f"_rs_dest = {p.index} AND _rs_kind IN ({W.WRITE}, {W.SCHED}, {W.PROBE})"
                     ).selectExpr(
                         *_POS,
-                        f"CAST(CASE _rs_kind WHEN {T.PROBE} THEN {T.TAG_PROBE} "
-                        f"WHEN {T.WRITE} THEN {T.TAG_WRITE} ELSE {T.TAG_SCHED} END AS TINYINT) "
+                        f"CAST(CASE _rs_kind WHEN {W.PROBE} THEN {W.TAG_PROBE} "
+                        f"WHEN {W.WRITE} THEN {W.TAG_WRITE} ELSE {W.TAG_SCHED} END AS TINYINT) "
                         "AS _rs_tag",
                         "_rs_pk",
                         "_rs_b",
@@ -392,7 +394,7 @@ def run_jobs(
                 rows = rows.sortWithinPartitions("ts", "lsn")
             else:
                 rows = rows.repartition(n, "_rs_pk").sortWithinPartitions(*_POS, "_rs_tag")
-            spec = T.PassSpec(
+            spec = W.PassSpec(
                 program=setup.ref,
                 index=p.index,
                 columns=setup.columns,
@@ -425,7 +427,7 @@ def run_jobs(
                 wide=setup.wide,
                 forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),
             )
-            out = rows.mapInArrow(T.PassTask(spec), setup.ddl)
+            out = rows.mapInArrow(PassTask(spec), setup.ddl)
             done_before = base + p.index * span // len(passes)
 
             def on_tasks(done: int, tasks: int, at: int = done_before) -> None:
@@ -468,7 +470,7 @@ def run_jobs(
 
 
 def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> bool:
-    """Whether pass ``p`` runs the serial engine's inlined loop (``_pass_task._plain``): it
+    """Whether pass ``p`` runs the serial engine's inlined loop (``_plain_pass.run_plain``): it
     takes log events only, and sends on nothing but what that loop can send (probe values
     carried by forwarded events, writes into later passes' state, events scheduled for later
     passes), with ``on_error`` stop."""
@@ -505,30 +507,30 @@ def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
 def _collect(out: Any, ran: Ran) -> tuple[int, float]:
     """Fold a pass's small rows into ``ran``; its number of tasks and their summed time."""
     small = out.where(
-        f"_rs_kind IN ({T.EMIT}, {T.FINAL}, {T.STAT}, {T.ERROR}, {T.PEND}, {T.QUAR}, {T.CARRY})"
+        f"_rs_kind IN ({W.EMIT}, {W.FINAL}, {W.STAT}, {W.ERROR}, {W.PEND}, {W.QUAR}, {W.CARRY})"
     ).select("_rs_kind", "_rs_dest", "_rs_b", *_POS)
     got = small.toArrow()
     kinds = got.column("_rs_kind").to_pylist()
     blobs = got.column("_rs_b").to_pylist()
     dests = got.column("_rs_dest").to_pylist()
     positions = list(zip(*(got.column(c).to_pylist() for c in _POS)))
-    if T.ERROR in kinds:
-        raise _TaskError(pickle.loads(blobs[kinds.index(T.ERROR)]))
+    if W.ERROR in kinds:
+        raise _TaskError(pickle.loads(blobs[kinds.index(W.ERROR)]))
     tasks = 0
     busy = 0.0
     for kind, dest, blob, position in zip(kinds, dests, blobs, positions):
-        if kind == T.PEND:
+        if kind == W.PEND:
             ran.pending.append((position, blob))
-        elif kind == T.CARRY:
+        elif kind == W.CARRY:
             ran.carried.append((dest, position, blob))
-        elif kind == T.QUAR:
+        elif kind == W.QUAR:
             ran.quarantined.extend(pickle.loads(blob))
-        elif kind == T.EMIT:
+        elif kind == W.EMIT:
             ran.emitted.extend(pickle.loads(blob))
-        elif kind == T.FINAL:
+        elif kind == W.FINAL:
             name, values = pickle.loads(blob)
             ran.finals[name].update(values)
-        elif kind == T.STAT:
+        elif kind == W.STAT:
             tasks += 1
             _events, task_s, made, last_at = pickle.loads(blob)
             busy += task_s
@@ -544,7 +546,7 @@ def apply_pending(program: Program, ran: Ran) -> None:
     for position, blob in ran.pending:
         if position[0] <= ran.last_event:
             state, key, op = pickle.loads(blob)
-            T.apply_op(ran.finals[state], program.states[state].default, key, op)
+            apply_op(ran.finals[state], program.states[state].default, key, op)
 
 
 def table_rows(emitted: list) -> dict[str, list]:
@@ -608,7 +610,7 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
         "ts AS _rs_t",
         "CAST(2 AS TINYINT) AS _rs_ph",
         "X'' AS _rs_sub",
-        f"CAST({T.TAG_EVENT} AS TINYINT) AS _rs_tag",
+        f"CAST({W.TAG_EVENT} AS TINYINT) AS _rs_tag",
     ).persist()
     while len(_FRAMES) >= 2:
         old = _FRAMES.pop(next(iter(_FRAMES)))

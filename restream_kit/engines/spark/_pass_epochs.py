@@ -32,7 +32,7 @@ from ...epochs import Epoch, cut
 from ...progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
 from ...result import Result, build_table
 from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
-from . import _pass_task as T
+from . import _pass_rows as W
 from ._codec import encode_key
 from ._pass_driver import Ran, Setup, _names, apply_pending, make_result, run_jobs, table_rows
 from ._passes import BY_KEY, ORDER, SINGLE
@@ -186,7 +186,7 @@ def _state_after(program: Any, ran: Ran, quarantined: list) -> dict[str, Any]:
         if (pos, tag) in seen:
             continue
         seen.add((pos, tag))
-        if tag == T.TAG_WRITE:
+        if tag == W.TAG_WRITE:
             name, key, op = pickle.loads(blob)
             future.append((pos[0], n, name, *_serial_op(op, name), key))
         else:
@@ -232,19 +232,19 @@ def _carry_frame(setup: Setup, state: dict[str, Any]) -> Any:
     for name, values in state["stores"].items():
         for p in holders.get(name, ()):
             for key, value in values.items():
-                blob = T.dumps((name, key, value))
-                rows.append((p.index, _FIRST, 0, 0, b"", T.TAG_STATE, pk(p.partition, key), blob))
+                blob = W.dumps((name, key, value))
+                rows.append((p.index, _FIRST, 0, 0, b"", W.TAG_STATE, pk(p.partition, key), blob))
     for at, n, name, op, key, arg in state["future"]:
         sub = _RESTORED + n.to_bytes(8, "big")
-        blob = T.dumps((name, key, _pass_op(op, arg)))
+        blob = W.dumps((name, key, _pass_op(op, arg)))
         for p in holders.get(name, ()):
-            rows.append((p.index, at, 0, 0, sub, T.TAG_WRITE, pk(p.partition, key), blob))
+            rows.append((p.index, at, 0, 0, sub, W.TAG_WRITE, pk(p.partition, key), blob))
     routes: dict[int, Any] = {}
     per_root = state["scheduled_per_root"]
     for at, n, ev in state["scheduled"]:
         sub = _RESTORED + n.to_bytes(8, "big")
         fields = {k: v for k, v in vars(ev).items() if k not in RESERVED_FIELDS}
-        blob = T.dumps((ev.kind, fields, ev.lsn, ev.seq, per_root.get(ev.lsn, ev.seq)))
+        blob = W.dumps((ev.kind, fields, ev.lsn, ev.seq, per_root.get(ev.lsn, ev.seq)))
         for target in pp.kind_passes.get(ev.kind, ()):
             partition = pp.passes[target].partition
             if partition in (SINGLE, ORDER, BY_KEY):
@@ -254,7 +254,7 @@ def _carry_frame(setup: Setup, state: dict[str, Any]) -> Any:
                 if fn is None:
                     fn = routes[target] = key_function(partition, program)
                 where = encode_key(fn(ev))
-            rows.append((target, at, 1, 0, sub, T.TAG_SCHED, where, blob))
+            rows.append((target, at, 1, 0, sub, W.TAG_SCHED, where, blob))
     columns = list(zip(*rows)) if rows else [[] for _ in _CARRY_SCHEMA]
     table = pa.table(
         [pa.array(list(c), f.type) for c, f in zip(columns, _CARRY_SCHEMA)], schema=_CARRY_SCHEMA

@@ -1,0 +1,249 @@
+"""What passes send each other, and the driver: rows of one schema, and their positions.
+
+A pass's output (``OUT_SCHEMA``) is one row per emitted batch of rows, final state, statistic,
+error, probe value, write or scheduled event for another pass, each with a kind (``EMIT``...)
+and, for rows that go to another pass, its number (``_rs_dest``), the partition value there
+(``_rs_pk``) and a position. A position is ``(t, phase, o, sub)``: a log event is
+``(ts, 2, row, b"")``; a scheduled event ``(at, 1, 0, run + i)`` and a timed write
+``(at, 0, 0, run + i)``, where ``run`` is the bytes of the scheduling run's position and
+handler and ``i`` its count of such calls; an ordinary write ``(t, ph, o, sub + handler + i)``
+of its run. Bytes compare as the tuples they encode. Payloads that are not plain numbers
+travel pickled, in memory only (never in a file).
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ._codec import MISSING, encode_key
+from ._program_ref import ProgramRef, key_function
+
+__all__ = [
+    "PassSpec",
+    "Routing",
+    "OUT_SCHEMA",
+    "dumps",
+    "run_bytes",
+    "out_batch",
+    "out_rows",
+    "probe_array",
+    "EMIT",
+    "FINAL",
+    "WRITE",
+    "SCHED",
+    "PROBE",
+    "STAT",
+    "ERROR",
+    "PEND",
+    "QUAR",
+    "CARRY",
+    "FWD",
+    "TAG_STATE",
+    "TAG_PROBE",
+    "TAG_EVENT",
+    "TAG_WRITE",
+    "TAG_SCHED",
+]
+
+EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD = range(1, 12)
+TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED, TAG_STATE = range(5)
+PH_TIMED, PH_SCHED, PH_LOG = 0, 1, 2
+BLOB_ROWS = 50_000
+BATCH_ROWS = 65_536
+SIGN = 1 << 63
+RUN_HEAD = struct.Struct(">QBQ")
+U32 = struct.Struct(">I")
+U32x2 = struct.Struct(">II")
+
+
+def _q(t: int) -> bytes:
+    return struct.pack(">Q", (t + SIGN) & 0xFFFFFFFFFFFFFFFF)
+
+
+def run_bytes(pos: tuple, handler: int) -> bytes:
+    """The bytes of a run: its event's position and the handler's number."""
+    t, ph, o, sub = pos
+    return _q(t) + bytes((ph,)) + _q(o) + sub + struct.pack(">I", handler)
+
+
+def out_schema(slots: int) -> pa.Schema:
+    fields = [
+        ("_rs_kind", pa.int8()),
+        ("_rs_dest", pa.int32()),
+        ("_rs_pk", pa.string()),
+        ("_rs_t", pa.int64()),
+        ("_rs_ph", pa.int8()),
+        ("_rs_o", pa.int64()),
+        ("_rs_sub", pa.binary()),
+        ("_rs_b", pa.binary()),
+        ("_rs_n", pa.int64()),
+        ("_rs_x", pa.float64()),
+    ]
+    for s in range(slots):
+        fields += [(f"_rs_ql{s}", pa.int64()), (f"_rs_qd{s}", pa.float64())]
+        fields += [(f"_rs_qb{s}", pa.binary())]
+    return pa.schema(fields)
+
+
+def OUT_SCHEMA(slots: int) -> pa.Schema:  # noqa: N802 - reads as the constant it stands for
+    """The output schema of every pass of a plan with ``slots`` probes."""
+    return out_schema(slots)
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """What a task of one pass needs (it travels to the workers pickled)."""
+
+    program: ProgramRef
+    index: int
+    columns: tuple[str, ...]
+    pickled_columns: frozenset[str]
+    handlers: tuple[int, ...]
+    homes: tuple[str, ...]
+    blind: dict[str, tuple[int, ...]]  # state written here -> the passes that hold it
+    feeds: dict[str, tuple[int, ...]]  # state held here -> passes that fold it too
+    finals: tuple[str, ...]  # states whose final values this pass reports
+    home_partition: dict[int, str]  # pass -> partition expression (or ORDER / SINGLE)
+    kind_passes: dict[str, tuple[int, ...]]
+    serves: tuple[
+        tuple[int, str, str, int, tuple[str, ...], int], ...
+    ]  # slot, state, key, h, kinds, reader
+    consumes: tuple[tuple[int, str, str, int], ...]  # slot, state, key, handler
+    slots: int
+    order_key: str
+    single_key: str
+    max_flush: int
+    on_error: str  # stop, skip or quarantine
+    plain: bool  # handlers over log events and nothing else: the serial engine's own loop
+    receives_writes: bool  # whether writes or scheduled events come from earlier passes
+    receives: bool  # whether earlier passes send this one rows (probe values, writes, events)
+    last_ts: int  # the log's last time: timed writes after it apply only before a later event
+    # Checkpointed replays: the position (ts, 2, lsn) of the epoch's last event, beyond which
+    # everything is carried to the next epoch (None: the last epoch, run to the log's end).
+    epoch_end: tuple | None = None
+    # Passes that forward events (see ``_plain``): the output schema, wider than OUT_SCHEMA
+    # by the events' columns; None when probe values travel as rows of their own.
+    wide: pa.Schema | None = None
+    forward: bool = False  # whether later passes take their events from this one
+    ships_events: bool = False  # whether it schedules events for later passes (plain passes)
+
+
+def dumps(value: Any) -> bytes:
+    """Pickle for the trip to another task; functions of the program travel by value."""
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception:  # noqa: BLE001 - a lambda or a local function: cloudpickle takes it
+        from pyspark import cloudpickle
+
+        return cloudpickle.dumps(value, protocol=5)
+
+
+class Routing:
+    """Partition values for rows sent to other passes: of a state key, and of an event in the
+    pass it goes to. Needs ``spec``, ``program``, ``pk_cache`` and ``home_keys``."""
+
+    def _pk(self, key: Any) -> str:
+        """``encode_key(key)``, remembered: the same keys come back again and again."""
+        cache = self.pk_cache
+        try:
+            return cache[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable key cannot be a state key anyway
+            return encode_key(key)
+        if len(cache) > 1_000_000:
+            cache.clear()
+        pk = cache[key] = encode_key(key)
+        return pk
+
+    def route(self, target: int, event: Any) -> str:
+        partition = self.spec.home_partition[target]
+        if partition in (self.spec.single_key, self.spec.order_key):
+            return "N"
+        fn = self.home_keys.get(target)
+        if fn is None:
+            fn = self.home_keys[target] = key_function(partition, self.program)
+        return self._pk(fn(event))
+
+
+def out_batch(rt: Any, schema: pa.Schema, slots: int) -> pa.RecordBatch:
+    rows = rt.out
+    rt.out = []
+    n = len(rows)
+    if n:
+        # Lists, not the tuples zip makes: pyarrow converts a list a hundred times faster.
+        kind, dest, pk, positions, b = map(list, zip(*rows))
+        t, ph, o, sub = map(list, zip(*positions))
+        if PROBE in kind:
+            b = [r[4] if r[0] != PROBE else None for r in rows]
+    else:
+        kind = dest = pk = t = ph = o = sub = b = []
+    arrays = [
+        pa.array(kind, pa.int8()),
+        pa.array(dest, pa.int32()),
+        pa.array(pk, pa.string()),
+        pa.array(t, pa.int64()),
+        pa.array(ph, pa.int8()),
+        pa.array(o, pa.int64()),
+        pa.array(sub, pa.binary()),
+        pa.array(b, pa.binary()),
+        pa.nulls(n, pa.int64()),
+        pa.nulls(n, pa.float64()),
+    ]
+    for s in range(slots):
+        ql: list = [None] * n
+        qd: list = [None] * n
+        qb: list = [None] * n
+        for i, r in enumerate(rows):
+            if r[0] != PROBE or s not in r[4]:
+                continue
+            v = r[4][s]
+            tv = type(v)
+            if tv is int and -SIGN <= v < SIGN:
+                ql[i] = v
+            elif tv is float:
+                qd[i] = v
+            elif v is not MISSING:
+                qb[i] = dumps(v)
+        arrays += [pa.array(ql, pa.int64()), pa.array(qd, pa.float64()), pa.array(qb, pa.binary())]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def out_rows(rows: list, spec: PassSpec) -> pa.RecordBatch:
+    holder = type("Rows", (), {})()
+    holder.out = rows
+    batch = out_batch(holder, out_schema(spec.slots), spec.slots)
+    if spec.wide is None:
+        return batch
+    # Forwarding passes share one wider schema: the event columns are null on these rows.
+    n = batch.num_rows
+    arrays = [
+        batch.column(f.name) if f.name in batch.schema.names else pa.nulls(n, f.type)
+        for f in spec.wide
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=spec.wide)
+
+
+def probe_array(which: str, values: list) -> pa.Array:
+    """One of a slot's three probe columns: ``l`` 64-bit ints, ``d`` floats, ``b`` the rest
+    pickled; all three null where there is no value."""
+    if which == "l":
+        return pa.array(
+            [v if type(v) is int and -SIGN <= v < SIGN else None for v in values], pa.int64()
+        )
+    if which == "d":
+        return pa.array([v if type(v) is float else None for v in values], pa.float64())
+    return pa.array(
+        [
+            None
+            if v is MISSING or type(v) is float or (type(v) is int and -SIGN <= v < SIGN)
+            else dumps(v)
+            for v in values
+        ],
+        pa.binary(),
+    )

@@ -1,0 +1,417 @@
+"""A pass that runs the serial engine's inlined loop (``plain``): the fast case.
+
+A pass whose events are log events only, and that sends on nothing but what the loop can
+send, runs the serial engine's generated loop over its partition, with the handler bodies
+inlined, exactly as a serial replay runs them:
+
+- **probe values travel with the events** when the passes forward events (``spec.wide``):
+  the loop records, at the reading handler's place in declaration order, the value a later
+  pass reads, and sends each event on with those values in its probe columns; a reading
+  pass puts each in its store just before the handler that reads it. No probe row, no sort
+  by tag, no per-row join: the event carries its reads;
+- **writes into a later pass's state** (through :class:`BlindStore`) and **events scheduled
+  for later passes** go out as rows (:class:`_Shipping`, the serial runtime plus that).
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import pickle
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..._compile import compile_program
+from ...program import Program
+from ..serial import RESERVED_FIELDS, ScheduledEvent, TimeTravelError, apply_write
+from ._codec import MISSING
+from ._pass_rows import (
+    BATCH_ROWS,
+    BLOB_ROWS,
+    EMIT,
+    ERROR,
+    FINAL,
+    FWD,
+    PEND,
+    PH_LOG,
+    PH_SCHED,
+    PH_TIMED,
+    RUN_HEAD,
+    SCHED,
+    SIGN,
+    STAT,
+    U32,
+    WRITE,
+    PassSpec,
+    Routing,
+    U32x2,
+    dumps,
+    out_rows,
+    probe_array,
+)
+from ._pass_stores import BlindStore
+from ._program_ref import column_values, event_type, key_function
+
+__all__ = ["run_plain"]
+
+
+def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) -> Iterator:
+    """A pass that only runs handlers over log events (no row from or for another pass but
+    probe values, no scheduled event in the whole program): the serial engine's generated
+    loop, with the handler bodies inlined, over the partition. Its rows' positions are
+    (ts, lsn): the pass path's ``_rs_o`` is the log's ``lsn``.
+
+    When the passes *forward* events (``spec.wide``), probe values travel with the events
+    themselves: the loop records, at the reading handler's place in declaration order, the
+    value a later pass reads (``serves``), and sends each event on with those values in its
+    probe columns; a reading pass gets the events with the values of earlier passes and puts
+    each in its store just before the handler that reads it (``consumes``). No probe row, no
+    sort by tag, no per-row join: the event carries its reads.
+    """
+    from ..serial import SerialRuntime
+
+    # A pass that writes into state later passes hold, or schedules events for them, sends
+    # those as rows (``_Shipping``); the rest of the loop is the serial engine's.
+    rt = _Shipping(spec, program) if spec.blind or spec.ships_events else SerialRuntime()
+    names = [program.handlers[h].name for h in spec.handlers]
+    consumed = sorted({slot for slot, _state, _key, _h in spec.consumes})
+    # Probe columns come after the log's columns: the handlers' own indexes do not move.
+    probe_columns = [f"_rs_q{c}{slot}" for slot in consumed for c in "ldb"]
+    columns = (*spec.columns, *probe_columns)
+    kinds = dict.fromkeys(k for h in spec.handlers for k in program.handlers[h].kinds)
+    for _slot, _state, _key, _h, probe_kinds, _reader in spec.serves:
+        kinds.update(dict.fromkeys(probe_kinds))
+    stores: dict[str, dict] = {
+        name: BlindStore(rt, name) if name in spec.blind else {} for name in program.states
+    }
+    hooks, extra, served = _probe_hooks(spec, program, columns, tuple(kinds), stores)
+    compiled = compile_program(
+        program,
+        rt,
+        stores,
+        columns=columns,
+        kind_order=tuple(kinds),
+        extra_globals={"_rs_run_scheduled": lambda t: None, **extra},
+        only=names,
+        hooks=hooks,
+    )
+    run_batch = compiled.run_batch
+    # Key functions of probes read the event's columns by name.
+    named = compiled.needs_named_events or spec.serves or spec.consumes
+    make = event_type(columns) if named else None
+    events = 0
+    out: list = []
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            cols = [column_values(batch, c, c in spec.pickled_columns) for c in spec.columns]
+            cols += [batch.column(c).to_pylist() for c in probe_columns]
+            rows = zip(*cols)
+            run_batch(
+                list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
+            )
+            events += batch.num_rows
+            if spec.forward:
+                yield _forwarded(batch, spec.wide, served)
+            if type(rt) is _Shipping and len(rt.out) >= BATCH_ROWS:
+                yield _shipped(rt, spec)
+        # The serial replay applies timed writes due by the log's last event, whichever key
+        # that event has: so does this partition, whose own last event may come earlier.
+        rt.apply_due(spec.last_ts)
+    except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
+        out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
+        yield out_rows(out, spec)
+        return
+    # Later ones apply only if an event after the log (scheduled elsewhere) comes at or after
+    # their time: the driver decides, as for the other passes' (``PEND``).
+    names = {id(d): name for name, d in stores.items()}
+    for at, order, d, _default, op, key, arg in sorted(rt.future, key=lambda f: f[:2]):
+        what = ("del",) if op == "delete" else (op, arg)
+        out.append(
+            (PEND, -1, None, (at, PH_TIMED, 0, U32.pack(order)), dumps((names[id(d)], key, what)))
+        )
+    index = {h.name: h.index for h in program.handlers}
+    emitted = [
+        (table, lsn, ts, handler, seq, fields, (ts, PH_LOG, lsn, b""), index[handler])
+        for table, rows in rt.rows.items()
+        for lsn, ts, handler, seq, fields in rows
+    ]
+    emitted.sort(key=lambda r: (r[6], r[7]))  # stable: a run's rows keep their order
+    for start in range(0, len(emitted), BLOB_ROWS):
+        out.append((EMIT, -1, None, (0, 0, 0, b""), dumps(emitted[start : start + BLOB_ROWS])))
+    for name in spec.finals:
+        out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, compiled.stores[name]))))
+    made, last_at = (rt.made, rt.last_at) if type(rt) is _Shipping else (0, None)
+    stat = (events, time.perf_counter() - started, made, last_at)
+    out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
+    if type(rt) is _Shipping:
+        out[:0] = rt.out
+    yield out_rows(out, spec)
+
+
+class _Shipping(Routing):
+    """The serial engine's runtime for a plain pass that sends rows on: writes into state a
+    later pass holds (through :class:`BlindStore`) and events scheduled for later passes go
+    out as rows at the positions the receiving passes sort by (see the module docstring),
+    everything else is the serial engine's own."""
+
+    def __init__(self, spec: PassSpec, program: Program):
+        from ..serial import SerialRuntime
+
+        self._serial = SerialRuntime()
+        self.rows = self._serial.rows
+        self.future = self._serial.future
+        self._order = self._serial.order
+        self.scheduled = self._serial.scheduled  # stays empty: no event is scheduled here
+        self.spec = spec
+        self.program = program
+        self.number = {h.name: h.index for h in program.handlers}
+        self.event: Any = None
+        self.seq = 0
+        self._handler = ""
+        self.hidx = 0
+        self.calls = 0
+        self.rb: bytes | None = None
+        self.write_pos = None
+        self.out: list = []
+        self.per_root: dict[int, int] = {}
+        self.made = 0
+        self.last_at: int | None = None
+        self.pk_cache: dict = {}
+        self.home_keys: dict[int, Any] = {}
+        self.field_keys: dict[int, Any] = {}
+
+    # The generated loop names the handler before each run: a new run starts its count.
+    @property
+    def handler(self) -> str:
+        return self._handler
+
+    @handler.setter
+    def handler(self, name: str) -> None:
+        self._handler = name
+        self.hidx = self.number[name]
+        self.calls = 0
+        self.rb = None
+
+    def _run_bytes(self) -> bytes:
+        rb = self.rb
+        if rb is None:
+            ev = self.event
+            rb = self.rb = RUN_HEAD.pack(ev[1] + SIGN, PH_LOG, ev[0] + SIGN) + U32.pack(self.hidx)
+        return rb
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
+        now = self.event[1]
+        if type(d) is not BlindStore:  # the serial engine's write, inlined: it is hot
+            if at is None or at == now:
+                apply_write(d, default, op, key, arg)
+            elif at < now:
+                raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+            else:
+                heapq.heappush(self.future, (at, next(self._order), d, default, op, key, arg))
+            return
+        if at is not None and at < now:
+            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+        shipped = (
+            ("add", arg)
+            if op == "add"
+            else ("set", arg)
+            if op == "set"
+            else (("merge", arg) if op == "merge" else ("del",))
+        )
+        self.ship(d.state, key, shipped, None if at == now else at, self.spec.blind[d.state])
+
+    def emit(self, table: str, **fields: Any) -> None:
+        ev = self.event
+        self.rows[table].append((ev[0], ev[1], self._handler, self.seq, fields))
+
+    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
+        ev = self.event
+        if at < ev[1]:
+            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
+        if fields.keys() & RESERVED_FIELDS:
+            clash = RESERVED_FIELDS & set(fields)
+            raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
+        root = ev[0]
+        seq = self.per_root[root] = self.per_root.get(root, 0) + 1
+        self.made += 1
+        if self.last_at is None or at > self.last_at:
+            self.last_at = at
+        self.calls += 1
+        position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
+        payload = dumps((kind, fields, root, seq))
+        for target in self.spec.kind_passes.get(kind, ()):
+            self.out.append(
+                (SCHED, target, self._to(target, kind, at, root, seq, fields), position, payload)
+            )
+
+    def _to(self, target: int, kind: str, at: int, root: int, seq: int, fields: dict) -> str:
+        """The partition value of a scheduled event in pass ``target``."""
+        partition = self.spec.home_partition[target]
+        if partition in (self.spec.single_key, self.spec.order_key):
+            return "N"
+        fn = self.field_keys.get(target)
+        if fn is None:
+            fn = self.field_keys[target] = _fields_key_function(partition, self.program)
+        try:
+            key = fn(fields, kind, at, root, seq)
+        except _NotAField:  # an expression the fields alone cannot answer
+            key = key_function(partition, self.program)(ScheduledEvent(kind, at, root, seq, fields))
+        return self._pk(key)
+
+    def apply_due(self, t: int) -> None:
+        self._serial.apply_due(t)
+
+    def ship(self, state: str, key: Any, op: tuple, at: int | None, targets: tuple) -> None:
+        """A write for the passes that hold ``state`` (``targets``), at its position."""
+        self.calls += 1
+        if at is None:
+            ev = self.event
+            position = (ev[1], PH_LOG, ev[0], U32x2.pack(self.hidx, self.calls))
+        else:
+            position = (at, PH_TIMED, 0, self._run_bytes() + U32.pack(self.calls))
+        payload = dumps((state, key, op))
+        spec = self.spec
+        for home in targets:
+            pk = "N" if spec.home_partition[home] == spec.single_key else self._pk(key)
+            self.out.append((WRITE, home, pk, position, payload))
+
+
+class _NotAField(Exception):
+    """A key expression over a scheduled event that reads more than its fields."""
+
+
+def _fields_key_function(expr: str, program: Program) -> Any:
+    """A key expression over a scheduled event as a function of its fields, kind, time, root
+    and seq, so that routing it costs no event object: ``e.key`` becomes ``f["key"]``. An
+    expression that uses ``e`` otherwise raises :class:`_NotAField` when called."""
+    import ast
+
+    special = {"kind": "kind", "ts": "at", "lsn": "root", "seq": "seq"}
+    tree = ast.parse(expr, mode="eval")
+    plain = True
+
+    class Fields(ast.NodeTransformer):
+        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+            if isinstance(node.value, ast.Name) and node.value.id == "e":
+                if node.attr in special:
+                    return ast.copy_location(ast.Name(special[node.attr], ast.Load()), node)
+                sub = ast.Subscript(ast.Name("f", ast.Load()), ast.Constant(node.attr), ast.Load())
+                return ast.copy_location(sub, node)
+            return self.generic_visit(node)
+
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            nonlocal plain
+            if node.id == "e":
+                plain = False
+            return node
+
+    body = ast.fix_missing_locations(Fields().visit(tree)).body
+    if not plain:
+
+        def refuse(*_args: Any) -> Any:
+            raise _NotAField(expr)
+
+        return refuse
+    fn = key_function("0", program)  # the program's namespace, for helpers the key calls
+    source = f"lambda f, kind, at, root, seq: ({ast.unparse(body)})"
+    return eval(compile(source, f"<key of {program.name}>", "eval"), fn.__globals__)
+
+
+def _shipped(rt: _Shipping, spec: PassSpec) -> pa.RecordBatch:
+    rows, rt.out = rt.out, []
+    return out_rows(rows, spec)
+
+
+def _probe_hooks(
+    spec: PassSpec, program: Program, columns: tuple, kinds: tuple, stores: dict
+) -> tuple:
+    """The loop statements that record the probe values this pass serves and put the values
+    it consumes in place, what they need in the loop's namespace, and the lists the recorded
+    values go to (slot -> list, one value per event of the batch, in order)."""
+    from ..._compile import dict_name
+    from ..._inline import EVENT
+
+    hooks: list[tuple[int, str, str]] = []
+    extra: dict[str, Any] = {"_rs_MISSING": MISSING, "_rs_probe": _probe}
+    served: dict[int, list] = {}
+    for slot, state, key, h, probe_kinds, _reader in spec.serves:
+        values = served[slot] = []
+        extra[f"_rs_pv{slot}"] = values.append
+        extra[f"_rs_K{slot}"] = key_function(key, program)
+        for kind in kinds:
+            if kind in probe_kinds:
+                src = f"_rs_pv{slot}(_rs_probe({dict_name(state)}, _rs_K{slot}, {EVENT}))"
+                hooks.append((h, kind, src))
+            else:  # every event gives every slot a value, so that the lists stay aligned
+                hooks.append((len(program.handlers), kind, f"_rs_pv{slot}(_rs_MISSING)"))
+    readers: dict[int, list] = {}
+    for slot, state, key, h in spec.consumes:
+        at = columns.index(f"_rs_ql{slot}")
+        readers.setdefault(h, []).append((at, state, key_function(key, program)))
+    for h, slots in readers.items():
+        extra[f"_rs_fill{h}"] = _filler(slots, {state: stores[state] for _a, state, _f in slots})
+        for kind in program.handlers[h].kinds:
+            hooks.append((h, kind, f"_rs_fill{h}({EVENT})"))
+    return hooks, extra, served
+
+
+def _probe(d: dict, key_fn: Any, ev: Any) -> Any:
+    """The value of ``d`` under the event's key, MISSING when it has none (or the key raises:
+    the reading handler's own read raises it in its pass)."""
+    try:
+        return d.get(key_fn(ev), MISSING)
+    except Exception:  # noqa: BLE001
+        return MISSING
+
+
+def _filler(slots: list, stores: dict) -> Any:
+    """A function that puts an event's probe values (``slots``: [(column, state, key)]) in
+    the stores its reading handler reads, which hold nothing else."""
+
+    def fill(ev: Any) -> None:
+        for d in stores.values():
+            d.clear()
+        for at, state, key_fn in slots:
+            value = ev[at]
+            if value is None:
+                value = ev[at + 1]
+                if value is None:
+                    blob = ev[at + 2]
+                    if blob is None:
+                        continue  # no value: the read sees the default
+                    value = pickle.loads(blob)
+            try:
+                stores[state][key_fn(ev)] = value
+            except Exception:  # noqa: BLE001 - the handler's own read raises it
+                pass
+
+    return fill
+
+
+def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) -> Any:
+    """The batch's events for later passes: their columns as they came, with the probe
+    values recorded here in this pass's slots."""
+    n = batch.num_rows
+    names = set(batch.schema.names)
+    arrays = []
+    for f in wide:
+        name = f.name
+        if name == "_rs_kind":
+            arrays.append(pa.array(np.full(n, FWD, dtype=np.int8)))
+        elif name.startswith("_rs_q") and int(name[6:]) in served:
+            values = served[int(name[6:])]
+            arrays.append(probe_array(name[5], values[:n]))
+        elif name in names:
+            col = batch.column(name)
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    for values in served.values():
+        del values[:n]
+    return pa.RecordBatch.from_arrays(arrays, schema=wide)
