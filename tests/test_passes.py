@@ -273,7 +273,7 @@ def test_progress_streams_per_pass(spark_session):
 
 
 def _forwarding(program: rk.Program) -> bool:
-    from restream_kit.engines.spark._pass_driver import _forwards
+    from restream_kit.engines.spark._pass_setup import _forwards
 
     class Plain:
         on_error = "stop"

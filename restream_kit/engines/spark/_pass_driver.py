@@ -18,10 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from ...errors import RestreamError
-from ...log import Log
 from ...program import Program
 from ...progress import (
     EpochFinished,
@@ -35,23 +32,14 @@ from ...progress import (
 from ...result import Metrics, Result, build_table, quarantine_table
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_rows as W
-from ._keys import KeysSpec, KeysTask
+from ._pass_setup import Setup, classic, kinds_sql, prepare, quoted, raw_key
 from ._pass_stores import apply_op
 from ._pass_task import PassTask
-from ._passes import BY_KEY, ORDER, SINGLE, PassPlan
-from ._program_ref import ProgramRef
+from ._passes import ORDER, SINGLE, PassPlan
 
-__all__ = ["run_passes", "prepare", "run_jobs", "Setup", "Ran"]
+__all__ = ["run_passes", "run_jobs", "Ran"]
 
 _POS = ("_rs_t", "_rs_ph", "_rs_o", "_rs_sub")
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _kinds_sql(kinds: tuple[str, ...]) -> str:
-    return ", ".join("'" + k.replace("\\", "\\\\").replace("'", "\\'") + "'" for k in kinds)
 
 
 class _Watch:
@@ -106,29 +94,6 @@ class _Watch:
 
 
 @dataclass
-class Setup:
-    """What every pass job of a replay shares: the log's DataFrame with the partition value
-    of every pass, the columns that travel, and the output schema."""
-
-    rep: Any
-    pp: PassPlan
-    program: Program
-    log: Log
-    events: Any
-    session: Any
-    df: Any
-    log_kinds: dict[int, tuple[str, ...]]
-    partitions: int
-    columns: tuple[str, ...]
-    slots: int
-    ref: ProgramRef
-    ddl: str
-    started: float
-    persisted: list = field(default_factory=list)
-    wide: Any = None  # the passes' output schema when they forward events (Arrow)
-
-
-@dataclass
 class Ran:
     """What the passes over some events sent back to the driver."""
 
@@ -175,104 +140,6 @@ def _names(pp: PassPlan) -> tuple[str, ...]:
     return tuple(f"{p.stage}" for p in pp.passes)
 
 
-def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
-    """The log's DataFrame (kept for the next replay of the same log in this session), with
-    every pass's partition value, and what the pass jobs share."""
-    from ._events import prepare_events as _prepare
-    from ._keys import jvm_key
-
-    program: Program = rep.program
-    log: Log = rep.log
-    session = rep.session
-    if events is None and log.uri is not None:  # read by Spark, never here: see _uri_log
-        from ._uri_log import uri_events
-
-        events = uri_events(log)
-    events = events or _prepare(log)
-    passes = pp.passes
-    df = _log_frame(session, log, events)
-    # The kinds each pass takes from the log: a kind only ever scheduled costs no log scan.
-    present = set(log.kinds)
-    log_kinds = {p.index: tuple(k for k in p.event_kinds if k in present) for p in passes}
-    persisted = []
-    python_keys = []
-    sql = []
-    ref = ProgramRef.of(program)
-    for p in passes:
-        col = f"_rs_pk{p.index}"
-        if p.partition == ORDER:
-            sql.append(f"concat('i', CAST(_rs_o AS STRING), ';') AS {col}")
-        elif p.partition == SINGLE:
-            sql.append(f"'N' AS {col}")
-        elif p.partition == BY_KEY:
-            continue
-        elif not log_kinds[p.index]:
-            if any(q.reader == p.index for other in passes for q in other.serves):
-                sql.append(f"CAST(NULL AS STRING) AS {col}")  # no log event reads there
-            continue
-        else:
-            expr = jvm_key(p.partition, events)
-            if expr is None:
-                python_keys.append((col, p.partition, log_kinds[p.index]))
-            else:
-                sql.append(f"{expr} AS {col}")
-    if python_keys:
-        from pyspark.sql.types import StringType, StructField, StructType
-
-        spec = KeysSpec(ref, events.columns, events.pickled, tuple(python_keys), tuple(df.columns))
-        schema = StructType(
-            list(df.schema.fields) + [StructField(c, StringType(), True) for c, _, _ in python_keys]
-        )
-        df = df.mapInArrow(KeysTask(spec), schema).persist()
-        persisted.append(df)
-    if sql:
-        df = df.selectExpr("*", *sql)
-    slots = sum(len(p.serves) for p in passes)
-    out_schema = W.OUT_SCHEMA(slots)
-    # Only the columns the program can read travel (all of them for quarantine rows).
-    columns = events.columns if rep.on_error != "stop" else _used_columns(program, events.columns)
-    wide = None
-    if _forwards(rep, pp):
-        # The events travel from pass to pass with the probe values they pick up: every
-        # pass's output has room for them (their columns and their partition values).
-        pks = [c for c in df.columns if c.startswith("_rs_pk")]
-        extra = [pa.field(c, events.types[c]) for c in columns]
-        extra += [pa.field(c, pa.string()) for c in pks]
-        out_schema = wide = pa.schema([*out_schema, *extra])
-    return Setup(
-        rep=rep,
-        pp=pp,
-        program=program,
-        log=log,
-        events=events,
-        session=session,
-        df=df,
-        log_kinds=log_kinds,
-        partitions=max(1, int(rep.options.get("partitions") or rep.cores * 2)),
-        columns=columns,
-        slots=slots,
-        ref=ref,
-        ddl=", ".join(f"{_q(f.name)} {_ddl_type(f.type)}" for f in out_schema),
-        started=started,
-        persisted=persisted,
-        wide=wide,
-    )
-
-
-def _forwards(rep: Any, pp: PassPlan) -> bool:
-    """Whether the passes forward events (``_plain_pass.run_plain``): every pass runs handlers over
-    log events only, and what crosses passes is only probe values, so that each event can
-    carry the values it reads from pass to pass instead of meeting them in a sort."""
-    if pp.schedules or pp.reason or rep.on_error != "stop":
-        return False
-    if any(rep.options.get(k) for k in ("checkpoint", "resume", "start_from")):
-        return False
-    passes = pp.passes
-    if not any(p.serves for p in passes):
-        return False
-    return all(p.handlers and not p.blind and not p.feeds for p in passes)
-
-
 def run_jobs(
     setup: Setup,
     df: Any,
@@ -288,7 +155,7 @@ def run_jobs(
     passes = setup.pp.passes
     partitions = setup.partitions
     home_partition = {p.index: p.partition for p in passes}
-    log_cols = [_q(c) for c in setup.columns]
+    log_cols = [quoted(c) for c in setup.columns]
     epochs = epoch_end is not None or carry is not None
     ran = Ran(finals={name: {} for name in program.states})
     ran.last_event = log.last_ts  # (from Log.summary for a log read by Spark)
@@ -305,7 +172,7 @@ def run_jobs(
             senders = [q for q in passes[: p.index] if p.index in q.sends]
             forwarding = setup.wide is not None
             fed = (bool(senders) and not forwarding) or epochs
-            raw = _raw_key(p.partition, setup.events) if not fed else None
+            raw = raw_key(p.partition, setup.events) if not fed else None
             kinds = setup.log_kinds[p.index]
             if kinds and forwarding:
                 # Each kind from the last earlier pass that had its events (they carry the
@@ -313,7 +180,7 @@ def run_jobs(
                 carried = [c for c in df.columns if c.startswith("_rs_pk")]
                 carried += [f"_rs_q{c}{s}" for s in range(setup.slots) for c in "ldb"]
                 for source, some in _sources(passes, p, setup.log_kinds).items():
-                    where = f"kind IN ({_kinds_sql(some)})"
+                    where = f"kind IN ({kinds_sql(some)})"
                     if source is None:
                         frame = df.where(where)
                         parts.append(
@@ -326,14 +193,14 @@ def run_jobs(
             elif kinds and not fed:
                 # Log events only: no position columns but their own, and the raw key columns
                 # to partition by when the key is plain columns.
-                ev = df.where(f"kind IN ({_kinds_sql(kinds)})").selectExpr(
+                ev = df.where(f"kind IN ({kinds_sql(kinds)})").selectExpr(
                     *([] if raw is not None else [f"_rs_pk{p.index} AS _rs_pk"]),
                     *log_cols,
                     *[f"_rs_pk{r}" for r in readers],
                 )
                 parts.append(ev)
             elif kinds:
-                ev = df.where(f"kind IN ({_kinds_sql(kinds)})").selectExpr(
+                ev = df.where(f"kind IN ({kinds_sql(kinds)})").selectExpr(
                     *_POS,
                     "_rs_tag",
                     f"_rs_pk{p.index} AS _rs_pk",
@@ -386,7 +253,7 @@ def run_jobs(
             if not fed:
                 if p.partition == ORDER:
                     # In any partitions: no shuffle, each sorted as it is.
-                    n = rows.rdd.getNumPartitions() if _classic(session) else partitions
+                    n = rows.rdd.getNumPartitions() if classic(session) else partitions
                 elif p.partition == SINGLE:
                     rows = rows.repartition(1)
                 else:
@@ -587,122 +454,5 @@ def make_result(
     return result
 
 
-_FRAMES: dict[tuple, Any] = {}
-
-
-def _log_frame(session: Any, log: Log, events: Any) -> Any:
-    """The log's events as a persisted DataFrame with their positions, made once per
-    session and log (the two most recent are kept)."""
-    key = (id(session), log.fingerprint)
-    df = _FRAMES.get(key)
-    if df is not None:
-        return df
-    if log.uri is not None:  # Spark's reader made it (see _uri_log)
-        from ._uri_log import uri_frame
-
-        df = uri_frame(session, log)
-    else:
-        df = session.createDataFrame(events.table.drop_columns(["_rs_o"]))
-    # A log event's order is its lsn (unique, and increasing in log order).
-    df = df.selectExpr(
-        "*",
-        "lsn AS _rs_o",
-        "ts AS _rs_t",
-        "CAST(2 AS TINYINT) AS _rs_ph",
-        "X'' AS _rs_sub",
-        f"CAST({W.TAG_EVENT} AS TINYINT) AS _rs_tag",
-    ).persist()
-    while len(_FRAMES) >= 2:
-        old = _FRAMES.pop(next(iter(_FRAMES)))
-        try:
-            old.unpersist()
-        except Exception:  # noqa: BLE001 - its session may be gone
-            pass
-    _FRAMES[key] = df
-    return df
-
-
-def _classic(session: Any) -> bool:
-    try:
-        session.sparkContext  # noqa: B018 - raises on Spark Connect
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _used_columns(program: Program, columns: tuple[str, ...]) -> tuple[str, ...]:
-    """The log columns the handlers read: ``lsn``, ``ts``, ``kind`` and every ``e.column``;
-    all of them when a handler uses its event otherwise (passes it on, prints it...)."""
-    import ast
-
-    names = {"lsn", "ts", "kind"}
-    for handler in program.handlers:
-        arg = handler.event_arg
-        if arg is None:
-            continue
-        attribute_of = {
-            id(node.value)
-            for node in ast.walk(handler.node)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-        }
-        for node in ast.walk(handler.node):
-            if isinstance(node, ast.Name) and node.id == arg:
-                if id(node) not in attribute_of:
-                    return columns
-            elif (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == arg
-            ):
-                names.add(node.attr)
-    return tuple(c for c in columns if c in names)
-
-
 class _TaskError(RestreamError):
     """A pass's task raised: the driver replays serially to raise the exact error."""
-
-
-def _raw_key(partition: str, events: Any) -> list[str] | None:
-    """The log columns a partition key is made of, when it is a column or a tuple of columns
-    of one plain type each: Spark then partitions by them, and equal keys meet as in Python."""
-    import ast
-
-    try:
-        node = ast.parse(partition, mode="eval").body
-    except SyntaxError:
-        return None
-    parts = node.elts if isinstance(node, ast.Tuple) else [node]
-    names = []
-    for part in parts:
-        if not (
-            isinstance(part, ast.Attribute)
-            and isinstance(part.value, ast.Name)
-            and part.value.id == "e"
-            and part.attr in events.types
-            and part.attr not in events.pickled
-        ):
-            return None
-        names.append(_q(part.attr))
-    return names or None
-
-
-def _ddl_type(t: Any) -> str:
-    import pyarrow as pa
-
-    if t == pa.int8():
-        return "TINYINT"
-    if t == pa.int32():
-        return "INT"
-    if t == pa.int64():
-        return "BIGINT"
-    if t == pa.float64():
-        return "DOUBLE"
-    if t == pa.binary():
-        return "BINARY"
-    if t == pa.int16():
-        return "SMALLINT"
-    if t == pa.float32():
-        return "FLOAT"
-    if t == pa.bool_():
-        return "BOOLEAN"
-    return "STRING"

@@ -34,7 +34,8 @@ from ...result import Result, build_table
 from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_rows as W
 from ._codec import encode_key
-from ._pass_driver import Ran, Setup, _names, apply_pending, make_result, run_jobs, table_rows
+from ._pass_driver import Ran, _names, apply_pending, make_result, run_jobs, table_rows
+from ._pass_setup import Setup
 from ._passes import BY_KEY, ORDER, SINGLE
 from ._program_ref import key_function
 
