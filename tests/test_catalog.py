@@ -594,6 +594,21 @@ def embedded_pickles(*roots: Path) -> int:
     return found
 
 
+PARAMS = """
+from restream_kit import emit, on, param, state
+
+limit = param("limit", 2)
+sent = state.Counter()
+
+
+@on("message")
+def count(e):
+    sent[e.src] += 1
+    if sent[e.src] > limit:
+        emit("busy", sender=e.src)
+"""
+
+
 def test_no_pickle_under_the_catalog_or_a_serial_checkpoint(tmp_path):
     home = tmp_path / "home"
     ck = tmp_path / "ck"
@@ -604,15 +619,25 @@ def test_no_pickle_under_the_catalog_or_a_serial_checkpoint(tmp_path):
     cell = bench.run("merges", program, pending_log(), epoch=10)
     assert cell.ok
     rk.replay(program, pending_log(), epoch=10, checkpoint=ck)
+    # A run that keeps its history (for re-replays), and the tables of a sweep.
+    antispam = rk.Program.from_source(ANTISPAM, name="antispam")
+    social = rk.Log(rk.sample_data("social_small"))
+    kept = rk.replay(antispam, social, history=True)
+    assert kept.history is not None
+    Catalog(home).record(name="kept", program=antispam, log=social, engine="serial", result=kept)
+    assert list(home.rglob("history/*"))
+    swept = rk.sweep(rk.Program.from_source(PARAMS, name="swept"), social, limit=[1, 2])
+    swept.write(tmp_path / "sweep")
+    assert len(list((tmp_path / "sweep").rglob("*.parquet"))) >= 2
     assert len(list(home.rglob("*.parquet"))) >= 2 and len(list(ck.rglob("*.json"))) >= 6
-    assert pickles_under(home, ck) == []
-    assert embedded_pickles(home, ck) == 0
+    assert pickles_under(home, ck, tmp_path / "sweep") == []
+    assert embedded_pickles(home, ck, tmp_path / "sweep") == 0
     # The old catalog's runs (state.pickle) are never loaded nor listed, said in one line.
     old = home / "runs" / "20240101-000000-abcdef"
     old.mkdir()
     (old / "state.pickle").write_bytes(b"\x80\x05N.")
     catalog = Catalog(home, quiet=True)
-    assert old.name not in set(catalog.runs()["run_id"]) and len(catalog.runs()) == 2
+    assert old.name not in set(catalog.runs()["run_id"]) and len(catalog.runs()) == 3
     assert len(catalog.notes) == 1 and "never loaded" in catalog.notes[0]
 
 
