@@ -108,6 +108,8 @@ def _single(program: Program, reason: str) -> PassPlan:
     one = replace(one, stages=("whole program",))
     one = replace(one, finals=states)
     schedules = "schedule" in program.source
+    # Whatever it schedules, it schedules for itself (its kinds, as far as the text tells).
+    one = replace(one, schedules=kinds if schedules else ())
     return PassPlan((one,), {k: (0,) for k in kinds}, reason, schedules)
 
 

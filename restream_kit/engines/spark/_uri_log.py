@@ -53,7 +53,7 @@ def uri_frame(session: Any, log: Log) -> Any:
 
 def uri_events(log: Log) -> Any:
     """The engine's view of the log's columns (no rows: those stay in Spark)."""
-    from ._engine import _SAFE, _EventsTable
+    from ._events import _SAFE, EventsTable
 
     schema = log.summary.schema
     for f in schema:
@@ -65,7 +65,7 @@ def uri_events(log: Log) -> Any:
                 column=f.name,
             )
     empty = schema.append(pa.field("_rs_o", pa.int64())).empty_table()
-    return _EventsTable(empty, tuple(schema.names), frozenset(), {f.name: f.type for f in schema})
+    return EventsTable(empty, tuple(schema.names), frozenset(), {f.name: f.type for f in schema})
 
 
 def _q(name: str) -> str:
