@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 from naive import events, programs, render
 
 import restream_kit as rk
-from restream_kit import values
-from restream_kit.catalog import Catalog, CatalogError
-from restream_kit.checkpoint import CheckpointError
-from restream_kit.errors import StateError
-from restream_kit.result import Result
+from restream_kit.io.catalog import Catalog, CatalogError
+from restream_kit.io.checkpoint import CheckpointError
+from restream_kit.io.result import Result
+from restream_kit.model import values
+from restream_kit.model.errors import StateError
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data" / "social_small.parquet"
@@ -170,7 +170,7 @@ def test_a_generated_program_s_run_loads_back_equal(spec, log, tmp_path_factory)
 
 STORE_VALUES = """
 from restream_kit import emit, on, state
-from restream_kit import values as _codec
+from restream_kit.model import values as _codec
 
 kept = state.Map(default=None)
 VALUES = _codec.loads({data!r})
@@ -229,7 +229,7 @@ print(" ".join(ids))
 
 CLI = """
 import io, sys, contextlib
-from restream_kit.catalog import Catalog
+from restream_kit.io.catalog import Catalog
 from restream_kit.cli import main
 
 ids = []
@@ -308,7 +308,7 @@ def test_three_processes_record_sixty_runs_at_once_and_none_is_lost(tmp_path, sm
 RECORDER = """
 import sys
 import restream_kit as rk
-from restream_kit.catalog import Catalog
+from restream_kit.io.catalog import Catalog
 
 catalog = Catalog()
 program = rk.Program.from_file(sys.argv[2])
@@ -456,7 +456,7 @@ def test_the_magics_list_sizes_and_forget(tmp_path, small_log, monkeypatch):
     from IPython.core.error import UsageError
     from IPython.testing.globalipapp import get_ipython
 
-    from restream_kit.magics import register
+    from widgets.magics import register
 
     monkeypatch.setenv("RESTREAM_DISPLAY", "text")
     ip = get_ipython()

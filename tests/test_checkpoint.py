@@ -22,8 +22,8 @@ import pytest
 from engine_matrix import assert_ran_as_planned, assert_same_result
 
 import restream_kit as rk
-from restream_kit import checkpoint
-from restream_kit.checkpoint import CheckpointError
+from restream_kit.io import checkpoint
+from restream_kit.io.checkpoint import CheckpointError
 
 # A program with a sliding window (writes into the future), a tumbling window (scheduled
 # events) and a busy loop that makes the serial child slow enough to be killed halfway.

@@ -1,4 +1,4 @@
-"""Mistakes the log reveals are caught before any event is replayed (restream_kit.checks).
+"""Mistakes the log reveals are caught before any event is replayed (restream_kit.planner.checks).
 
 A field no event has, a read of undeclared state and a kind the log lacks: found from the
 program text and the log's columns, by ``check_against_log``, ``plan(program, log)``,
@@ -15,8 +15,8 @@ import warnings
 import pytest
 
 import restream_kit as rk
-from restream_kit.checks import check_against_log, check_program, kind_fields
-from restream_kit.errors import CheckError, ProgramError
+from restream_kit.model.errors import CheckError, ProgramError
+from restream_kit.planner.checks import check_against_log, check_program, kind_fields
 
 HEADER = "from restream_kit import state, on, emit, schedule\n"
 

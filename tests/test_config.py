@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from restream_kit import config
-from restream_kit.errors import RestreamError
+from restream_kit.model.errors import RestreamError
 
 
 @pytest.fixture(autouse=True)

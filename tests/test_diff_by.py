@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import restream_kit as rk
-from restream_kit.compare import KeyDiff, TableKeyDiff, format_moved
+from restream_kit.io.compare import KeyDiff, TableKeyDiff, format_moved
 
 HOUR = 3_600_000
 

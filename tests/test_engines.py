@@ -108,7 +108,7 @@ def test_a_registered_engine_appears_everywhere(plugin, tmp_path):
 
 
 def test_the_magics_offer_the_registered_engines():
-    from restream_kit.magics import RestreamMagics
+    from widgets.magics import RestreamMagics
 
     parser = RestreamMagics.restream.parser
     engine_arg = next(a for a in parser._actions if a.dest == "engine")
@@ -141,7 +141,7 @@ def test_notyet_names_the_exception_and_is_strict(tmp_path, root):
         textwrap.dedent(
             """
             import pytest
-            from restream_kit.errors import LogError
+            from restream_kit.model.errors import LogError
 
             def run(engine, exc):
                 if engine == "serial" and exc is not None:

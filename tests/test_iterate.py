@@ -17,8 +17,8 @@ from naive import events, programs, render
 
 import restream_kit as rk
 from restream_kit.cli import main as cli
-from restream_kit.errors import ProgramError
-from restream_kit.sweeps import partition
+from restream_kit.iterate.sweeps import partition
+from restream_kit.model.errors import ProgramError
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
@@ -333,7 +333,7 @@ def test_explain_a_removed_row_and_from_the_command_line(tmp_path, capsys, monke
 
 
 def test_stage_identities_decide_what_an_edit_lets_a_re_replay_reuse():
-    from restream_kit.identity import decide, stage_identities
+    from restream_kit.history.identity import decide, stage_identities
 
     base = rk.Program.from_source(ANTISPAM, name="v1")
     recorded = stage_identities(base)

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import restream_kit as rk
-from restream_kit import log as log_module
+from restream_kit.io import log as log_module
 
 
 def write(path, table):

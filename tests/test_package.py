@@ -120,7 +120,7 @@ def test_restream_replay_runs_from_any_directory(installed):
     _wheel, python, site, env, elsewhere = installed
     program = _python(
         installed,
-        "from restream_kit.samples import sample_program; print(sample_program('antispam'))",
+        "from restream_kit.io.samples import sample_program; print(sample_program('antispam'))",
     ).strip()
     assert Path(program).is_relative_to(site)
     restream = str(python.parent / "restream")
@@ -140,7 +140,7 @@ def test_load_ext_in_an_ipython_shell_imports_the_notebook_layer_only_for_a_cell
         """
         import sys
         from IPython.core.interactiveshell import InteractiveShell
-        from restream_kit.samples import sample_program
+        from restream_kit.io.samples import sample_program
         shell = InteractiveShell.instance()
         shell.run_line_magic("load_ext", "restream_kit")
         print("magic", "restream" in shell.magics_manager.magics["cell"])

@@ -18,8 +18,8 @@ from test_properties import spark_cases
 
 import restream_kit as rk
 from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, plan_passes
+from restream_kit.io.progress import Progress, Recorder, StageFinished
 from restream_kit.planner import plan
-from restream_kit.progress import Progress, Recorder, StageFinished
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import json
 import textwrap
 from pathlib import Path
@@ -18,10 +19,11 @@ from hypothesis import strategies as st
 
 import restream_kit as rk
 from restream_kit import Log, Program, ProgramError
+from restream_kit.compiler.compile import compile_program
 from restream_kit.planner import compile_key, plan
-from restream_kit.planner._replay import PlanRuntime, run_events, sample_events
 from restream_kit.planner.causal import longest_chain
 from restream_kit.planner.render import plan_text
+from restream_kit.runtime import SerialRuntime, run_events
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -795,7 +797,7 @@ def test_the_causal_check_has_teeth():
 
 
 @pytest.mark.parametrize("name", ["five_rules", "session_windows", "tumbling_window", "helpers"])
-def test_planner_interpreter_agrees_with_the_serial_engine(name):
+def test_the_planners_replays_run_the_serial_engines_runtime(name):
     rows = []
     rng = np.random.default_rng(5)
     kinds = log_kinds(CATALOGUE[name])
@@ -809,12 +811,21 @@ def test_planner_interpreter_agrees_with_the_serial_engine(name):
     log = Log(rows, cache=False)
     program = Program.from_file(CATALOGUE[name])
     result = rk.replay(program, log)
-    from restream_kit._compile import compile_program
-
-    rt = PlanRuntime()
+    # The planner's replays (cost samples, the causal check) drive the serial engine's runtime
+    # with run_events, which wraps every handler run: the rows are the serial engine's.
+    rt = SerialRuntime()
     compiled = compile_program(program, rt)
-    run_events(compiled, rt, sample_events(log, None), lambda _n, fn, ev, _s: fn(ev))
-    assert rt.emitted == sum(t.num_rows for t in result.tables.values())
+    runs = []
+    events = itertools.chain.from_iterable(log.iter_events())
+    run_events(compiled.handlers_by_kind(), rt, events, lambda n, fn, ev, _s: runs.append(fn(ev)))
+    assert set(rt.rows) == set(result.tables)
+    for name, table in result.tables.items():
+        want = [
+            (r.pop("lsn"), r.pop("ts"), r.pop("handler"), r.pop("seq"), r)
+            for r in table.to_pylist()
+        ]
+        assert rt.rows[name] == want, name
+    assert longest_chain(program, log).runs == len(runs)
 
 
 # -- figures and the benchmark ---------------------------------------------------------------

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from naive import events, programs, render
 
 import restream_kit as rk
-from restream_kit._lower import NotLowerable, lower
+from restream_kit.compiler.lower import NotLowerable, lower
 from restream_kit.engines.spark._prefix import (
     local_map_epochs,
     log_file,
@@ -24,7 +24,7 @@ from restream_kit.engines.spark._prefix import (
     read_events,
     run_prefix,
 )
-from restream_kit.progress import EpochFinished, Recorder, StageFinished
+from restream_kit.io.progress import EpochFinished, Recorder, StageFinished
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from naive import events, programs, render, run_naive
 
 import restream_kit as rk
-from restream_kit.result import ROW_COLUMNS
+from restream_kit.io.result import ROW_COLUMNS
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 

@@ -14,7 +14,7 @@ import pytest
 
 import restream_kit as rk
 from restream_kit.cli import main
-from restream_kit.result import QUARANTINE_SCHEMA
+from restream_kit.io.result import QUARANTINE_SCHEMA
 
 # Three Spark steps: befriend (a map step), tally (partitioned by src, own state `sent`,
 # blind sums into `total`, a timed write into `last`) and flag (reads all of them).
@@ -190,7 +190,7 @@ def test_cli_quarantine_writes_the_table_with_the_outputs(tmp_path, capsys):
 
 
 def test_the_workbench_shows_the_quarantine(tmp_path):
-    from restream_kit.catalog import Catalog
+    from restream_kit.io.catalog import Catalog
     from restream_kit.workbench import Workbench
     from widgets.quarantine_view import QuarantineView, quarantine_text
 

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 import restream_kit as rk
-from restream_kit.samples import SAMPLES
+from restream_kit.io.samples import SAMPLES
 
 HEADER = "from restream_kit import state, on, emit\n"
 

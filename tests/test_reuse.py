@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from naive import KEYS, KINDS, HandlerSpec, Op, ProgramSpec, events, programs, render
 
 import restream_kit as rk
-from restream_kit._probes import ABSENT
-from restream_kit.catalog import Catalog
 from restream_kit.cli import main as cli
-from restream_kit.history import History
+from restream_kit.history.probes import ABSENT
+from restream_kit.history.recorder import History
+from restream_kit.io.catalog import Catalog
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 

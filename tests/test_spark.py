@@ -20,8 +20,7 @@ from engine_matrix import assert_ran_as_planned, assert_same_result
 import restream_kit as rk
 from restream_kit.engines import EngineUnsupported
 from restream_kit.engines.spark._codec import decode_key, encode_key
-from restream_kit.planner import plan
-from restream_kit.progress import (
+from restream_kit.io.progress import (
     Cancelled,
     CancelToken,
     EpochFinished,
@@ -31,6 +30,7 @@ from restream_kit.progress import (
     ReplayStarted,
     StageFinished,
 )
+from restream_kit.planner import plan
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 import restream_kit as rk
-from restream_kit.catalog import Catalog
-from restream_kit.compare import diff
+from restream_kit.io.catalog import Catalog
+from restream_kit.io.compare import diff
 from restream_kit.workbench import BackgroundRun, Workbench
 
 SAMPLE = "sample_data/social_small.parquet"
@@ -105,7 +105,7 @@ def test_baseline_is_reused_when_program_and_log_are_unchanged(root, tmp_path):
 
 
 def test_background_run_can_be_cancelled(root, tmp_path):
-    from restream_kit.progress import Progress
+    from restream_kit.io.progress import Progress
 
     wb = Workbench(Catalog(tmp_path / "home"))
     started = []
@@ -145,7 +145,7 @@ def test_progress_is_published_at_least_once_a_second_on_a_million_events(tmp_pa
 def shell(root, monkeypatch):
     from IPython.testing.globalipapp import get_ipython
 
-    from restream_kit.magics import register
+    from widgets.magics import register
 
     monkeypatch.chdir(root)
     monkeypatch.setenv("RESTREAM_DISPLAY", "text")
@@ -206,7 +206,7 @@ def pathlib_text(path: str) -> str:
 def test_diff_view_fills_in_epoch_by_epoch_before_the_replay_ends(root, tmp_path):
     from types import SimpleNamespace
 
-    from restream_kit.progress import EpochFinished, ReplayFinished
+    from restream_kit.io.progress import EpochFinished, ReplayFinished
     from restream_kit.workbench import Baseline
     from widgets.diff_view import DiffView
 

@@ -20,10 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...errors import RestreamError
-from ...log import Log
-from ...program import Program
-from ...progress import (
+from ...io.log import Log
+from ...io.progress import (
     EpochFinished,
     EpochStarted,
     Progress,
@@ -32,8 +30,11 @@ from ...progress import (
     StageFinished,
     StageStarted,
 )
-from ...result import Metrics, Result, build_table, quarantine_table
-from ..serial import MAX_FLUSH, quarantine_warning
+from ...io.result import Metrics, Result, build_table, quarantine_table
+from ...model.errors import RestreamError
+from ...model.program import Program
+from ...runtime import MAX_FLUSH
+from ..serial import quarantine_warning
 from . import _pass_task as T
 from ._keys import KeysSpec, KeysTask
 from ._passes import BY_KEY, ORDER, SINGLE, PassPlan

@@ -2,7 +2,7 @@
 each epoch is committed in the serial engine's checkpoint format (JSON and Arrow, no pickles).
 
 Between two epochs everything goes through the driver as the serial engine's state
-(:func:`restream_kit.checkpoint.serial_state`'s form): each state's values (reported by the
+(:func:`restream_kit.io.checkpoint.serial_state`'s form): each state's values (reported by the
 pass that holds it), the timed writes and scheduled events still waiting (the tasks' ``CARRY``
 rows, numbered in position order, as the serial engine numbers them by creation) and each root
 event's count of scheduled events. That state is committed, then turned back into rows for the
@@ -21,17 +21,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...checkpoint import (
+from ...io.checkpoint import (
     CheckpointError,
     check_states,
     open_for_replay,
     restore_serial_state,
     state_declarations,
 )
-from ...epochs import Epoch, cut
-from ...progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
-from ...result import Result, build_table
-from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
+from ...io.epochs import Epoch, cut
+from ...io.progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
+from ...io.result import Result, build_table
+from ...runtime import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_task as T
 from ._codec import encode_key
 from ._pass_driver import Ran, Setup, _names, apply_pending, make_result, run_jobs, table_rows

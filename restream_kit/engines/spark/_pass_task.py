@@ -33,17 +33,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..._compile import compile_program
-from ..._poison import quarantine_row
-from ...program import Program
-from .._gc import collector_paused
-from ..serial import (
+from ...compiler.compile import compile_program
+from ...model.program import Program
+from ...runtime import (
     JOURNAL_ABSENT,
     RESERVED_FIELDS,
     ScheduledEvent,
     TimeTravelError,
     apply_write,
+    quarantine_row,
 )
+from .._gc import collector_paused
 from ._codec import MISSING, encode_key
 from ._faults import inject_fault
 from ._program_ref import ProgramRef, event_type, key_function, load_program
@@ -791,7 +791,7 @@ def _plain(spec: PassSpec, program: Program, batches: Any, started: float) -> It
     each in its store just before the handler that reads it (``consumes``). No probe row, no
     sort by tag, no per-row join: the event carries its reads.
     """
-    from ..serial import SerialRuntime
+    from ...runtime import SerialRuntime
 
     # A pass that writes into state later passes hold, or schedules events for them, sends
     # those as rows (``_Shipping``); the rest of the loop is the serial engine's.
@@ -880,7 +880,7 @@ class _Shipping:
     everything else is the serial engine's own."""
 
     def __init__(self, spec: PassSpec, program: Program):
-        from ..serial import SerialRuntime
+        from ...runtime import SerialRuntime
 
         self._serial = SerialRuntime()
         self.rows = self._serial.rows
@@ -1058,8 +1058,8 @@ def _probe_hooks(
     """The loop statements that record the probe values this pass serves and put the values
     it consumes in place, what they need in the loop's namespace, and the lists the recorded
     values go to (slot -> list, one value per event of the batch, in order)."""
-    from ..._compile import dict_name
-    from ..._inline import EVENT
+    from ...compiler.compile import dict_name
+    from ...compiler.inline import EVENT
 
     hooks: list[tuple[int, str, str]] = []
     extra: dict[str, Any] = {"_rs_MISSING": MISSING, "_rs_probe": _probe}
