@@ -22,7 +22,7 @@ from engine_matrix import assert_ran_as_planned, assert_same_result
 
 import restream_kit as rk
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "sample_data" / "social_small.parquet"
 WORKER_USER = "restream-worker"
 PROGRAMS = {

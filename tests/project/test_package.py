@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: What `pip install .` needs from the checkout (the rest of the tree never reaches the wheel).
 SOURCES = ("pyproject.toml", "README.md", "restream_kit", "widgets", "sample_data")
@@ -141,10 +141,13 @@ def test_load_ext_in_an_ipython_shell_imports_the_notebook_layer_only_for_a_cell
         import sys
         from IPython.core.interactiveshell import InteractiveShell
         from restream_kit.io.samples import sample_program
+        import restream_kit
+        # import restream_kit brings no notebook code; %load_ext imports the magics
+        # (widgets.magics, which preloads what the first cell needs).
+        print("lazy", "widgets" not in sys.modules and "ipywidgets" not in sys.modules)
         shell = InteractiveShell.instance()
         shell.run_line_magic("load_ext", "restream_kit")
         print("magic", "restream" in shell.magics_manager.magics["cell"])
-        print("lazy", "widgets" not in sys.modules and "ipywidgets" not in sys.modules)
         cell = shell.run_cell("%%restream v1 --log social_small\\n" + sample_program("antispam").read_text())
         print("ran", cell.success)
         print("rows", len(shell.user_ns["v1"].wait().result["spam"]))

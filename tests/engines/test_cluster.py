@@ -24,7 +24,7 @@ from spark_fixtures import free_port, start_cluster, stop_cluster
 
 import restream_kit as rk
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "sample_data" / "social_small.parquet"
 
 SLOW_PROGRAM = """

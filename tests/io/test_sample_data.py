@@ -16,7 +16,7 @@ import pytest
 
 import restream_kit as rk
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # sample_data is a folder of the repository, not installed
     sys.path.insert(0, str(ROOT))
 social = importlib.import_module("sample_data.social")

@@ -25,7 +25,7 @@ from restream_kit.planner.causal import longest_chain
 from restream_kit.planner.render import plan_text
 from restream_kit.runtime import SerialRuntime, run_events
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 
 

@@ -32,7 +32,7 @@ from restream_kit.io.result import Result
 from restream_kit.model import values
 from restream_kit.model.errors import StateError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_data" / "social_small.parquet"
 ANTISPAM = (ROOT / "examples" / "antispam.py").read_text()
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RESTREAM_DISPLAY": "text"}

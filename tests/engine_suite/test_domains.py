@@ -23,7 +23,7 @@ from restream_kit.planner import plan
 from restream_kit.planner.causal import longest_chain
 from sample_data import adclicks, flights, iot, streamscope
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "sample_data" / "README.md"
 STREAMSCOPE = ROOT / "sample_data" / "streamscope_small"
 ADCLICKS = ROOT / "sample_data" / "adclicks_small"

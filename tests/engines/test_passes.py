@@ -21,7 +21,7 @@ from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, plan_passe
 from restream_kit.io.progress import Progress, Recorder, StageFinished
 from restream_kit.planner import plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
 

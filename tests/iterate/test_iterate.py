@@ -237,7 +237,7 @@ def test_sweep_benchmark_quick_run(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "sweep.json"
     command = [
         sys.executable, "-m", "bench", "sweep", "--events", "20000", "--runs", "1",

@@ -14,7 +14,7 @@ import psutil
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = "social_small"
 
 SLOW_RULE = """\
