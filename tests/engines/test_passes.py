@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from engine_matrix import assert_ran_as_planned, assert_same_result
 from hypothesis import HealthCheck, assume, given, settings
-from test_properties import spark_cases
+from naive import spark_cases
 
 import restream_kit as rk
 from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, plan_passes
