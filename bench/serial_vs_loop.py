@@ -230,7 +230,7 @@ def _difference(plain: dict, serial: dict) -> str:
 def _serial_cache(log: Path) -> Path:
     """Where the serial engine (run with cwd ``ROOT``) caches the canonical form of ``log``."""
     from restream_kit import Log
-    from restream_kit.log import default_home
+    from restream_kit.io.log import default_home
 
     home = default_home()
     home = home if home.is_absolute() else ROOT / home

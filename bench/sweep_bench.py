@@ -48,7 +48,7 @@ def run(events: int, runs: int, log_path: Path | None, out: Path) -> dict:
     """Run the benchmark; return what it wrote to ``out``."""
     import restream_kit as rk
     from bench.serial_vs_loop import _ensure_log
-    from restream_kit.program import Program
+    from restream_kit.model.program import Program
 
     path = _ensure_log(events, log_path)
     log = rk.Log(str(path))

@@ -3,18 +3,22 @@
 A program is plain Python: ``state`` declarations, ``@on`` handlers, ``emit`` and ``schedule``.
 ``replay(program, log, engine=...)`` runs it; ``plan(program)`` tells how parallel it can be.
 
-The layers, lowest first; each may import only the ones before it (``tests/test_layers.py``
-holds the rules as a table and checks every module's imports):
+The layers, lowest first; each package may import only the ones before it
+(``tests/test_layers.py`` holds the rules as a table and checks every module's imports; each
+package's docstring says the same):
 
-1. the program model, the compiler passes and the I/O modules (``state``, ``program``,
-   ``windows``, ``_compile``..., ``log``, ``result``, ``checkpoint``, ``catalog``...);
-2. the planner (``restream_kit.planner``);
-3. the engines (``restream_kit.engines``: ``serial``, and ``spark``, the only importer of
-   ``pyspark``);
-4. the API and the command line (``api``, ``cli``, ``compare``, ``workbench``);
-5. the notebook layer, the top-level ``widgets`` package (ipywidgets, plotly), imported only
-   by the magics when a cell runs (``%load_ext restream_kit`` calls
-   :func:`load_ipython_extension`).
+1. ``model``: what users write (``state``, ``program``, ``windows``, durations, ``params``,
+   ``values``, ``errors``);
+2. ``compiler``: scopes, window expansion, the rewrite to dicts, inlining, lowering;
+3. ``runtime``: the one runtime of the serial semantics (timed writes, scheduled events);
+4. ``io``: logs, epochs, results, progress, checkpoints, the catalog, diffs;
+5. ``planner``: checks against a log and the plan (the frozen IR every engine and view reads);
+6. ``history``: what each stage read, recorded by the serial engine for reuse;
+7. ``engines``: ``serial`` and ``spark`` (the only importer of ``pyspark``);
+8. the API: ``api`` (``replay``), ``iterate`` (sweeps, reuse, explain), ``workbench``;
+9. ``cli``: the ``restream`` command line;
+10. the notebook layer, the top-level ``widgets`` package (ipywidgets, plotly, the magics),
+    imported only by :func:`load_ipython_extension` when ``%load_ext restream_kit`` runs.
 
 May import: numpy, pyarrow, polars, duckdb, networkx, rich. Never ``widgets``, ipywidgets,
 plotly or (outside ``engines/spark/``) ``pyspark``: ``import restream_kit`` works without them.
@@ -22,15 +26,22 @@ plotly or (outside ``engines/spark/``) ``pyspark``: ``import restream_kit`` work
 
 from __future__ import annotations
 
-from . import state
 from .api import RestreamWarning, replay
-from .durations import days, hours, milliseconds, minutes, seconds
-from .errors import CheckError, HandlerError, LogError, OutputError, ProgramError, RestreamError
-from .log import Log
-from .params import param
-from .program import Program, emit, on, schedule
-from .result import Metrics, Result
-from .samples import sample_data
+from .io.log import Log
+from .io.result import Metrics, Result
+from .io.samples import sample_data
+from .model import state
+from .model.durations import days, hours, milliseconds, minutes, seconds
+from .model.errors import (
+    CheckError,
+    HandlerError,
+    LogError,
+    OutputError,
+    ProgramError,
+    RestreamError,
+)
+from .model.params import param
+from .model.program import Program, emit, on, schedule
 
 __all__ = [
     "state",
@@ -74,19 +85,19 @@ def __getattr__(name: str):
 
         return plan
     if name == "diff":
-        from .compare import diff
+        from .io.compare import diff
 
         return diff
     if name == "sweep":
-        from .sweeps import sweep
+        from .iterate.sweeps import sweep
 
         return sweep
     if name == "explain":
-        from .explanation import explain
+        from .iterate.explain import explain
 
         return explain
     if name == "check_against_log":
-        from .checks import check_against_log
+        from .planner.checks import check_against_log
 
         return check_against_log
     raise AttributeError(f"module 'restream_kit' has no attribute {name!r}")
@@ -94,6 +105,6 @@ def __getattr__(name: str):
 
 def load_ipython_extension(ipython) -> None:  # pragma: no cover - exercised by notebook tests
     """``%load_ext restream_kit``: register the ``%%restream`` magics (imported lazily)."""
-    from .magics import register
+    from widgets.magics import register
 
     register(ipython)

@@ -6,14 +6,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ._poison import check_on_error
-from .checks import Finding, check_against_log, check_program, scheduled_fields
 from .engines import EngineUnsupported, get_engine
-from .errors import RestreamWarning
-from .log import Log
-from .program import Program
-from .progress import Observer
-from .result import Result
+from .io.log import Log
+from .io.progress import Observer
+from .io.result import Result
+from .model.errors import RestreamWarning
+from .model.program import Program
+from .planner.checks import Finding, check_against_log, check_program, scheduled_fields
+from .runtime.quarantine import check_on_error
 
 __all__ = [
     "replay",
@@ -70,7 +70,7 @@ def replay(
     "serial", "spark" and any engine another package registers).
 
     ``on_error``: "stop" (a handler that raises stops the replay with a
-    :class:`~restream_kit.errors.HandlerError`), "skip" or "quarantine" (the handler run is
+    :class:`~restream_kit.model.errors.HandlerError`), "skip" or "quarantine" (the handler run is
     rolled back, as if it had not run, and recorded in ``Result.quarantine``; the replay goes
     on). Every engine rolls back and records the same runs.
 
@@ -82,11 +82,11 @@ def replay(
       replay continues after the last committed epoch (``Result.resumed_from_epoch``);
     - ``start_from=(DIR, epoch)`` (or ``DIR`` for its last committed epoch) starts from the
       state committed after that epoch, over the rest of the same log, with a program whose
-      handlers may differ (see :mod:`restream_kit.checkpoint`).
+      handlers may differ (see :mod:`restream_kit.io.checkpoint`).
 
     Before any event is replayed (and before Spark starts), the program is checked against
     the log (:func:`check_against_log`): a field no event has or a read of undeclared state
-    raises :class:`~restream_kit.errors.CheckError`; a kind the log lacks is a
+    raises :class:`~restream_kit.model.errors.CheckError`; a kind the log lacks is a
     :class:`RestreamWarning` at the handler's line. ``check=False`` skips this, for callers
     that ran the check themselves (so that its warnings are shown once).
 
@@ -101,7 +101,7 @@ def replay(
     (as polars columns when they lower, else through the serial re-replay; said in the
     warnings), and a replay that reuses nothing runs on Spark; see ``docs/iterate.md``.
 
-    Raises :class:`restream_kit.errors.RestreamError` on bad input, and
+    Raises :class:`restream_kit.model.errors.RestreamError` on bad input, and
     :class:`~restream_kit.engines.EngineUnsupported` when the engine's ``supports``
     refuses the replay.
     """
@@ -109,7 +109,7 @@ def replay(
     runner = get_engine(engine)
     program = Program.load(program)
     if params:
-        from .params import with_params
+        from .model.params import with_params
 
         program = with_params(program, params)
     log = log if isinstance(log, Log) else Log(log)
@@ -141,7 +141,7 @@ def replay(
         return runner.replay(program, log, observer=observer, **options, **more)
 
     if reuse is not None:
-        from .reuse import replay_reusing
+        from .iterate.reuse import replay_reusing
 
         result = replay_reusing(
             program,
@@ -168,7 +168,7 @@ def replay(
         if "rolled back (on_error=" in note:
             warnings.warn(note, RestreamWarning, stacklevel=2)
     result.warnings[:0] = notes
-    from .emits import emit_schemas
+    from .io.emits import emit_schemas
 
     # Tables that got no row still have their columns in result[name].
     result.schemas = emit_schemas(program, log)

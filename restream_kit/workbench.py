@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .api import replay
-from .catalog import Catalog, CatalogError, RunRecord
-from .compare import Diff, KeyDiff, diff
-from .errors import RestreamError
-from .log import Log
-from .program import Program
-from .progress import Cancelled, CancelToken, Observer, ProgressState, broadcast
-from .result import Result
+from .io.catalog import Catalog, CatalogError, RunRecord
+from .io.compare import Diff, KeyDiff, diff
+from .io.log import Log
+from .io.progress import Cancelled, CancelToken, Observer, ProgressState, broadcast
+from .io.result import Result
+from .model.errors import RestreamError
+from .model.program import Program
 
 __all__ = [
     "Workbench",

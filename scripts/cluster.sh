@@ -34,7 +34,7 @@ wait_s=${RESTREAM_CLUSTER_WAIT:-120}
 worker_user=${RESTREAM_WORKER_USER:-restream-worker}
 
 spark_home() { "$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'; }
-java_home() { "$python" -c 'from restream_kit._java import ensure_java_home; print(ensure_java_home())'; }
+java_home() { "$python" -c 'from restream_kit.engines.spark.java import ensure_java_home; print(ensure_java_home())'; }
 
 start_daemon() {  # name, then the command
     local name=$1; shift

@@ -219,3 +219,62 @@ events = st.lists(
     min_size=1,
     max_size=25,
 )
+
+
+# -- cases for the Spark engine against the serial engine (tests/engine_suite, tests/engines) --
+
+#: Handlers the passes find hard: a read by a key that is not a function of the event (a
+#: broadcast-read stage: the whole program runs as one sequential pass), and scheduled events.
+EXTRAS = {
+    "broadcast": """
+
+@on("b")
+def hx(e):
+    emit("out", v=s0[s0[e.k] % 3], w=e.v)
+""",
+    "schedule": """
+
+@on("a")
+def hx(e):
+    schedule("b", at=e.ts + 2, k=e.k, j=e.j, v=e.v)
+""",
+}
+
+
+def one_key(spec):
+    """The same program with every key ``e.k``: its stages partition by ``e.k``."""
+    from dataclasses import replace
+
+    def op(o):
+        value = ("read", o.value[1], "e.k") if o.value[0] == "read" else o.value
+        return replace(o, key="e.k", value=value)
+
+    handlers = tuple(replace(h, ops=tuple(op(o) for o in h.ops)) for h in spec.handlers)
+    return replace(spec, handlers=handlers)
+
+
+@st.composite
+def spark_cases(draw):
+    """A program (plain, partitioned by one key, or with an extra above), a log (with a hot
+    key holding half the events, sometimes), an epoch size (one epoch, mostly) and the path."""
+    spec = draw(programs())
+    shape = draw(st.sampled_from(["plain", "plain", "one key", "one key", "extra"]))
+    if shape == "one key":
+        spec = one_key(spec)
+    source = render(spec)
+    if shape == "extra":
+        source = (
+            source.replace(
+                "from restream_kit import state, on, emit",
+                "from restream_kit import state, on, emit, schedule",
+            )
+            + EXTRAS[draw(st.sampled_from(sorted(EXTRAS)))]
+        )
+    log = draw(events)
+    if draw(st.booleans()):
+        log = [dict(e, k=0, j=0) if i % 2 else e for i, e in enumerate(log)]
+    epoch = draw(st.sampled_from([None, None, None, None, len(log) // 2 + 1, "8ms"]))
+    # "auto" takes the prefix path whenever the program lowers and the pass path otherwise;
+    # "passes" always the pass path (scheduled events and timed writes in parallel passes).
+    path = draw(st.sampled_from(["auto", "passes", "passes"]))
+    return source, log, epoch, path

@@ -14,8 +14,8 @@ import ipywidgets as w
 import plotly.graph_objects as go
 import polars as pl
 
-from restream_kit.compare import Diff, KeyDiff, diff
-from restream_kit.progress import EpochFinished, ProgressEvent
+from restream_kit.io.compare import Diff, KeyDiff, diff
+from restream_kit.io.progress import EpochFinished, ProgressEvent
 
 __all__ = ["DiffView", "timeline_figure"]
 

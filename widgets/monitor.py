@@ -13,7 +13,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from restream_kit.progress import (
+from restream_kit.io.progress import (
     EpochFinished,
     ProgressEvent,
     ProgressState,

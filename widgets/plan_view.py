@@ -12,7 +12,7 @@ import html
 import ipywidgets as w
 import plotly.graph_objects as go
 
-from restream_kit.planner.plan import Plan
+from restream_kit.planner import Plan
 from restream_kit.planner.render import plan_text
 from widgets.plan_figures import dag_svg, hot_keys_figure, speedup_figure
 

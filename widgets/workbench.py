@@ -11,10 +11,9 @@ import os
 import sys
 from typing import Any
 
-from restream_kit.log import Log
-from restream_kit.planner import plan as make_plan
+from restream_kit import Log, planner
+from restream_kit.io.progress import broadcast
 from restream_kit.planner.render import plan_text
-from restream_kit.progress import broadcast
 from restream_kit.workbench import BackgroundRun, CellRun, Workbench, log_epoch
 
 __all__ = ["display_mode", "run_cell", "show_diff"]
@@ -61,7 +60,7 @@ def run_cell(
     mode = mode or display_mode()
     program = workbench.define(name, source)
     log = Log(logs) if logs else None
-    the_plan = make_plan(program, log)
+    the_plan = planner.plan(program, log)
     if plan_only or log is None:
         _show_plan(the_plan, name, mode)
         return None

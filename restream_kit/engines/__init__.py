@@ -9,10 +9,10 @@ matrix all come from :func:`engine_names`. The built-in engines are always there
 the package's metadata is missing (a source checkout on ``PYTHONPATH``), and cannot be
 replaced by another package's entry point of the same name.
 
-May import: the program model, the compiler passes, the planner and the I/O modules of
-``restream_kit`` (``program``, ``log``, ``result``, ``checkpoint``...). Never ``api``, ``cli``,
-``workbench``, ``magics`` nor the notebook layer (``widgets``, ipywidgets, plotly); only
-``engines/spark/`` imports ``pyspark``. ``tests/test_layers.py`` checks this.
+May import: everything below them in ``restream_kit`` (``model``, ``compiler``, ``runtime``,
+``io``, ``planner``, ``history``). Never ``api``, ``iterate``, ``workbench``, ``cli`` nor the
+notebook layer (``widgets``, ipywidgets, plotly); only ``engines/spark/`` imports ``pyspark``.
+``tests/test_layers.py`` checks this.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import functools
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..errors import RestreamError
+from ..model.errors import RestreamError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..log import Log
-    from ..program import Program
-    from ..result import Result
+    from ..io.log import Log
+    from ..io.result import Result
+    from ..model.program import Program
 
 __all__ = [
     "ENGINES",

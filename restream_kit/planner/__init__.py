@@ -1,16 +1,20 @@
 """The planner: how parallel a program can run, read from its source and measured on a log.
 
 ``plan(program)`` reads the handlers (``_analysis``), checks that they are deterministic
-(``_lint``), and builds the :class:`~restream_kit.planner.plan.Plan`: the dependency graph,
+(``_lint``), and builds the :class:`~restream_kit.planner.ir.Plan`: the dependency graph,
 stages in topological order with their modes and partition keys, the static critical path.
 ``plan(program, log)`` adds the data critical path (``critical_path``): hot keys, each
 stage's heaviest chain and the predicted speedup. ``causal.longest_chain`` replays a log and
 measures the true longest read-after-write chain, against which the plan can be checked.
 
-May import: the program model, the compiler passes and the I/O modules of ``restream_kit``
-(``program``, ``log``, ``checks``, ``errors``...). Never the engines (the planner sits below
-them: engines read plans), ``api``, ``cli``, ``workbench``, ``magics``, the notebook layer or
-``pyspark``.
+``checks`` checks a program against a log before anything runs (``rk.check_against_log``);
+``ir`` holds the plan's frozen records (:class:`Plan`, :class:`StateInfo`, ...), which the
+engines and views read.
+
+May import: the program model, the compiler, the runtime and I/O (``restream_kit.model``,
+``compiler``, ``runtime``, ``io``). Never ``history``, the engines (the planner sits below
+them: engines read plans), ``api``, ``iterate``, ``cli``, ``workbench``, the notebook layer
+or ``pyspark``.
 """
 
 from __future__ import annotations
@@ -18,14 +22,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..checks import check_against_log, check_program
-from ..errors import ProgramError
-from ..log import Log
-from ..program import Program
+from ..io.log import Log
+from ..model.errors import ProgramError
+from ..model.program import Program
 from ._analysis import ModuleInfo, analyse
 from ._lint import Finding, lint
+from .checks import check_against_log, check_program
 from .critical_path import SAMPLE_EVENTS, with_data
-from .plan import (
+from .ir import (
     Access,
     DataPath,
     Edge,
@@ -65,11 +69,11 @@ def plan(
 ) -> Plan:
     """Plan ``program``; with ``log``, also its data critical path on that log.
 
-    With ``log``, the program is first checked against it (``restream_kit.checks``): a field
+    With ``log``, the program is first checked against it (``restream_kit.planner.checks``): a field
     no event has or a read of undeclared state raises
-    :class:`~restream_kit.errors.CheckError`, a kind the log lacks becomes a warning.
+    :class:`~restream_kit.model.errors.CheckError`, a kind the log lacks becomes a warning.
 
-    Raises :class:`~restream_kit.errors.ProgramError` naming the line when a handler is not
+    Raises :class:`~restream_kit.model.errors.ProgramError` naming the line when a handler is not
     deterministic (unless ``allow_nondeterminism``: then the findings become warnings) or
     calls a helper whose accesses to state cannot be followed.
     """

@@ -1,6 +1,6 @@
 """Static analysis of handlers: every state access with its key, every emit and every schedule.
 
-The analysis walks each handler's ``ast`` the way the compiler (``restream_kit._compile``)
+The analysis walks each handler's ``ast`` the way the compiler (``restream_kit.compiler.compile``)
 reads it, so that what counts as a state access here is exactly what becomes one at run time:
 ``m[k]``, ``m.get(k)``, ``k in m``, ``m[k] = v``, ``m[k] += d``, ``del m[k]``,
 ``m.set/add/merge/delete(k, ..., at=...)``, ``v.value`` and local aliases (``m = friends``).
@@ -23,9 +23,9 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from .._scopes import Scope, make_scope, param_names
-from ..errors import ProgramError
-from ..program import Program
+from ..compiler.scopes import Scope, make_scope, param_names
+from ..model.errors import ProgramError
+from ..model.program import Program
 
 __all__ = ["RawAccess", "ScheduleCall", "HandlerAccess", "ModuleInfo", "analyse", "EVENT"]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from .._scopes import make_scope
+from ..compiler.scopes import make_scope
 from ._analysis import ModuleInfo
 
 __all__ = ["Finding", "lint"]

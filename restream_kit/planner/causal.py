@@ -17,24 +17,27 @@ What counts as a dependency:
 - reading a key takes the depth of its value; reading a whole state (``for k in m``) the
   deepest of any of its keys.
 
-The replay is the planner's own small interpreter (``_replay``) over the program compiled by
-``restream_kit._compile`` with dictionaries that record their use; the serial engine is not
-touched. To tell a merge from a read followed by a write, ``m[k] += d`` is first rewritten as
+The replay runs on the runtime of the serial semantics (:mod:`restream_kit.runtime`, the
+serial engine's) over the program compiled by :mod:`restream_kit.compiler.compile` with
+dictionaries that record their use; a subclass of the runtime stamps every write with the
+depth of the run that made it. To tell a merge from a read followed by a write, ``m[k] += d`` is first rewritten as
 ``m.merge(k, lambda old: old + d)``, which the compiler already knows.
 """
 
 from __future__ import annotations
 
 import ast
+import heapq
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from .._compile import compile_program
-from .._scopes import make_scope
-from ..log import Log
-from ..program import Program
-from ..state import Value
-from ._replay import PlanRuntime, run_events, sample_events
+from ..compiler.compile import compile_program
+from ..compiler.scopes import make_scope
+from ..io.log import Log
+from ..model.program import Program
+from ..model.state import Value
+from ..runtime import ScheduledEvent, SerialRuntime, run_events
 
 __all__ = ["CausalChain", "longest_chain"]
 
@@ -147,27 +150,61 @@ class _RecordingDict(dict):
         return dict.items(self)
 
 
-class _CausalRuntime(PlanRuntime):
+class _StampedEvent(ScheduledEvent):
+    """A scheduled event that knows the depth of the run that scheduled it (in a slot, so
+    that it is not one of the event's fields)."""
+
+    __slots__ = ("stamp",)
+
+
+class _CausalRuntime(SerialRuntime):
+    """The serial runtime, with every write stamped with the depth of the run that made it
+    (a timed write keeps the stamp of when it was made) and told to the tracker."""
+
     def __init__(self, tracker: _Tracker, names: dict[int, str]):
         super().__init__()
         self.tracker = tracker
         self.names = names
+        self.event_type = self._stamped
 
-    def tag(self) -> tuple[int, int]:
-        return self.tracker.stamp()
+    def _stamped(self, kind: str, ts: int, lsn: int, seq: int, fields: dict) -> ScheduledEvent:
+        event = _StampedEvent(kind, ts, lsn, seq, fields)
+        event.stamp = self.tracker.stamp()
+        return event
+
+    def emit(self, table: str, **fields: Any) -> None:
+        pass  # the analysis needs no rows
 
     def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
-        if op == "merge" and (at is None or at == self.now):
-            # The merge function may itself read state: run it before stamping the write.
-            value = arg(dict.get(d, key, default))
-            self.tracker.wrote(self.names[id(d)], key, "merge", self.tag())
-            dict.__setitem__(d, key, value)
+        if at is None or at == self.event[1]:
+            if op == "merge":
+                # The merge function may itself read state: run it before stamping the write.
+                value = arg(dict.get(d, key, default))
+                self.tracker.wrote(self.names[id(d)], key, "merge", self.tracker.stamp())
+                dict.__setitem__(d, key, value)
+            else:
+                self._apply(d, default, op, key, arg, self.tracker.stamp())
             return
-        super().write(d, default, op, key, arg, at)
+        super().write(d, default, op, key, (arg, self.tracker.stamp()), at)
 
-    def apply(self, d: dict, default: Any, op: str, key: Any, arg: Any, tag: Any) -> None:
-        self.tracker.wrote(self.names[id(d)], key, op, tag)
-        super().apply(d, default, op, key, arg, tag)
+    def apply_due(self, t: int) -> None:
+        future = self.future
+        while future and future[0][0] <= t:
+            _at, _n, d, default, op, key, (arg, stamp) = heapq.heappop(future)
+            self._apply(d, default, op, key, arg, stamp)
+
+    def _apply(self, d: dict, default: Any, op: str, key: Any, arg: Any, stamp: Any) -> None:
+        """One write, told to the tracker as ``op`` (the dict's own methods would count the
+        ``add`` of a counter as a read)."""
+        self.tracker.wrote(self.names[id(d)], key, op, stamp)
+        if op == "set":
+            dict.__setitem__(d, key, arg)
+        elif op == "add":
+            dict.__setitem__(d, key, dict.get(d, key, default) + arg)
+        elif op == "merge":
+            dict.__setitem__(d, key, arg(dict.get(d, key, default)))
+        else:
+            dict.pop(d, key, None)
 
 
 class _MergeRewriter(ast.NodeTransformer):
@@ -252,7 +289,7 @@ def longest_chain(
 
     def hook(name: str, fn: Any, ev: Any, scheduled: bool) -> None:
         tracker.run += 1
-        tracker.cur = ev._tag[0] if scheduled else 0
+        tracker.cur = ev.stamp[0] if scheduled else 0
         fn(ev)
         depth = tracker.cur + 1
         best["runs"] += 1
@@ -263,11 +300,11 @@ def longest_chain(
 
     def counted():
         nonlocal events
-        for ev in sample_events(log, max_events):
+        for ev in itertools.chain.from_iterable(log.iter_events(stop=max_events)):
             events += 1
             yield ev
 
-    scheduled = run_events(compiled, rt, counted(), hook)
+    scheduled = run_events(compiled.handlers_by_kind(), rt, counted(), hook)
     return CausalChain(
         events=events,
         runs=best["runs"],

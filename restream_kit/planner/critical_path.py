@@ -3,7 +3,7 @@
 Given a log, each stage's work is counted in handler runs: events of the stage's kinds times
 the stage's handlers bound to that kind, plus the runs of scheduled events, estimated from a
 sample replay. Each run is weighted by its handler's cost, measured on that sample (the first
-``sample_events`` events of the log, replayed by the planner's own interpreter); when the sample
+``sample_events`` events of the log, replayed on the serial engine's runtime); when the sample
 cannot be replayed every run weighs the same and the plan says so.
 
 A stage's heaviest chain is the work that must happen one run after another:
@@ -22,6 +22,7 @@ chain lets it. Merges and as-of lookups are taken as free: the model counts hand
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -31,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._compile import compile_program
-from ..log import Log
-from ..program import Program
+from ..compiler.compile import compile_program
+from ..io.log import Log
+from ..model.program import Program
+from ..runtime import SerialRuntime, run_events
 from ._analysis import EVENT
-from ._replay import PlanRuntime, run_events, sample_events
-from .plan import (
+from .ir import (
     DataPath,
     Plan,
     Stage,
@@ -81,10 +82,17 @@ class Sample:
         return self.seconds.get(handler, 0.0) / runs if runs else None
 
 
+class _Sampling(SerialRuntime):
+    """The serial runtime, keeping no rows (the sample only weighs the work)."""
+
+    def emit(self, table: str, **fields: Any) -> None:
+        pass
+
+
 def measure_sample(program: Program, log: Log, events: int = SAMPLE_EVENTS) -> Sample:
     """Replay the first ``events`` events, timing every handler run."""
     sample = Sample()
-    rt = PlanRuntime()
+    rt = _Sampling()
     compiled = compile_program(program, rt)
     clock = time.perf_counter
     seconds = dict.fromkeys((h.name for h in program.handlers), 0.0)
@@ -102,12 +110,12 @@ def measure_sample(program: Program, log: Log, events: int = SAMPLE_EVENTS) -> S
             seen_scheduled.setdefault(id(ev), ev)
 
     def counted():
-        for ev in sample_events(log, events):
+        for ev in itertools.chain.from_iterable(log.iter_events(stop=events)):
             sample.events += 1
             yield ev
 
     try:
-        run_events(compiled, rt, counted(), hook, flush=events >= len(log))
+        run_events(compiled.handlers_by_kind(), rt, counted(), hook, end=events >= len(log))
     except Exception as exc:  # the sample only weighs the work; a failing handler is reported
         sample.error = f"{type(exc).__name__}: {exc}"
     sample.seconds, sample.runs, sample.scheduled_runs = seconds, runs, sched

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .plan import Access, Plan
+from .ir import Access, Plan
 
 __all__ = ["plan_text"]
 

@@ -22,7 +22,7 @@ DOMAINS = ("streamscope", "adclicks", "iot", "flights")
 
 sys.path.insert(0, str(ROOT))
 
-from restream_kit.errors import ProgramError  # noqa: E402
+from restream_kit.model.errors import ProgramError  # noqa: E402
 from restream_kit.planner import plan  # noqa: E402
 
 

@@ -5,7 +5,7 @@
 - ``master``: Spark master URL (default ``local[*]``; ``spark://`` and ``sc://`` for clusters);
   ``conf``: extra Spark settings for a new session; ``session``: a SparkSession to use;
 - ``epoch``: events per epoch (an int) or a duration (``"1h"``), cut as every engine cuts
-  (``restream_kit.epochs``): small logs run in one epoch;
+  (``restream_kit.io.epochs``): small logs run in one epoch;
 - ``cancel``: a ``progress.CancelToken``; cancelling stops the replay's Spark jobs at once;
 - ``partitions``: tasks per pass (default: twice the session's cores);
 - ``path``: ``"auto"`` (default; also ``$RESTREAM_SPARK_PATH``), ``"passes"`` or

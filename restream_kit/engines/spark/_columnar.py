@@ -2,7 +2,7 @@
 
 Given the epoch's events, and for every state the values it had when the epoch began (its
 *base*: built from the deltas of earlier epochs), :func:`run_epoch` evaluates round ``job``
-of a :class:`restream_kit._lower.Lowered` program:
+of a :class:`restream_kit.compiler.lower.Lowered` program:
 
 - the writes of states at level ``job`` become this epoch's *delta* per state: per key, the
   sum of merges, or the last overwrite or delete;
@@ -15,7 +15,7 @@ of a :class:`restream_kit._lower.Lowered` program:
   next to moving them.
 
 Semantics follow the serial engine exactly because lowering only admits expressions whose
-column evaluation cannot differ from Python's (see ``restream_kit._lower``).
+column evaluation cannot differ from Python's (see ``restream_kit.compiler.lower``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,20 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ..._lower import Arith, Cmp, Col, Expr, Lit, Logic, Lowered, Neg, Not, ReadOf, low_reads, walk
+from ...compiler.lower import (
+    Arith,
+    Cmp,
+    Col,
+    Expr,
+    Lit,
+    Logic,
+    Lowered,
+    Neg,
+    Not,
+    ReadOf,
+    low_reads,
+    walk,
+)
 
 __all__ = ["run_epoch", "positions_per_event", "combine_deltas", "needed_columns", "DELTA_CHUNK"]
 

@@ -3,7 +3,7 @@
 Two paths (see ``docs/spark_engine.md``):
 
 - the **prefix path** (``_prefix``) for rules that lower to column expressions
-  (``restream_kit._lower``), in local mode, without checkpoints or poison-event handling:
+  (``restream_kit.compiler.lower``), in local mode, without checkpoints or poison-event handling:
   epochs in parallel, evaluated as columns;
 - the **pass path** (``_passes``, ``_pass_driver``, ``_pass_epochs``) for every other replay:
   each stage of the plan is one Spark job over the whole log, in parallel unless the plan
@@ -27,13 +27,13 @@ import time
 import warnings
 from typing import Any
 
-from ..._lower import Lowered
-from ..._poison import check_on_error
-from ...errors import RestreamError, RestreamWarning
-from ...log import Log
-from ...program import Program
-from ...progress import Cancelled, ReplayFinished, ReplayStarted, broadcast
-from ...result import Result
+from ...compiler.lower import Lowered
+from ...io.log import Log
+from ...io.progress import Cancelled, ReplayFinished, ReplayStarted, broadcast
+from ...io.result import Result
+from ...model.errors import RestreamError, RestreamWarning
+from ...model.program import Program
+from ...runtime.quarantine import check_on_error
 from .._builtin import spark_option_problem
 from ._pass_driver import _TaskError as _PassTaskError
 from ._pass_driver import run_passes
@@ -211,7 +211,7 @@ class _Replay:
                 on_error=self.on_error,
             )
             raise
-        from ..serial import check_state
+        from ...runtime import check_state
 
         check_state(result.state)  # what the serial engine refuses to keep, so does this
         if note:
@@ -222,7 +222,7 @@ class _Replay:
         """A log with no events: the serial engine's result (empty tables, every state
         empty; with ``checkpoint=``, its one empty epoch committed as a Spark checkpoint).
         Nothing is sent to Spark: there is nothing to run."""
-        from ...checkpoint import open_for_replay
+        from ...io.checkpoint import open_for_replay
         from .. import serial
 
         opts = self.options

@@ -1,6 +1,6 @@
 """The log as Spark takes it: Arrow columns of types Spark reads, and the odd ones pickled.
 
-:func:`prepare_events` turns a :class:`~restream_kit.log.Log`'s table into one that
+:func:`prepare_events` turns a :class:`~restream_kit.io.log.Log`'s table into one that
 ``createDataFrame`` accepts without changing a value: dictionary, large, unsigned and
 half-float columns are cast to their plain kin, and columns of any other type (lists,
 structs, decimals...) travel as pickled bytes that the tasks unpickle
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ...log import Log
+from ...io.log import Log
 from ._program_ref import event_type
 
 __all__ = ["EventsTable", "prepare_events"]

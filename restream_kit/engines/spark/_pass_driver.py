@@ -18,9 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import RestreamError
-from ...program import Program
-from ...progress import (
+from ...io.progress import (
     EpochFinished,
     EpochStarted,
     Progress,
@@ -29,7 +27,9 @@ from ...progress import (
     StageFinished,
     StageStarted,
 )
-from ...result import Metrics, Result, build_table, quarantine_table
+from ...io.result import Metrics, Result, build_table, quarantine_table
+from ...model.errors import RestreamError
+from ...model.program import Program
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_rows as W
 from ._pass_setup import Setup, classic, kinds_sql, prepare, quoted, raw_key

@@ -21,16 +21,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...checkpoint import (
+from ...io.checkpoint import (
     CheckpointError,
     check_states,
     open_for_replay,
     restore_serial_state,
     state_declarations,
 )
-from ...epochs import Epoch, cut
-from ...progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
-from ...result import Result, build_table
+from ...io.epochs import Epoch, cut
+from ...io.progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
+from ...io.result import Result, build_table
 from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_rows as W
 from ._codec import encode_key

@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...log import Log
-from ...program import Program
+from ...io.log import Log
+from ...model.program import Program
 from . import _pass_rows as W
 from ._keys import KeysSpec, KeysTask
 from ._passes import BY_KEY, ORDER, SINGLE, PassPlan

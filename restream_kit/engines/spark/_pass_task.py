@@ -29,9 +29,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..._compile import compile_program
-from ..._poison import quarantine_row
-from ...program import Program
+from ...compiler.compile import compile_program
+from ...model.program import Program
+from ...runtime.quarantine import quarantine_row
 from .._gc import collector_paused
 from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
 from ._codec import MISSING

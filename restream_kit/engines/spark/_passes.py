@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ...program import Program
-from ...state import Value
+from ...model.program import Program
+from ...model.state import Value
 
 __all__ = ["Probe", "Pass", "PassPlan", "plan_passes", "ORDER", "SINGLE", "BY_KEY"]
 

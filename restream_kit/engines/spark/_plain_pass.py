@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..._compile import compile_program
-from ...program import Program
+from ...compiler.compile import compile_program
+from ...model.program import Program
 from ..serial import RESERVED_FIELDS, ScheduledEvent, TimeTravelError, apply_write
 from ._codec import MISSING
 from ._pass_rows import (
@@ -334,8 +334,8 @@ def _probe_hooks(
     """The loop statements that record the probe values this pass serves and put the values
     it consumes in place, what they need in the loop's namespace, and the lists the recorded
     values go to (slot -> list, one value per event of the batch, in order)."""
-    from ..._compile import dict_name
-    from ..._inline import EVENT
+    from ...compiler.compile import dict_name
+    from ...compiler.inline import EVENT
 
     hooks: list[tuple[int, str, str]] = []
     extra: dict[str, Any] = {"_rs_MISSING": MISSING, "_rs_probe": _probe}

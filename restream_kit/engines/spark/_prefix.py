@@ -1,6 +1,6 @@
 """The prefix path: epochs in parallel, joined by a prefix of their state deltas.
 
-When a program lowers to column expressions (``restream_kit._lower``), the Spark engine runs
+When a program lowers to column expressions (``restream_kit.compiler.lower``), the Spark engine runs
 it without moving events at all. Each epoch of the log is one Spark task, which reads its own
 slice of the canonical log (Parquet, by row groups) and evaluates the program as columns
 (``_columnar.run_epoch``). What one epoch needs from the epochs before it is only their
@@ -38,11 +38,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..._lower import Lowered, NotLowerable, lower
-from ...epochs import cut
-from ...log import Log, default_home, private_dir
-from ...program import Program
-from ...progress import (
+from ...compiler.lower import Lowered, NotLowerable, lower
+from ...io.epochs import cut
+from ...io.log import Log, default_home, private_dir
+from ...io.progress import (
     EpochFinished,
     EpochStarted,
     Progress,
@@ -51,7 +50,8 @@ from ...progress import (
     StageFinished,
     StageStarted,
 )
-from ...result import ROW_COLUMNS, Metrics, Result, build_table
+from ...io.result import ROW_COLUMNS, Metrics, Result, build_table
+from ...model.program import Program
 from ._columnar import DELTA_CHUNK, combine_deltas, needed_columns, run_epoch
 from ._faults import inject_fault
 

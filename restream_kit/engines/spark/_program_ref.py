@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...program import Program
+from ...model.program import Program
 
 __all__ = ["ProgramRef", "load_program", "event_type", "key_function", "column_values"]
 

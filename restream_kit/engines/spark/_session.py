@@ -38,11 +38,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ... import config
-from ..._java import ensure_java_home
-from ...errors import RestreamError
-from ...log import default_home, private_dir
+from ...io import config
+from ...io.log import default_home, private_dir
+from ...model.errors import RestreamError
 from ._jvm_archive import java_options
+from .java import ensure_java_home
 
 __all__ = [
     "get_session",

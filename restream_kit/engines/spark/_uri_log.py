@@ -2,7 +2,7 @@
 
 The kernel never reads such a log: the URI goes to ``spark.read.parquet`` (a file or a
 directory of files) or ``spark.read.csv`` untouched, and Spark builds the canonical log exactly
-as :class:`restream_kit.log.Log` builds it from a local file:
+as :class:`restream_kit.io.log.Log` builds it from a local file:
 
 - ``ts`` to int64 milliseconds (integers, timestamps, dates, whole floats), ``kind`` filled
   with the default kind name, the other columns as they are;
@@ -25,8 +25,8 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
-from ...errors import LogError, RestreamError
-from ...log import DEFAULT_KIND, RESERVED, Log, LogSummary
+from ...io.log import DEFAULT_KIND, RESERVED, Log, LogSummary
+from ...model.errors import LogError, RestreamError
 
 __all__ = ["describe", "uri_frame", "uri_events"]
 
@@ -173,7 +173,7 @@ def _read(session: Any, log: Log) -> Any:
 
 
 def _ts(typ: Any, uri: str, df: Any) -> Any:
-    """``ts`` as int64 milliseconds, as :func:`restream_kit.log._ts_to_ms` makes it."""
+    """``ts`` as int64 milliseconds, as :func:`restream_kit.io.log._ts_to_ms` makes it."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as ST
 
@@ -207,7 +207,7 @@ def _summarize(base: Any) -> LogSummary:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from ...checks import EVENT_ATTRIBUTES
+    from ...planner.checks import EVENT_ATTRIBUTES
 
     others = [c for c in base.columns if c not in EVENT_ATTRIBUTES]
     rows = (

@@ -1,0 +1,296 @@
+"""A run's history: what each stage read of the state other stages wrote, event by event.
+
+A serial replay asked for it (``replay(..., history=True)``) records, for every read site of
+one stage on another stage's state (:mod:`restream_kit.history.probes`), the value the read finds,
+at the reading handler's place, for every event of the handler's kinds: a statement the
+generated loop runs (a dict lookup and a list append), not a Python call per write. A
+re-replay that re-runs the reading stage then gets its upstream values as columns aligned
+with its events: no join, no replay of the stages upstream.
+
+Stored under the run's directory in the catalog as ``history/probes/NNNN.parquet`` (columns
+``value`` and ``absent``) next to ``history/history.json`` (the log's fingerprint, each
+stage's identity and handlers, each state's writers, each probe's signature and the encoding
+of its values). Values of one plain type (int, float, str, bool) are stored as that Arrow
+type; anything else goes through the value codec (:mod:`restream_kit.model.values`) as JSON text.
+No pickles. The rows a stage emitted are the run's own tables (every row names its handler);
+the final state is the run's own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..io.catalog import HISTORY_DIR
+from ..model import values
+from .probes import ABSENT, ReadSites, Signature, hook_source, signature
+
+__all__ = [
+    "Recorder",
+    "History",
+    "Probe",
+    "HISTORY_DIR",
+    "encode_probe",
+    "decode_column",
+    "codec_text",
+    "timing_reason",
+    "probe_sites",
+]
+
+_INDEX = "history.json"
+_FORMAT = 2
+
+_ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+_ABSENT_TYPE = type(ABSENT)
+
+
+@dataclass
+class Probe:
+    """The recorded values of one read site: ``value`` (encoded as ``encoding``: an Arrow type
+    name or ``codec``) and ``absent`` (True where the store had no value; None: nowhere)."""
+
+    signature: Signature
+    value: pa.Array
+    encoding: str
+    absent: pa.Array | None
+
+    def python_values(self) -> list:
+        """The values as Python objects, :data:`ABSENT` where the store had none."""
+        out = decode_column(self.value.to_pylist(), self.encoding)
+        if self.absent is not None:
+            for i in pc.indices_nonzero(self.absent).to_pylist():
+                out[i] = ABSENT
+        return out
+
+
+def probe_sites(program: Any, plan: Any, columns: list[str]) -> list:
+    """The read sites a history of ``program`` records: in each handler, reads of state that
+    some handler writes but none of the handler's own stage does."""
+    from ..compiler.compile import _rewrite
+
+    stage_of = {h: s.name for s in plan.stages for h in s.handlers}
+    writers: dict[str, set[str]] = {}
+    for h in plan.handlers:
+        for a in h.writes:
+            writers.setdefault(a.state, set()).add(stage_of[h.name])
+    wanted = {
+        h.name: {s for s, stages in writers.items() if stage_of[h.name] not in stages}
+        for h in program.handlers
+        if h.event_arg
+    }
+    finder = ReadSites(program, wanted, columns)
+    finder(_rewrite(program))
+    return finder.sites
+
+
+class Recorder:
+    """The loop statements that record a replay's probes, and the :class:`History` they make."""
+
+    def __init__(self, program: Any, columns: list[str], *, skip=(), plan: Any = None):
+        """``skip``: states whose reads are not recorded (a re-replay takes them from RUN)."""
+        from .. import planner
+
+        self.plan = plan or planner.plan(program, allow_nondeterminism=True)
+        self.signatures: list[Signature] = []
+        self.values: list[list] = []
+        self.hooks: list[tuple[int, str, str]] = []
+        self.globals: dict[str, Any] = {"_rs_ABSENT": ABSENT}
+        if timing_reason(program):
+            return  # such a history cannot serve reads (History.unusable says why)
+        index = {h.name: h for h in program.handlers}
+        slots: dict[Signature, int] = {}
+        for site in probe_sites(program, self.plan, list(columns)):
+            if site.state in skip:
+                continue
+            sig = signature(program, self.plan, site.handler, site.state, site.text)
+            if sig in slots:
+                continue  # recorded at an earlier handler's place: the same values
+            slot = slots[sig] = len(self.signatures)
+            self.signatures.append(sig)
+            self.values.append([])
+            self.globals[f"_rs_pv{slot}"] = self.values[slot].append
+            handler = index[site.handler]
+            for kind in handler.kinds:
+                self.hooks.append((handler.index, kind, hook_source(site, slot, list(columns))))
+
+    def finish(self, program: Any, log: Any, rt: Any, result: Any) -> History:
+        """The history of the replay."""
+        hist = History.new(program, log, self.plan)
+        if hist.unusable is None and sum(rt.scheduled_per_root.values()):
+            hist.unusable = f"{program.name} scheduled events"
+        for sig, vals in zip(self.signatures, self.values, strict=True):
+            hist.add_probe(sig, vals)
+        return hist
+
+
+def codec_text(value: Any) -> str:
+    """``value`` through the value codec, as compact JSON text (equal values, equal text)."""
+    return json.dumps(values.encode(value), separators=(",", ":"))
+
+
+def encode_probe(items: list) -> tuple[pa.Array, str, pa.Array | None]:
+    """A probe's values as (Arrow array, encoding, absent mask or None).
+
+    Values of one plain Python type (by exact type: 1, 1.0 and True are kept apart) are
+    stored as that type, anything else as codec JSON text; :data:`ABSENT` is a null in
+    ``value`` and True in ``absent``."""
+    types = set(map(type, items))
+    has_absent = _ABSENT_TYPE in types
+    types.discard(_ABSENT_TYPE)
+    if len(types) <= 1:
+        t = next(iter(types), bool)
+        arrow = _ARROW_TYPES.get(t)
+        # ABSENT is a NaN float: as a null it is told apart unless floats may be NaN too.
+        if arrow is not None and not (has_absent and t is float):
+            try:
+                arr = pa.array(items, arrow, from_pandas=True)
+                absent = arr.is_null() if has_absent else None
+                return arr, str(arrow), absent
+            except (OverflowError, pa.ArrowException):
+                pass
+    mask = [type(x) is _ABSENT_TYPE for x in items] if has_absent else None
+    present = [x for x in items if type(x) is not _ABSENT_TYPE] if has_absent else items
+    kinds = set(map(type, present))
+    if len(kinds) == 1 and (t := next(iter(kinds))) in _ARROW_TYPES:
+        try:
+            arr = pa.array([None if type(x) is _ABSENT_TYPE else x for x in items], _ARROW_TYPES[t])
+            return arr, str(_ARROW_TYPES[t]), pa.array(mask, pa.bool_())
+        except (OverflowError, pa.ArrowException):
+            pass
+    texts = [None if type(x) is _ABSENT_TYPE else codec_text(x) for x in items]
+    return pa.array(texts, pa.string()), "codec", None if mask is None else pa.array(mask)
+
+
+def decode_column(items: list, encoding: str) -> list:
+    """Python values of a column :func:`encode_probe` made (nulls stay None)."""
+    if encoding != "codec":
+        return items
+    return [None if x is None else values.decode(json.loads(x)) for x in items]
+
+
+@dataclass
+class History:
+    """What a run's stages read of each other's state, and what the run's stages were."""
+
+    log_fingerprint: str
+    #: Stage name -> identity (``restream_kit.history.identity.stage_identities``).
+    identities: dict[str, str]
+    #: Stage name -> its handlers.
+    stages: dict[str, list[str]]
+    #: State -> the handlers that write it (as the planner sees the program).
+    writers: dict[str, list[str]] = field(default_factory=dict)
+    probes: dict[Signature, Probe] = field(default_factory=dict)
+    #: Why this history cannot serve reads (timed writes, scheduled events).
+    unusable: str | None = None
+
+    @classmethod
+    def new(cls, program: Any, log: Any, plan: Any = None) -> History:
+        """An empty history of a replay of ``program`` over ``log``."""
+        from .. import planner
+        from .identity import stage_identities
+
+        plan = plan or planner.plan(program, allow_nondeterminism=True)
+        writers: dict[str, list[str]] = {}
+        for h in program.handlers:
+            for a in plan.handler(h.name).writes:
+                if h.name not in writers.setdefault(a.state, []):
+                    writers[a.state].append(h.name)
+        return cls(
+            log_fingerprint=log.fingerprint,
+            identities=stage_identities(program, plan),
+            stages={s.name: list(s.handlers) for s in plan.stages},
+            writers=writers,
+            unusable=timing_reason(program),
+        )
+
+    def add_probe(self, sig: Signature, items: list) -> None:
+        """Add the recorded values of the read with signature ``sig``."""
+        value, encoding, absent = encode_probe(items)
+        self.probes[sig] = Probe(sig, value, encoding, absent)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the recorded values take in memory."""
+        return sum(
+            p.value.nbytes + (p.absent.nbytes if p.absent is not None else 0)
+            for p in self.probes.values()
+        )
+
+    def write(self, run_dir: str | Path) -> None:
+        """Write the history under ``run_dir/history/``."""
+        out = Path(run_dir) / HISTORY_DIR
+        (out / "probes").mkdir(parents=True, mode=0o700, exist_ok=True)
+        probes = []
+        for i, probe in enumerate(self.probes.values()):
+            rel = f"probes/{i:04d}.parquet"
+            columns = {"value": probe.value}
+            if probe.absent is not None:
+                columns["absent"] = probe.absent
+            pq.write_table(pa.table(columns), out / rel)
+            probes.append({**probe.signature.to_json(), "file": rel, "encoding": probe.encoding})
+        index = {
+            "format": _FORMAT,
+            "log_fingerprint": self.log_fingerprint,
+            "identities": self.identities,
+            "stages": self.stages,
+            "writers": self.writers,
+            "probes": probes,
+            "unusable": self.unusable,
+        }
+        (out / _INDEX).write_text(json.dumps(index, indent=1))
+
+    @classmethod
+    def read(cls, run_dir: str | Path) -> History | None:
+        """The history stored under ``run_dir``, or None when the run kept none (or kept one
+        in an older format)."""
+        where = Path(run_dir) / HISTORY_DIR
+        if not (where / _INDEX).exists():
+            return None
+        index = json.loads((where / _INDEX).read_text())
+        if index.get("format") != _FORMAT:
+            return None
+        hist = cls(
+            log_fingerprint=index["log_fingerprint"],
+            identities=index["identities"],
+            stages=index["stages"],
+            writers=index["writers"],
+            unusable=index.get("unusable"),
+        )
+        for info in index["probes"]:
+            sig = Signature.from_json(info)
+            table = pq.read_table(where / info["file"])
+            absent = (
+                table.column("absent").combine_chunks() if "absent" in table.column_names else None
+            )
+            value = table.column("value").combine_chunks()
+            hist.probes[sig] = Probe(sig, value, info["encoding"], absent)
+        return hist
+
+
+def timing_reason(program: Any) -> str | None:
+    """Why a history of ``program`` cannot serve reads by log event and handler alone.
+
+    A write with ``at=`` lands between events and a scheduled event runs between log events:
+    neither has a place among (log event, handler) positions, which is what reads are served by.
+    """
+    import ast
+
+    from ..planner.checks import scheduled_fields
+
+    if scheduled_fields(program):
+        return f"{program.name} schedules events (schedule(...) or a window)"
+    for node in ast.walk(program.module_ast):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("set", "add", "merge", "delete")
+            and any(kw.arg == "at" for kw in node.keywords)
+        ):
+            return f"{program.name} writes state with at= (line {node.lineno})"
+    return None

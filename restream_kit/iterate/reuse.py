@@ -1,0 +1,456 @@
+"""Incremental re-replay: re-run only the stages an edit changed; read the rest from a history.
+
+``replay(program, log, reuse=RUN)`` (``docs/iterate.md``). :func:`restream_kit.history.identity.decide`
+picks the stages to re-run. Only their handlers are compiled and run, over the events of
+their kinds. Every read they make of a state that a reused stage writes is a read site
+(:mod:`restream_kit.history.probes`) whose values RUN recorded, for every event of the handler's
+kinds, at the handler's place (:mod:`restream_kit.history.recorder`): the re-run handler takes them as
+a column aligned with its events, no join. When the re-run handlers only read such values and
+emit, and lower to column expressions, they run as one polars selection per emit site
+(:mod:`restream_kit.iterate._rerun_columns`); otherwise their Python runs in the usual loop, each
+served read taking its value from a list by the handler's run number. The reused stages'
+rows are RUN's rows of their handlers, and their states' final values RUN's final state.
+
+A read that no recorded probe answers (or another use of a reused state: ``k in state``, a
+helper that names it, a key that is not a function of the event) makes the stages writing
+that state re-run too, which is always exact. When nothing can be reused (another log,
+scheduled events or timed writes, every stage changed), :func:`replay_reusing` says why in
+``Result.reuse["reuse_reason"]`` and replays in full.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import time
+from itertools import repeat
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..compiler.inline import SCHEDULED_RUNNER_NAME
+from ..history.probes import ABSENT, ReadSites, Uncovered, counter_var, signature
+from ..history.recorder import History, probe_sites
+from ..io.log import Log
+from ..io.progress import (
+    EpochFinished,
+    EpochStarted,
+    Observer,
+    Progress,
+    ReplayFinished,
+    ReplayStarted,
+    broadcast,
+)
+from ..io.result import Metrics, Result, build_table
+from ..model.errors import HandlerError, RestreamError
+from ..model.program import Program
+from ._rerun_columns import plan_columns
+
+__all__ = ["replay_reusing", "CannotReuse", "resolve_run"]
+
+
+class CannotReuse(Exception):
+    """Why a recorded run cannot serve this re-replay (the replay then runs in full)."""
+
+
+def resolve_run(run: Any, log: Log) -> tuple[str, Result | None, History | None]:
+    """``run`` (a catalog name or run id, or a ``Result``) as (label, result, history)."""
+    if isinstance(run, Result):
+        return "the given result", run, run.history
+    from ..history.recorder import History as _History
+    from ..io.catalog import Catalog, CatalogError
+
+    catalog = Catalog()
+    record = catalog.latest(str(run), log_fingerprint=log.fingerprint) or catalog.latest(str(run))
+    run_id = record.run_id if record is not None else str(run)
+    try:
+        result = catalog.load(run_id)
+    except CatalogError as exc:
+        if record is None:
+            raise RestreamError(
+                f"reuse={run!r}: no run of that name or id in the catalog"
+            ) from None
+        raise RestreamError(f"reuse={run!r}: {exc}") from None
+    return str(run), result, _History.read(result.path)
+
+
+def replay_reusing(
+    program: Program,
+    log: Log,
+    run: Any,
+    *,
+    full_replay,
+    observer: Observer | None = None,
+    history: bool = False,
+    options: dict[str, Any] | None = None,
+) -> Result:
+    """Replay ``program`` over ``log`` reusing what run ``run`` computed; see the module doc.
+
+    ``full_replay(history=...)`` replays in full, for when nothing can be reused.
+    """
+    from .. import planner
+
+    label, recorded, hist = resolve_run(run, log)
+    plan = planner.plan(program, allow_nondeterminism=True)
+    try:
+        _check_usable(program, log, label, hist, options or {})
+        result, (prep, info) = _rereplay(program, log, recorded, hist, plan, observer, history)
+    except CannotReuse as why:
+        result = full_replay(history=history)
+        result.reuse = {
+            "reused_run": label,
+            "reused_stages": [],
+            "rerun_stages": [s.name for s in plan.stages],
+            "saved_s": 0.0,
+            "reuse_reason": f"nothing reused from {label}: {why}",
+            "rerun_as": None,
+            "notes": [],
+        }
+        result.warnings.append(result.reuse["reuse_reason"])
+        return result
+    saved = (recorded.metrics.wall_s or 0.0) - result.metrics.wall_s
+    result.reuse = {
+        "reused_run": label,
+        "reused_stages": list(prep.decision.reused_stages),
+        "rerun_stages": list(prep.decision.rerun_stages),
+        "saved_s": round(max(saved, 0.0), 6),
+        "reuse_reason": None,
+        "rerun_as": info["rerun_as"],
+        "notes": prep.notes + ([info["columns_refused"]] if info["columns_refused"] else []),
+    }
+    return result
+
+
+def _decide(program: Program, hist: History, plan, force: set[str]):
+    """:func:`identity.decide` (``force``: stages to re-run whatever their identity),
+    re-running also the writers of a state that a handler of RUN that is not reused (removed
+    or changed) wrote: RUN's values of that state hold its part too."""
+    from ..history.identity import decide
+
+    writers = {state: set(handlers) for state, handlers in hist.writers.items()}
+    stages = {s.name: s for s in plan.stages}
+    force = set(force)
+    while True:
+        decision = decide(program, hist.identities, plan=plan, force=force)
+        reused = {h for s in decision.reused_stages for h in stages[s].handlers}
+        more = set()
+        for name in decision.reused_stages:
+            for h in stages[name].handlers:
+                for access in plan.handler(h).writes:
+                    if writers.get(access.state, set()) - reused:
+                        more.add(name)
+        if not more:
+            return decision
+        force |= more
+
+
+def _check_usable(program: Program, log: Log, label: str, hist, options: dict) -> None:
+    from ..history.recorder import timing_reason
+
+    if hist is None:
+        raise CannotReuse(
+            f"{label} kept no history (replay it with history=True, or restream replay --history)"
+        )
+    if hist.log_fingerprint != log.fingerprint:
+        raise CannotReuse(f"{label} replayed another log")
+    if hist.unusable:
+        raise CannotReuse(f"its history cannot place every write ({hist.unusable})")
+    why = timing_reason(program)
+    if why:
+        raise CannotReuse(f"re-replays serve reads by log event, and {why}")
+    for option in ("checkpoint", "start_from", "resume"):
+        if options.get(option):
+            raise CannotReuse(f"{option} is given (a re-replay is one whole replay)")
+    if options.get("on_error", "stop") != "stop":
+        raise CannotReuse("on_error is not 'stop' (rolled back runs would have to be redone)")
+
+
+# -- the re-replay -----------------------------------------------------------------------
+
+
+def _pick(value: Any, fallback: Any) -> Any:
+    return fallback if value is ABSENT else value
+
+
+def _typed_default(encoding: str, default: Any) -> bool:
+    want = {"int64": int, "double": float, "string": str, "bool": bool}.get(encoding)
+    return default is None or (want is not None and type(default) is want)
+
+
+def _served_array(probe, default: Any) -> pa.Array | None:
+    """A probe's values with the state's default where the store had none, as one Arrow
+    array, or None when the values have no plain type of their own (codec) or another type
+    than the default."""
+    n = len(probe.value)
+    if probe.absent is not None and pc.all(probe.absent).as_py() and n:
+        if type(default) not in (int, float, str, bool):
+            return None
+        return pa.array([default] * n)
+    if probe.encoding == "codec":
+        return None
+    if probe.absent is None or not pc.any(probe.absent).as_py():
+        return probe.value
+    if not _typed_default(probe.encoding, default):
+        return None
+    return pc.if_else(probe.absent, pa.scalar(default, probe.value.type), probe.value)
+
+
+def _served_list(probe, site, default: Any) -> list:
+    """A site's values for the loop: its read's values, ABSENT kept for ``get(k, fallback)``."""
+    if site.default:
+        arr = _served_array(probe, default)
+        if arr is not None:
+            return arr.to_pylist()
+        return [default if v is ABSENT else v for v in probe.python_values()]
+    return probe.python_values()
+
+
+class _Prepared:
+    """What re-runs, and the read sites of reused state that probes serve."""
+
+    def __init__(self, decision, sites, probes, rerun, reused, reused_states, notes):
+        self.decision = decision
+        self.sites = sites
+        self.probes = probes  # site number -> Probe
+        self.rerun = rerun
+        self.reused = reused
+        self.reused_states = reused_states
+        self.notes = notes
+
+    def serve(self, program, log) -> ReadSites:
+        """The tree transform that serves the sites (``compile_program(transform=...)``)."""
+        handlers = {h: self.reused_states for h in self.rerun}
+        return ReadSites(program, handlers, log.columns, serve=True)
+
+
+def _prepare(program, log, hist, plan) -> _Prepared:
+    """Decide what re-runs and find its reads of reused state, each served by a probe.
+
+    A read no probe answers (or any other use of reused state) makes the stages that write
+    that state re-run too, and the decision is taken again: re-running is always exact."""
+    from ..compiler.compile import _rewrite
+
+    stages = {s.name: s for s in plan.stages}
+    stage_of = {h: s.name for s in plan.stages for h in s.handlers}
+    force: set[str] = set()
+    notes: list[str] = []
+    while True:
+        decision = _decide(program, hist, plan, force)
+        if decision.full:
+            raise CannotReuse(decision.reason + ("" if not notes else f" ({'; '.join(notes)})"))
+        rerun = [h for s in decision.rerun_stages for h in stages[s].handlers]
+        reused = {h for s in decision.reused_stages for h in stages[s].handlers}
+        reused_states = {a.state for h in reused for a in plan.handler(h).writes}
+        prep = _Prepared(decision, [], {}, rerun, reused, reused_states, notes)
+        serve = prep.serve(program, log)
+        try:
+            serve(_rewrite(program))
+            for site in serve.sites:
+                sig = signature(program, plan, site.handler, site.state, site.text)
+                prep.probes[site.number] = hist.probes.get(sig)
+                if prep.probes[site.number] is None:
+                    raise Uncovered(
+                        site.state,
+                        f"no recorded read of {site.state}[{site.text}] at the place of "
+                        f"handler {site.handler} (line {site.lineno})",
+                    )
+        except Uncovered as why:
+            more = {
+                stage_of[h.name]
+                for h in plan.handlers
+                if any(a.state == why.state for a in h.writes)
+            } - set(decision.rerun_stages)
+            if not more:
+                raise CannotReuse(str(why)) from None
+            force |= more
+            notes.append(f"{', '.join(sorted(more))} re-ran too: {why}")
+            continue
+        prep.sites = serve.sites
+        return prep
+
+
+def _compile(program, log, prep: _Prepared, rt, stores, recorder):
+    """The re-run handlers compiled for the loop, their served reads rewritten."""
+    from ..compiler.compile import compile_program
+
+    serve = prep.serve(program, log)
+    compiled = compile_program(
+        program,
+        rt,
+        stores,
+        columns=log.columns,
+        kind_order=log.kinds_by_frequency(),
+        extra_globals={
+            SCHEDULED_RUNNER_NAME: _no_schedule,
+            "_rs_pick": _pick,
+            **(recorder.globals if recorder is not None else {}),
+        },
+        only=prep.rerun,
+        transform=serve,
+        hooks=recorder.hooks if recorder is not None else (),
+    )
+    # The same walk over the same tree: the same sites, in the same order.
+    assert [(s.handler, s.state, s.text) for s in serve.sites] == [
+        (s.handler, s.state, s.text) for s in prep.sites
+    ]
+    return compiled
+
+
+def _no_schedule(_t):  # pragma: no cover - programs that schedule are refused before
+    raise RestreamError("a re-replay cannot run scheduled events")
+
+
+def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Result, Any]:
+    from ..engines.serial import _handler_error
+    from ..history.recorder import Recorder
+    from ..runtime import SerialRuntime, check_state
+
+    notify = broadcast(observer)
+    started = time.perf_counter()
+    positions = {h.name: i for i, h in enumerate(program.handlers)}
+    by_name = {h.name: h for h in program.handlers}
+    rt = SerialRuntime()
+    stores: dict[str, dict] = {name: {} for name in program.states}
+    recorder = None
+    prep = _prepare(program, log, hist, plan)
+    if history:
+        # The new run's history: probes of reused state come from RUN's, the others are
+        # recorded by the re-run loop (their readers all re-run: they are downstream).
+        recorder = Recorder(program, log.columns, skip=prep.reused_states, plan=plan)
+    sites = prep.sites
+    kinds = sorted({k for h in prep.rerun for k in by_name[h].kinds})
+    table = log.table
+    selected = table.filter(pc.is_in(table.column("kind"), pa.array(kinds, pa.string())))
+    total = len(log)
+    notify(ReplayStarted("serial", total, 1, ("serial",), log.span_ms))
+    notify(EpochStarted(0, total))
+    columns_run, why_not = None, "a run that keeps a history records in the loop"
+    if recorder is None or not recorder.hooks:
+        served = {}
+        for site in sites:
+            arr = _served_array(prep.probes[site.number], program.states[site.state].default)
+            if arr is not None and site.default:
+                served[site.number] = arr
+        columns_run, why_not = plan_columns(program, prep.rerun, sites, served, selected)
+        if why_not:
+            why_not = f"the re-run handlers ran in the loop, not as columns: {why_not}"
+    prep_s = time.perf_counter() - started
+    if columns_run is not None:
+        handler_of = {s.number: s.handler for s in sites}
+        values = {n: pl.from_arrow(a) for n, a in served.items() if n in columns_run.reads.values()}
+        new_tables = columns_run.run(selected, values, handler_of)
+        how = "columns"
+    else:
+        compiled = _compile(program, log, prep, rt, stores, recorder)
+        ns = compiled.namespace
+        for handler in {s.handler for s in sites}:
+            ns[counter_var(handler)] = itertools.count().__next__
+        for site in sites:
+            default = program.states[site.state].default
+            ns[site.var] = _served_list(prep.probes[site.number], site, default)
+        named = compiled.needs_named_events
+        wanted = _columns_read(program, prep.rerun, log.columns) if not named else None
+        make = log.event_type()
+        try:
+            for batch in selected.to_batches(max_chunksize=65_536):
+                rows = zip(
+                    *(
+                        col.to_pylist() if wanted is None or i in wanted else repeat(None)
+                        for i, col in enumerate(batch.columns)
+                    )
+                )
+                compiled.run_batch(
+                    list(map(lambda r: tuple.__new__(make, r), rows)) if named else list(rows)
+                )
+        except HandlerError:
+            raise
+        except Exception as exc:
+            raise _handler_error(program, rt, exc, log.columns) from exc
+        new_tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
+        how = "loop"
+    tables = _tables(recorded, new_tables, prep.reused, positions)
+    state = {}
+    for name in program.states:
+        if name in prep.reused_states:
+            # _decide made sure every recorded writer of this state is reused: its recorded
+            # final values are the ones a full replay ends with.
+            state[name] = dict(recorded.state.get(name, {}))
+        else:
+            state[name] = stores[name]
+    check_state({n: d for n, d in state.items() if n not in prep.reused_states})
+    wall = time.perf_counter() - started
+    notify(Progress(total, total, wall))
+    notify(EpochFinished(0, total, wall, {}, None))
+    notify(ReplayFinished(total, wall))
+    metrics = Metrics(
+        engine="serial",
+        events=total,
+        scheduled_events=0,
+        wall_s=wall,
+        span_ms=log.span_ms,
+        rows={name: t.num_rows for name, t in tables.items()},
+        stages={"history reads": prep_s, "re-run": wall - prep_s},
+    )
+    result = Result(tables=tables, state=state, metrics=metrics)
+    if history:
+        result.history = recorder.finish(program, log, rt, result)
+        # Reads of reused state: the values RUN recorded (same signature, same values).
+        for site in probe_sites(program, plan, list(log.columns)):
+            if site.state in prep.reused_states:
+                sig = signature(program, plan, site.handler, site.state, site.text)
+                if sig in hist.probes:
+                    result.history.probes[sig] = hist.probes[sig]
+    info = {"rerun_as": how, "columns_refused": None if how == "columns" else why_not}
+    return result, (prep, info)
+
+
+def _columns_read(program: Program, handlers: list[str], columns: list[str]) -> set[int]:
+    """Positions of the log columns the re-run handlers name (``e.col``), and lsn, ts, kind.
+
+    Other columns of the events they get stay None: the inlined loop reads columns by position.
+    """
+    names = set()
+    for fn in program.module_ast.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name in handlers:
+            names |= {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
+    return {0, 1, 2} | {i for i, c in enumerate(columns) if c in names}
+
+
+def _tables(recorded: Result, new: dict, reused_handlers: set, positions: dict) -> dict:
+    """The reused handlers' recorded rows merged with the re-run tables, in log order."""
+    names = list(dict.fromkeys([*recorded.tables, *new]))
+    out = {}
+    keep_names = pa.array(sorted(reused_handlers), pa.string())
+    for name in names:
+        old = recorded.tables.get(name)
+        if old is not None:
+            old = old.filter(pc.is_in(old.column("handler"), keep_names))
+        fresh = new.get(name)
+        if fresh is None or not fresh.num_rows:
+            if old is not None and old.num_rows:
+                out[name] = old
+            continue
+        if old is None or not old.num_rows:
+            out[name] = fresh
+            continue
+        rows = []
+        for t in (fresh, old):
+            fields = [c for c in t.column_names if c not in ("lsn", "ts", "handler", "seq")]
+            for r in t.to_pylist():
+                rows.append((r["lsn"], r["ts"], r["handler"], r["seq"], {f: r[f] for f in fields}))
+        # Log order is (ts, lsn); within an event, declaration order; sort is stable (the
+        # re-run rows come first, but within one handler's run only one side has rows).
+        rows.sort(key=lambda r: (r[1], r[0], positions[r[2]]))
+        out[name] = build_table(name, rows)
+    # A full replay lists tables in the order of their first row.
+    first = {
+        n: (
+            t.column("ts")[0].as_py(),
+            t.column("lsn")[0].as_py(),
+            positions.get(t.column("handler")[0].as_py(), 0),
+        )
+        for n, t in out.items()
+    }
+    return {n: out[n] for n in sorted(out, key=lambda n: first[n])}

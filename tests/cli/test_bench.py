@@ -1,0 +1,88 @@
+"""A smoke test of the benchmark harness (python -m bench): it runs and both sides agree.
+
+Timings over 20,000 events say nothing, so nothing here asserts on speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_serial_vs_loop_quick_run(tmp_path):
+    out = tmp_path / "serial_vs_loop.json"
+    command = [
+        sys.executable, "-m", "bench", "serial",
+        "--events", "20000", "--runs", "1",
+        "--log", str(tmp_path / "social_20000.parquet"),
+        "--out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"outputs agree: [\d,]+ spam rows from [\d,]+ senders", proc.stdout), (
+        proc.stdout
+    )
+    match = re.search(r"ratio plain/serial: (\d+\.\d+)", proc.stdout)
+    assert match, proc.stdout
+    results = json.loads(out.read_text())
+    assert results["events"] == 20_000 and results["runs"] == 1
+    assert results["spam_rows"] > 0
+    assert set(results["median_s"]) == {"plain loop", "serial engine"}
+    assert abs(results["ratio"] - float(match.group(1))) < 0.01
+
+
+def test_unknown_benchmark_is_refused():
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "nosuch"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "unknown benchmark" in proc.stderr
+
+
+def test_spark_vs_serial_quick_run(tmp_path):
+    """The Spark benchmark end to end on a small log: both engines agree, and it reports the
+    ratio, the per-stage seconds, the planner's prediction and both targets."""
+    out = tmp_path / "spark_vs_serial.json"
+    command = [
+        sys.executable, "-m", "bench", "spark",
+        "--events", "20000", "--runs", "1", "--epoch", "5000",
+        "--log", str(tmp_path / "social_20000.parquet"),
+        "--out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "outputs agree" in proc.stdout and "the planner predicts" in proc.stdout, proc.stdout
+    results = json.loads(out.read_text())
+    assert results["events"] == 20_000 and results["spam_rows"] > 0
+    assert results["sides"]["spark"]["epochs"] == 4
+    assert any(name.startswith("round 3") for name in results["spark_stages_s"])
+    assert results["predicted_speedup_p2"] > 1
+    assert isinstance(results["speed_ok"], bool) and results["memory_ok"] is True
+
+
+def test_spark_rules_quick_run(tmp_path):
+    """The rules benchmark end to end, warm and cold, on a small log: both engines agree on
+    every rule, and it reports the ratio, what ran and the time per stage."""
+    out = tmp_path / "spark_rules.json"
+    command = [
+        sys.executable, "-m", "bench", "spark-rules",
+        "--events", "3000", "--runs", "1", "--rules", "ordinary,windows",
+        "--log", str(tmp_path / "social_3000.parquet"), "--out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    for rule in ("ordinary", "windows"):
+        warm, cold = results["rules"][rule]["warm"], results["rules"][rule]["cold"]
+        assert warm["ratio"] > 0 and cold["ratio"] > 0
+        assert all(what.startswith("parallel") for what in warm["path"].values()), warm["path"]
+        assert any(stage.endswith("(tasks, summed)") for stage in warm["stage_s"])

@@ -1,0 +1,84 @@
+"""Property tests: random programs and logs, the engines against the naive interpreter, and the
+Spark engine against the serial engine."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from engine_matrix import assert_ran_as_planned, assert_same_result, rows_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from naive import events, programs, render, run_naive, spark_cases
+
+import restream_kit as rk
+from restream_kit.io.result import ROW_COLUMNS
+
+pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
+
+EXAMPLES = int(os.environ.get("RESTREAM_PROPERTY_EXAMPLES", "200"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=programs(), log=events)
+def test_serial_engine_equals_the_naive_interpreter(spec, log):
+    program = rk.Program.from_source(render(spec), name="prop")
+    result = rk.replay(program, rk.Log(log))
+    want_rows, want_state = run_naive(spec, log)
+    got = rows_of(result, "out")
+    assert len(got) == len(want_rows)
+    for row, (lsn, handler, fields) in zip(got, want_rows):
+        assert (row["lsn"], row["handler"]) == (lsn, handler)
+        assert {k: row[k] for k in fields} == fields
+        assert all(row[k] is None for k in row if k not in fields and k not in ROW_COLUMNS)
+    assert result.state == want_state
+
+
+# -- the Spark engine against the serial engine --------------------------------------------------
+
+SPARK_EXAMPLES = int(os.environ.get("RESTREAM_SPARK_PROPERTY_EXAMPLES", str(EXAMPLES)))
+
+
+@settings(max_examples=SPARK_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=spark_cases())
+def test_spark_engine_equals_the_serial_engine(case, spark_session):
+    source, log, epoch, path = case
+    program = rk.Program.from_source(source, name="prop")
+    the_log = rk.Log(log)
+    want = rk.replay(program, the_log)
+    got = rk.replay(program, the_log, engine="spark", epoch=epoch, partitions=2, path=path)
+    assert_same_result(got, want)
+    if path == "passes":
+        assert_ran_as_planned(program, got)
+
+
+CHECKPOINT_EXAMPLES = int(os.environ.get("RESTREAM_CHECKPOINT_PROPERTY_EXAMPLES", "12"))
+
+
+@settings(max_examples=CHECKPOINT_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=spark_cases(), cut=st.integers(min_value=1, max_value=4))
+def test_checkpointed_spark_replays_and_their_resumes_equal_the_serial_engine(
+    case, cut, spark_session, tmp_path_factory
+):
+    """Epoch by epoch on the pass path (state, timed writes and scheduled events carried
+    across epochs), then resumed from an earlier epoch: the serial engine's result."""
+    import json
+
+    source, log, _epoch, _path = case
+    program = rk.Program.from_source(source, name="prop")
+    the_log = rk.Log(log)
+    want = rk.replay(program, the_log)
+    ck = tmp_path_factory.mktemp("ck") / "ck"
+    options = dict(engine="spark", partitions=2, epoch=cut, checkpoint=ck)
+    got = rk.replay(program, the_log, **options)
+    assert_same_result(got, want)
+    assert_ran_as_planned(program, got)
+    manifest = json.loads((ck / "manifest.json").read_text())
+    assert manifest["state_format"] == "serial"
+    if len(manifest["epochs"]) > 1:
+        # As if killed after the first epoch committed.
+        manifest["epochs"], manifest["complete"] = manifest["epochs"][:1], False
+        (ck / "manifest.json").write_text(json.dumps(manifest))
+        resumed = rk.replay(program, the_log, **options, resume=True)
+        assert resumed.resumed_from_epoch == 1
+        assert_same_result(resumed, want)

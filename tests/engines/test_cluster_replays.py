@@ -1,0 +1,186 @@
+"""Replays on a real standalone cluster whose workers run as another Unix user.
+
+The session's test cluster (``tests/spark_fixtures.py``, started by ``scripts/cluster.sh``) runs
+its workers, when the tests run as root, as user ``restream-worker``, which cannot read the
+test's directories: a replay that relied on the executors reading a file of the kernel's would
+fail here. Each replay is compared with the serial engine, ran as the plan says, and ran every
+parallel stage in more than one task. A log given as a ``file://`` URI goes to Spark's reader.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from engine_matrix import assert_ran_as_planned, assert_same_result
+
+import restream_kit as rk
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ROOT / "sample_data" / "social_small.parquet"
+WORKER_USER = "restream-worker"
+PROGRAMS = {
+    "antispam": ROOT / "examples" / "antispam.py",
+    "ordinary": ROOT / "bench" / "programs" / "ordinary.py",
+    "windows": ROOT / "bench" / "programs" / "windows.py",
+}
+
+
+def _uid_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Uid line for pid {pid}")
+
+
+def _worker_can_read(path: Path) -> bool:
+    """Whether the workers' user can read ``path`` (tried as that user)."""
+    done = subprocess.run(
+        ["setpriv", "--reuid", WORKER_USER, "--regid", WORKER_USER, "--clear-groups",
+         "head", "-c", "1", str(path)],
+        capture_output=True,
+    )  # fmt: skip
+    return done.returncode == 0
+
+
+def _tasks(what: str) -> int | None:
+    found = re.search(r"\((\d+) tasks?\)$", what)
+    return int(found.group(1)) if found else None
+
+
+def assert_parallel_stages_split(result: rk.Result) -> None:
+    """Every stage that ran in parallel ran in more than one task."""
+    for stage, what in result.metrics.path.items():
+        assert not what.startswith("sequential"), f"{stage}: {what}"
+        assert what.startswith("parallel"), f"{stage}: {what}"
+        tasks = _tasks(what)
+        assert tasks is not None and tasks > 1, f"{stage} ran in {tasks} task(s): {what}"
+
+
+@pytest.fixture
+def private_log(tmp_path) -> Path:
+    """The sample log in a directory only this process's user can read."""
+    home = tmp_path / "kernel-only"
+    home.mkdir(mode=0o700)
+    os.chmod(home, 0o700)
+    log = home / "social.parquet"
+    shutil.copy(SMALL, log)
+    return log
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
+def test_the_workers_run_as_another_user(engine, test_cluster, private_log):
+    worker = test_cluster.pids()["worker-1"]
+    if os.geteuid() == 0:
+        import pwd
+
+        assert _uid_of(worker) == pwd.getpwnam(WORKER_USER).pw_uid
+        assert _uid_of(worker) != os.geteuid()
+        assert not _worker_can_read(private_log)
+    else:  # cluster.sh says so: without root the workers run as this same user
+        assert _uid_of(worker) == os.geteuid()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_a_program_on_the_cluster_is_serial_and_parallel(engine, test_cluster, private_log, name):
+    """The log sits where the workers cannot read it: it reaches them through DataFrames."""
+    program = rk.Program.load(PROGRAMS[name])
+    log = rk.Log(private_log)
+    got = rk.replay(program, log, engine="spark", master=test_cluster.master)
+    assert_same_result(got, rk.replay(program, log))
+    assert got.warnings == [] or all("ran in one task" not in w for w in got.warnings)
+    assert_ran_as_planned(program, got)
+    assert_parallel_stages_split(got)
+
+
+@pytest.fixture
+def shared_uri_log():
+    """The sample log as a directory of three Parquet files (several row groups each) that
+    the workers' user can read, as a ``file://`` URI; and the same rows as one local file."""
+    directory = Path(tempfile.mkdtemp(prefix="restream-shared-log-", dir="/tmp"))
+    try:
+        os.chmod(directory, 0o755)
+        table = pq.read_table(SMALL)
+        # Files whose path order is not their size order, and equal times across files.
+        cuts = [0, 23_000, 31_000, table.num_rows]
+        for i, name in enumerate(["part-a.parquet", "part-b.parquet", "part-c.parquet"]):
+            piece = table.slice(cuts[i], cuts[i + 1] - cuts[i])
+            pq.write_table(piece, directory / name, row_group_size=4_000)
+            os.chmod(directory / name, 0o644)
+        yield f"file://{directory}", SMALL
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
+def test_a_uri_log_is_read_by_sparks_reader(engine, test_cluster, shared_uri_log):
+    uri, local = shared_uri_log
+    if os.geteuid() == 0:
+        assert _worker_can_read(Path(uri.removeprefix("file://")) / "part-a.parquet")
+    program = rk.Program.load(PROGRAMS["antispam"])
+    log = rk.Log(uri)
+    got = rk.replay(program, log, engine="spark", master=test_cluster.master)
+    assert log._table is None, "the kernel read the rows of a log given as a URI"
+    assert len(log) == pq.read_metadata(local).num_rows
+    want = rk.replay(program, rk.Log(local))
+    assert_same_result(got, want)
+    assert_ran_as_planned(program, got)
+    assert_parallel_stages_split(got)
+    # The serial engine reads the same URI through pyarrow, to the same result.
+    assert_same_result(rk.replay(program, rk.Log(uri)), want)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
+def test_a_uri_log_numbers_events_as_log_does(engine, test_cluster, tmp_path):
+    """Equal times across files and within them: lsn is the stable order by ts, then the
+    position (file path, row), exactly as Log numbers a local file; the kinds and times too."""
+    import pyarrow as pa
+
+    from restream_kit.engines.spark import get_session
+    from restream_kit.engines.spark._uri_log import uri_frame
+
+    directory = Path(tempfile.mkdtemp(prefix="restream-uri-order-", dir="/tmp"))
+    try:
+        os.chmod(directory, 0o755)
+        for i, name in enumerate(["b.parquet", "a.parquet", "c.parquet"]):
+            n = 3_000 + 700 * i
+            piece = pa.table(
+                {
+                    "ts": [(j * 7 + i) % 40 for j in range(n)],
+                    "kind": [None if j % 5 == 0 else "xyz"[j % 3] for j in range(n)],
+                    "v": [f"{name}:{j}" for j in range(n)],
+                }
+            )
+            pq.write_table(piece, directory / name, row_group_size=250)
+            os.chmod(directory / name, 0o644)
+        uri = f"file://{directory}"
+        log = rk.Log(uri)
+        session = get_session(test_cluster.master)
+        got = uri_frame(session, log).orderBy("lsn").toArrow()
+        want = rk.Log(uri).table
+        assert got.cast(want.schema).equals(want)
+        assert log.kinds == rk.Log(uri).kinds
+        assert log.span_ms == rk.Log(uri).span_ms
+        assert log.kinds_by_frequency() == rk.Log(uri).kinds_by_frequency()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_uri_only_spark_reads_is_one_clear_error_elsewhere():
+    log = rk.Log("s3a://no-such-bucket/events.parquet")
+    assert log.uri == "s3a://no-such-bucket/events.parquet"
+    with pytest.raises(rk.RestreamError) as info:
+        rk.replay(PROGRAMS["antispam"], log)
+    assert "only the Spark engine reads it" in str(info.value)
+    assert "s3a://no-such-bucket/events.parquet" in str(info.value)

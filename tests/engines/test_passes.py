@@ -1,0 +1,332 @@
+"""The Spark engine's passes: one parallel job per stage, with the handlers as written.
+
+Each Spark replay here equals the serial engine's (the oracle) and says, in
+``metrics.path``, that every stage ran in parallel over several tasks: a program the plan
+calls parallel that ran in one task fails here.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from engine_matrix import assert_ran_as_planned, assert_same_result
+from hypothesis import HealthCheck, assume, given, settings
+from naive import spark_cases
+
+import restream_kit as rk
+from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, plan_passes
+from restream_kit.io.progress import Progress, Recorder, StageFinished
+from restream_kit.planner import plan
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
+
+
+def program(path: str) -> rk.Program:
+    return rk.Program.from_file(ROOT / path)
+
+
+def social(n: int = 6000) -> rk.Log:
+    table = rk.Log(ROOT / "sample_data" / "social_small.parquet").table.slice(0, n)
+    return rk.Log(table.drop_columns(["lsn"]))
+
+
+def passes_of(path: str):
+    p = program(path)
+    return plan_passes(p, plan(p, allow_nondeterminism=True))
+
+
+# -- the passes, from the plan (no Spark) -----------------------------------------------------
+
+
+def test_each_stage_is_a_pass_partitioned_as_the_plan_says():
+    pp = passes_of("bench/programs/ordinary.py")
+    assert pp.reason is None
+    # ip_window is stateless, but every write is under e.ip: its pass holds ip_hour. The
+    # reader, suspicious, runs in that pass and reads rate where sender_rate holds it.
+    assert [(p.stages, p.partition) for p in pp.passes] == [
+        (("sender_rate",), "e.src"),
+        (("ip_window", "suspicious"), "e.ip"),
+    ]
+    served = {(q.state, q.key, q.home, q.reader) for p in pp.passes for q in p.serves}
+    assert served == {("rate", "e.src", 0, 1)}
+
+
+def test_state_written_under_several_keys_is_folded_by_the_key_it_is_read_by():
+    pp = passes_of("examples/antispam.py")
+    names = [(p.stage, p.partition) for p in pp.passes]
+    assert names[0] == ("befriend", ORDER)
+    assert names[1] == ("fold friends by (e.src, e.dst)", "(e.src, e.dst)")
+    assert pp.passes[0].blind == {"friends": (1,)}
+    # flag reads the counters of tally_sender (as probes) and of tally_ip (where it runs).
+    assert names[2:] == [("tally_sender", "e.src"), ("tally_ip, flag", "e.ip")]
+
+
+def test_windows_send_their_writes_and_closing_events_to_the_close_stage():
+    pp = passes_of("bench/programs/windows.py")
+    track, close = pp.passes
+    assert close.partition == "(e.key, e.start)"
+    assert track.blind == {"per_sender__n": (close.index,)}
+    assert pp.kind_passes["per_sender:close"] == (close.index,)
+
+
+def test_a_state_only_written_is_folded_by_its_own_key():
+    p = rk.Program.from_source(
+        textwrap.dedent(
+            """
+            from restream_kit import state, on
+            seen = state.Counter()
+
+            @on("message")
+            def a(e):
+                seen[e.src] += 1
+
+            @on("friendship")
+            def b(e):
+                seen[e.dst] += 1
+            """
+        ),
+        name="sink",
+    )
+    pp = plan_passes(p, plan(p))
+    assert pp.reason is None
+    assert pp.passes[-1].partition == BY_KEY and pp.passes[-1].finals == ("seen",)
+
+
+def test_what_the_passes_cannot_split_runs_as_one_pass_and_says_why():
+    pp = passes_of("examples/plans/key_from_read.py")
+    assert pp.reason and "key that is not the event's" in pp.reason
+    (only,) = pp.passes
+    assert only.partition == SINGLE and only.describe(4).startswith("sequential in one task")
+
+
+def test_a_stage_partitioned_by_an_element_of_its_keys_is_one_parallel_pass():
+    pp = passes_of("examples/plans/tumbling_window.py")
+    assert pp.reason is None
+    (only,) = pp.passes
+    assert only.partition == "e.symbol" and set(only.homes) == {"volume", "is_open"}
+
+
+# -- on Spark ------------------------------------------------------------------------------
+
+
+PARALLEL = [
+    "bench/programs/sender_ewma.py",
+    "bench/programs/ordinary.py",
+    "bench/programs/windows.py",
+    "examples/antispam.py",
+    "examples/plans/five_rules.py",
+    "examples/plans/cycle_same_key.py",
+    "examples/plans/session_windows.py",
+    "examples/plans/rate_limit.py",
+]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("path", PARALLEL)
+def test_programs_run_in_parallel_passes_and_equal_serial(path, spark_session):
+    p = program(path)
+    log = social()
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, rk.replay(p, log))
+    assert_ran_as_planned(p, got)
+    planned = {s.name: s.mode for s in plan(p).stages}
+    for stage, what in got.metrics.path.items():
+        if planned.get(stage) != "sequential":
+            assert what.startswith("parallel over"), (stage, what)
+            if what.endswith("(no event reaches it)"):
+                kinds = {k for s in plan(p).stages if s.name == stage for k in s.kinds}
+                assert kinds and not kinds & set(log.kinds), (stage, what, kinds)
+                continue
+            tasks = int(what.rsplit("(", 1)[1].split()[0])
+            assert tasks >= 2, (stage, what)
+
+
+@pytest.mark.spark
+def test_domains_run_in_parallel_passes(spark_session):
+    for path, logs in [
+        ("examples/iot.py", {"reading": "sample_data/iot_small/readings.parquet"}),
+        (
+            "examples/adclicks.py",
+            {
+                "impressions": "sample_data/adclicks_small/impressions.parquet",
+                "clicks": "sample_data/adclicks_small/clicks.parquet",
+            },
+        ),
+    ]:
+        p = program(path)
+        whole = rk.Log([f"{kind}={ROOT / f}" for kind, f in logs.items()])
+        log = rk.Log(whole.table.slice(0, 4000).drop_columns(["lsn"]))
+        got = rk.replay(p, log, engine="spark", path="passes", partitions=2)
+        assert_same_result(got, rk.replay(p, log))
+        assert not any(w.startswith("spark: the whole program") for w in got.warnings)
+        assert all(v.startswith("parallel") for v in got.metrics.path.values()), got.metrics.path
+
+
+@pytest.mark.spark
+def test_a_timed_write_after_the_log_comes_before_a_later_scheduled_events_write(spark_session):
+    # Found by the property test: the timed add at ts 1 (after the log's last event) is due
+    # because the scheduled 'b' at ts 2 runs; the fold must apply it before b's delete.
+    p = rk.Program.from_source(
+        textwrap.dedent(
+            """
+            from restream_kit import state, on, schedule
+
+            s0 = state.Counter()
+
+            @on('a', 'b')
+            def h0(e):
+                del s0[e.k]
+
+            @on('a')
+            def h1(e):
+                s0[e.k] += 0
+
+            @on('a')
+            def h2(e):
+                s0.add(e.k, 0, at=e.ts + 1)
+
+            @on('a')
+            def hx(e):
+                schedule('b', at=e.ts + 2, k=e.k)
+            """
+        )
+    )
+    log = rk.Log([{"ts": 0, "kind": "a", "k": 0}, {"ts": 0, "kind": "a", "k": 1}])
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=2)
+    assert_same_result(got, rk.replay(p, log))
+
+
+@pytest.mark.spark
+def test_handler_errors_are_the_serial_engines(spark_session):
+    p = rk.Program.from_source(
+        textwrap.dedent(
+            """
+            from restream_kit import state, on, emit
+            n = state.Counter()
+
+            @on("message")
+            def count(e):
+                n[e.src] += 1
+                if n[e.src] == 3 and e.src % 7 == 0:
+                    raise ValueError("third message")
+            """
+        ),
+        name="boom",
+    )
+    log = social(3000)
+    with pytest.raises(rk.HandlerError) as serial_error:
+        rk.replay(p, log)
+    with pytest.raises(rk.HandlerError) as spark_error:
+        rk.replay(p, log, engine="spark", path="passes")
+    assert str(spark_error.value) == str(serial_error.value)
+
+
+@pytest.mark.spark
+def test_quarantine_on_passes_equals_serial(spark_session):
+    p = rk.Program.from_source(
+        textwrap.dedent(
+            """
+            from restream_kit import state, on, emit, hours
+            n = state.Counter()
+            window = state.Counter()
+
+            @on("message")
+            def count(e):
+                n[e.src] += 1
+                window.add(e.ip, 1, at=e.ts + hours(1))
+                emit("seen", src=e.src)
+                if n[e.src] % 5 == 0:
+                    raise ValueError("every fifth")
+
+            @on("message")
+            def check(e):
+                if window[e.ip] > 3:
+                    emit("busy", ip=e.ip)
+            """
+        ),
+        name="poison",
+    )
+    log = social(3000)
+    want = rk.replay(p, log, on_error="quarantine")
+    got = rk.replay(p, log, engine="spark", path="passes", on_error="quarantine")
+    assert_same_result(got, want)
+    assert got.quarantine.num_rows == want.quarantine.num_rows > 0
+    assert got.quarantine.drop_columns(["traceback"]).equals(
+        want.quarantine.drop_columns(["traceback"])
+    )
+    assert all(v.startswith("parallel") for v in got.metrics.path.values())
+
+
+@pytest.mark.spark
+def test_progress_streams_per_pass(spark_session):
+    p = program("bench/programs/ordinary.py")
+    rec = Recorder()
+    rk.replay(p, social(), engine="spark", path="passes", observer=rec)
+    finished = [e.stage for e in rec.events if isinstance(e, StageFinished)]
+    assert finished == ["sender_rate", "ip_window, suspicious"]
+    done = [e.events_done for e in rec.events if isinstance(e, Progress)]
+    assert done == sorted(done) and len(set(done)) >= 2 and done[-1] == 6000
+
+
+def _forwarding(program: rk.Program) -> bool:
+    from restream_kit.engines.spark._pass_setup import _forwards
+
+    class Plain:
+        on_error = "stop"
+        options: dict = {}
+
+    return _forwards(Plain, plan_passes(program, rk.plan(program, allow_nondeterminism=True)))
+
+
+def test_events_carry_their_reads_from_pass_to_pass(spark_session):
+    """A rule whose later pass reads what earlier passes hold (a float EWMA per sender, a
+    sliding count per IP by a timed write, and a rule reading both) sends each event on with
+    the values it reads, instead of a probe row per read: same result, said in the path."""
+    p = rk.Program.from_file(ROOT / "bench" / "programs" / "ordinary.py")
+    assert _forwarding(p)
+    log = social()
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, rk.replay(p, log))
+    assert_ran_as_planned(p, got)
+    assert "values read upstream" in got.metrics.path["suspicious"]
+
+
+@settings(
+    max_examples=int(os.environ.get("RESTREAM_FORWARD_PROPERTY_EXAMPLES", "30")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
+@given(case=spark_cases())
+def test_forwarded_events_equal_the_serial_engine(case, spark_session):
+    """Generated programs whose passes forward events (reads of upstream state under the
+    holder's key, nothing else crossing passes) equal the serial engine."""
+    source, log, _epoch, _path = case
+    program = rk.Program.from_source(source, name="fwd")
+    assume(_forwarding(program))
+    the_log = rk.Log(log)
+    got = rk.replay(program, the_log, engine="spark", partitions=2, path="passes")
+    assert_same_result(got, rk.replay(program, the_log))
+    assert_ran_as_planned(program, got)
+
+
+@pytest.mark.spark
+def test_windows_keyed_by_a_tuple_run_in_parallel_by_its_element(spark_session):
+    """Tumbling windows keyed (symbol, window end), closed by scheduled events: the stage
+    is partitioned by the symbol, and the closes reach the partition of their symbol."""
+    p = program("examples/plans/tumbling_window.py")
+    trades = [
+        {"ts": 1_000 * i + (i * 7919) % 997, "kind": "trade", "symbol": f"S{i % 7}", "qty": i % 13}
+        for i in range(4000)
+    ]
+    log = rk.Log(trades)
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, rk.replay(p, log))
+    assert_ran_as_planned(p, got)
+    (what,) = set(got.metrics.path.values())
+    assert what.startswith("parallel over 3 partitions by e.symbol"), what
+    assert int(what.rsplit("(", 1)[1].split()[0]) >= 2, what

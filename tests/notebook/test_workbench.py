@@ -1,0 +1,230 @@
+"""The workbench core: diff by row identity, the run catalog, baselines, the magics."""
+
+from __future__ import annotations
+
+import os
+import stat
+import textwrap
+
+import polars as pl
+import pytest
+
+import restream_kit as rk
+from restream_kit.io.catalog import Catalog
+from restream_kit.io.compare import diff
+from restream_kit.workbench import BackgroundRun, Workbench
+
+SAMPLE = "sample_data/social_small.parquet"
+
+
+def table(rows):
+    base = {"lsn": 0, "ts": 0, "handler": "h", "seq": 0}
+    return pl.DataFrame([{**base, **r} for r in rows])
+
+
+def test_diff_by_row_identity():
+    baseline = table(
+        [
+            {"lsn": 1, "x": "a"},
+            {"lsn": 1, "x": "b"},
+            {"lsn": 2, "x": "c"},
+            {"lsn": 3, "x": "d"},
+        ]
+    )
+    run = table(
+        [
+            {"lsn": 1, "x": "a"},
+            {"lsn": 1, "x": "B"},
+            {"lsn": 1, "x": "extra"},
+            {"lsn": 3, "x": "d"},
+            {"lsn": 3, "seq": 1, "x": "scheduled"},
+        ]
+    )
+    d = diff({"t": run}, {"t": baseline})
+    t = d.tables["t"]
+    assert t.counts == {"added": 2, "removed": 1, "changed": 1}
+    assert t.added.select("lsn", "seq", "n", "x").rows() == [
+        (1, 0, 2, "extra"),
+        (3, 1, 0, "scheduled"),
+    ]
+    assert t.removed.select("lsn", "n", "x").rows() == [(2, 0, "c")]
+    assert t.changed.select("lsn", "n", "x", "x_baseline").rows() == [(1, 1, "B", "b")]
+    assert not d.empty and diff({"t": run}, {"t": run}).empty
+
+
+def test_diff_of_tables_present_on_one_side_only():
+    d = diff({"new": table([{"lsn": 5}])}, {"old": table([{"lsn": 1}, {"lsn": 2}])})
+    assert d.summary() == {
+        "old": {"added": 0, "removed": 2, "changed": 0},
+        "new": {"added": 1, "removed": 0, "changed": 0},
+    }
+
+
+def test_threshold_change_shows_as_removed_rows(root):
+    v1 = rk.replay(root / "examples" / "antispam.py", str(root / SAMPLE))
+    source = (
+        (root / "examples" / "antispam.py").read_text().replace("0.2 * ip_msgs", "0.3 * ip_msgs")
+    )
+    v2 = rk.replay(rk.Program.from_source(source, "v2"), str(root / SAMPLE))
+    d = diff(v2, v1)
+    removed = d.tables["spam"].removed
+    assert removed.height == v1.tables["spam"].num_rows - v2.tables["spam"].num_rows > 0
+    assert d.tables["spam"].counts["added"] == 0
+    assert set(removed["lsn"]) <= set(v1.tables["spam"].column("lsn").to_pylist())
+    assert "removed" in d.text()
+
+
+def test_catalog_records_and_reloads_a_run(root, tmp_path):
+    catalog = Catalog(tmp_path / "home")
+    program = rk.Program.from_file(root / "examples" / "antispam.py")
+    log = rk.Log(str(root / SAMPLE))
+    result = rk.replay(program, log)
+    record = catalog.record(name="v1", program=program, log=log, engine="serial", result=result)
+    found = catalog.find(program_sha=program.sha256, log_fingerprint=log.fingerprint)
+    assert found == record
+    loaded = catalog.load(found)
+    assert loaded.tables["spam"].equals(result.tables["spam"]) and loaded.state == result.state
+    assert loaded.metrics.events == result.metrics.events
+    runs = catalog.runs()
+    assert runs.select("name", "engine", "status").rows() == [("v1", "serial", "ok")]
+    for path in (catalog.home, catalog.runs_dir, catalog.path):
+        assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0, path
+
+
+def test_baseline_is_reused_when_program_and_log_are_unchanged(root, tmp_path):
+    wb = Workbench(Catalog(tmp_path / "home"))
+    source = (root / "examples" / "antispam.py").read_text()
+    first = wb.run("v1", source, str(root / SAMPLE))
+    again = wb.run("v1", source, str(root / SAMPLE))
+    assert first.ok and again.ok
+    assert not first.baseline.reused and again.baseline.reused
+    assert first.diff.empty and again.diff.empty
+    changed = wb.run("v2", source.replace("> 2 *", "> 3 *"), str(root / SAMPLE), baseline="v1")
+    assert changed.baseline.reused and not changed.diff.empty
+    assert wb.diff("v2", "v1").summary() == changed.diff.summary()
+
+
+def test_background_run_can_be_cancelled(root, tmp_path):
+    from restream_kit.io.progress import Progress
+
+    wb = Workbench(Catalog(tmp_path / "home"))
+    started = []
+    source = (root / "examples" / "antispam.py").read_text()
+
+    def observer(event):
+        if isinstance(event, Progress):
+            started.append(event)
+            run.cancel()
+
+    run = BackgroundRun(wb, "v1", source, str(root / SAMPLE), observer=observer, epoch=1000)
+    cell = run.wait(timeout=120)
+    assert started and isinstance(cell.error, Exception) and "cancelled" in str(cell.error)
+    assert wb.catalog.runs().filter(pl.col("name") == "v1")["status"].to_list()[0] == "failed"
+
+
+def test_progress_is_published_at_least_once_a_second_on_a_million_events(tmp_path):
+    import time
+
+    from sample_data.social import generate, write
+
+    path = tmp_path / "m.parquet"
+    write(generate(1_000_000, seed=3), path)
+    stamps = []
+    result = rk.replay(
+        "examples/antispam.py", str(path), observer=lambda _e: stamps.append(time.monotonic())
+    )
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert result.metrics.events == 1_000_000 and len(stamps) > 10
+    assert max(gaps) < 1.0
+
+
+# -- the magics, in a real IPython shell -----------------------------------------------------
+
+
+@pytest.fixture
+def shell(root, monkeypatch):
+    from IPython.testing.globalipapp import get_ipython
+
+    from widgets.magics import register
+
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("RESTREAM_DISPLAY", "text")
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "restream_kit")
+    register(ip)  # a fresh workbench, whose catalog is under this test's RESTREAM_HOME
+    yield ip
+    ip.run_line_magic("reset", "-f")
+
+
+def test_cell_magic_replays_and_binds_the_run(shell, capsys):
+    body = pathlib_text("examples/antispam.py")
+    shell.run_cell_magic("restream", f"v1 --log {SAMPLE}", body)
+    out = capsys.readouterr().out
+    assert "befriend" in out and "identical" in out
+    assert shell.user_ns["v1"].wait().result.tables["spam"].num_rows > 0
+
+
+def test_plan_only_does_not_replay(shell, capsys):
+    shell.run_cell_magic(
+        "restream", f"p1 --log {SAMPLE} --plan-only", pathlib_text("examples/antispam.py")
+    )
+    out = capsys.readouterr().out
+    assert "flag" in out and "events/s" not in out and "p1" not in shell.user_ns
+
+
+def test_program_error_in_a_cell_is_one_line(shell):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(
+        UsageError, match=r"<restream bad>:4: write to 'counts', which is undeclared"
+    ):
+        shell.run_cell_magic(
+            "restream",
+            "bad --plan-only",
+            textwrap.dedent(
+                """\
+            from restream_kit import on
+            @on("message")
+            def h(e): counts[e.src] += 1
+            """
+            ),
+        )
+
+
+def test_line_magic_lists_runs(shell, capsys):
+    shell.run_cell_magic("restream", f"v1 --log {SAMPLE}", pathlib_text("examples/antispam.py"))
+    runs = shell.run_line_magic("restream", "runs")
+    assert set(runs["name"].to_list()) == {"v1"} and len(runs) == 2  # the baseline and the run
+
+
+def pathlib_text(path: str) -> str:
+    from pathlib import Path
+
+    return Path(path).read_text()
+
+
+def test_diff_view_fills_in_epoch_by_epoch_before_the_replay_ends(root, tmp_path):
+    from types import SimpleNamespace
+
+    from restream_kit.io.progress import EpochFinished, ReplayFinished
+    from restream_kit.workbench import Baseline
+    from widgets.diff_view import DiffView
+
+    source = (root / "examples" / "antispam.py").read_text()
+    v1 = rk.replay(rk.Program.from_source(source, "v1"), str(root / SAMPLE))
+    view = DiffView()
+    view.set_baseline(SimpleNamespace(baseline=Baseline("v1", v1, reused=False)))
+    headers = []
+
+    def observer(event):
+        view(event)
+        if isinstance(event, EpochFinished) and event.settled_ts is not None:
+            headers.append(view.header.value)
+        if isinstance(event, ReplayFinished):
+            headers.append("finished")
+
+    v2 = source.replace("0.2 * ip_msgs", "0.3 * ip_msgs")
+    rk.replay(rk.Program.from_source(v2, "v2"), str(root / SAMPLE), observer=observer, epoch=10_000)
+    partial = headers[: headers.index("finished")]
+    assert len(partial) == 4 and all("so far" in h for h in partial)
+    assert "differences found" in partial[-1] and "removed" in view.counts.value

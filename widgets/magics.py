@@ -1,0 +1,268 @@
+"""``%%restream`` and ``%restream``: parse the arguments, call the workbench, wait for the run.
+
+The notebook layer's entry: ``%load_ext restream_kit`` calls
+:func:`restream_kit.load_ipython_extension`, which imports this module (and nothing else of
+``widgets``) and calls :func:`register`. The views are imported only when a cell runs.
+
+A ``%%restream`` cell ends when its replay ends. In a Jupyter kernel the cell is turned into an
+``await`` (an input transformer), so that while it waits the kernel still handles the widgets'
+messages (the monitor's Stop button) and its interrupt cancels the replay. Elsewhere the magic
+waits on the replay's thread itself, and an interrupt cancels it the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from restream_kit import RestreamError
+from restream_kit.engines import engine_names
+from restream_kit.workbench import BackgroundRun, CellRun, ReplayCancelled, Workbench
+
+__all__ = ["RestreamMagics", "register", "awaited_cell", "raise_failure"]
+
+#: How often a waiting cell looks at its replay's thread.
+POLL_S = 0.05
+_MAGIC_CALL = "get_ipython().run_cell_magic('restream', "
+_AWAITED_CALL = "await __import__('widgets.magics').magics.awaited_cell(get_ipython(), "
+
+
+def raise_failure(cell: CellRun) -> None:
+    """Raise what ended a run that did not finish: one line for a cancel, the error itself (its
+    message with the cell's line, no internal frames) for a failure."""
+    if cell.cancelled:
+        raise ReplayCancelled(cell.cancelled_line())
+    if cell.error is not None:
+        error = cell.error
+        lines = _error_lines(error)
+        try:
+            error._render_traceback_ = lambda: lines  # type: ignore[attr-defined]
+        except AttributeError:  # an exception type without a __dict__
+            raise RestreamError("\n".join(lines)) from None
+        raise error.with_traceback(None) from None
+
+
+def _error_lines(error: BaseException) -> list[str]:
+    """What a failed cell shows: ``Type: message``; a Java exception as its root cause's line."""
+    name = type(error).__name__
+    text = str(error)
+    if type(error).__module__.startswith(("py4j", "pyspark")):
+        causes = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Caused by:")]
+        first = causes[-1].removeprefix("Caused by:").strip() if causes else ""
+        first = first or next((ln.strip() for ln in text.splitlines() if ln.strip()), name)
+        from restream_kit.engines.spark._session import spark_log_path
+
+        return [f"{name}: {first} (Spark's log: {spark_log_path()})"]
+    return [f"{name}: {text}" if text else name]
+
+
+def _await_cells(lines: list[str]) -> list[str]:
+    """Input transformer: ``%%restream`` cells become an ``await`` of :func:`awaited_cell`."""
+    if lines and lines[0].startswith(_MAGIC_CALL):
+        return [_AWAITED_CALL + lines[0][len(_MAGIC_CALL) :], *lines[1:]]
+    return lines
+
+
+async def awaited_cell(shell: Any, line: str, cell: str) -> None:
+    """The ``%%restream`` cell as a coroutine: start the run, then wait for it without blocking
+    the kernel's event loop. An interrupt (the kernel cancels the cell's task) cancels it."""
+    magics = shell.magics_manager.registry["RestreamMagics"]
+    run, args = magics._start(line, cell)
+    if run is None or args.background:
+        return
+    try:
+        while not run.done:
+            await asyncio.sleep(POLL_S)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        cancelled = await asyncio.get_running_loop().run_in_executor(None, run.stop)
+        magics._bind_stopped(args.name, run)
+        raise cancelled from None
+    magics._finish(args.name, run.wait())
+
+
+@magics_class
+class RestreamMagics(Magics):
+    """The workbench's magics; one ``Workbench`` per IPython session."""
+
+    def __init__(self, shell):
+        super().__init__(shell)
+        self.workbench = Workbench()
+
+    @magic_arguments()
+    @argument("name", help="the program's name; later cells can use it as --baseline")
+    @argument(
+        "--log",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a Parquet or CSV log, or KIND=PATH; repeatable",
+    )
+    @argument(
+        "--baseline",
+        default=None,
+        metavar="NAME",
+        help="compare with the cell called NAME (default: the serial replay of this cell)",
+    )
+    @argument(
+        "--by",
+        default=None,
+        metavar="FIELD[,FIELD]",
+        help="compare with the baseline by these fields (keys only in this run, only in the "
+        "baseline, in both with different rows) rather than row by row",
+    )
+    @argument("--engine", choices=engine_names(), default="serial", help="where to replay")
+    @argument("--master", default=None, metavar="URL", help="Spark master (default local[*])")
+    @argument("--plan-only", action="store_true", help="show the plan, do not replay")
+    @argument(
+        "--background",
+        action="store_true",
+        help="return at once and replay on a thread (NAME.wait() waits for it)",
+    )
+    @argument(
+        "--epoch", default=None, metavar="SIZE", help="events (100000) or time (1h) per epoch"
+    )
+    @argument(
+        "--on-error",
+        default="stop",
+        choices=("stop", "skip", "quarantine"),
+        help="when a handler raises: stop, or roll that run back, go on and list it",
+    )
+    @line_cell_magic
+    def restream(self, line: str, cell: str | None = None):
+        """Replay the cell's program over a log and compare it with a baseline.
+
+        As a cell magic: ``%%restream NAME --log PATH [options]`` with the program as the
+        cell's body. Shows a live progress view, the plan and a live diff; the cell ends when
+        the replay ends (the kernel's interrupt cancels it; a handler's error fails the cell).
+        The run is bound to NAME in the notebook (``NAME.result``, ``NAME.diff``). With
+        ``--background`` the cell returns at once and NAME is the running replay
+        (``NAME.wait()``, ``NAME.cancel()``).
+
+        As a line magic: ``%restream runs`` shows the run catalog; ``%restream diff A B
+        [--by FIELD]`` compares the latest runs of cells A and B; ``%restream forget NAME``
+        deletes the runs called NAME and their files.
+        """
+        if cell is None:
+            return self._line(line)
+        run, args = self._start(line, cell)
+        if run is None or args.background:
+            return None
+        try:
+            finished = run.wait()
+        except KeyboardInterrupt as exc:  # raised by wait() as a ReplayCancelled
+            self._bind_stopped(args.name, run)
+            raise exc from None
+        self._finish(args.name, finished)
+        return None
+
+    def _bind_stopped(self, name: str, run: BackgroundRun) -> None:
+        """A cancelled run that has stopped is bound as it ended (status ``cancelled``)."""
+        if run.done:
+            self.shell.user_ns[name] = run.wait()
+
+    def _start(self, line: str, cell: str) -> tuple[BackgroundRun | None, Any]:
+        """Parse the cell's arguments, show its plan and start its replay."""
+        args = parse_argstring(self.restream, line)
+        if not args.name.isidentifier():
+            raise UsageError(f"the cell's name must be an identifier, got {args.name!r}")
+        if args.by and not args.baseline:
+            raise UsageError("--by compares with a baseline: give --baseline NAME too")
+        from widgets.workbench import run_cell
+
+        try:
+            run = run_cell(
+                self.workbench,
+                args.name,
+                # The magic's line counts: line numbers in messages are the cell's own.
+                "\n" + cell,
+                logs=args.log,
+                baseline=args.baseline,
+                by=args.by,
+                engine=args.engine,
+                master=args.master,
+                plan_only=args.plan_only,
+                epoch=args.epoch,
+                on_error=args.on_error,
+            )
+        except RestreamError as exc:
+            raise UsageError(str(exc)) from None
+        if run is not None:
+            self.shell.user_ns[args.name] = run
+        return run, args
+
+    def _finish(self, name: str, cell: CellRun) -> None:
+        """A blocking cell's run has ended: bind it, and fail the cell if it did not finish."""
+        self.shell.user_ns[name] = cell
+        raise_failure(cell)
+
+    def _line(self, line: str):
+        words = shlex.split(line)
+        if words == ["runs"]:
+            return self.workbench.catalog.runs()
+        if len(words) == 2 and words[0] == "forget":
+            # The catalog (docs/catalog.md): delete the runs called NAME (or one run id).
+            gone = self.workbench.catalog.forget(words[1])
+            if not gone:
+                raise UsageError(f"no recorded run is called {words[1]!r}")
+            print(f"forgot {len(gone)} run(s) called {words[1]}")
+            return None
+        by = None
+        if len(words) == 5 and words[0] == "diff" and words[3] == "--by":
+            by, words = words[4], words[:3]
+        if len(words) == 3 and words[0] == "diff":
+            from widgets.workbench import show_diff
+
+            for name in words[1:]:
+                running = self.shell.user_ns.get(name)
+                if hasattr(running, "wait"):
+                    running.wait()
+            try:
+                show_diff(self.workbench, words[1], words[2], by=by)
+            except RestreamError as exc:
+                raise UsageError(str(exc)) from None
+            return None
+        raise UsageError(
+            "use %restream runs, %restream diff A B [--by FIELD], %restream forget NAME, or %%restream NAME "
+            "as a cell magic "
+            "(%%restream? for help)"
+        )
+
+
+#: What the first ``%%restream`` cell needs, imported by ``%load_ext`` so that the cell starts at
+#: once (about a second of imports on a small machine).
+_PRELOAD = (
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "duckdb",
+    "restream_kit.planner",
+    "restream_kit.planner.checks",
+    "restream_kit.io.catalog",
+    "restream_kit.engines.serial",
+    "widgets.workbench",
+    "widgets.monitor",
+    "widgets.diff_view",
+    "widgets.plan_view",
+    "widgets.quarantine_view",
+)
+
+
+def register(ipython) -> None:
+    """Register the magics with ``ipython`` (called by ``%load_ext restream_kit``)."""
+    import importlib
+
+    ipython.register_magics(RestreamMagics)
+    for module in _PRELOAD:
+        try:
+            importlib.import_module(module)
+        except ImportError:  # a view's dependency missing: the cell that needs it says so
+            pass
+    # In a kernel with an asyncio loop, cells wait for their replay with an await (see above).
+    if type(ipython).__name__ == "ZMQInteractiveShell" and _await_cells not in (
+        ipython.input_transformers_post
+    ):
+        ipython.input_transformers_post.append(_await_cells)
