@@ -72,7 +72,8 @@ async def awaited_cell(shell: Any, line: str, cell: str) -> None:
     """The ``%%restream`` cell as a coroutine: start the run, then wait for it without blocking
     the kernel's event loop. An interrupt (the kernel cancels the cell's task) cancels it."""
     magics = shell.magics_manager.registry["RestreamMagics"]
-    run, args = magics._start(line, cell)
+    # As run_cell_magic does: $name and {expr} in the magic's line come from the namespace.
+    run, args = magics._start(shell.var_expand(line), cell)
     if run is None or args.background:
         return
     try:

@@ -136,11 +136,12 @@ def test_a_state_partitioned_by_one_element_of_its_keys(spark_session):
     log = [
         {"ts": i, "kind": "trade", "sym": "abc"[i % 3], "day": i // 4, "qty": i} for i in range(24)
     ]
-    # The passes cannot split that yet: one sequential task, and the warning says why.
-    with pytest.warns(rk.RestreamWarning, match="ran in one task"):
-        result = on_spark(program, log, epoch=7)
-    assert result.metrics.path["whole program"].startswith("sequential in one task")
-    assert "partitioned by an element of its keys" in result.warnings[-1]
+    # One parallel pass by the element: equal keys have equal symbols, so they meet.
+    result = on_spark(program, log, epoch=7)
+    (what,) = set(result.metrics.path.values())
+    assert what.startswith("parallel over") and "by e.sym" in what, what
+    assert int(what.rsplit("(", 1)[1].split()[0]) >= 2, what
+    assert not any("one task" in w for w in result.warnings)
 
 
 # -- numbers, merges and values ------------------------------------------------------------------
