@@ -228,3 +228,50 @@ def test_diff_view_fills_in_epoch_by_epoch_before_the_replay_ends(root, tmp_path
     partial = headers[: headers.index("finished")]
     assert len(partial) == 4 and all("so far" in h for h in partial)
     assert "differences found" in partial[-1] and "removed" in view.counts.value
+
+
+@pytest.mark.parametrize("engine", ["serial", "spark"])
+def test_a_cells_monitor_moves_ten_times_on_the_sample_log(engine, root, tmp_path, request):
+    """As a ``%%restream`` cell runs it: epochs from ``log_epoch``, the monitor as observer.
+
+    On Spark (the prefix path here) progress comes from tasks finishing while a round runs, and
+    a round's stage bar is full once it has run every epoch."""
+    from restream_kit.progress import Progress, Recorder, StageFinished
+    from restream_kit.workbench import log_epoch
+    from widgets.monitor import ReplayMonitor
+
+    if engine == "spark":
+        request.getfixturevalue("spark_session")
+    log = rk.Log("social_small")
+    monitor, recorder = ReplayMonitor("v1", engine), Recorder()
+    labels = []
+    monitor.events_label.observe(lambda change: labels.append(change["new"]), "value")
+
+    def observer(event):
+        recorder(event)
+        monitor(event)
+
+    bench = Workbench(Catalog(tmp_path / "catalog.duckdb"))
+    cell = bench.run(
+        "v1",
+        (root / "examples" / "antispam.py").read_text(),
+        log,
+        engine=engine,
+        epoch=log_epoch(log),
+        observer=observer,
+    )
+    assert cell.ok, cell.error
+    assert cell.result.metrics.epochs == 10
+    values = [e.events_done for e in recorder.of(Progress)]
+    assert values == sorted(values) and values[-1] == len(log)
+    print(f"{engine}: {len(set(values))} progress values, {len(set(labels))} monitor labels")
+    assert len(set(values)) >= 10, values
+    assert len(set(labels)) >= 10, labels
+    assert labels[-1] == f"100% of {len(log):,}"
+    if engine == "spark":
+        assert any(name.startswith("round 3") for name in cell.result.metrics.stages)
+        # Every stage bar ends full: each round ran every epoch.
+        bars = {stage: bar.value for stage, bar in monitor._stage_bars.items()}
+        assert len(bars) == 3 and set(bars.values()) == {10}, [
+            (e.stage, e.epochs) for e in recorder.of(StageFinished)
+        ]

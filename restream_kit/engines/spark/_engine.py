@@ -345,7 +345,7 @@ class _Replay:
                 self.program,
                 self.log,
                 epoch=self.options.get("epoch"),
-                map_epochs=spark_map_epochs(self.session),
+                map_epochs=spark_map_epochs(self.session, self.job_group),
                 notify=self.notify,
                 check_cancel=self._check_cancel,
                 started=started,

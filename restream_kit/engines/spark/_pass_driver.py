@@ -54,7 +54,8 @@ def _kinds_sql(kinds: tuple[str, ...]) -> str:
 class _Watch:
     """Reports progress from Spark's status tracker while a pass's job runs."""
 
-    def __init__(self, session: Any, group: str, on_tasks: Any):
+    def __init__(self, session: Any, group: str, on_tasks: Any, every_s: float = 0.25):
+        self.every_s = every_s
         self.before: set[int] = set()
         try:
             self.tracker = session.sparkContext.statusTracker()
@@ -81,7 +82,7 @@ class _Watch:
 
     def _loop(self) -> None:
         seen = (-1, -1)
-        while not self.stop.wait(0.25):
+        while not self.stop.wait(self.every_s):
             try:
                 done = total = 0
                 for job in self.tracker.getJobIdsForGroup(self.group):
