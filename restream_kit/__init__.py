@@ -30,7 +30,7 @@ from .log import Log
 from .params import param
 from .program import Program, emit, on, schedule
 from .result import Metrics, Result
-from .samples import sample_data
+from .samples import sample_data, sample_program
 
 __all__ = [
     "state",
@@ -53,6 +53,7 @@ __all__ = [
     "Result",
     "Metrics",
     "sample_data",
+    "sample_program",
     "check_against_log",
     "RestreamError",
     "ProgramError",
