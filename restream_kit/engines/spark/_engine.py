@@ -345,7 +345,7 @@ class _Replay:
                 self.program,
                 self.log,
                 epoch=self.options.get("epoch"),
-                map_epochs=spark_map_epochs(self.session, self.job_group),
+                map_epochs=spark_map_epochs(self.session, self.job_group, self.cancelled),
                 notify=self.notify,
                 check_cancel=self._check_cancel,
                 started=started,
@@ -425,6 +425,9 @@ class _Replay:
             if self.cancel is not None and self.cancel.cancelled:
                 raise Cancelled("replay cancelled") from None
             raise
+
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.cancelled
 
     def _check_cancel(self) -> None:
         if self.cancel is not None:

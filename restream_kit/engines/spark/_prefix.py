@@ -416,9 +416,10 @@ def _final_state(low: Lowered, program: Program, deltas) -> dict[str, dict]:
     return state
 
 
-def spark_map_epochs(session, group: str | None = None):
+def spark_map_epochs(session, group: str | None = None, cancelled=None):
     """``map_epochs`` on Spark: one task per epoch, deltas shipped as a broadcast; tasks done
-    are read from Spark's status tracker (the jobs of ``group``) while a round runs."""
+    are read from Spark's status tracker (the jobs of ``group``) while a round runs, and the
+    round is cancelled once ``cancelled()`` says so."""
     from ._pass_driver import _Watch
 
     def run(task: PrefixTask, n: int, shipped: dict, on_tasks=None) -> pa.Table:
@@ -429,7 +430,7 @@ def spark_map_epochs(session, group: str | None = None):
             frame = session.range(0, n, 1, n).mapInArrow(task, TASK_SCHEMA)
             if on_tasks is None or group is None:
                 return frame.toArrow()
-            with _Watch(session, group, on_tasks, every_s=0.05):
+            with _Watch(session, group, on_tasks, every_s=0.05, cancelled=cancelled):
                 return frame.toArrow()
         finally:
             if broadcast is not None:
