@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import textwrap
+import time
 
 import polars as pl
 import pytest
@@ -275,3 +276,42 @@ def test_a_cells_monitor_moves_ten_times_on_the_sample_log(engine, root, tmp_pat
         assert len(bars) == 3 and set(bars.values()) == {10}, [
             (e.stage, e.epochs) for e in recorder.of(StageFinished)
         ]
+
+
+@pytest.mark.parametrize("program", ["slow", "antispam"], ids=["pass path", "prefix path"])
+def test_a_spark_replay_cancelled_just_before_its_job_starts_stops(program, root, spark_session):
+    """Stop pressed between the engine's last check and the job's start (here: at the stage's
+    start, in the replay's own thread) still cancels the job, on both Spark paths."""
+    from restream_kit.progress import CancelToken, Cancelled, StageStarted
+
+    slow = """\
+from restream_kit import on, state
+
+work = state.Counter()
+
+
+@on("message")
+def grind(e):
+    x = 0
+    for i in range(20000):
+        x += i % 7
+    work[e.src] += x % 3
+"""
+    source = slow if program == "slow" else (root / "examples" / "antispam.py").read_text()
+    token = CancelToken()
+
+    def cancel_at_the_first_stage(event):
+        if isinstance(event, StageStarted) and not token.cancelled:
+            token.cancel()
+
+    started = time.monotonic()
+    with pytest.raises(Cancelled):
+        rk.replay(
+            rk.Program.from_source(source, name=program),
+            "social_small",
+            engine="spark",
+            cancel=token,
+            observer=cancel_at_the_first_stage,
+        )
+    # The slow rule takes minutes on 2 cores; a lost cancel would run it to the end.
+    assert time.monotonic() - started < 30
