@@ -282,7 +282,7 @@ def test_a_cells_monitor_moves_ten_times_on_the_sample_log(engine, root, tmp_pat
 def test_a_spark_replay_cancelled_just_before_its_job_starts_stops(program, root, spark_session):
     """Stop pressed between the engine's last check and the job's start (here: at the stage's
     start, in the replay's own thread) still cancels the job, on both Spark paths."""
-    from restream_kit.progress import CancelToken, Cancelled, StageStarted
+    from restream_kit.progress import Cancelled, CancelToken, StageStarted
 
     slow = """\
 from restream_kit import on, state
