@@ -1,6 +1,7 @@
 """Time to "done" of ``%%restream`` cells in a real kernel, against the replays' own wall time.
 
-``python -m bench cells [--engines serial,spark] [--log NAME] [--display text|widgets] [--out JSON]``
+``python -m bench cells [--engines serial,spark] [--log NAME] [--epoch SIZE] [--display text|widgets]
+[--out JSON]``
 
 For each engine, a fresh kernel (jupyter_client, the ``python3`` kernel) in a scratch folder
 with its own run catalog runs ``%load_ext restream_kit`` (untimed), then three cells on the
@@ -9,7 +10,9 @@ session's start), then ``v2`` and ``v3``, each the anti-spam rule with another t
 ``--baseline v1`` (later cells: the baseline comes from the catalog). A cell blocks until its
 replay ends, so its time to "done" is the time from the execute request to the kernel's reply.
 Each cell's replay reports its own wall time (``run.result.metrics.wall_s``); the ratio is
-``time to done / replay wall``, both measured in the same run. The cells' outputs are checked
+``time to done / replay wall``, both measured in the same run. Without ``--epoch`` the cells
+cut the log as a notebook does (about ten epochs, so that the monitor moves); ``--epoch 50000``
+times one epoch, to see what progress costs. The cells' outputs are checked
 (finished, the expected diff) before anything is reported.
 
 This times the kernel's side; the browser's rendering is what
@@ -45,11 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench cells", description=__doc__)
     parser.add_argument("--engines", default="serial,spark", help="engines (serial,spark)")
     parser.add_argument("--log", default="social_small", help="sample log name (social_small)")
+    parser.add_argument("--epoch", help="the cells' --epoch (default: as a notebook cuts)")
     parser.add_argument("--display", default="text", choices=["text", "widgets"])
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
     args = parser.parse_args(argv)
     try:
-        run(args.engines.split(","), args.log, args.display, Path(args.out))
+        run(args.engines.split(","), args.log, args.display, Path(args.out), args.epoch)
     except AssertionError as exc:
         print(f"cells FAILED: {exc}", file=sys.stderr)
         return 1
@@ -107,7 +111,7 @@ class _Kernel:
         self.manager.shutdown_kernel(now=True)
 
 
-def _one_engine(engine: str, log: str, display: str) -> list[dict]:
+def _one_engine(engine: str, log: str, display: str, epoch: str | None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="restream-cells-") as folder:
         kernel = _Kernel(Path(folder), display)
@@ -117,6 +121,7 @@ def _one_engine(engine: str, log: str, display: str) -> list[dict]:
             for position, (name, (threshold, baseline)) in enumerate(CELLS.items()):
                 line = f"%%restream {name} --log {log} --engine {engine}"
                 line += f" --baseline {baseline}" if baseline else ""
+                line += f" --epoch {epoch}" if epoch else ""
                 took, reply, printed = kernel.run(f"{line}\n{_rule(threshold)}")
                 assert reply["status"] == "ok", f"{engine} {name}: {printed[-2000:]}"
                 _t, reply, facts = kernel.run(
@@ -151,13 +156,14 @@ def _one_engine(engine: str, log: str, display: str) -> list[dict]:
     return rows
 
 
-def run(engines: list[str], log: str, display: str, out: Path) -> dict:
+def run(engines: list[str], log: str, display: str, out: Path, epoch: str | None = None) -> dict:
     """Time the cells on every engine; print a line per cell and write the JSON to ``out``."""
-    rows = [row for engine in engines for row in _one_engine(engine, log, display)]
+    rows = [row for engine in engines for row in _one_engine(engine, log, display, epoch)]
     result = {
         "benchmark": "cells",
         "log": log,
         "display": display,
+        "epoch": epoch,
         "cpus": os.cpu_count(),
         "cells": rows,
     }
