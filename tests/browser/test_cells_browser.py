@@ -164,6 +164,27 @@ def test_first_serial_cell_is_done_within_3_s_and_its_monitor_moves(lab_page, la
         assert "befriend\tbefriend\tstateless" not in text
 
 
+def test_a_spark_cells_monitor_moves_on_the_sample_log(lab_page, lab_server, tmp_path):
+    """The prefix path reports its epochs' tasks as they finish: the monitor moves on 50k."""
+    name = write_notebook(
+        lab_server,
+        "spark_cell.ipynb",
+        ["%load_ext restream_kit", f"%%restream v1 --log social_small --engine spark\n{ANTISPAM}"],
+    )
+    open_notebook(lab_page, lab_server, name)
+    run_cell(lab_page, 0)
+    wait_idle(lab_page)
+    lab_page.evaluate(_WATCH_JS)
+    run_cell(lab_page, 1)
+    lab_page.wait_for_function("() => 'done' in window.__restream.status", timeout=TIMEOUT_MS)
+    seen = lab_page.evaluate("() => window.__restream")
+    print(f"spark monitor labels: {seen['labels']}")
+    wait_idle(lab_page)
+    assert len(seen["labels"]) >= 10, f"the monitor moved {len(seen['labels'])} times"
+    text = cell_text(lab_page, 1)
+    assert "replay v1 on spark" in text and "identical" in text, text[:500]
+
+
 @pytest.mark.parametrize("engine", ["serial", "spark"])
 def test_stop_button_cancels_the_replay_and_the_next_cell_runs(
     engine, lab_page, lab_server, tmp_path
