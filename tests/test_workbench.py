@@ -92,6 +92,15 @@ def test_catalog_records_and_reloads_a_run(root, tmp_path):
         assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0, path
 
 
+def test_a_recorded_run_has_a_short_repr(root, tmp_path):
+    bench = Workbench(Catalog(tmp_path / "catalog"))
+    cell = bench.run("v1", (root / "examples" / "antispam.py").read_text(), rk.Log("social_small"))
+    shown = repr(cell.record)
+    assert shown.startswith("<run 'v1' ") and "serial, ok, outputs in " in shown, shown
+    assert cell.record.program_sha not in shown and len(shown) < 200, shown
+    assert repr(cell).startswith("<restream run 'v1' on serial: ok, 50,000 events in ")
+
+
 def test_baseline_is_reused_when_program_and_log_are_unchanged(root, tmp_path):
     wb = Workbench(Catalog(tmp_path / "home"))
     source = (root / "examples" / "antispam.py").read_text()
