@@ -29,7 +29,7 @@ from __future__ import annotations
 from .api import RestreamWarning, replay
 from .io.log import Log
 from .io.result import Metrics, Result
-from .io.samples import sample_data
+from .io.samples import sample_data, sample_program
 from .model import state
 from .model.durations import days, hours, milliseconds, minutes, seconds
 from .model.errors import (
@@ -64,6 +64,7 @@ __all__ = [
     "Result",
     "Metrics",
     "sample_data",
+    "sample_program",
     "check_against_log",
     "RestreamError",
     "ProgramError",

@@ -50,9 +50,35 @@ def test_notebook_runs_top_to_bottom(path, mode, tmp_path, monkeypatch, request)
         monkeypatch.setenv("RESTREAM_DEMO_CONNECT", cluster.connect)
         monkeypatch.setenv("RESTREAM_CONNECT_TOKEN", cluster.token)
     monkeypatch.setenv("RESTREAM_DISPLAY", mode)
+    _execute(path, path.parent)
+
+
+def test_a_copy_of_a_demo_notebook_runs_in_another_folder(tmp_path, monkeypatch, root):
+    """Its data and program come through the package, not ``../sample_data`` or ``../examples``."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    assert root not in folder.resolve().parents
+    monkeypatch.setenv("RESTREAM_DISPLAY", "text")
+    monkeypatch.delenv("RESTREAM_HOME", raising=False)
+    copy = folder / "01_antispam_backtest.ipynb"
+    copy.write_bytes((root / "notebooks" / copy.name).read_bytes())
+    nb = _execute(copy, folder)
+    printed = "".join(
+        o.get("text", "")
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if o.get("name") == "stdout"
+    )
+    assert "identical" in printed and "removed" in printed, printed
+    # The run catalog went where the notebook ran.
+    assert (folder / ".restream").is_dir()
+
+
+def _execute(path: Path, folder: Path):
+    """Run notebook ``path`` in a kernel whose working folder is ``folder``; fail on errors."""
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
     )
     client.execute()
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
@@ -64,3 +90,4 @@ def test_notebook_runs_top_to_bottom(path, mode, tmp_path, monkeypatch, request)
         if o.get("output_type") == "stream" and o.get("name") == "stderr"
     ]
     assert not any("Traceback" in text or "Error" in text for text in stderr), stderr
+    return nb

@@ -134,7 +134,7 @@ class ReplayMonitor:
             elif isinstance(event, StageStarted):
                 self._stage_bar(event.stage).bar_style = "info"
             elif isinstance(event, StageFinished):
-                self._stage_done[event.stage] = self._stage_done.get(event.stage, 0) + 1
+                self._stage_done[event.stage] = self._stage_done.get(event.stage, 0) + event.epochs
             boundary = isinstance(
                 event, (EpochFinished, ReplayFinished, StageStarted, StageFinished)
             )

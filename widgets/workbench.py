@@ -64,8 +64,9 @@ def run_cell(
     if plan_only or log is None:
         _show_plan(the_plan, name, mode)
         return None
-    if epoch is None and engine == "serial":
-        epoch = str(log_epoch(log))  # about ten epochs, so that the monitor moves
+    if epoch is None:
+        # About ten epochs, so that the monitor moves (never larger than the engines' default).
+        epoch = str(log_epoch(log))
     options: dict[str, Any] = dict(baseline=baseline, engine=engine, master=master, epoch=epoch)
     if by:
         options["by"] = by

@@ -104,6 +104,14 @@ class RunRecord:
     outputs: str | None
     status: str
 
+    def __repr__(self) -> str:
+        # The id starts with the time of the run; the hashes are for machines, not for a cell.
+        where = f" on {self.master}" if self.master else ""
+        return (
+            f"<run {self.name!r} {self.run_id}: {self.engine}{where}, {self.status}, "
+            f"outputs in {self.outputs}>"
+        )
+
 
 def human_size(n: int | None) -> str:
     """``n`` bytes as ``12.3 kB`` (powers of 1000, as ``du --si`` and file browsers say)."""

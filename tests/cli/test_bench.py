@@ -86,3 +86,20 @@ def test_spark_rules_quick_run(tmp_path):
         assert warm["ratio"] > 0 and cold["ratio"] > 0
         assert all(what.startswith("parallel") for what in warm["path"].values()), warm["path"]
         assert any(stage.endswith("(tasks, summed)") for stage in warm["stage_s"])
+
+
+def test_cells_quick_run(tmp_path):
+    """Serial only: a kernel, three %%restream cells, each checked before it is timed."""
+    out = tmp_path / "cells.json"
+    command = [sys.executable, "-m", "bench", "cells", "--engines", "serial", "--out", str(out)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    cells = json.loads(out.read_text())["cells"]
+    assert [(c["cell"], c["position"]) for c in cells] == [
+        ("v1", "first"),
+        ("v2", "later"),
+        ("v3", "later"),
+    ]
+    for c in cells:
+        assert c["done_s"] >= c["replay_wall_s"] > 0
+        assert abs(c["ratio"] - c["done_s"] / c["replay_wall_s"]) < 0.1

@@ -200,7 +200,10 @@ def test_interrupt_cancels_a_spark_replay_and_the_process_tree_goes_idle(kernel,
     while sum(samples[-1].values()) >= 10 and time.monotonic() < ended + 20:
         samples.append(busy_descendants(kernel.manager.provisioner.pid, window_s=2.0))
     assert sum(samples[-1].values()) < 10, samples
-    print(f"idle {time.monotonic() - ended:.1f} s after the cell ended: {samples}")
+    print(
+        f"cell ended {ended - interrupted[0]:.1f} s after the interrupt; "
+        f"idle {time.monotonic() - ended:.1f} s after the cell ended: {samples}"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

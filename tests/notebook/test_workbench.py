@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import textwrap
+import time
 
 import polars as pl
 import pytest
@@ -89,6 +90,15 @@ def test_catalog_records_and_reloads_a_run(root, tmp_path):
     assert runs.select("name", "engine", "status").rows() == [("v1", "serial", "ok")]
     for path in (catalog.home, catalog.runs_dir, catalog.path):
         assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0, path
+
+
+def test_a_recorded_run_has_a_short_repr(root, tmp_path):
+    bench = Workbench(Catalog(tmp_path / "catalog"))
+    cell = bench.run("v1", (root / "examples" / "antispam.py").read_text(), rk.Log("social_small"))
+    shown = repr(cell.record)
+    assert shown.startswith("<run 'v1' ") and "serial, ok, outputs in " in shown, shown
+    assert cell.record.program_sha not in shown and len(shown) < 200, shown
+    assert repr(cell).startswith("<restream run 'v1' on serial: ok, 50,000 events in ")
 
 
 def test_baseline_is_reused_when_program_and_log_are_unchanged(root, tmp_path):
@@ -228,3 +238,90 @@ def test_diff_view_fills_in_epoch_by_epoch_before_the_replay_ends(root, tmp_path
     partial = headers[: headers.index("finished")]
     assert len(partial) == 4 and all("so far" in h for h in partial)
     assert "differences found" in partial[-1] and "removed" in view.counts.value
+
+
+@pytest.mark.parametrize("engine", ["serial", "spark"])
+def test_a_cells_monitor_moves_ten_times_on_the_sample_log(engine, root, tmp_path, request):
+    """As a ``%%restream`` cell runs it: epochs from ``log_epoch``, the monitor as observer.
+
+    On Spark (the prefix path here) progress comes from tasks finishing while a round runs, and
+    a round's stage bar is full once it has run every epoch."""
+    from restream_kit.io.progress import Progress, Recorder, StageFinished
+
+    from restream_kit.workbench import log_epoch
+    from widgets.monitor import ReplayMonitor
+
+    if engine == "spark":
+        request.getfixturevalue("spark_session")
+    log = rk.Log("social_small")
+    monitor, recorder = ReplayMonitor("v1", engine), Recorder()
+    labels = []
+    monitor.events_label.observe(lambda change: labels.append(change["new"]), "value")
+
+    def observer(event):
+        recorder(event)
+        monitor(event)
+
+    bench = Workbench(Catalog(tmp_path / "catalog.duckdb"))
+    cell = bench.run(
+        "v1",
+        (root / "examples" / "antispam.py").read_text(),
+        log,
+        engine=engine,
+        epoch=log_epoch(log),
+        observer=observer,
+    )
+    assert cell.ok, cell.error
+    assert cell.result.metrics.epochs == 10
+    values = [e.events_done for e in recorder.of(Progress)]
+    assert values == sorted(values) and values[-1] == len(log)
+    print(f"{engine}: {len(set(values))} progress values, {len(set(labels))} monitor labels")
+    assert len(set(values)) >= 10, values
+    assert len(set(labels)) >= 10, labels
+    assert labels[-1] == f"100% of {len(log):,}"
+    if engine == "spark":
+        assert any(name.startswith("round 3") for name in cell.result.metrics.stages)
+        # Every stage bar ends full: each round ran every epoch.
+        bars = {stage: bar.value for stage, bar in monitor._stage_bars.items()}
+        assert len(bars) == 3 and set(bars.values()) == {10}, [
+            (e.stage, e.epochs) for e in recorder.of(StageFinished)
+        ]
+
+
+@pytest.mark.parametrize("program", ["slow", "antispam"], ids=["pass path", "prefix path"])
+def test_a_spark_replay_cancelled_just_before_its_job_starts_stops(program, root, spark_session):
+    """Stop pressed between the engine's last check and the job's start (here: at the stage's
+    start, in the replay's own thread) still cancels the job, on both Spark paths."""
+    from restream_kit.io.progress import Cancelled, CancelToken, StageStarted
+
+    slow = """\
+from restream_kit import on, state
+
+work = state.Counter()
+
+
+@on("message")
+def grind(e):
+    x = 0
+    for i in range(20000):
+        x += i % 7
+    work[e.src] += x % 3
+"""
+    source = slow if program == "slow" else (root / "examples" / "antispam.py").read_text()
+    token = CancelToken()
+
+    def cancel_at_the_first_stage(event):
+        if isinstance(event, StageStarted) and not token.cancelled:
+            token.cancel()
+
+    started = time.monotonic()
+    with pytest.raises(Cancelled):
+        rk.replay(
+            rk.Program.from_source(source, name=program),
+            "social_small",
+            engine="spark",
+            cancel=token,
+            observer=cancel_at_the_first_stage,
+        )
+    # The slow rule takes minutes on 2 cores; a lost cancel would run it to the end.
+    assert time.monotonic() - started < 30

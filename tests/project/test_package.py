@@ -89,6 +89,9 @@ def test_the_wheel_holds_the_package_its_samples_and_no_checkout_files(installed
         "sample_data/antispam.py",
         "sample_data/social_small.parquet",
         "sample_data/adclicks_small/clicks.parquet",
+        # The demo notebooks' rules: rk.sample_program("iot") and the others.
+        *(f"sample_data/programs/{n}.py" for n in ("iot", "streamscope", "adclicks", "flights")),
+        "sample_data/programs/rate_limit.py",
     ):
         assert needed in names, f"{needed} is not in the wheel"
     leaked = [n for n in names if n.startswith(("examples/", "tests/", "bench/", "notebooks/"))]

@@ -118,7 +118,7 @@ class _Replay:
                     self.program,
                     self.log,
                     epoch=self.options.get("epoch"),
-                    map_epochs=spark_map_epochs(self.session),
+                    map_epochs=spark_map_epochs(self.session, self.job_group, self.cancelled),
                     notify=self.notify,
                     check_cancel=self._check_cancel,
                     started=started,
@@ -264,6 +264,9 @@ class _Replay:
         return result
 
     # -- cancel ------------------------------------------------------------------------------
+
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.cancelled
 
     def _check_cancel(self) -> None:
         if self.cancel is not None:

@@ -43,9 +43,14 @@ _POS = ("_rs_t", "_rs_ph", "_rs_o", "_rs_sub")
 
 
 class _Watch:
-    """Reports progress from Spark's status tracker while a pass's job runs."""
+    """Reports progress from Spark's status tracker while a pass's job runs, and cancels the
+    job when ``cancelled()`` says so: a cancel that came after the last check but before the
+    job started found no job to cancel."""
 
-    def __init__(self, session: Any, group: str, on_tasks: Any):
+    def __init__(
+        self, session: Any, group: str, on_tasks: Any, every_s: float = 0.25, cancelled=None
+    ):
+        self.every_s, self.session, self.cancelled = every_s, session, cancelled
         self.before: set[int] = set()
         try:
             self.tracker = session.sparkContext.statusTracker()
@@ -72,8 +77,12 @@ class _Watch:
 
     def _loop(self) -> None:
         seen = (-1, -1)
-        while not self.stop.wait(0.25):
+        while not self.stop.wait(self.every_s):
             try:
+                if self.cancelled is not None and self.cancelled():
+                    # Again at every poll: the job may not have been submitted yet.
+                    self.session.sparkContext.cancelJobGroup(self.group)
+                    continue
                 done = total = 0
                 for job in self.tracker.getJobIdsForGroup(self.group):
                     if job in self.before:
@@ -303,7 +312,7 @@ def run_jobs(
                     Progress(at + share * done // tasks, total, time.perf_counter() - setup.started)
                 )
 
-            with _Watch(session, rep.job_group, on_tasks):
+            with _Watch(session, rep.job_group, on_tasks, cancelled=rep.cancelled):
                 # One job computes the pass and keeps its rows, cut from their lineage:
                 # later passes read them without planning this pass's plan again.
                 out = out.localCheckpoint(eager=True)

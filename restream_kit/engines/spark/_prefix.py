@@ -214,8 +214,10 @@ def run_prefix(
     check_cancel,
     started: float,
 ) -> Result:
-    """Replay ``log`` in rounds. ``map_epochs(task, n)`` runs ``task`` over epochs 0..n-1 and
-    returns the concatenated Arrow table of :data:`TASK_SCHEMA` rows (Spark, or a loop)."""
+    """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks)`` runs ``task`` over
+    epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA` rows (Spark,
+    or a loop), calling ``on_tasks(done, n)`` as tasks finish: an epoch is one task per round,
+    so progress moves with the epochs (the notebook asks for about ten)."""
     epochs = [ep for ep in cut(log, epoch) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
     path = log_file(log)
@@ -242,7 +244,13 @@ def run_prefix(
             }
             shipped.update(carried)
             task = PrefixTask(low, path, columns, bounds, job, shipped, cache)
-            table = map_epochs(task, len(bounds), shipped)
+
+            def on_tasks(done: int, tasks: int, job: int = job) -> None:
+                # Work done so far, in events: every round replays every event once.
+                share = (job * tasks + min(done, tasks)) / (rounds * tasks)
+                notify(Progress(int(total * share), total, time.perf_counter() - started))
+
+            table = map_epochs(task, len(bounds), shipped, on_tasks)
             # Deltas must stay in epoch order: a state's later writes come last.
             for row in sorted(table.to_pylist(), key=lambda row: row["chunk"]):
                 if row["what"] == "read":
@@ -264,7 +272,8 @@ def run_prefix(
             ran[label] = (
                 f"lowered to columns, parallel over {len(bounds)} epochs ({len(bounds)} tasks)"
             )
-            notify(StageFinished(0, label, seconds, len(bounds)))
+            notify(StageFinished(0, label, seconds, len(bounds), epochs=len(bounds)))
+            on_tasks(len(bounds), len(bounds))
     finally:
         if cache:
             shutil.rmtree(cache, ignore_errors=True)
@@ -272,12 +281,10 @@ def run_prefix(
     tables, per_epoch = _tables(low, log, emitted, bounds)
     state = _final_state(low, program, deltas)
     stages["tables and final state (driver)"] = time.perf_counter() - assembled
-    done = 0
+    # Every event is done: the epochs' rows, in order, for streaming views.
     for number, (lo, hi) in enumerate(bounds):
         notify(EpochStarted(number, hi - lo))
-        done = hi
-        notify(EpochFinished(number, done, 0.0, per_epoch.get(number, {}), None))
-        notify(Progress(done, total, time.perf_counter() - started))
+        notify(EpochFinished(number, hi, 0.0, per_epoch.get(number, {}), None))
     wall = time.perf_counter() - started
     metrics = Metrics(
         engine="spark",
@@ -408,16 +415,22 @@ def _final_state(low: Lowered, program: Program, deltas) -> dict[str, dict]:
     return state
 
 
-def spark_map_epochs(session):
-    """``map_epochs`` on Spark: one task per epoch, deltas shipped as a broadcast."""
+def spark_map_epochs(session, group: str | None = None, cancelled=None):
+    """``map_epochs`` on Spark: one task per epoch, deltas shipped as a broadcast; tasks done
+    are read from Spark's status tracker (the jobs of ``group``) while a round runs, and the
+    round is cancelled once ``cancelled()`` says so."""
+    from ._pass_driver import _Watch
 
-    def run(task: PrefixTask, n: int, shipped: dict) -> pa.Table:
+    def run(task: PrefixTask, n: int, shipped: dict, on_tasks=None) -> pa.Table:
         sc = getattr(session, "sparkContext", None)
         broadcast = sc.broadcast(shipped) if (sc is not None and shipped) else None
         task.deltas = broadcast if broadcast is not None else shipped
         try:
             frame = session.range(0, n, 1, n).mapInArrow(task, TASK_SCHEMA)
-            return frame.toArrow()
+            if on_tasks is None or group is None:
+                return frame.toArrow()
+            with _Watch(session, group, on_tasks, every_s=0.05, cancelled=cancelled):
+                return frame.toArrow()
         finally:
             if broadcast is not None:
                 broadcast.destroy()
@@ -425,8 +438,12 @@ def spark_map_epochs(session):
     return run
 
 
-def local_map_epochs(task: PrefixTask, n: int, shipped: dict) -> pa.Table:
+def local_map_epochs(task: PrefixTask, n: int, shipped: dict, on_tasks=None) -> pa.Table:
     """``map_epochs`` in this process, one epoch after another (for tests of the algorithm)."""
     task.deltas = shipped
-    batches = list(task([pa.record_batch({"id": list(range(n))})]))
+    batches = []
+    for batch in task([pa.record_batch({"id": list(range(n))})]):
+        batches.append(batch)
+        if on_tasks is not None:
+            on_tasks(len(batches), n)
     return pa.Table.from_batches(batches)
