@@ -247,7 +247,6 @@ def test_a_cells_monitor_moves_ten_times_on_the_sample_log(engine, root, tmp_pat
     On Spark (the prefix path here) progress comes from tasks finishing while a round runs, and
     a round's stage bar is full once it has run every epoch."""
     from restream_kit.io.progress import Progress, Recorder, StageFinished
-
     from restream_kit.workbench import log_epoch
     from widgets.monitor import ReplayMonitor
 
