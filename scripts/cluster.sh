@@ -91,6 +91,7 @@ worker_setup() {
     chown -R "$worker_user:" "$worker_root"
     chmod 700 "$worker_root"
     echo "$worker_root" >"$dir/worker-root"
+    let_worker_through "$root/.venv"
     local wpython
     if "${as_worker[@]}" "$python" -c 'import pyarrow, pyspark' 2>/dev/null; then
         wpython=$python
@@ -104,6 +105,23 @@ worker_setup() {
         exit 1
     fi
     echo "cluster: workers run as user $worker_user (Python: $wpython)"
+}
+
+let_worker_through() {  # the worker user must reach the checkout's packages and Spark's jars:
+    # a directory on their way that others cannot enter (a clone in a private temporary
+    # directory) gets o+x, search only: nothing in it becomes readable that was not.
+    local path d
+    for path in "$@"; do
+        d=$(readlink -f "$path")
+        while [[ -n $d && $d != / ]]; do
+            if [[ -d $d ]] && ! "${as_worker[@]}" test -x "$d" 2>/dev/null; then
+                if [[ -O $d ]] && chmod o+x "$d"; then
+                    echo "cluster: let user $worker_user through $d (o+x)"
+                fi
+            fi
+            d=$(dirname "$d")
+        done
+    done
 }
 
 worker_python() {  # a copy of the kernel's interpreter the worker user can run; prints its path
