@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -102,4 +104,5 @@ def test_cells_quick_run(tmp_path):
     ]
     for c in cells:
         assert c["done_s"] >= c["replay_wall_s"] > 0
-        assert abs(c["ratio"] - c["done_s"] / c["replay_wall_s"]) < 0.1
+        # The ratio is printed to one decimal, its two times to the millisecond.
+        assert c["ratio"] == pytest.approx(c["done_s"] / c["replay_wall_s"], rel=0.05, abs=0.05)

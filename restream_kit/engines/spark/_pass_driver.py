@@ -96,8 +96,12 @@ class _Watch:
                             done += stage.numCompletedTasks
                             total += stage.numTasks
                 if (done, total) != seen and total:
+                    # Every task that finished since the last poll counts once: tasks that end
+                    # within one poll still move the progress a step each.
+                    first = seen[0] + 1 if seen[1] == total and seen[0] < done else done
                     seen = (done, total)
-                    self.on_tasks(done, total)
+                    for finished in range(first, done + 1):
+                        self.on_tasks(finished, total)
             except Exception:  # noqa: BLE001 - progress is best effort
                 pass
 
