@@ -238,7 +238,10 @@ def test_workers_dying_mid_replay_is_one_clear_error(cluster, tmp_path):
     err = stderr.read_text()
     assert replay.returncode == 2, err
     line = one_error_line(err)
-    assert "lost every executor" in line and cluster.master in line, line
+    # Mid-replay the watchdog says the executors were lost; on a loaded machine the kill can
+    # land while the replay still waits for its first executor, which is said as clearly.
+    assert cluster.master in line, line
+    assert "lost every executor" in line or "gave this application no executor" in line, line
     assert seconds < 60
 
 

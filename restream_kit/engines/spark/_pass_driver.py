@@ -328,10 +328,10 @@ def run_jobs(
             ran.stage_seconds[f"{p.stage} (tasks, summed)"] = busy
             # Events that came from an earlier pass carried the values read there.
             carried = (
-                " with the values read upstream on its events" if p.consumes and forwarding else ""
+                ", with the values read upstream on its events" if p.consumes and forwarding else ""
             )
             for stage in p.stages or (p.stage,):
-                ran.path[stage] = p.describe(n) + (f" ({tasks} tasks)" if tasks else "") + carried
+                ran.path[stage] = p.describe(n) + carried + (f" ({tasks} tasks)" if tasks else "")
             rep.notify(StageFinished(0, p.stage, seconds, tasks))
             rep.notify(
                 Progress(
