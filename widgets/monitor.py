@@ -162,7 +162,10 @@ class ReplayMonitor:
             bar.max = total
             bar.value = min(self._stage_done.get(stage, 0), total)
         self.events_bar.value = s.fraction
-        self.events_label.value = f"{s.fraction:.0%} of {s.events_total:,}"
+        # The count as well as the share: on a long log the share stands still for minutes.
+        self.events_label.value = (
+            f"{s.fraction:.0%} of {s.events_total:,} events ({s.events_done:,} done)"
+        )
         self.epoch_bar.max = total
         self.epoch_bar.value = min(s.epochs_done, total)
         self.epoch_label.value = f"{s.epochs_done}/{s.epochs_total}"

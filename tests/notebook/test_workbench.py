@@ -277,7 +277,7 @@ def test_a_cells_monitor_moves_ten_times_on_the_sample_log(engine, root, tmp_pat
     print(f"{engine}: {len(set(values))} progress values, {len(set(labels))} monitor labels")
     assert len(set(values)) >= 10, values
     assert len(set(labels)) >= 10, labels
-    assert labels[-1] == f"100% of {len(log):,}"
+    assert labels[-1] == f"100% of {len(log):,} events ({len(log):,} done)"
     if engine == "spark":
         assert any(name.startswith("round 3") for name in cell.result.metrics.stages)
         # Every stage bar ends full: each round ran every epoch.
