@@ -3,9 +3,10 @@
 Handler bodies are inlined into the loop when that cannot change their meaning, and
 ``e.column`` becomes ``event[index]``, so the common handler costs neither a call nor an
 attribute lookup per event. A handler is inlined only when its body has no ``return``, no
-closures or generators (which could capture the loop's variables and outlive the event) and
-every local is assigned at the top level before it is read (so a value from the previous event
-can never leak in). Other handlers are called as functions. Scheduled events never take this
+closures or generators (which could capture the loop's variables and outlive the event), no
+``del`` of a local, and every read of a local comes where every path to it has assigned it
+(so a value from the previous event can never leak in where the function would have raised
+``UnboundLocalError``). Other handlers are called as functions. Scheduled events never take this
 path; they are objects run through the handler functions.
 """
 
@@ -165,7 +166,7 @@ def _inline(
         return None, False
     event_arg = fn.args.args[0].arg
     local = _function_locals(fn.body) - {event_arg}
-    if not all(name.startswith("_rs_k") or _assigned_before_read(fn.body, name) for name in local):
+    if not _always_assigned_before_read(fn.body, {n for n in local if not n.startswith("_rs_k")}):
         return None, False
     renamer = _Renamer(event_arg, {name: f"_h{position}_{name}" for name in local}, columns)
     body = [renamer.visit(copy.deepcopy(stmt)) for stmt in fn.body]
@@ -183,6 +184,12 @@ def _function_locals(body: list[ast.stmt]) -> set[str]:
             names.add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
         for child in ast.iter_child_nodes(node):
             walk(child)
 
@@ -191,21 +198,128 @@ def _function_locals(body: list[ast.stmt]) -> set[str]:
     return names
 
 
-def _assigned_before_read(body: list[ast.stmt], name: str) -> bool:
-    """True when a top-level ``name = ...`` comes before any other mention of ``name``."""
-    for stmt in body:
-        simple = isinstance(stmt, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in stmt.targets
-        )
-        if simple:
-            return not _mentions(stmt.value, name)
-        if _mentions(stmt, name):
-            return False
-    return False
+class _MaybeUnbound(Exception):
+    """A local may be read before it is assigned (or is deleted): the handler stays a call."""
 
 
-def _mentions(node: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+def _always_assigned_before_read(body: list[ast.stmt], local: set[str]) -> bool:
+    """True when every read of a name in ``local`` comes where every path through ``body``
+    has assigned it, and no local is deleted (a definite-assignment check)."""
+    try:
+        _Assigned(local).block(body, frozenset())
+    except _MaybeUnbound:
+        return False
+    return True
+
+
+class _Assigned:
+    """Walks statements with the set of locals assigned on every path so far."""
+
+    def __init__(self, local: set[str]):
+        self.local = local
+
+    def block(self, stmts: list[ast.stmt], done: frozenset) -> frozenset:
+        for stmt in stmts:
+            done = self.stmt(stmt, done)
+        return done
+
+    def reads(self, node: ast.AST | None, done: frozenset) -> None:
+        """Every local ``node`` reads must be assigned (walrus targets never count as
+        assigned: ``a and (b := 1)`` may not run)."""
+        if node is None:
+            return
+        for n in ast.walk(node):
+            if isinstance(n, _COMPREHENSIONS):
+                # Its own variables shadow the handler's: refuse rather than tell them apart.
+                if any(self.local & _bound(g.target) for g in n.generators):
+                    raise _MaybeUnbound
+                # A walrus there binds in the handler's scope, unseen by the renaming.
+                if any(isinstance(m, ast.NamedExpr) for m in ast.walk(n)):
+                    raise _MaybeUnbound
+            elif isinstance(n, ast.Name) and n.id in self.local:
+                if isinstance(n.ctx, ast.Del) or (isinstance(n.ctx, ast.Load) and n.id not in done):
+                    raise _MaybeUnbound
+
+    def stmt(self, stmt: ast.stmt, done: frozenset) -> frozenset:
+        if isinstance(stmt, ast.Assign):
+            self.reads(stmt.value, done)
+            for target in stmt.targets:
+                self.reads(target, done)
+            return done | set().union(*(_bound(t) for t in stmt.targets))
+        if isinstance(stmt, ast.AnnAssign):
+            self.reads(stmt.value, done)
+            self.reads(stmt.target, done)
+            return done | _bound(stmt.target) if stmt.value is not None else done
+        if isinstance(stmt, ast.AugAssign):
+            if isinstance(stmt.target, ast.Name) and stmt.target.id in self.local:
+                if stmt.target.id not in done:
+                    raise _MaybeUnbound
+            self.reads(stmt.target, done)
+            self.reads(stmt.value, done)
+            return done
+        if isinstance(stmt, ast.Delete):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name) and target.id in self.local:
+                    raise _MaybeUnbound
+                self.reads(target, done)
+            return done
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            return done | {(a.asname or a.name).split(".")[0] for a in stmt.names}
+        if isinstance(stmt, ast.If):
+            self.reads(stmt.test, done)
+            return self.block(stmt.body, done) & self.block(stmt.orelse, done)
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+            self.reads(stmt.iter, done)
+            self.block(stmt.body, done | _bound(stmt.target))
+            return self.block(stmt.orelse, done)  # the body may not run at all
+        if isinstance(stmt, ast.While):
+            self.reads(stmt.test, done)
+            self.block(stmt.body, done)
+            return self.block(stmt.orelse, done)
+        if isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            after = [self.block(stmt.orelse, self.block(stmt.body, done))]
+            for handler in stmt.handlers:
+                self.reads(handler.type, done)
+                bound = {handler.name} if handler.name else set()
+                # Python unbinds the exception's name when the handler ends.
+                after.append(self.block(handler.body, done | bound) - bound)
+            return self.block(stmt.finalbody, frozenset.intersection(*after))
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            bound: set[str] = set()
+            for item in stmt.items:
+                self.reads(item.context_expr, done | bound)
+                if item.optional_vars is not None:
+                    bound |= _bound(item.optional_vars)
+            return self.block(stmt.body, done | bound)
+        if isinstance(stmt, ast.Match):
+            self.reads(stmt.subject, done)
+            for case in stmt.cases:
+                bound = {
+                    n.name
+                    for n in ast.walk(case.pattern)
+                    if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name
+                } | {
+                    n.rest
+                    for n in ast.walk(case.pattern)
+                    if isinstance(n, ast.MatchMapping) and n.rest
+                }
+                self.reads(case.guard, done | bound)
+                self.block(case.body, done | bound)
+            return done  # no case may match
+        # Expr, Assert, Raise, Pass, Break, Continue: reads only.
+        self.reads(stmt, done)
+        return done
+
+
+def _bound(target: ast.AST) -> frozenset:
+    """The plain names an assignment target binds (``a``, ``a, *b``; not ``d[k]``)."""
+    if isinstance(target, ast.Name):
+        return frozenset({target.id})
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return frozenset().union(*(_bound(t) for t in target.elts))
+    if isinstance(target, ast.Starred):
+        return _bound(target.value)
+    return frozenset()
 
 
 class _Renamer(ast.NodeTransformer):
@@ -229,6 +343,23 @@ class _Renamer(ast.NodeTransformer):
                 ctx=ast.Load(),
             )
             return ast.copy_location(item, node)
+        return self.generic_visit(node)
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.AST:
+        if node.name in self.renames:
+            node.name = self.renames[node.name]
+        return self.generic_visit(node)
+
+    def visit_MatchAs(self, node: ast.AST) -> ast.AST:
+        if node.name in self.renames:
+            node.name = self.renames[node.name]
+        return self.generic_visit(node)
+
+    visit_MatchStar = visit_MatchAs
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> ast.AST:
+        if node.rest in self.renames:
+            node.rest = self.renames[node.rest]
         return self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> ast.AST:

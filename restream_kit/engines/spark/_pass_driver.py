@@ -18,6 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ...io.progress import (
     EpochFinished,
     EpochStarted,
@@ -32,7 +35,7 @@ from ...model.errors import RestreamError
 from ...model.program import Program
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_rows as W
-from ._pass_setup import Setup, classic, kinds_sql, prepare, quoted, raw_key
+from ._pass_setup import Setup, arranged, classic, kinds_sql, prepare, quoted, raw_key
 from ._pass_stores import apply_op
 from ._pass_task import PassTask
 from ._passes import ORDER, SINGLE, PassPlan
@@ -272,6 +275,11 @@ def run_jobs(
                 else:
                     rows = rows.repartition(n, *(raw or ["_rs_pk"]))
                 rows = rows.sortWithinPartitions("ts", "lsn")
+                if not setup.python_keys and not (
+                    forwarding and any(_sources(passes, p, setup.log_kinds))
+                ):
+                    # From the log alone, and partition values from SQL: the same next time.
+                    rows = arranged(setup, rows)
             else:
                 rows = rows.repartition(n, "_rs_pk").sortWithinPartitions(*_POS, "_rs_tag")
             spec = W.PassSpec(
@@ -317,11 +325,17 @@ def run_jobs(
                 )
 
             with _Watch(session, rep.job_group, on_tasks, cancelled=rep.cancelled):
-                # One job computes the pass and keeps its rows, cut from their lineage:
-                # later passes read them without planning this pass's plan again.
-                out = out.localCheckpoint(eager=True)
+                if p.index == len(passes) - 1 and _ONE_JOB_LAST:
+                    # The last pass: no later pass reads its rows, so one job computes them
+                    # and brings them back.
+                    got = out.select("_rs_kind", "_rs_dest", "_rs_b", *_POS).toArrow()
+                else:
+                    # One job computes the pass and keeps its rows, cut from their lineage:
+                    # later passes read them without planning this pass's plan again.
+                    out = out.localCheckpoint(eager=True)
+                    got = None
             outputs.append(out)
-            tasks, busy = _collect(out, ran)
+            tasks, busy = _collect(out if got is None else got, ran)
             seconds = time.perf_counter() - pass_started
             ran.stage_seconds[p.stage] = seconds
             # Where the pass's time goes: its tasks' own work, summed (the rest is Spark's).
@@ -384,12 +398,20 @@ def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
     )
 
 
+_ONE_JOB_LAST = True
+_SMALL = (W.EMIT, W.FINAL, W.STAT, W.ERROR, W.PEND, W.QUAR, W.CARRY)
+
+
 def _collect(out: Any, ran: Ran) -> tuple[int, float]:
-    """Fold a pass's small rows into ``ran``; its number of tasks and their summed time."""
-    small = out.where(
-        f"_rs_kind IN ({W.EMIT}, {W.FINAL}, {W.STAT}, {W.ERROR}, {W.PEND}, {W.QUAR}, {W.CARRY})"
-    ).select("_rs_kind", "_rs_dest", "_rs_b", *_POS)
-    got = small.toArrow()
+    """Fold a pass's small rows into ``ran`` (``out`` its output, a DataFrame, or all of it
+    already on the driver as an Arrow table); its number of tasks and their summed time."""
+    if isinstance(out, pa.Table):
+        got = out.filter(
+            pc.is_in(out.column("_rs_kind"), pa.array(_SMALL, out.schema.field("_rs_kind").type))
+        )
+    else:
+        small = out.where(f"_rs_kind IN ({', '.join(map(str, _SMALL))})")
+        got = small.select("_rs_kind", "_rs_dest", "_rs_b", *_POS).toArrow()
     kinds = got.column("_rs_kind").to_pylist()
     blobs = got.column("_rs_b").to_pylist()
     dests = got.column("_rs_dest").to_pylist()
