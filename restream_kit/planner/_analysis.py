@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from ..compiler.scopes import Scope, StateResolver, make_scope, no_state, param_names
 from ..model.errors import ProgramError
 from ..model.program import Program
+from .ir import EVENT, Access
 
-__all__ = ["RawAccess", "ScheduleCall", "HandlerAccess", "ModuleInfo", "analyse", "EVENT"]
+__all__ = ["ScheduleCall", "HandlerAccess", "ModuleInfo", "analyse", "EVENT"]
 
-#: The canonical name of the event in key expressions.
-EVENT = "e"
 _SENTINEL = "__rs_event__"
 _MAX_DEPTH = 40
 _STATE_METHODS = {"get", "set", "add", "merge", "delete"}
@@ -54,20 +53,6 @@ _IMPURE_BUILTINS = {
 
 
 @dataclass(frozen=True)
-class RawAccess:
-    """One state access found in a handler (or in a helper it calls, named by ``via``)."""
-
-    state: str
-    op: str  # read, overwrite, merge, future, delete
-    key: str | None
-    event_key: bool
-    lineno: int
-    via: str | None
-    whole: bool = False  # the whole state (bare name), not one key
-    parts: tuple[tuple[str, bool], ...] | None = None  # a tuple key's elements: (text, pure)
-
-
-@dataclass(frozen=True)
 class ScheduleCall:
     """A ``schedule(kind, at=..., **fields)`` call: kind when literal, fields as canonical text."""
 
@@ -86,7 +71,7 @@ class HandlerAccess:
     kinds: tuple[str, ...]
     lineno: int
     event_arg: str
-    accesses: tuple[RawAccess, ...]
+    accesses: tuple[Access, ...]  # in the handler or in helpers it calls
     emits: tuple[str, ...]
     schedules: tuple[ScheduleCall, ...]
     helpers: tuple[str, ...]  # module-level functions followed from this handler
@@ -366,7 +351,7 @@ class _Walker:
     def __init__(self, mod: ModuleInfo, handler: str):
         self.mod = mod
         self.handler = handler
-        self.accesses: list[RawAccess] = []
+        self.accesses: list[Access] = []
         self.emits: list[str] = []
         self.schedules: list[ScheduleCall] = []
         self.helpers: list[str] = []
@@ -430,7 +415,7 @@ class _Walker:
                     found.append((part, part_clear and canon.part_is_pure(elt)))
                 parts = tuple(found)
         self.accesses.append(
-            RawAccess(state, op, text, event_key, node.lineno, self.via, whole, parts)
+            Access(state, op, text, event_key, node.lineno, self.via, self.handler, whole, parts)
         )
 
     # the walk proper
