@@ -129,23 +129,15 @@ class Access:
     parts: tuple[tuple[str, bool], ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "op": self.op,
-            "key": self.key,
-            "event_key": self.event_key,
-            "lineno": self.lineno,
-            "via": self.via,
-        }
+        return {name: getattr(self, name) for name in _ACCESS_JSON}
 
     def upstream_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "key": self.key,
-            "event_key": self.event_key,
-            "handler": self.handler,
-            "lineno": self.lineno,
-        }
+        return {name: getattr(self, name) for name in _UPSTREAM_READ_JSON}
+
+
+#: The fields of an access in a handler, and of a stage's upstream read, in the plan's JSON.
+_ACCESS_JSON = ("state", "op", "key", "event_key", "lineno", "via")
+_UPSTREAM_READ_JSON = ("state", "key", "event_key", "handler", "lineno")
 
 
 @dataclass(frozen=True)
