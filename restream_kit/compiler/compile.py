@@ -21,7 +21,7 @@ from ..model.errors import ProgramError
 from ..model.program import Program
 from ..model.state import Value
 from .inline import RUNNER_NAME, build_runner
-from .scopes import make_scope
+from .scopes import ScopedTransformer
 
 __all__ = ["Runtime", "CompiledProgram", "compile_program", "check", "dict_name", "default_name"]
 
@@ -159,10 +159,11 @@ def _call(func: ast.expr, args: list[ast.expr]) -> ast.Call:
     return ast.Call(func=func, args=args, keywords=[])
 
 
-class _StateRewriter(ast.NodeTransformer):
+class _StateRewriter(ScopedTransformer):
     """Turns state accesses inside functions into dict operations (see the module docstring)."""
 
     def __init__(self, program: Program, kit_modules: set[str]):
+        super().__init__(program.states)
         self.program = program
         self.states = program.states
         self.kit_modules = kit_modules
@@ -171,37 +172,10 @@ class _StateRewriter(ast.NodeTransformer):
             for n in program.module_ast.body
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
         }
-        # One (shadowed names, aliases) pair per enclosing function.
-        self.scopes: list[tuple[set[str], dict[str, str]]] = []
         self.temps = itertools.count()
 
-    # -- scopes -------------------------------------------------------------------------
-
-    def _enter(self, node: ast.FunctionDef | ast.Lambda | ast.AsyncFunctionDef) -> ast.AST:
-        scope = make_scope(node, self._resolve_enclosing)
-        self.scopes.append((scope.shadowed, scope.aliases))
-        try:
-            self.generic_visit(node)
-        finally:
-            self.scopes.pop()
-        return node
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _enter
-
-    def _resolve_name(self, name: str) -> str | None:
-        """The state ``name`` refers to inside the current function, or None (also at module level)."""
-        return self._resolve_enclosing(name) if self.scopes else None
-
-    def _resolve_enclosing(self, name: str) -> str | None:
-        for shadowed, aliases in reversed(self.scopes):
-            if name in aliases:
-                return aliases[name]
-            if name in shadowed:
-                return None
-        return name if name in self.states else None
-
     def state_of(self, node: ast.AST) -> str | None:
-        return self._resolve_name(node.id) if isinstance(node, ast.Name) else None
+        return self.state_named(node.id) if isinstance(node, ast.Name) else None
 
     def _error(self, node: ast.AST, message: str) -> ProgramError:
         return ProgramError(

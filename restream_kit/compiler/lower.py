@@ -42,7 +42,7 @@ __all__ = [
     "Logic",
     "Not",
     "Expr",
-    "ReadSite",
+    "LoweredRead",
     "Write",
     "EmitSite",
     "LoweredState",
@@ -124,8 +124,10 @@ Expr = Col | Lit | ReadOf | Arith | Neg | Cmp | Logic | Not
 
 
 @dataclass(frozen=True)
-class ReadSite:
-    """A read of ``state[key]`` at operation ``n`` of handler ``handler`` (index)."""
+class LoweredRead:
+    """A read of ``state[key]`` at operation ``n`` of handler ``handler`` (index), lowered:
+    its key is expressions over the event's columns that an engine can evaluate, where the
+    plan's :class:`~restream_kit.planner.ir.Access` holds the key's canonical source."""
 
     index: int
     state: str
@@ -181,7 +183,7 @@ class Lowered:
 
     kinds: tuple[tuple[str, ...], ...]  # per handler index
     handler_names: tuple[str, ...]
-    reads: tuple[ReadSite, ...]
+    reads: tuple[LoweredRead, ...]
     writes: tuple[Write, ...]
     emits: tuple[EmitSite, ...]
     states: dict[str, LoweredState]
@@ -251,7 +253,7 @@ class _Lowerer:
         self.program = program
         self.columns = _column_types(table)
         self.events = table.num_rows
-        self.reads: list[ReadSite] = []
+        self.reads: list[LoweredRead] = []
         self.read_types: dict[int, _Typed] = {}
         self.writes: list[Write] = []
         self.emits: list[EmitSite] = []
@@ -391,7 +393,7 @@ class _Lowerer:
             return self.columns[node.attr]
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
             state, key = self.subscript(node, env)
-            site = ReadSite(
+            site = LoweredRead(
                 len(self.reads), state, tuple(k.expr for k in key), self.h.index, self.n
             )
             self.n += 1

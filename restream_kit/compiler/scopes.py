@@ -3,15 +3,28 @@
 A name bound anywhere in a function (an argument, an assignment, an import, a nested def) is
 local there, unless declared ``global``. A local assigned exactly once from a state's name
 (``m = friends``) is an alias of that state rather than a local.
+
+This module is the one resolver of which name means which state: ``StateResolver`` answers
+it for a stack of enclosing scopes (innermost last), and ``ScopedTransformer`` keeps that
+stack for an ``ast.NodeTransformer`` that enters functions. The compiler's rewrite, the
+planner's analysis and lint, and the causal check all resolve names through them.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Scope", "make_scope", "walk_same_scope", "param_names"]
+__all__ = [
+    "Scope",
+    "StateResolver",
+    "ScopedTransformer",
+    "make_scope",
+    "no_state",
+    "walk_same_scope",
+    "param_names",
+]
 
 
 @dataclass
@@ -109,3 +122,68 @@ def make_scope(node: ast.AST, resolve: Callable[[str], str | None]) -> Scope:
         if stores.get(name) == 1 and name not in params and name not in aliases
     }
     return Scope(node, shadowed, aliases, simple, nested)
+
+
+def no_state(name: str) -> str | None:
+    """A resolver for a function read on its own: no outer name is state, so it has no aliases."""
+    return None
+
+
+@dataclass(frozen=True)
+class StateResolver:
+    """Which state a name means inside nested function scopes (the innermost last).
+
+    Going outwards, the first scope that aliases the name gives its state and the first that
+    binds it as a local hides any state of that name; a name no scope binds is the module's
+    state of that name, if one is declared.
+    """
+
+    states: Collection[str]
+
+    def binding(self, name: str, stack: Sequence[Scope]) -> tuple[str, str | int] | None:
+        """``("state", state)``, ``("local", index in stack)``, or None if no scope binds it."""
+        for index in range(len(stack) - 1, -1, -1):
+            scope = stack[index]
+            if name in scope.aliases:
+                return "state", scope.aliases[name]
+            if name in scope.shadowed:
+                return "local", index
+        return None
+
+    def state_of(self, name: str, stack: Sequence[Scope] = ()) -> str | None:
+        """The state ``name`` means inside the innermost scope of ``stack``, or None."""
+        found = self.binding(name, stack)
+        if found is None:
+            return name if name in self.states else None
+        where, what = found
+        return what if where == "state" else None
+
+    def scope(self, node: ast.AST, enclosing: Sequence[Scope] = ()) -> Scope:
+        """The scope of function ``node`` defined inside ``enclosing``: its aliases resolved there."""
+        return make_scope(node, lambda name: self.state_of(name, enclosing))
+
+
+class ScopedTransformer(ast.NodeTransformer):
+    """A transformer that keeps the scopes of the functions it is inside, to resolve state names.
+
+    At module level (outside every function) no name is taken for state: only handlers and the
+    functions they call touch state.
+    """
+
+    def __init__(self, states: Collection[str]):
+        self.resolver = StateResolver(states)
+        self.scope_stack: list[Scope] = []
+
+    def _enter_function(self, node: ast.AST) -> ast.AST:
+        self.scope_stack.append(self.resolver.scope(node, self.scope_stack))
+        try:
+            self.generic_visit(node)
+        finally:
+            self.scope_stack.pop()
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _enter_function
+
+    def state_named(self, name: str) -> str | None:
+        """The state ``name`` means where the walk is, or None (also at module level)."""
+        return self.resolver.state_of(name, self.scope_stack) if self.scope_stack else None

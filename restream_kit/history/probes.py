@@ -28,7 +28,7 @@ from ..compiler.compile import dict_name
 __all__ = [
     "ABSENT",
     "Signature",
-    "Site",
+    "ProbeSite",
     "Uncovered",
     "ReadSites",
     "signature",
@@ -87,8 +87,13 @@ class Signature:
 
 
 @dataclass
-class Site:
-    """One read site in a handler (see the module doc)."""
+class ProbeSite:
+    """Where in a compiled handler a history records a read (see the module doc).
+
+    The plan's :class:`~restream_kit.planner.ir.Access` says which state a handler reads
+    under which key; a probe site is one such read located in the rewritten code, with the
+    key as written there so that a hook can evaluate it and a rerun can serve it.
+    """
 
     number: int
     handler: str
@@ -121,7 +126,7 @@ def signature(program: Any, plan: Any, handler: str, state: str, text: str) -> S
     return Signature(state, text, tuple(sorted(me.kinds)), tuple(before))
 
 
-def hook_source(site: Site, slot: int, columns: list[str]) -> str:
+def hook_source(site: ProbeSite, slot: int, columns: list[str]) -> str:
     """The loop statement that records ``site``'s value in probe ``slot``: the event's fields
     read by position, as in the inlined handlers; a key that raises records ABSENT (the
     handler's own read raises it, when it reads)."""
@@ -169,7 +174,7 @@ class ReadSites:
         self.serve = serve
         self.all_handlers = {h.name for h in program.handlers}
         self.banned = _names_not_keys(program)
-        self.sites: list[Site] = []
+        self.sites: list[ProbeSite] = []
 
     def __call__(self, tree: ast.Module) -> ast.Module:
         served = {dict_name(s): s for states in self.handlers.values() for s in states}
@@ -258,7 +263,7 @@ class ReadSites:
         if len(node.args) == 2:
             node.args[1] = fallback
         uses_default = isinstance(fallback, ast.Name) and fallback.id == f"_rs_dflt_{state}"
-        site = Site(
+        site = ProbeSite(
             len(self.sites),
             self.fn.name,
             state,

@@ -34,7 +34,7 @@ from .probes import ABSENT, ReadSites, Signature, hook_source, signature
 __all__ = [
     "Recorder",
     "History",
-    "Probe",
+    "RecordedProbe",
     "HISTORY_DIR",
     "encode_probe",
     "decode_column",
@@ -51,9 +51,10 @@ _ABSENT_TYPE = type(ABSENT)
 
 
 @dataclass
-class Probe:
-    """The recorded values of one read site: ``value`` (encoded as ``encoding``: an Arrow type
-    name or ``codec``) and ``absent`` (True where the store had no value; None: nowhere)."""
+class RecordedProbe:
+    """The values a history recorded at one read site, one per event that ran it: ``value``
+    (encoded as ``encoding``: an Arrow type name or ``codec``) and ``absent`` (True where the
+    store had no value; None: nowhere)."""
 
     signature: Signature
     value: pa.Array
@@ -185,7 +186,7 @@ class History:
     stages: dict[str, list[str]]
     #: State -> the handlers that write it (as the planner sees the program).
     writers: dict[str, list[str]] = field(default_factory=dict)
-    probes: dict[Signature, Probe] = field(default_factory=dict)
+    probes: dict[Signature, RecordedProbe] = field(default_factory=dict)
     #: Why this history cannot serve reads (timed writes, scheduled events).
     unusable: str | None = None
 
@@ -212,7 +213,7 @@ class History:
     def add_probe(self, sig: Signature, items: list) -> None:
         """Add the recorded values of the read with signature ``sig``."""
         value, encoding, absent = encode_probe(items)
-        self.probes[sig] = Probe(sig, value, encoding, absent)
+        self.probes[sig] = RecordedProbe(sig, value, encoding, absent)
 
     @property
     def nbytes(self) -> int:
@@ -269,7 +270,7 @@ class History:
                 table.column("absent").combine_chunks() if "absent" in table.column_names else None
             )
             value = table.column("value").combine_chunks()
-            hist.probes[sig] = Probe(sig, value, info["encoding"], absent)
+            hist.probes[sig] = RecordedProbe(sig, value, info["encoding"], absent)
         return hist
 
 

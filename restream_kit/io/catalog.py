@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from ..model import values
 from ..model.errors import RestreamError, StateError
 from ..model.program import Program
+from ._atomic import fsync_path, synced_file, write_synced
 from .log import Log, default_home, private_dir
 from .result import QUARANTINE_FILE, Metrics, Result, quarantine_table
 
@@ -167,10 +168,10 @@ class Catalog:
             manifest = self._write_run(
                 tmp, run_id, now, name, program, log, engine, result, master, params, error
             )
-            _fsync_dir(tmp)
+            fsync_path(tmp)
             final = self.runs_dir / run_id
             os.rename(tmp, final)
-            _fsync_dir(self.runs_dir)
+            fsync_path(self.runs_dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -200,7 +201,7 @@ class Catalog:
                 result.history is not None
             ):  # history/: every state write (restream_kit.history.recorder)
                 result.history.write(tmp)
-            _write(tmp / STATE_FILE, _state_bytes(result.state))
+            write_synced(tmp / STATE_FILE, _state_bytes(result.state), exclusive=True)
             metrics = result.metrics.as_dict()
             extra = {
                 "metrics": _metrics(result.metrics),
@@ -212,7 +213,7 @@ class Catalog:
             }
         for path in sorted(tmp.rglob("*")):
             if path.is_file():
-                _fsync_file(path)
+                fsync_path(path)
                 files[str(path.relative_to(tmp))] = path.stat().st_size
         wall = metrics.get("wall_s")
         started = now - dt.timedelta(seconds=wall) if isinstance(wall, (int, float)) else now
@@ -246,7 +247,7 @@ class Catalog:
             if files[MANIFEST] == len(text):
                 break
             files[MANIFEST] = len(text)
-        _write(tmp / MANIFEST, text)
+        write_synced(tmp / MANIFEST, text, exclusive=True)
         return manifest
 
     def forget(self, name: str) -> list[str]:
@@ -526,10 +527,8 @@ class Catalog:
         private_dir(self.home)
         tmp = self.home / f".{INDEX}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         try:
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            with synced_file(tmp, exclusive=True) as f:
                 pq.write_table(table, f)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, self.path)
         except OSError:
             with contextlib.suppress(OSError):
@@ -688,24 +687,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _write(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_file(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    _fsync_file(path)

@@ -36,7 +36,6 @@ epoch. ``state`` and ``rows`` are values the codec above stores, that the engine
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -48,6 +47,7 @@ from typing import Any
 
 from ..model import values
 from ..model.errors import RestreamError
+from ._atomic import fsync_path, write_synced
 
 __all__ = [
     "CheckpointError",
@@ -205,7 +205,7 @@ class Checkpointer:
         tmp.mkdir(mode=0o700)
         save_value(tmp, "state", state, "the state")
         save_value(tmp, "rows", rows, "the output rows")
-        _fsync_dir(tmp)
+        fsync_path(tmp)
         final = self.directory / name
         if final.exists():  # left by a run killed between this rename and its manifest
             shutil.rmtree(final)
@@ -213,9 +213,9 @@ class Checkpointer:
         entry = {"epoch": epoch, "done": done, "dir": name, "info": info or {}}
         epochs = [e for e in self.manifest["epochs"] if e["epoch"] < epoch] + [entry]
         manifest = {**self.manifest, "epochs": epochs, "complete": bool(last)}
-        _write(self.directory / f".{MANIFEST}.tmp", json.dumps(manifest, indent=1).encode())
+        write_synced(self.directory / f".{MANIFEST}.tmp", json.dumps(manifest, indent=1).encode())
         os.replace(self.directory / f".{MANIFEST}.tmp", self.directory / MANIFEST)
-        _fsync_dir(self.directory)
+        fsync_path(self.directory)
         self.manifest = manifest
 
 
@@ -544,23 +544,6 @@ def _culprit(value: Any, hook: Any) -> str | None:
     return None
 
 
-def _write(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 # -- the on-disk codec: JSON with type tags, Arrow files, no pickle ------------------------
 
 
@@ -595,8 +578,8 @@ def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
             with pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)
         os.chmod(directory / name, 0o600)
-        _fsync_file(directory / name)
-    _write(directory / f"{stem}.json", data)
+        fsync_path(directory / name)
+    write_synced(directory / f"{stem}.json", data)
 
 
 def load_value(directory: Path, stem: str) -> Any:
@@ -771,12 +754,3 @@ def _program_codes(namespace: dict[str, Any], filename: str) -> dict[tuple, type
         found[key] = code
         todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
     return found
-
-
-def _fsync_file(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

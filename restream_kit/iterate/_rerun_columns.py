@@ -32,11 +32,11 @@ from ..compiler.lower import (
     Col,
     Lit,
     Logic,
+    LoweredRead,
     Neg,
     Not,
     NotLowerable,
     ReadOf,
-    ReadSite,
     _column_types,
     _lit,
     _Lowerer,
@@ -234,7 +234,7 @@ class _SiteLowerer(_Lowerer):
         self.program = program
         self.columns = _column_types(table)
         self.events = table.num_rows
-        self.reads: list[ReadSite] = []
+        self.reads: list[LoweredRead] = []
         self.read_types: dict[int, _Typed] = {}
         self.writes = []
         self.emits = []
@@ -279,7 +279,7 @@ class _SiteLowerer(_Lowerer):
             site = self.sites.get((self.h.name, node.value.id, text))
             if site is None:
                 raise NotLowerable(f"line {node.lineno}: a read no probe serves")
-            read = ReadSite(len(self.reads), node.value.id, (), self.h.index, self.n)
+            read = LoweredRead(len(self.reads), node.value.id, (), self.h.index, self.n)
             self.n += 1
             self.reads.append(read)
             self.site_of[read.index] = site

@@ -39,7 +39,6 @@ from .ir import (
     Stage,
     StageLoad,
     StateInfo,
-    UpstreamRead,
     build_plan,
     compile_key,
 )
@@ -52,7 +51,6 @@ __all__ = [
     "StateInfo",
     "Edge",
     "Stage",
-    "UpstreamRead",
     "PlanWarning",
     "StageLoad",
     "DataPath",

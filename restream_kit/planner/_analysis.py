@@ -23,14 +23,13 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from ..compiler.scopes import Scope, make_scope, param_names
+from ..compiler.scopes import Scope, StateResolver, make_scope, no_state, param_names
 from ..model.errors import ProgramError
 from ..model.program import Program
+from .ir import EVENT, Access
 
-__all__ = ["RawAccess", "ScheduleCall", "HandlerAccess", "ModuleInfo", "analyse", "EVENT"]
+__all__ = ["ScheduleCall", "HandlerAccess", "ModuleInfo", "analyse", "EVENT"]
 
-#: The canonical name of the event in key expressions.
-EVENT = "e"
 _SENTINEL = "__rs_event__"
 _MAX_DEPTH = 40
 _STATE_METHODS = {"get", "set", "add", "merge", "delete"}
@@ -54,20 +53,6 @@ _IMPURE_BUILTINS = {
 
 
 @dataclass(frozen=True)
-class RawAccess:
-    """One state access found in a handler (or in a helper it calls, named by ``via``)."""
-
-    state: str
-    op: str  # read, overwrite, merge, future, delete
-    key: str | None
-    event_key: bool
-    lineno: int
-    via: str | None
-    whole: bool = False  # the whole state (bare name), not one key
-    parts: tuple[tuple[str, bool], ...] | None = None  # a tuple key's elements: (text, pure)
-
-
-@dataclass(frozen=True)
 class ScheduleCall:
     """A ``schedule(kind, at=..., **fields)`` call: kind when literal, fields as canonical text."""
 
@@ -86,7 +71,7 @@ class HandlerAccess:
     kinds: tuple[str, ...]
     lineno: int
     event_arg: str
-    accesses: tuple[RawAccess, ...]
+    accesses: tuple[Access, ...]  # in the handler or in helpers it calls
     emits: tuple[str, ...]
     schedules: tuple[ScheduleCall, ...]
     helpers: tuple[str, ...]  # module-level functions followed from this handler
@@ -103,6 +88,7 @@ class ModuleInfo:
         self.program = program
         self.filename = program.filename
         self.states = {name: decl.kind for name, decl in program.states.items()}
+        self.resolver = StateResolver(self.states)
         self.defs: dict[str, ast.FunctionDef | ast.Lambda] = {}
         self.others: dict[str, ast.AST] = {}
         self.imports: dict[str, str] = {}
@@ -171,9 +157,6 @@ class ModuleInfo:
         if self._mentions is None:
             self._mentions = self._reaching_state()
         return name in self._mentions
-
-
-# -- scopes --------------------------------------------------------------------------------
 
 
 # -- canonical key expressions ----------------------------------------------------------------
@@ -288,7 +271,7 @@ class _Canon(ast.NodeTransformer):
         binding = _bind_arguments(fn.args, call)
         if binding is None:
             return None
-        scope = make_scope(fn, lambda n: None)
+        scope = make_scope(fn, no_state)
         for param, arg in binding.items():
             if arg is None:
                 return None
@@ -368,7 +351,7 @@ class _Walker:
     def __init__(self, mod: ModuleInfo, handler: str):
         self.mod = mod
         self.handler = handler
-        self.accesses: list[RawAccess] = []
+        self.accesses: list[Access] = []
         self.emits: list[str] = []
         self.schedules: list[ScheduleCall] = []
         self.helpers: list[str] = []
@@ -380,12 +363,9 @@ class _Walker:
     # names
 
     def lookup(self, name: str, stack: list[Scope]) -> tuple[str, object]:
-        for index in range(len(stack) - 1, -1, -1):
-            scope = stack[index]
-            if name in scope.aliases:
-                return "state", scope.aliases[name]
-            if name in scope.shadowed:
-                return "local", index
+        found = self.mod.resolver.binding(name, stack)
+        if found is not None:
+            return found
         if name in self.mod.states:
             return "state", name
         if name in self.mod.defs:
@@ -395,11 +375,7 @@ class _Walker:
         return "builtin", name
 
     def state_of(self, node: ast.AST, stack: list[Scope]) -> str | None:
-        if isinstance(node, ast.Name):
-            where, payload = self.lookup(node.id, stack)
-            if where == "state":
-                return payload
-        return None
+        return self.mod.resolver.state_of(node.id, stack) if isinstance(node, ast.Name) else None
 
     def error(self, lineno: int | None, message: str) -> ProgramError:
         return ProgramError(
@@ -439,7 +415,7 @@ class _Walker:
                     found.append((part, part_clear and canon.part_is_pure(elt)))
                 parts = tuple(found)
         self.accesses.append(
-            RawAccess(state, op, text, event_key, node.lineno, self.via, whole, parts)
+            Access(state, op, text, event_key, node.lineno, self.via, self.handler, whole, parts)
         )
 
     # the walk proper
@@ -492,12 +468,8 @@ class _Walker:
             if nested is not None and id(nested) not in self.visited_nested:
                 # A nested function used as a value: walk it once with unknown parameters.
                 self.visited_nested.add(id(nested))
-                inner = make_scope(nested, lambda n: self._resolve_state(n, stack))
+                inner = self.mod.resolver.scope(nested, stack)
                 self.function(nested, stack + [inner])
-
-    def _resolve_state(self, name: str, stack: list[Scope]) -> str | None:
-        where, payload = self.lookup(name, stack)
-        return payload if where == "state" else None
 
     def visit_Subscript(self, node: ast.Subscript, stack: list[Scope]) -> None:
         state = self.state_of(node.value, stack)
@@ -712,12 +684,7 @@ class _Walker:
             if not self.state_of(kw.value, stack):
                 self.visit(kw.value, stack)
         base = outer if outer else []
-        scope = make_scope(
-            fn,
-            lambda n: (
-                self._resolve_state(n, base) if base else (n if n in self.mod.states else None)
-            ),
-        )
+        scope = self.mod.resolver.scope(fn, base)
         for (param, from_call), arg in binding.items():
             state = self.state_of(arg, stack if from_call else base)
             if state is not None:
@@ -744,7 +711,7 @@ class _Walker:
             self.calls.pop()
 
     def visit_Lambda(self, node: ast.Lambda, stack: list[Scope]) -> None:
-        inner = make_scope(node, lambda n: self._resolve_state(n, stack))
+        inner = self.mod.resolver.scope(node, stack)
         self.function(node, stack + [inner])
 
     def visit_FunctionDef(self, node: ast.FunctionDef, stack: list[Scope]) -> None:
@@ -770,7 +737,7 @@ def analyse(
     reached: dict[str, list[ast.AST]] = {}
     for h in program.handlers:
         walker = _Walker(mod, h.name)
-        scope = make_scope(h.node, lambda n: n if n in mod.states else None)
+        scope = mod.resolver.scope(h.node)
         scope.subst[h.event_arg] = (ast.Name(id=_SENTINEL, ctx=ast.Load()), True)
         walker.function(h.node, [scope])
         reached[h.name] = walker.reached

@@ -27,7 +27,6 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..compiler.scopes import make_scope
 from ._analysis import ModuleInfo
 
 __all__ = ["Finding", "lint"]
@@ -169,7 +168,7 @@ class _FunctionLint:
         self.local_imports: dict[str, str] = {}
         self.globals: set[str] = set()
         self.mutable_defaults: set[str] = set()
-        scope = make_scope(fn, lambda n: n if n in mod.states else None)
+        scope = mod.resolver.scope(fn)
         self.aliases = scope.aliases
         self.from_state: set[str] = set()
         for sub in ast.walk(fn):

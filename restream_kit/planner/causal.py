@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..compiler.compile import compile_program
-from ..compiler.scopes import make_scope
+from ..compiler.scopes import ScopedTransformer
 from ..io.log import Log
 from ..model.program import Program
 from ..model.state import Value
@@ -207,38 +207,18 @@ class _CausalRuntime(SerialRuntime):
             dict.pop(d, key, None)
 
 
-class _MergeRewriter(ast.NodeTransformer):
+class _MergeRewriter(ScopedTransformer):
     """``m[k] op= d`` on state becomes ``m.merge(k, lambda old: old op d)``."""
 
     def __init__(self, program: Program):
+        super().__init__(program.states)
         self.states = program.states
-        self.scopes: list = []
-
-    def _resolve(self, name: str) -> str | None:
-        if not self.scopes:
-            return None
-        for scope in reversed(self.scopes):
-            if name in scope.aliases:
-                return scope.aliases[name]
-            if name in scope.shadowed:
-                return None
-        return name if name in self.states else None
-
-    def _enter(self, node: ast.AST) -> ast.AST:
-        self.scopes.append(make_scope(node, self._resolve))
-        try:
-            self.generic_visit(node)
-        finally:
-            self.scopes.pop()
-        return node
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _enter
 
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
         self.generic_visit(node)
         target = node.target
         base = getattr(target, "value", None)
-        state = self._resolve(base.id) if isinstance(base, ast.Name) else None
+        state = self.state_named(base.id) if isinstance(base, ast.Name) else None
         if state is None:
             return node
         is_value = isinstance(self.states[state], Value)

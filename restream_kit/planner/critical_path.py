@@ -36,8 +36,8 @@ from ..compiler.compile import compile_program
 from ..io.log import Log
 from ..model.program import Program
 from ..runtime import SerialRuntime, run_events
-from ._analysis import EVENT
 from .ir import (
+    EVENT,
     DataPath,
     Plan,
     Stage,

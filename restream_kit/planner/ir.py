@@ -63,17 +63,17 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..model.program import Program
-from ._analysis import EVENT, HandlerAccess, ScheduleCall
 
 if TYPE_CHECKING:
     import networkx as nx
+
+    from ._analysis import HandlerAccess, ScheduleCall
 
 __all__ = [
     "Access",
     "HandlerInfo",
     "StateInfo",
     "Edge",
-    "UpstreamRead",
     "Stage",
     "PlanWarning",
     "StageLoad",
@@ -83,7 +83,11 @@ __all__ = [
     "compile_key",
     "MODES",
     "WRITE_OPS",
+    "EVENT",
 ]
+
+#: The canonical name of the event in key expressions.
+EVENT = "e"
 
 Op = Literal["read", "overwrite", "merge", "future", "delete"]
 Mode = Literal["stateless", "partitioned", "broadcast-read", "sequential"]
@@ -100,11 +104,18 @@ _VERB = {
 
 @dataclass(frozen=True)
 class Access:
-    """One read or write of state: ``key`` is canonical source (event named ``e``).
+    """One read or write of state by a handler: the one record of "handler H reads (or
+    writes) state S under key K", from the analysis of the source to the plan's stages.
 
-    ``key`` is None for a ``state.Value`` or a use of the whole state. ``event_key`` is True
-    when the key is a pure function of the event and module constants. ``via`` names the
-    helper function the access was found in, when it is not the handler itself.
+    ``key`` is canonical source (event named ``e``); None for a ``state.Value`` or a use of
+    the whole state (``whole`` then tells the two apart). ``event_key`` is True when the key
+    is a pure function of the event and module constants. ``via`` names the helper function
+    the access was found in, when it is not the handler itself. ``parts`` holds a tuple key's
+    elements as (text, pure), from which a stage finds a partition key common to all its keys.
+
+    The plan's JSON shows an access in a handler without ``handler``, ``whole`` and ``parts``
+    (:meth:`to_dict`), and a stage's upstream read as state, key, handler and line
+    (:meth:`upstream_dict`).
     """
 
     state: str
@@ -113,9 +124,20 @@ class Access:
     event_key: bool
     lineno: int
     via: str | None = None
+    handler: str | None = None
+    whole: bool = False
+    parts: tuple[tuple[str, bool], ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in _ACCESS_JSON}
+
+    def upstream_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _UPSTREAM_READ_JSON}
+
+
+#: The fields of an access in a handler, and of a stage's upstream read, in the plan's JSON.
+_ACCESS_JSON = ("state", "op", "key", "event_key", "lineno", "via")
+_UPSTREAM_READ_JSON = ("state", "key", "event_key", "handler", "lineno")
 
 
 @dataclass(frozen=True)
@@ -175,20 +197,6 @@ class Edge:
 
 
 @dataclass(frozen=True)
-class UpstreamRead:
-    """A read that a stage resolves against the versions an upstream stage wrote."""
-
-    state: str
-    key: str | None
-    event_key: bool
-    handler: str
-    lineno: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class Stage:
     """Handlers that run together (a strongly connected component), and how they can run."""
 
@@ -198,7 +206,7 @@ class Stage:
     partition_key: str | None
     reason: str | None
     owns: tuple[str, ...]
-    reads_upstream: tuple[UpstreamRead, ...]
+    reads_upstream: tuple[Access, ...]  # reads resolved against upstream versions
     kinds: tuple[str, ...] = ()
     upstream: tuple[str, ...] = ()
 
@@ -219,7 +227,7 @@ class Stage:
             "partition_key": self.partition_key,
             "reason": self.reason,
             "owns": list(self.owns),
-            "reads_upstream": [r.to_dict() for r in self.reads_upstream],
+            "reads_upstream": [r.upstream_dict() for r in self.reads_upstream],
             "kinds": list(self.kinds),
             "upstream": list(self.upstream),
         }
@@ -413,10 +421,6 @@ def compile_key(expr: str, program: Program) -> Callable[[Any], Any]:
 # -- building -------------------------------------------------------------------------------
 
 
-def _access(raw: Any) -> Access:
-    return Access(raw.state, raw.op, raw.key, raw.event_key, raw.lineno, raw.via)
-
-
 def _uses_event(key: str) -> bool:
     return any(
         isinstance(n, ast.Name) and n.id == EVENT for n in ast.walk(ast.parse(key, mode="eval"))
@@ -467,7 +471,7 @@ def build_plan(
             name=h.name,
             kinds=h.kinds,
             lineno=h.lineno,
-            accesses=tuple(_access(a) for a in h.accesses),
+            accesses=h.accesses,
             emits=h.emits,
             schedules=tuple(
                 dict.fromkeys(s.kind if s.kind is not None else "?" for s in h.schedules)
@@ -478,7 +482,6 @@ def build_plan(
     )
     by_name = {h.name: h for h in handlers}
     order = {h.name: i for i, h in enumerate(handlers)}
-    raw_by_name = {h.name: h for h in analysed}
     states = tuple(
         StateInfo(name, decl.kind, repr(decl.default)) for name, decl in program.states.items()
     )
@@ -538,7 +541,7 @@ def build_plan(
     names = {comp: "+".join(comp) for comp in components}
     stages = []
     for comp in topo:
-        stage = _stage(comp, names, dag, by_name, raw_by_name, writers, program, schedules)
+        stage = _stage(comp, names, dag, by_name, writers, program, schedules)
         stages.append(stage)
     stages_t = tuple(stages)
 
@@ -569,7 +572,6 @@ def _stage(
     names: dict[tuple[str, ...], str],
     dag: nx.DiGraph,
     by_name: dict[str, HandlerInfo],
-    raw_by_name: dict[str, HandlerAccess],
     writers: dict[str, list[str]],
     program: Program,
     schedules: dict[str, list[tuple[ScheduleCall, tuple[str, ...]]]],
@@ -581,8 +583,8 @@ def _stage(
         s for s in program.states if any(a.state == s and a.op != "read" for _, a in accesses)
     ]
     own = read & set(written)
-    own_raw = [(h, a) for h in comp for a in raw_by_name[h].accesses if a.state in own]
-    partition_key, problems, note = _own_partition(own_raw, program)
+    own_accesses = [(h, a) for h, a in accesses if a.state in own]
+    partition_key, problems, note = _own_partition(own_accesses, program)
     inner = [
         (h, call) for h in comp for call, targets in schedules.get(h, []) if members & set(targets)
     ]
@@ -602,11 +604,12 @@ def _stage(
             )
     if problems:
         partition_key, note = None, None
-    upstream_reads = []
-    for h, a in accesses:
+    # One upstream read per state, key, handler and line (however many helpers reach it).
+    by_read: dict[tuple, Access] = {}
+    for _, a in accesses:
         if a.op == "read" and any(w not in members for w in writers.get(a.state, [])):
-            upstream_reads.append(UpstreamRead(a.state, a.key, a.event_key, h, a.lineno))
-    upstream_reads = list(dict.fromkeys(upstream_reads))
+            by_read.setdefault((a.state, a.key, a.event_key, a.handler, a.lineno), a)
+    upstream_reads = list(by_read.values())
     reason = "; ".join(dict.fromkeys(problems)) if problems else note
     if problems:
         mode: Mode = "sequential"

@@ -34,7 +34,7 @@ from restream_kit.model.errors import StateError
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_data" / "social_small.parquet"
-ANTISPAM = (ROOT / "examples" / "antispam.py").read_text()
+ANTISPAM = rk.sample_program("antispam").read_text()
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RESTREAM_DISPLAY": "text"}
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")

@@ -26,9 +26,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
 EXAMPLES = int(os.environ.get("RESTREAM_PROPERTY_EXAMPLES", "200")) // 2
 SOCIAL = "sample_data/social_small.parquet"
-ANTISPAM = open(
-    os.path.join(os.path.dirname(__file__), "..", "..", "examples", "antispam.py")
-).read()
+ANTISPAM = rk.sample_program("antispam").read_text()
 STRICTER = ANTISPAM.replace("0.2 * ip_msgs", "0.3 * ip_msgs")
 
 

@@ -796,6 +796,27 @@ def test_the_causal_check_has_teeth():
     assert chain.longest > 50  # the events of the busiest key, src or dst
 
 
+@pytest.mark.parametrize("alias", [False, True])
+def test_the_causal_check_resolves_aliases_like_the_compiler(alias):
+    """``m = counts; m[k] += 1`` is a merge as much as ``counts[k] += 1``: the causal check
+    resolves the alias by the compiler's rules, so no chain of reads is seen where none is."""
+    target = "m" if alias else "counts"
+    program = src(
+        HEAD
+        + f"""
+        counts = state.Map(default=0)
+
+        @on("pay")
+        def count(e):
+            m = counts
+            {target}[e.src] += 1
+    """
+    )
+    log = Log([{"ts": i, "kind": "pay", "src": 0} for i in range(50)], cache=False)
+    assert accesses(plan(program), "count") == [("counts", "merge", "e.src", True)]
+    assert longest_chain(program, log).longest == 1 == plan(program, log).data.chain_bound
+
+
 @pytest.mark.parametrize("name", ["five_rules", "session_windows", "tumbling_window", "helpers"])
 def test_the_planners_replays_run_the_serial_engines_runtime(name):
     rows = []
