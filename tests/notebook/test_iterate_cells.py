@@ -157,6 +157,12 @@ def test_a_baseline_cell_re_replays_only_what_changed_and_equals_a_full_replay(
     assert "reused 2 stage(s) of v1 (befriend, tally_sender)" in out and "saved" in out
     full = rk.replay(STRICTER, LOG)
     assert_same(cell.result, full)
+    # The widgets' monitor says the same under its bars.
+    from widgets.monitor import ReplayMonitor
+
+    monitor = ReplayMonitor("v2")
+    monitor.finish(cell)
+    assert "reused 2 stage(s) of v1 (befriend, tally_sender)" in monitor.reuse_note.value
     # The diff against v1 is the diff of two full replays.
     assert cell.diff.summary() == diff(full, rk.replay(ANTISPAM, LOG)).summary()
 
