@@ -161,9 +161,10 @@ class SweepView:
         tables = table_names(cell)
         if len(cell.varying) == 2 and len(tables) > 1:
             self.table_picker.options = tables
-            self.table_picker.value = tables[0]
+            self.table_picker.value = tables[0]  # which draws it
             self.table_picker.layout.display = None
-        self._draw(tables[0] if tables else None)
+        if self.figure is None:
+            self._draw(tables[0] if tables else None)
         self._fill_table(tables)
 
     def _draw(self, table: str | None) -> None:

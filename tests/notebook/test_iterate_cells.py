@@ -187,3 +187,33 @@ def test_a_baseline_cell_that_cannot_reuse_says_why_in_one_line(shell, capsys):
         "redone); replayed in full"
     ], out
     assert_same(cell.result, rk.replay(STRICTER, LOG, on_error="skip"))
+
+
+def test_a_heatmap_of_several_tables_has_a_menu_that_redraws_it(root, tmp_path):
+    from restream_kit.io.catalog import Catalog
+    from restream_kit.workbench import Workbench
+    from widgets.sweep_view import SweepView
+
+    two_tables = ANTISPAM.replace(
+        'emit("spam", sender=e.src)',
+        'emit("spam", sender=e.src)\n    else:\n        emit("ok", sender=e.src)',
+    )
+    bench = Workbench(Catalog(tmp_path / "catalog"))
+    cell = bench.sweep(
+        "s", two_tables, str(root / "sample_data/social_small.parquet"),
+        values={"ratio": [1.5, 3], "share": [0.1, 0.2]},
+    )  # fmt: skip
+    assert cell.ok, cell.error
+    view = SweepView()
+    view.finish(cell)
+    assert view.table_picker.options == ("ok", "spam") and view.table_picker.value == "ok"
+    rows = cell.rows()
+    for table in ("ok", "spam"):
+        view.table_picker.value = table
+        (heat,) = view.figure.data
+        assert heat.name == table
+        # A row per share, a column per ratio.
+        want = [
+            [rows.filter(ratio=r, share=sh)[table].item() for r in (1.5, 3)] for sh in (0.1, 0.2)
+        ]
+        assert [list(line) for line in heat.z] == want
