@@ -21,6 +21,7 @@ from .io.compare import Diff, KeyDiff, diff
 from .io.log import Log
 from .io.progress import Cancelled, CancelToken, Observer, ProgressState, broadcast
 from .io.result import Result
+from .iterate.cells import CellSweep, named_reuse, no_reuse, reuse_line
 from .model.errors import RestreamError
 from .model.program import Program
 
@@ -29,9 +30,11 @@ __all__ = [
     "CellRun",
     "Baseline",
     "BackgroundRun",
+    "CellSweep",
     "ReplayCancelled",
     "cancelled_line",
     "log_epoch",
+    "reuse_line",
 ]
 
 #: After a cancel, how long to wait for the engine to stop before giving the kernel back.
@@ -87,10 +90,17 @@ class CellRun:
     params: dict[str, Any] = field(default_factory=dict)
     #: The replay's progress as the monitor saw it (epochs and events done, elapsed time).
     progress: ProgressState = field(default_factory=ProgressState, repr=False)
+    #: With a named baseline: what the replay reused of it (``Result.reuse``, the baseline's
+    #: name as ``reused_run``), or why it reused nothing (``reuse_reason``); None without one.
+    reuse: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.result is not None
+
+    def reuse_line(self) -> str | None:
+        """One line on what the replay reused of its baseline, or why it reused nothing."""
+        return reuse_line(self.reuse)
 
     @property
     def cancelled(self) -> bool:
@@ -143,6 +153,7 @@ class Workbench:
         self.catalog = catalog or Catalog()
         self.programs: dict[str, Program] = {}
         self.runs: dict[str, CellRun] = {}
+        self.sweeps: dict[str, CellSweep] = {}
 
     def define(self, name: str, source: str) -> Program:
         """Load a cell's program under ``name`` (replacing an earlier definition)."""
@@ -178,7 +189,12 @@ class Workbench:
                 return Baseline(label, self.catalog.load(record), reused=True, record=record)
             except CatalogError:
                 pass  # forgotten by another process meanwhile: replay it again
-        result = replay(base_program, log, engine="serial", on_error=on_error, cancel=cancel)
+        # The baseline keeps its history, so that a later cell can re-replay only what it
+        # changed (``--baseline``); recording costs about a third of a replay, once.
+        keep = on_error == "stop"
+        result = replay(
+            base_program, log, engine="serial", on_error=on_error, cancel=cancel, history=keep
+        )
         record = self.catalog.record(
             name=base_program.name, program=base_program, log=log, engine="serial", result=result
         )
@@ -200,6 +216,7 @@ class Workbench:
         on_error: str = "stop",
         progress: ProgressState | None = None,
         by: str | list[str] | None = None,
+        reuse: bool = True,
     ) -> CellRun:
         """Define ``name``, replay it on ``engine``, compare with the baseline, record the run.
 
@@ -207,6 +224,13 @@ class Workbench:
         view can show them; ``CellRun.ok`` says whether it worked. ``before_replay(cell_run)``
         is called once the baseline is ready, before the replay starts. ``by`` compares with
         the baseline by those fields (a ``KeyDiff``) rather than row by row.
+
+        With a named ``baseline`` over the same log, the replay re-runs only the stages that
+        changed since the baseline's serial run and reads the rest from that run's history
+        (``replay(reuse=...)``); ``CellRun.reuse`` says which stages were reused and the time
+        saved, or why nothing was (the replay is then a full one). ``reuse=False`` always
+        replays in full. A serial run with a named baseline keeps its own history, so that it
+        can serve as the next cell's baseline.
         """
         program = source if isinstance(source, Program) else self.define(name, source)
         self.programs[name] = program
@@ -237,7 +261,17 @@ class Workbench:
                 options["on_error"] = on_error
             if master:
                 options["master"] = master
+            if baseline is not None and reuse:
+                source, why = self.reusable(cell.baseline, log)
+                if source is None:
+                    cell.reuse = no_reuse(baseline, why)
+                else:
+                    options["reuse"] = source
+            if baseline is not None and engine == "serial" and on_error == "stop":
+                options["history"] = True
             cell.result = replay(program, log, engine=engine, **options)
+            if "reuse" in options:
+                cell.reuse = named_reuse(cell.result.reuse, baseline)
             if by:
                 cell.diff = diff(
                     cell.result, cell.baseline.result, by=by, labels=(name, cell.baseline.label)
@@ -256,6 +290,97 @@ class Workbench:
             params=params,
             error=None if cell.error is None else str(cell.error),
         )
+        return cell
+
+    def reusable(self, base: Baseline, log: Log) -> tuple[Result | None, str | None]:
+        """The baseline's serial run on ``log`` with its history (for ``replay(reuse=...)``),
+        or None and why there is none: the baseline's own record first, then the latest other
+        run of the same program on the same log that kept one."""
+        from .history.recorder import History
+
+        if base.result.history is not None:
+            return base.result, None
+        if base.record is None:
+            return None, "its run is not in the catalog"
+        if base.record.log_fingerprint != log.fingerprint:
+            return None, "it replayed another log"
+        runs = self.catalog.query(
+            "SELECT run_id, program_sha, log_fingerprint FROM runs "
+            "WHERE status = 'ok' AND engine = 'serial' ORDER BY recorded_at DESC"
+        )
+        for run_id, sha, fingerprint in runs.iter_rows():
+            if sha != base.record.program_sha or fingerprint != log.fingerprint:
+                continue
+            if run_id == base.record.run_id:
+                result = base.result
+            else:
+                try:
+                    result = self.catalog.load(run_id)
+                except CatalogError:
+                    continue  # forgotten meanwhile
+            if result.path is not None:
+                result.history = History.read(result.path)
+            if result.history is not None:
+                return result, None
+        return None, (
+            "none of its runs on this log kept a history (runs recorded before the notebook "
+            "kept histories; run its cell again)"
+        )
+
+    def sweep(
+        self,
+        name: str,
+        source: str | Program,
+        log: Log | Any,
+        *,
+        values: dict[str, list[Any]],
+        baseline: str | None = None,
+        engine: str = "serial",
+        master: str | None = None,
+        epoch: int | str | None = None,
+        observer: Observer | None = None,
+        cancel: CancelToken | None = None,
+        before_replay: Any = None,
+        progress: ProgressState | None = None,
+        by: str | list[str] | None = None,
+    ) -> CellSweep:
+        """Define ``name`` and sweep its parameters over ``values`` (a grid, see
+        :func:`restream_kit.sweep`) on ``engine``, in one scan where it can.
+
+        The baseline each variant is compared with (``CellSweep.diff``) is the serial run of
+        the cell named ``baseline``, or, without one, the serial replay of this program with its
+        parameters' defaults. Errors are kept in the returned ``CellSweep`` (``error``).
+        ``before_replay(cell_sweep)`` is called once the baseline is ready.
+        """
+        from .iterate.sweeps import sweep
+
+        program = source if isinstance(source, Program) else self.define(name, source)
+        self.programs[name] = program
+        log = log if isinstance(log, Log) else Log(log)
+        cell = CellSweep(name, program, log, engine, dict(values), by=by)
+        if progress is not None:
+            cell.progress = progress
+        self.sweeps[name] = cell
+        observers = [cell.progress] + ([observer] if observer is not None else [])
+        try:
+            if cancel is not None:
+                cancel.check()
+            cell.baseline = self.baseline(program, log, baseline, cancel=cancel)
+            if baseline is None:
+                defaults = ", ".join(f"{k}={p.default!r}" for k, p in program.params.items())
+                cell.baseline.label = f"serial replay of {name} with its defaults ({defaults})"
+            if before_replay is not None:
+                before_replay(cell)
+            if cancel is not None:
+                cancel.check()
+            options: dict[str, Any] = {"observer": broadcast(observers), "cancel": cancel}
+            if epoch is not None:
+                options["epoch"] = epoch
+            if master:
+                options["master"] = master
+            cell.sweep = sweep(program, log, engine=engine, options=options, **values)
+        except BaseException as exc:  # noqa: BLE001 - kept for the view, re-raised by callers who want it
+            cell.error = exc
         return cell
 
     def diff(self, a: str, b: str, by: str | list[str] | None = None) -> Diff | KeyDiff:
@@ -294,14 +419,16 @@ class BackgroundRun:
         self.name = name
         self.cancel_token = CancelToken()
         self.progress = ProgressState()
-        self._cell: CellRun | None = None
+        self._cell: CellRun | CellSweep | None = None
         self._done = threading.Event()
         #: An exception raised by ``on_done`` (a view), re-raised by ``wait()``.
         self.callback_error: BaseException | None = None
 
         def work() -> None:
             try:
-                self._cell = workbench.run(
+                # ``values=`` (a grid of parameter values) makes the run a sweep.
+                target = workbench.sweep if "values" in options else workbench.run
+                self._cell = target(
                     name, source, log, cancel=self.cancel_token, progress=self.progress, **options
                 )
                 if on_done is not None:
@@ -329,7 +456,7 @@ class BackgroundRun:
         """``running`` until the run ends, then its ``CellRun.status``."""
         return self._cell.status if self.done and self._cell is not None else "running"
 
-    def wait(self, timeout: float | None = None) -> CellRun:
+    def wait(self, timeout: float | None = None) -> CellRun | CellSweep:
         """Block until the run has finished; return it. An interrupt cancels the replay."""
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -354,7 +481,7 @@ class BackgroundRun:
             line += f"; the engine is still stopping (run {self.name!r} in the background)"
         return ReplayCancelled(line)
 
-    def _finished(self) -> CellRun:
+    def _finished(self) -> CellRun | CellSweep:
         if self.callback_error is not None:
             raise self.callback_error
         assert self._cell is not None

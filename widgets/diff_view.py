@@ -126,13 +126,18 @@ class DiffView:
         self._sides = (cell.result, cell.baseline.result, (cell.name, cell.baseline.label))
         self._render(cell.diff, partial=None, serial_check=cell.unexpected_difference)
 
-    def show(self, d: Diff | KeyDiff, label: str, sides: Any = None) -> None:
-        """Show a diff computed elsewhere (``%restream diff A B``); ``sides`` is
-        ``(workbench, a, b)``, for the field picker."""
+    def show(self, d: Diff | KeyDiff, label: str, sides: Any = None, results: Any = None) -> None:
+        """Show a diff computed elsewhere (``%restream diff A B``, a sweep's variant);
+        ``sides`` is ``(workbench, a, b)``, or ``results`` is ``(ours, theirs, (a, b))``, for
+        the field picker."""
         self.baseline_label = label
         if sides is not None:
             workbench, a, b = sides
             self._sides = (workbench._latest_result(a), workbench._latest_result(b), (a, b))
+        elif results is not None:
+            if self._sides is not None and self._sides[0] is not results[0]:
+                self.picker.children = ()  # another variant: its own fields
+            self._sides = results
         self._render(d, partial=None)
 
     # -- drawing --------------------------------------------------------------------------

@@ -116,6 +116,21 @@ class RestreamMagics(Magics):
         help="compare with the baseline by these fields (keys only in this run, only in the "
         "baseline, in both with different rows) rather than row by row",
     )
+    @argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="PARAM=V1,V2",
+        help="replay every combination of these parameter values (one scan) and show rows per "
+        "table against them; a click on a variant shows its diff against the baseline; "
+        "repeatable",
+    )
+    @argument(
+        "--no-reuse",
+        action="store_true",
+        help="with --baseline: replay in full rather than re-running only the stages that "
+        "changed since the baseline's run",
+    )
     @argument("--engine", choices=engine_names(), default="serial", help="where to replay")
     @argument("--master", default=None, metavar="URL", help="Spark master (default local[*])")
     @argument("--plan-only", action="store_true", help="show the plan, do not replay")
@@ -141,6 +156,10 @@ class RestreamMagics(Magics):
         cell's body. Shows a live progress view, the plan and a live diff; the cell ends when
         the replay ends (the kernel's interrupt cancels it; a handler's error fails the cell).
         The run is bound to NAME in the notebook (``NAME.result``, ``NAME.diff``). With
+        ``--baseline`` on the same log, only the stages that changed since the baseline's run
+        re-run (``--no-reuse``: a full replay); ``NAME.reuse`` says what was reused. With
+        ``--sweep PARAM=V1,V2`` every combination of values replays in one scan and a sweep view
+        shows rows per table against them (``NAME.rows()``, ``NAME.diff(i)``). With
         ``--background`` the cell returns at once and NAME is the running replay
         (``NAME.wait()``, ``NAME.cancel()``).
 
@@ -173,6 +192,14 @@ class RestreamMagics(Magics):
             raise UsageError(f"the cell's name must be an identifier, got {args.name!r}")
         if args.by and not args.baseline:
             raise UsageError("--by compares with a baseline: give --baseline NAME too")
+        if args.sweep and args.on_error != "stop":
+            raise UsageError("--sweep replays with --on-error stop only")
+        try:
+            from restream_kit.iterate.sweeps import parse_grid
+
+            values = parse_grid(args.sweep, option="--sweep") if args.sweep else None
+        except RestreamError as exc:
+            raise UsageError(str(exc)) from None
         from widgets.workbench import run_cell
 
         try:
@@ -189,6 +216,8 @@ class RestreamMagics(Magics):
                 plan_only=args.plan_only,
                 epoch=args.epoch,
                 on_error=args.on_error,
+                sweep=values,
+                reuse=not args.no_reuse,
             )
         except RestreamError as exc:
             raise UsageError(str(exc)) from None
@@ -249,6 +278,7 @@ _PRELOAD = (
     "widgets.diff_view",
     "widgets.plan_view",
     "widgets.quarantine_view",
+    "widgets.sweep_view",
 )
 
 

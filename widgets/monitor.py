@@ -67,6 +67,7 @@ class ReplayMonitor:
         )  # fmt: skip
         self.stop_button.on_click(lambda _b: self._cancel())
         self.log_note = w.HTML("")
+        self.reuse_note = w.HTML("")
         self.widget = w.VBox(
             [
                 w.HBox([self.title, self.status, self.stop_button]),
@@ -74,6 +75,7 @@ class ReplayMonitor:
                 w.HBox([self.epoch_bar, self.epoch_label]),
                 self.stages,
                 self.stats,
+                self.reuse_note,
                 self.log_note,
             ],
             layout=w.Layout(max_width="1000px"),
@@ -125,6 +127,14 @@ class ReplayMonitor:
                 )  # fmt: skip
             status = getattr(cell, "status", "failed" if cell.error is not None else "done")
             self._draw(status="done" if status == "ok" else status)
+            line = cell.reuse_line() if hasattr(cell, "reuse_line") else None
+            if line and cell.error is None:
+                # What a --baseline cell reused of its baseline, or why it replayed in full.
+                colour = "#777" if cell.reuse.get("reuse_reason") else "#2a7"
+                self.reuse_note.value = (
+                    f"<span class='restream-reuse' style='color:{colour}'>"
+                    f"{html.escape(line)}</span>"
+                )
 
     def __call__(self, event: ProgressEvent) -> None:
         with self._lock:

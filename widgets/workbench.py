@@ -14,7 +14,7 @@ from typing import Any
 from restream_kit import Log, planner
 from restream_kit.io.progress import broadcast
 from restream_kit.planner.render import plan_text
-from restream_kit.workbench import BackgroundRun, CellRun, Workbench, log_epoch
+from restream_kit.workbench import BackgroundRun, CellRun, CellSweep, Workbench, log_epoch
 
 __all__ = ["display_mode", "run_cell", "show_diff"]
 
@@ -51,14 +51,24 @@ def run_cell(
     epoch: str | None = None,
     mode: str | None = None,
     on_error: str = "stop",
+    sweep: dict[str, list[Any]] | None = None,
+    reuse: bool = True,
 ) -> BackgroundRun | None:
     """Define the cell's program, show its plan and, given logs, start its replay against the
     baseline on a thread; the caller waits for it (a blocking cell) or not (``--background``).
 
+    ``sweep`` (parameter name to values) replays every variant of the grid instead, and shows
+    the sweep view; ``reuse=False`` replays in full even with a baseline that could be reused.
     Widgets put the monitor first, so that it is at the top of the cell while the replay runs.
     """
     mode = mode or display_mode()
     program = workbench.define(name, source)
+    if sweep:
+        from restream_kit.iterate.sweeps import grid
+        from restream_kit.model.params import check_values
+
+        for values in grid(sweep):  # an unknown parameter fails the cell before any replay
+            check_values(program, values, "--sweep")
     log = Log(logs) if logs else None
     the_plan = planner.plan(program, log)
     if plan_only or log is None:
@@ -72,6 +82,10 @@ def run_cell(
         options["by"] = by
     if on_error != "stop":
         options["on_error"] = on_error
+    if sweep:
+        return _start_sweep(workbench, name, program, log, the_plan, mode, sweep, options)
+    if not reuse:
+        options["reuse"] = False
     if mode == "text":
         _show_plan(the_plan, name, mode)
         from widgets.monitor import TextMonitor
@@ -109,6 +123,54 @@ def run_cell(
     return run
 
 
+def _start_sweep(
+    workbench: Workbench,
+    name: str,
+    program: Any,
+    log: Log,
+    the_plan: Any,
+    mode: str,
+    values: dict[str, list[Any]],
+    options: dict[str, Any],
+) -> BackgroundRun:
+    """A ``--sweep`` cell: the monitor of its one scan, then the sweep view (or its text)."""
+    options = {k: v for k, v in options.items() if k != "on_error"}
+    title = f"{name}: sweep of {', '.join(values)} on {options['engine']}"
+    if mode == "text":
+        _show_plan(the_plan, name, mode)
+        from widgets.monitor import TextMonitor
+        from widgets.sweep_view import sweep_text
+
+        def printed(cell: CellSweep) -> None:
+            if cell.ok:
+                print(sweep_text(cell))
+
+        return BackgroundRun(
+            workbench, name, program, log, values=values, observer=TextMonitor(), on_done=printed,
+            **options,
+        )  # fmt: skip
+
+    from widgets.monitor import ReplayMonitor
+    from widgets.sweep_view import VIEWS, SweepView
+
+    monitor, view = ReplayMonitor(title, options["engine"]), SweepView()
+    VIEWS[name] = view
+    _display(monitor.widget)
+    _display(view.widget)
+    _show_plan(the_plan, name, mode)
+
+    def finished(cell: CellSweep) -> None:
+        monitor.finish(cell)
+        view.finish(cell)
+
+    run = BackgroundRun(
+        workbench, name, program, log, values=values, observer=monitor, on_done=finished,
+        **options,
+    )  # fmt: skip
+    monitor.attach(run)
+    return run
+
+
 def _show_plan(the_plan: Any, name: str, mode: str) -> None:
     if mode == "text":
         print(plan_text(the_plan))
@@ -127,6 +189,8 @@ def _print_outcome(cell: CellRun) -> None:
 
     if cell.result is not None and cell.result.quarantine.num_rows:
         print(quarantine_text(cell.result.quarantine))
+    if cell.reuse_line():
+        print(cell.reuse_line())
     print(f"diff against {cell.baseline.label}:")
     print(cell.diff.text())
     if cell.unexpected_difference:

@@ -1,6 +1,7 @@
 """Iterating on a rule: sweeps over parameters, reusing a recorded run, explaining a row.
 
 ``sweeps`` (``rk.sweep``), ``reuse`` (``replay(..., reuse=...)``: re-run only what changed),
+``cells`` (what the workbench keeps of a ``--sweep`` or ``--baseline`` cell),
 ``explain`` (``rk.explain``: the causal chain behind one output row).
 
 May import: everything below the API (model, compiler, runtime, I/O, planner, history, engines)

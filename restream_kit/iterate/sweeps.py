@@ -26,7 +26,7 @@ from ..model.errors import ProgramError
 from ..model.params import check_values, names_used, with_params
 from ..model.program import Program, _local_names
 
-__all__ = ["sweep", "Sweep", "Variant", "SweepProgram", "sweep_program", "grid"]
+__all__ = ["sweep", "Sweep", "Variant", "SweepProgram", "sweep_program", "grid", "parse_grid"]
 
 #: The suffix of a variant's copy of a handler, state or helper: ``flag__v3``.
 COPY = "__v{}"
@@ -125,6 +125,23 @@ def grid(values: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
         if not values[name]:
             raise ProgramError(f"sweep: {name!r} has no value to try")
     return [dict(zip(names, combo)) for combo in itertools.product(*(values[n] for n in names))]
+
+
+def parse_grid(items: Sequence[str], option: str = "--param") -> dict[str, list[Any]]:
+    """``["ratio=1.5,2,3", "share=0.1"]`` (command line or magic options) as the values of
+    a grid: ``{"ratio": [1.5, 2, 3], "share": [0.1]}``."""
+    from ..model.params import parse_value
+
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name or not text.strip():
+            raise ProgramError(f"{option} {item!r}: expected NAME=V1,V2,...")
+        if name in out:
+            raise ProgramError(f"{option} {name} is given twice")
+        out[name] = [parse_value(v) for v in text.split(",")]
+    return out
 
 
 @dataclass(frozen=True)

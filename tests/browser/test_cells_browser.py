@@ -325,3 +325,50 @@ def test_diff_by_key(lab_page, lab_server, tmp_path):
             .get_by_role("button", name="compare")
             .is_visible()
         )
+
+
+def test_a_sweep_cell_draws_its_view_and_a_click_opens_a_variants_diff(
+    lab_page, lab_server, tmp_path
+):
+    swept = ANTISPAM.replace(
+        "from restream_kit import emit, on, state\n",
+        'from restream_kit import emit, on, param, state\n\nshare = param("share", 0.2)\n',
+    ).replace("0.2 * ip_msgs", "share * ip_msgs")
+    name = write_notebook(
+        lab_server,
+        "sweep.ipynb",
+        [
+            "%load_ext restream_kit",
+            f"%%restream v3 --log social_small --sweep share=0.1,0.2,0.3\n{swept}",
+            "print([v.result.metrics.rows['spam'] for v in v3.variants])",
+        ],
+    )
+    with screenshot_when_done(lab_page, SCREENSHOTS / "sweep.png", tmp_path):
+        open_notebook(lab_page, lab_server, name)
+        run_all_cells(lab_page)
+        state = wait_for_run(lab_page)
+        assert not state["errors"], state["errors"]
+        counts = output_of(lab_page, 2).strip()
+        sweep_cell = lab_page.locator(".jp-NotebookPanel .jp-Cell").nth(1)
+        # The figure: one line (spam) against share, drawn at a visible size.
+        plot = sweep_cell.locator(".js-plotly-plot").filter(has_text="rows per output table")
+        plot.first.wait_for(state="visible", timeout=TIMEOUT_MS)
+        box = plot.first.bounding_box()
+        assert box and box["width"] > 200 and box["height"] > 150, box
+        assert plot.first.locator(".scatterlayer .trace .point").count() == 3
+        # The variants' table, then a click on variant 2's button: its diff against the default.
+        button = sweep_cell.get_by_role("button", name="diff [2]")
+        button.click()
+        diff = sweep_cell.locator(".jp-OutputArea-output").filter(
+            has_text=re.compile(r"variant v3\[share=0\.3\] compared with it")
+        )
+        diff.first.wait_for(state="visible", timeout=TIMEOUT_MS)
+        shown = diff.first.inner_text()
+        assert "differs" in shown and "removed" in shown, shown
+        # A click on the first point of the line opens variant 0 (share=0.1) instead.
+        point = plot.first.locator(".scatterlayer .trace .point").first.bounding_box()
+        lab_page.mouse.click(point["x"] + point["width"] / 2, point["y"] + point["height"] / 2)
+        sweep_cell.locator(".jp-OutputArea-output").filter(
+            has_text=re.compile(r"variant v3\[share=0\.1\] compared with it")
+        ).first.wait_for(state="visible", timeout=TIMEOUT_MS)
+        assert counts.startswith("[") and len(counts.split(",")) == 3, counts

@@ -1,0 +1,160 @@
+"""What the workbench keeps of a notebook cell that iterates on a rule: a ``--sweep`` cell's
+variants and baseline (:class:`CellSweep`), and the one line that says what a ``--baseline``
+cell's replay reused (:func:`reuse_line`). Plain data, no UI: ``widgets/`` draws it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..io.compare import Diff, KeyDiff, diff
+from ..io.log import Log
+from ..io.progress import Cancelled, ProgressState
+from ..io.result import Result
+from ..model.program import Program
+
+if TYPE_CHECKING:
+    from ..workbench import Baseline
+
+__all__ = ["CellSweep", "reuse_line", "no_reuse", "named_reuse"]
+
+#: How ``replay_reusing`` names a reused run given as a ``Result`` (replaced by the cell's name).
+_GIVEN = "the given result"
+
+
+def no_reuse(baseline: str, why: str) -> dict[str, Any]:
+    """``CellRun.reuse`` when the workbench found nothing to reuse before replaying."""
+    return {
+        "reused_run": baseline,
+        "reused_stages": [],
+        "rerun_stages": [],
+        "saved_s": 0.0,
+        "reuse_reason": f"nothing reused from {baseline}: {why}",
+        "rerun_as": None,
+        "notes": [],
+    }
+
+
+def named_reuse(info: dict[str, Any], baseline: str) -> dict[str, Any]:
+    """``Result.reuse`` with the baseline cell's name for the reused run."""
+    info = dict(info)
+    info["reused_run"] = baseline
+    if info.get("reuse_reason"):
+        info["reuse_reason"] = info["reuse_reason"].replace(_GIVEN, baseline, 1)
+    return info
+
+
+def reuse_line(info: dict[str, Any] | None) -> str | None:
+    """``reused 3 stages of v1 (befriend, ...); re-ran 1 (flag) as columns; saved 1.20 s``,
+    or the one line saying why nothing was reused; None when reuse was not tried."""
+    if not info:
+        return None
+    if info.get("reuse_reason"):
+        return f"{info['reuse_reason']}; replayed in full"
+    reused, rerun = info["reused_stages"], info["rerun_stages"]
+    how = f" as {info['rerun_as']}" if info.get("rerun_as") else ""
+    return (
+        f"reused {len(reused)} stage(s) of {info['reused_run']} ({', '.join(reused)}); "
+        f"re-ran {len(rerun)} ({', '.join(rerun) or 'none'}){how}; "
+        f"saved {info.get('saved_s', 0.0):.2f} s"
+    )
+
+
+@dataclass
+class CellSweep:
+    """One ``%%restream NAME --sweep ...`` run: every variant's result and its baseline.
+
+    ``variants`` are in grid order; ``diff(i)`` compares variant ``i`` (an index or a dict of
+    parameter values) with the baseline; ``rows()`` is the table of rows per output table.
+    """
+
+    name: str
+    program: Program
+    log: Log
+    engine: str
+    values: dict[str, list[Any]]
+    sweep: Any = None  # restream_kit.iterate.sweeps.Sweep
+    baseline: Baseline | None = None  # restream_kit.workbench.Baseline
+    error: BaseException | None = None
+    by: str | list[str] | None = None
+    progress: ProgressState = field(default_factory=ProgressState, repr=False)
+    _diffs: dict[int, Diff | KeyDiff] = field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.sweep is not None
+
+    @property
+    def cancelled(self) -> bool:
+        return isinstance(self.error, (Cancelled, KeyboardInterrupt))
+
+    @property
+    def status(self) -> str:
+        if self.cancelled:
+            return "cancelled"
+        if self.error is not None:
+            return "failed"
+        return "ok" if self.sweep is not None else "running"
+
+    def cancelled_line(self) -> str:
+        from ..workbench import cancelled_line
+
+        return cancelled_line(self.progress)
+
+    def wait(self, timeout: float | None = None) -> CellSweep:
+        return self
+
+    @property
+    def result(self) -> Result | None:
+        """The first variant's result (``variant(...)`` picks another)."""
+        return self.sweep[0].result if self.sweep is not None and len(self.sweep) else None
+
+    @property
+    def varying(self) -> list[str]:
+        """The parameters given more than one value, in the order given."""
+        return [k for k, v in self.values.items() if len(v) > 1]
+
+    @property
+    def variants(self) -> list[Any]:
+        return list(self.sweep) if self.sweep is not None else []
+
+    def index(self, which: int | dict[str, Any]) -> int:
+        """The position of a variant given by index or by (some of) its parameter values."""
+        if isinstance(which, int):
+            if not 0 <= which < len(self.variants):
+                raise IndexError(f"{self.name} has {len(self.variants)} variants, not {which + 1}")
+            return which
+        for i, v in enumerate(self.variants):
+            if all(v.params.get(k) == x for k, x in which.items()):
+                return i
+        raise KeyError(f"{self.name} has no variant with {which}")
+
+    def variant(self, which: int | dict[str, Any]) -> Any:
+        return self.variants[self.index(which)]
+
+    def diff(self, which: int | dict[str, Any]) -> Diff | KeyDiff:
+        """Variant ``which`` compared with the baseline (by ``by``'s fields when given)."""
+        i = self.index(which)
+        if i not in self._diffs:
+            ours, theirs = self.variants[i].result, self.baseline.result
+            label = f"{self.name}[{self.variants[i].label}]"
+            self._diffs[i] = (
+                diff(ours, theirs, by=self.by, labels=(label, self.baseline.label))
+                if self.by
+                else diff(ours, theirs)
+            )
+        return self._diffs[i]
+
+    def rows(self):
+        """A polars frame: a row per variant, its parameter values and rows per output table."""
+        return self.sweep.rows()
+
+    def __repr__(self) -> str:
+        what = f"<restream sweep {self.name!r} on {self.engine}: {self.status}"
+        if self.sweep is not None:
+            how = "one scan" if self.sweep.single_scan else "separate replays"
+            what += f", {len(self.sweep)} variants in {self.sweep.wall_s:.2f} s ({how})"
+        elif self.error is not None and not self.cancelled:
+            what += f": {str(self.error).splitlines()[0] if str(self.error) else type(self.error).__name__}"
+        return what + ">"
