@@ -173,7 +173,11 @@ def _ind(lines: list[str]) -> list[str]:
     return ["    " + line for line in lines]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(
     body=_blocks(2),
     values=st.lists(st.integers(0, 6), min_size=1, max_size=12),

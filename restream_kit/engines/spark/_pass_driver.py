@@ -325,7 +325,7 @@ def run_jobs(
                 )
 
             with _Watch(session, rep.job_group, on_tasks, cancelled=rep.cancelled):
-                if p.index == len(passes) - 1 and _ONE_JOB_LAST:
+                if p.index == len(passes) - 1:
                     # The last pass: no later pass reads its rows, so one job computes them
                     # and brings them back.
                     got = out.select("_rs_kind", "_rs_dest", "_rs_b", *_POS).toArrow()
@@ -398,7 +398,6 @@ def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
     )
 
 
-_ONE_JOB_LAST = True
 _SMALL = (W.EMIT, W.FINAL, W.STAT, W.ERROR, W.PEND, W.QUAR, W.CARRY)
 
 
