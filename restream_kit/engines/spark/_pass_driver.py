@@ -30,11 +30,12 @@ from ...io.progress import (
     StageFinished,
     StageStarted,
 )
-from ...io.result import Metrics, Result, build_table, quarantine_table
+from ...io.result import Metrics, Result, quarantine_table
 from ...model.errors import RestreamError
 from ...model.program import Program
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_rows as W
+from ._emitted import emitted_tables, unpack_emitted
 from ._pass_setup import Setup, arranged, classic, kinds_sql, prepare, quoted, raw_key
 from ._pass_stores import apply_op
 from ._pass_task import PassTask
@@ -113,7 +114,8 @@ class _Watch:
 class Ran:
     """What the passes over some events sent back to the driver."""
 
-    emitted: list = field(default_factory=list)
+    emitted: list = field(default_factory=list)  # rows as tuples (see ``_emitted``)
+    emitted_columns: dict[str, list] = field(default_factory=dict)  # rows as columns, by table
     finals: dict[str, dict] = field(default_factory=dict)
     pending: list = field(default_factory=list)  # timed writes after the log's end
     quarantined: list = field(default_factory=list)
@@ -143,8 +145,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
     apply_pending(setup.program, ran)
-    per_table = table_rows(ran.emitted)
-    tables = {name: build_table(name, rows) for name, rows in per_table.items()}
+    tables = emitted_tables(ran.emitted, ran.emitted_columns, handler_names(setup.program))
     wall = time.perf_counter() - started
     rep.notify(EpochFinished(0, total, wall, dict(tables)))
     rep.notify(Progress(total, total, wall))
@@ -185,6 +186,7 @@ def run_jobs(
             pass_started = time.perf_counter()
             readers = sorted({probe.reader for probe in p.serves})
             parts = []
+            one_kind = None
             senders = [q for q in passes[: p.index] if p.index in q.sends]
             forwarding = setup.wide is not None
             fed = (bool(senders) and not forwarding) or epochs
@@ -208,10 +210,13 @@ def run_jobs(
                 raw = raw or [f"_rs_pk{p.index}"]
             elif kinds and not fed:
                 # Log events only: no position columns but their own, and the raw key columns
-                # to partition by when the key is plain columns.
+                # to partition by when the key is plain columns; not their kind, when the
+                # inlined loop takes events of one kind.
+                if len(kinds) == 1 and _plain(setup, p, fed, kinds, forwarding):
+                    one_kind = kinds[0]
                 ev = df.where(f"kind IN ({kinds_sql(kinds)})").selectExpr(
                     *([] if raw is not None else [f"_rs_pk{p.index} AS _rs_pk"]),
-                    *log_cols,
+                    *[c for c in log_cols if one_kind is None or c != "`kind`"],
                     *[f"_rs_pk{r}" for r in readers],
                 )
                 parts.append(ev)
@@ -314,6 +319,7 @@ def run_jobs(
                 epoch_end=epoch_end,
                 wide=setup.wide,
                 forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),
+                one_kind=one_kind,
             )
             out = rows.mapInArrow(PassTask(spec), setup.ddl)
             done_before = base + p.index * span // len(passes)
@@ -427,7 +433,7 @@ def _collect(out: Any, ran: Ran) -> tuple[int, float]:
         elif kind == W.QUAR:
             ran.quarantined.extend(pickle.loads(blob))
         elif kind == W.EMIT:
-            ran.emitted.extend(pickle.loads(blob))
+            unpack_emitted(blob, ran.emitted, ran.emitted_columns)
         elif kind == W.FINAL:
             name, values = pickle.loads(blob)
             ran.finals[name].update(values)
@@ -450,14 +456,8 @@ def apply_pending(program: Program, ran: Ran) -> None:
             apply_op(ran.finals[state], program.states[state].default, key, op)
 
 
-def table_rows(emitted: list) -> dict[str, list]:
-    """Emitted rows per table in processing order: position, then handler; a run's rows
-    keep their order."""
-    emitted.sort(key=lambda r: (r[6], r[7]))
-    per_table: dict[str, list] = {}
-    for table, lsn, ts, handler, seq, fields, _pos, _h in emitted:
-        per_table.setdefault(table, []).append((lsn, ts, handler, seq, fields))
-    return per_table
+def handler_names(program: Program) -> list[str]:
+    return [h.name for h in program.handlers]
 
 
 def make_result(

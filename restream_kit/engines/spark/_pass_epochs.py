@@ -34,7 +34,8 @@ from ...io.result import Result, build_table
 from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_rows as W
 from ._codec import encode_key
-from ._pass_driver import Ran, _names, apply_pending, make_result, run_jobs, table_rows
+from ._emitted import emitted_rows
+from ._pass_driver import Ran, _names, apply_pending, handler_names, make_result, run_jobs
 from ._pass_setup import Setup
 from ._passes import BY_KEY, ORDER, SINGLE
 from ._program_ref import key_function
@@ -117,7 +118,7 @@ def run_checkpointed(setup: Setup) -> Result:
         scheduled += ran.scheduled
         for stage, s in ran.stage_seconds.items():
             seconds[stage] = seconds.get(stage, 0.0) + s
-        new_rows = table_rows(ran.emitted)
+        new_rows = emitted_rows(ran.emitted, ran.emitted_columns, handler_names(program))
         for name, rows in new_rows.items():
             per_table.setdefault(name, []).extend(rows)
         quarantined.extend(sorted(ran.quarantined, key=lambda q: (q[0], q[1])))

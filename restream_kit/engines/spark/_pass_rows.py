@@ -131,6 +131,7 @@ class PassSpec:
     wide: pa.Schema | None = None
     forward: bool = False  # whether later passes take their events from this one
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
+    one_kind: str | None = None  # the kind of all its events, when their kind is not sent
 
 
 def dumps(value: Any) -> bytes:

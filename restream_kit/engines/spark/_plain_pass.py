@@ -29,10 +29,9 @@ from ...compiler.compile import compile_program
 from ...model.program import Program
 from ..serial import RESERVED_FIELDS, ScheduledEvent, TimeTravelError, apply_write
 from ._codec import MISSING
+from ._emitted import pack_emitted
 from ._pass_rows import (
     BATCH_ROWS,
-    BLOB_ROWS,
-    EMIT,
     ERROR,
     FINAL,
     FWD,
@@ -109,7 +108,12 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         for batch in batches:
             if not batch.num_rows:
                 continue
-            cols = [column_values(batch, c, c in spec.pickled_columns) for c in spec.columns]
+            cols = [
+                column_values(batch, c, c in spec.pickled_columns)
+                if c != "kind" or spec.one_kind is None
+                else [spec.one_kind] * batch.num_rows  # not sent: every event is of one kind
+                for c in spec.columns
+            ]
             cols += [batch.column(c).to_pylist() for c in probe_columns]
             rows = zip(*cols)
             run_batch(
@@ -135,15 +139,7 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         out.append(
             (PEND, -1, None, (at, PH_TIMED, 0, U32.pack(order)), dumps((names[id(d)], key, what)))
         )
-    index = {h.name: h.index for h in program.handlers}
-    emitted = [
-        (table, lsn, ts, handler, seq, fields, (ts, PH_LOG, lsn, b""), index[handler])
-        for table, rows in rt.rows.items()
-        for lsn, ts, handler, seq, fields in rows
-    ]
-    emitted.sort(key=lambda r: (r[6], r[7]))  # stable: a run's rows keep their order
-    for start in range(0, len(emitted), BLOB_ROWS):
-        out.append((EMIT, -1, None, (0, 0, 0, b""), dumps(emitted[start : start + BLOB_ROWS])))
+    out += pack_emitted(rt.rows, {h.name: h.index for h in program.handlers})
     for name in spec.finals:
         out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, compiled.stores[name]))))
     made, last_at = (rt.made, rt.last_at) if type(rt) is _Shipping else (0, None)

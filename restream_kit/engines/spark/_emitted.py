@@ -1,0 +1,145 @@
+"""Emitted rows on their way from the tasks to the driver's output tables.
+
+A task sends the rows its handlers emitted in processing order. Rows of log events whose
+fields are the same names in the same order (the common case) travel as columns, one list
+per field, which cost little to pickle and unpickle; the driver puts the tasks' columns in
+processing order with one stable sort by (ts, lsn, handler) and builds each field's column
+from the values in that order, as ``result.build_table`` builds it from rows. Any other rows
+travel as tuples ``(table, lsn, ts, handler, seq, fields, position, handler number)`` and
+take the general way, as does a table whose columns disagree or whose values Arrow refuses
+(``build_table`` then says what is wrong, naming the row).
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...io.result import ROW_COLUMNS, build_table
+from ._pass_rows import BLOB_ROWS, EMIT, PH_LOG, dumps
+
+__all__ = ["pack_emitted", "unpack_emitted", "emitted_rows", "emitted_tables"]
+
+
+def pack_emitted(rows_by_table: dict[str, list], number: dict[str, int]) -> list[tuple]:
+    """The ``EMIT`` output rows of a task whose handlers ran over log events only:
+    ``rows_by_table`` the runtime's rows ``(lsn, ts, handler, seq, fields)`` in processing
+    order, ``number`` each handler's place in declaration order."""
+    out = []
+    for table, rows in rows_by_table.items():
+        if not rows:
+            continue
+        keys = list(rows[0][4])
+        if all(list(r[4]) == keys for r in rows) and not set(ROW_COLUMNS) & set(keys):
+            for start in range(0, len(rows), BLOB_ROWS):
+                part = rows[start : start + BLOB_ROWS]
+                chunk = {
+                    "table": table,
+                    "keys": tuple(keys),
+                    "lsn": [r[0] for r in part],
+                    "ts": [r[1] for r in part],
+                    "h": [number[r[2]] for r in part],
+                    "seq": [r[3] for r in part],
+                    "values": [[r[4][k] for r in part] for k in keys],
+                }
+                out.append(chunk)
+            continue
+        tuples = [
+            (table, lsn, ts, handler, seq, fields, (ts, PH_LOG, lsn, b""), number[handler])
+            for lsn, ts, handler, seq, fields in rows
+        ]
+        for start in range(0, len(tuples), BLOB_ROWS):
+            out.append(tuples[start : start + BLOB_ROWS])
+    return [(EMIT, -1, None, (0, 0, 0, b""), dumps(blob)) for blob in out]
+
+
+def unpack_emitted(blob: bytes, rows: list, columns: dict[str, list]) -> None:
+    """Add one ``EMIT`` blob to the driver's rows (tuples) or columns (chunks by table)."""
+    got = pickle.loads(blob)
+    if type(got) is dict:
+        columns.setdefault(got["table"], []).append(got)
+    else:
+        rows.extend(got)
+
+
+def emitted_rows(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, list]:
+    """Every emitted row per table, ``(lsn, ts, handler, seq, fields)``, in processing order:
+    position, then handler; a run's rows keep their order."""
+    every = list(rows)
+    for chunks in columns.values():
+        for c in chunks:
+            every.extend(_as_tuples(c, handlers))
+    every.sort(key=lambda r: (r[6], r[7]))  # stable
+    per_table: dict[str, list] = {}
+    for table, lsn, ts, handler, seq, fields, _pos, _h in every:
+        per_table.setdefault(table, []).append((lsn, ts, handler, seq, fields))
+    return per_table
+
+
+def emitted_tables(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, Any]:
+    """The output tables, exactly as ``build_table`` makes them from :func:`emitted_rows`."""
+    tables: dict[str, Any] = {}
+    general: dict[str, list] = {}
+    for table, row in ((r[0], r) for r in rows):
+        general.setdefault(table, []).append(row)
+    for table, chunks in columns.items():
+        fast = None if table in general else _from_columns(table, chunks, handlers)
+        if fast is not None:
+            tables[table] = fast
+        else:
+            general.setdefault(table, []).extend(
+                itertools.chain.from_iterable(_as_tuples(c, handlers) for c in chunks)
+            )
+    for table, some in emitted_rows(
+        [r for rs in general.values() for r in rs], {}, handlers
+    ).items():
+        tables[table] = build_table(table, some)
+    return tables
+
+
+def _as_tuples(chunk: dict, handlers: list[str]) -> list[tuple]:
+    table, keys = chunk["table"], chunk["keys"]
+    return [
+        (table, lsn, ts, handlers[h], seq, dict(zip(keys, values)), (ts, PH_LOG, lsn, b""), h)
+        for lsn, ts, h, seq, *values in zip(
+            chunk["lsn"], chunk["ts"], chunk["h"], chunk["seq"], *chunk["values"]
+        )
+    ]
+
+
+def _from_columns(table: str, chunks: list[dict], handlers: list[str]) -> Any:
+    """The table from the tasks' columns, or None when they need the general way."""
+    keys = chunks[0]["keys"]
+    if any(c["keys"] != keys for c in chunks):
+        return None
+
+    def joined(name: str) -> list:
+        return list(itertools.chain.from_iterable(c[name] for c in chunks))
+
+    ts, lsn, h = (np.asarray(joined(n), dtype=np.int64) for n in ("ts", "lsn", "h"))
+    order = np.lexsort((h, lsn, ts))  # stable: a run's rows keep their order
+    names = np.asarray(handlers, dtype=object)
+    columns = {
+        "lsn": pa.array(lsn[order], pa.int64()),
+        "ts": pa.array(ts[order], pa.int64()),
+        "handler": pa.array(names[h[order]].tolist(), pa.string()),
+        "seq": pa.array(np.asarray(joined("seq"), dtype=np.int64)[order], pa.int64()),
+    }
+    picks = order.tolist()
+    for i, key in enumerate(keys):
+        values = list(itertools.chain.from_iterable(c["values"][i] for c in chunks))
+        values = [values[j] for j in picks]  # in order: Arrow infers nested types by it
+        try:
+            column = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            return None
+        if pa.types.is_boolean(column.type) and any(
+            v is not None and not isinstance(v, bool) for v in values
+        ):
+            return None
+        columns[key] = column
+    return pa.table(columns)
