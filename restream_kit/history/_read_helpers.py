@@ -130,10 +130,10 @@ def inline_read_helpers(
             break
 
 
-def unreached_helpers(tree: ast.Module, callers: set[str]) -> set[str]:
-    """Module-level functions of ``tree`` that only functions in ``callers`` (names: handlers
-    that do not re-run) or other such helpers name. A name used anywhere else (another
-    handler, module level, a decorator) counts as a possible call."""
+def unreached_helpers(tree: ast.Module, callers: set[str], handlers: set[str]) -> set[str]:
+    """Module-level functions of ``tree`` that are not ``handlers`` and that only functions
+    in ``callers`` (handlers that do not re-run) or other such helpers name. A name used
+    anywhere else (another handler, module level, a decorator) counts as a possible call."""
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     users: dict[str, set[str | None]] = {name: set() for name in functions}
     for node in tree.body:
@@ -153,7 +153,7 @@ def unreached_helpers(tree: ast.Module, callers: set[str]) -> set[str]:
     while changed:
         changed = False
         for name, who in users.items():
-            if name in unreached or name in callers:
+            if name in unreached or name in callers or name in handlers:
                 continue
             if all(w is not None and (w in callers or w in unreached) for w in who):
                 unreached.add(name)

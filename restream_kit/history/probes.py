@@ -186,7 +186,9 @@ class ReadSites:
             if isinstance(node, ast.FunctionDef) and node.name in self.handlers:
                 self._handler(node)
         # Helpers only handlers that do not re-run call may use reused state.
-        unreached = unreached_helpers(tree, self.all_handlers - set(self.handlers))
+        unreached = unreached_helpers(
+            tree, self.all_handlers - set(self.handlers), self.all_handlers
+        )
         for node in tree.body:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue

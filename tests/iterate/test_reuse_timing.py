@@ -207,3 +207,42 @@ def test_a_rerun_handler_on_scheduled_events_replays_in_full_and_says_why(tmp_pa
     got = bench_case(str(path), "e.start > 0", "e.start > 1")
     assert not got.reuse["reused_stages"]
     assert "late re-runs and runs on scheduled events" in got.reuse["reuse_reason"]
+
+
+HELPERS = """
+from restream_kit import emit, on, state
+c = state.Counter()
+w = state.Counter()
+
+
+@on("a")
+def count(e):
+    c[e.k] += 1
+    w.add(e.k, 1, at=e.ts + 3)
+
+
+def seen(key):
+    return c[key]
+
+
+def heavy(e):
+    return w[e.k] > 1
+
+
+@on("a", "b")
+def judge(e):
+    if seen(e.k) > 1 and heavy(e):
+        emit("out", k=e.k)
+"""
+
+
+def test_reads_through_helpers_are_served_or_rerun_their_writers():
+    log = [{"ts": t // 2, "kind": "ab"[t % 3 == 0], "k": t % 2, "j": 0, "v": 0} for t in range(30)]
+    # seen(e.k) is one return with a harmless argument: served. heavy(e) takes the event:
+    # its state's writer re-runs too (here the same stage), and the result is a full replay's.
+    got = check(HELPERS, HELPERS.replace("> 1 and", "> 2 and"), log)
+    assert got.reuse["rerun_stages"] == ["count", "judge"], got.reuse
+    assert "helper heavy() (line 18) uses state 'w'" in got.reuse["reuse_reason"], got.reuse
+    only_seen = HELPERS.replace(" and heavy(e)", "")
+    got = check(only_seen, only_seen.replace("> 1:", "> 2:"), log)
+    assert got.reuse["reused_stages"] == ["count"] and got.reuse["rerun_stages"] == ["judge"]
