@@ -1,7 +1,8 @@
 """Read sites of one stage on another stage's state: what a run records, what a re-replay serves.
 
 A *read site* is a read ``state[key]``, ``state.get(key, fallback)`` or ``state.value`` in a
-handler's own body (not in a helper, a lambda or a comprehension) of a state that no handler
+handler's own body (or a one-``return`` helper it calls, :mod:`._read_helpers`; not in a
+lambda or a comprehension) of a state that no handler
 of the handler's stage writes, whose key is a function of the event alone: event fields
 ``e.col``, constants and module-level names. A run that keeps its history records, for every
 read site, the value ``store.get(key(e), ABSENT)`` at the reading handler's place in the loop
@@ -177,15 +178,24 @@ class ReadSites:
         self.sites: list[ProbeSite] = []
 
     def __call__(self, tree: ast.Module) -> ast.Module:
+        from ._read_helpers import unreached_helpers
+
         served = {dict_name(s): s for states in self.handlers.values() for s in states}
+        self.tree = tree
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in self.handlers:
+                self._handler(node)
+        # Helpers only handlers that do not re-run call may use reused state.
+        unreached = unreached_helpers(
+            tree, self.all_handlers - set(self.handlers), self.all_handlers
+        )
         for node in tree.body:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            if node.name in self.handlers:
-                self._handler(node)
-            elif (
+            if (
                 self.serve
                 and node.name not in self.all_handlers
+                and node.name not in unreached
                 and not node.name.startswith("_rs_")
             ):
                 for sub in ast.walk(node):
@@ -199,11 +209,13 @@ class ReadSites:
 
     def _handler(self, fn: ast.FunctionDef) -> None:
         from ..compiler.inline import _function_locals
+        from ._read_helpers import inline_read_helpers
 
         self.fn = fn
         self.dicts = {dict_name(s): s for s in self.handlers[fn.name]}
         self.event_arg = fn.args.args[0].arg
         self.local = _function_locals(fn.body) - {self.event_arg}
+        inline_read_helpers(self.tree, fn, self.local, self.columns)
         before = len(self.sites)
         fn.body = [self._visit(stmt, []) for stmt in fn.body]
         if self.serve and len(self.sites) > before:

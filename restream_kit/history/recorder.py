@@ -40,11 +40,12 @@ __all__ = [
     "decode_column",
     "codec_text",
     "timing_reason",
+    "schedulers",
     "probe_sites",
 ]
 
 _INDEX = "history.json"
-_FORMAT = 2
+_FORMAT = 3
 
 _ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 _ABSENT_TYPE = type(ABSENT)
@@ -102,8 +103,6 @@ class Recorder:
         self.values: list[list] = []
         self.hooks: list[tuple[int, str, str]] = []
         self.globals: dict[str, Any] = {"_rs_ABSENT": ABSENT}
-        if timing_reason(program):
-            return  # such a history cannot serve reads (History.unusable says why)
         index = {h.name: h for h in program.handlers}
         slots: dict[Signature, int] = {}
         for site in probe_sites(program, self.plan, list(columns)):
@@ -123,8 +122,9 @@ class Recorder:
     def finish(self, program: Any, log: Any, rt: Any, result: Any) -> History:
         """The history of the replay."""
         hist = History.new(program, log, self.plan)
-        if hist.unusable is None and sum(rt.scheduled_per_root.values()):
-            hist.unusable = f"{program.name} scheduled events"
+        # The time of the last event that ran (log or scheduled): timed writes due by then
+        # were applied, later ones never were. A re-replay ends its own timed writes there.
+        hist.last_ts = rt.event[1] if rt.event is not None else None
         for sig, vals in zip(self.signatures, self.values, strict=True):
             hist.add_probe(sig, vals)
         return hist
@@ -187,8 +187,12 @@ class History:
     #: State -> the handlers that write it (as the planner sees the program).
     writers: dict[str, list[str]] = field(default_factory=dict)
     probes: dict[Signature, RecordedProbe] = field(default_factory=dict)
-    #: Why this history cannot serve reads (timed writes, scheduled events).
+    #: Why this history cannot serve reads (None: it can).
     unusable: str | None = None
+    #: Handler -> the kinds it schedules (``?``: a kind that is not a literal).
+    schedulers: dict[str, list[str]] = field(default_factory=dict)
+    #: The time of the last event the run ran (log or scheduled); None: no event ran.
+    last_ts: int | None = None
 
     @classmethod
     def new(cls, program: Any, log: Any, plan: Any = None) -> History:
@@ -207,7 +211,7 @@ class History:
             identities=stage_identities(program, plan),
             stages={s.name: list(s.handlers) for s in plan.stages},
             writers=writers,
-            unusable=timing_reason(program),
+            schedulers=schedulers(plan),
         )
 
     def add_probe(self, sig: Signature, items: list) -> None:
@@ -243,6 +247,8 @@ class History:
             "writers": self.writers,
             "probes": probes,
             "unusable": self.unusable,
+            "schedulers": self.schedulers,
+            "last_ts": self.last_ts,
         }
         (out / _INDEX).write_text(json.dumps(index, indent=1))
 
@@ -262,6 +268,8 @@ class History:
             stages=index["stages"],
             writers=index["writers"],
             unusable=index.get("unusable"),
+            schedulers=index.get("schedulers", {}),
+            last_ts=index.get("last_ts"),
         )
         for info in index["probes"]:
             sig = Signature.from_json(info)
@@ -274,12 +282,15 @@ class History:
         return hist
 
 
-def timing_reason(program: Any) -> str | None:
-    """Why a history of ``program`` cannot serve reads by log event and handler alone.
+def schedulers(plan: Any) -> dict[str, list[str]]:
+    """Handler -> the kinds it schedules (itself or through helpers), for those that do."""
+    return {h.name: list(h.schedules) for h in plan.handlers if h.schedules}
 
-    A write with ``at=`` lands between events and a scheduled event runs between log events:
-    neither has a place among (log event, handler) positions, which is what reads are served by.
-    """
+
+def timing_reason(program: Any) -> str | None:
+    """Whether ``program`` schedules events or writes with ``at=`` (None: neither), as a
+    phrase. Such programs keep usable histories; a re-replay checks what it re-runs
+    (:mod:`restream_kit.iterate.reuse`)."""
     import ast
 
     from ..planner.checks import scheduled_fields

@@ -13,8 +13,11 @@ rows are RUN's rows of their handlers, and their states' final values RUN's fina
 
 A read that no recorded probe answers (or another use of a reused state: ``k in state``, a
 helper that names it, a key that is not a function of the event) makes the stages writing
-that state re-run too, which is always exact. When nothing can be reused (another log,
-scheduled events or timed writes, every stage changed), :func:`replay_reusing` says why in
+that state re-run too, which is always exact. Timed writes and scheduled events of reused
+stages are served like any write (a probe holds the value the read found, whenever the write
+landed); re-run handlers may write with ``at=`` but neither schedule nor run on scheduled
+events (:func:`_check_timing`). When nothing can be reused (another log, a re-run handler
+on scheduled events, every stage changed), :func:`replay_reusing` says why in
 ``Result.reuse["reuse_reason"]`` and replays in full.
 """
 
@@ -147,8 +150,6 @@ def _decide(program: Program, hist: History, plan, force: set[str]):
 
 
 def _check_usable(program: Program, log: Log, label: str, hist, options: dict) -> None:
-    from ..history.recorder import timing_reason
-
     if hist is None:
         raise CannotReuse(
             f"{label} kept no history (replay it with history=True, or restream replay --history)"
@@ -157,9 +158,6 @@ def _check_usable(program: Program, log: Log, label: str, hist, options: dict) -
         raise CannotReuse(f"{label} replayed another log")
     if hist.unusable:
         raise CannotReuse(f"its history cannot place every write ({hist.unusable})")
-    why = timing_reason(program)
-    if why:
-        raise CannotReuse(f"re-replays serve reads by log event, and {why}")
     for option in ("checkpoint", "start_from", "resume"):
         if options.get(option):
             raise CannotReuse(f"{option} is given (a re-replay is one whole replay)")
@@ -268,7 +266,45 @@ def _prepare(program, log, hist, plan) -> _Prepared:
             notes.append(f"{', '.join(sorted(more))} re-ran too: {why}")
             continue
         prep.sites = serve.sites
+        _check_timing(plan, hist, prep)
         return prep
+
+
+def _check_timing(plan, hist, prep: _Prepared) -> None:
+    """Refuse a re-replay that scheduled events would make inexact (see ``docs/iterate.md``).
+
+    A re-replay runs the re-run handlers on log events only, so none may run on a kind that
+    is scheduled, and none may schedule; every handler of RUN that scheduled must be reused,
+    so that the scheduled events (and the timed writes due by the last of them) are RUN's.
+    A handler that runs on scheduled events and schedules in turn (a chain) is refused too:
+    rows are merged by (ts, lsn, seq), which is the order events ran only without chains.
+    """
+    mine = {h.name: set(h.schedules) for h in plan.handlers if h.schedules}
+    kinds = set().union(*mine.values(), *map(set, hist.schedulers.values()))
+    if "?" in kinds:
+        who = sorted(h for h, k in {**hist.schedulers, **mine}.items() if "?" in k)
+        raise CannotReuse(f"{who[0]} schedules events of a kind that is not a literal")
+    for h in plan.handlers:
+        if mine.get(h.name) and set(h.kinds) & kinds:
+            raise CannotReuse(
+                f"{h.name} runs on scheduled events and schedules more (a chain of scheduled "
+                "events, whose order a re-replay does not keep)"
+            )
+    for name in prep.rerun:
+        info = plan.handler(name)
+        if mine.get(name):
+            raise CannotReuse(
+                f"{name} re-runs and schedules events (a re-replay runs log events only)"
+            )
+        if set(info.kinds) & kinds:
+            kind = sorted(set(info.kinds) & kinds)[0]
+            raise CannotReuse(
+                f"{name} re-runs and runs on scheduled events ({kind!r}); "
+                "a re-replay runs log events only"
+            )
+    gone = sorted(set(hist.schedulers) - prep.reused)
+    if gone:
+        raise CannotReuse(f"{gone[0]} of the recorded run scheduled events and is not reused")
 
 
 def _compile(program, log, prep: _Prepared, rt, stores, recorder):
@@ -368,6 +404,10 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
             raise
         except Exception as exc:
             raise _handler_error(program, rt, exc, log.columns) from exc
+        if rt.future and hist.last_ts is not None:
+            # A full replay applies the timed writes due by its last event (log or
+            # scheduled, the same as RUN's: only reused handlers schedule), no later ones.
+            rt.apply_due(hist.last_ts)
         new_tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
         how = "loop"
     tables = _tables(recorded, new_tables, prep.reused, positions)
@@ -387,7 +427,7 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
     metrics = Metrics(
         engine="serial",
         events=total,
-        scheduled_events=0,
+        scheduled_events=recorded.metrics.scheduled_events,  # RUN's: see _check_timing
         wall_s=wall,
         span_ms=log.span_ms,
         rows={name: t.num_rows for name, t in tables.items()},
@@ -396,6 +436,7 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
     result = Result(tables=tables, state=state, metrics=metrics)
     if history:
         result.history = recorder.finish(program, log, rt, result)
+        result.history.last_ts = hist.last_ts  # the same events ran as in RUN
         # Reads of reused state: the values RUN recorded (same signature, same values).
         for site in probe_sites(program, plan, list(log.columns)):
             if site.state in prep.reused_states:
@@ -440,15 +481,17 @@ def _tables(recorded: Result, new: dict, reused_handlers: set, positions: dict) 
             fields = [c for c in t.column_names if c not in ("lsn", "ts", "handler", "seq")]
             for r in t.to_pylist():
                 rows.append((r["lsn"], r["ts"], r["handler"], r["seq"], {f: r[f] for f in fields}))
-        # Log order is (ts, lsn); within an event, declaration order; sort is stable (the
-        # re-run rows come first, but within one handler's run only one side has rows).
-        rows.sort(key=lambda r: (r[1], r[0], positions[r[2]]))
+        # Events ran in (ts, lsn, seq) order (a scheduled event carries its root's lsn; with
+        # no chain of scheduled events, see _check_timing); within an event, declaration
+        # order. The sort is stable: within one handler's run only one side has rows.
+        rows.sort(key=lambda r: (r[1], r[0], r[3], positions[r[2]]))
         out[name] = build_table(name, rows)
     # A full replay lists tables in the order of their first row.
     first = {
         n: (
             t.column("ts")[0].as_py(),
             t.column("lsn")[0].as_py(),
+            t.column("seq")[0].as_py(),
             positions.get(t.column("handler")[0].as_py(), 0),
         )
         for n, t in out.items()
