@@ -195,7 +195,7 @@ def run_jobs(
             if kinds and forwarding:
                 # Each kind from the last earlier pass that had its events (they carry the
                 # probe values picked up there), else from the log.
-                carried = [c for c in df.columns if c.startswith("_rs_pk")]
+                carried = list(setup.forward_pks)
                 carried += [f"_rs_q{c}{s}" for s in range(setup.slots) for c in "ldb"]
                 for source, some in _sources(passes, p, setup.log_kinds).items():
                     where = f"kind IN ({kinds_sql(some)})"

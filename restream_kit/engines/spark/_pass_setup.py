@@ -49,6 +49,7 @@ class Setup:
     persisted: list = field(default_factory=list)
     wide: Any = None  # the passes' output schema when they forward events (Arrow)
     python_keys: frozenset = frozenset()  # partition columns computed in Python (KeysTask)
+    forward_pks: tuple = ()  # the partition values forwarded events carry (``_forwards``)
 
 
 def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
@@ -108,10 +109,14 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
     # Only the columns the program can read travel (all of them for quarantine rows).
     columns = events.columns if rep.on_error != "stop" else _used_columns(program, events.columns)
     wide = None
+    pks: list[str] = []
     if _forwards(rep, pp):
         # The events travel from pass to pass with the probe values they pick up: every
         # pass's output has room for them (their columns and their partition values).
-        pks = [c for c in df.columns if c.startswith("_rs_pk")]
+        # Partition values travel only for passes partitioned by more than plain columns
+        # (the others partition by the event's own columns).
+        plain_keyed = {f"_rs_pk{p.index}" for p in passes if raw_key(p.partition, events)}
+        pks = [c for c in df.columns if c.startswith("_rs_pk") and c not in plain_keyed]
         extra = [pa.field(c, events.types[c]) for c in columns]
         extra += [pa.field(c, pa.string()) for c in pks]
         out_schema = wide = pa.schema([*out_schema, *extra])
@@ -133,6 +138,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         persisted=persisted,
         wide=wide,
         python_keys=frozenset(c for c, _, _ in python_keys),
+        forward_pks=tuple(pks) if wide is not None else (),
     )
 
 
