@@ -45,6 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument(
+        "--engine",
+        choices=tuple(engines()),
+        help="also say how this engine will run each stage (in parallel, or in one task and "
+        "why), before any replay",
+    )
+    plan.add_argument("--master", help="the Spark master the replay would use")
+    plan.add_argument(
         "--allow-nondeterminism",
         action="store_true",
         help="plan even when the determinism lint finds problems",
@@ -623,13 +630,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     log = _log_arg(args.log) if args.log else None
     # With a log, plan checks the program against it first (a field no event has: exit 2).
-    the_plan = planner.plan(
-        Program.from_file(args.program), log, allow_nondeterminism=args.allow_nondeterminism
-    )
+    program = Program.from_file(args.program)
+    the_plan = planner.plan(program, log, allow_nondeterminism=args.allow_nondeterminism)
+    layout = None
+    if args.engine:
+        how = getattr(engines()[args.engine], "layout", None)
+        if how is not None:
+            options = {"master": args.master} if args.master else {}
+            layout = how(program, log, options)
     if args.json:
-        print(json.dumps(the_plan.to_dict(), default=str))
+        data = the_plan.to_dict()
+        if layout is not None:
+            data["engine_layout"] = {"engine": args.engine, "stages": layout}
+        print(json.dumps(data, default=str))
     else:
         print(plan_text(the_plan))
+        if layout is not None:
+            print(f"\nOn {args.engine}, before any replay:")
+            for stage, how in layout.items():
+                print(f"  {stage}: {how}")
     return 0
 
 

@@ -67,6 +67,9 @@ class Engine(Protocol):
         """Replay ``log`` through ``program``; the result must equal the serial engine's."""
         ...
 
+    # Optional: ``layout(program, log=None, options=None) -> dict[str, str]``, how a replay
+    # will run each stage, said before it starts (``restream plan --engine NAME``).
+
 
 class EngineUnsupported(RestreamError):
     """An engine cannot run a replay: its :meth:`Engine.supports` gave this reason."""

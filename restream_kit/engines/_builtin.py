@@ -21,6 +21,10 @@ class SerialEngine:
     def supports(self, program: Any, log: Any, options: dict[str, Any]) -> str | None:
         return None  # the serial engine runs every program the model can express
 
+    def layout(self, program: Any, log: Any = None, options: Any = None) -> dict[str, str]:
+        """How a replay will run, said before it starts (see :meth:`SparkEngine.layout`)."""
+        return {"whole program": "one event at a time, in this process"}
+
     def replay(self, program: Any, log: Any, *, observer: Any = None, **options: Any) -> Any:
         from . import serial
 
@@ -66,6 +70,34 @@ class SparkEngine:
         if options.get("session") is None and importlib.util.find_spec("pyspark") is None:
             return "PySpark is not installed (pip install 'restream_kit[spark]')"
         return spark_option_problem(options)
+
+    def layout(self, program: Any, log: Any = None, options: Any = None) -> dict[str, str]:
+        """How a replay will run each stage, said before it starts, by stage: lowered to
+        columns (the prefix path, judged when ``log`` is given), parallel over partitions by
+        a key, or sequential in one task with the reason (what ``metrics.path`` then says)."""
+        from ..model.errors import RestreamError
+        from ..planner import plan
+        from .spark._passes import layout
+
+        options = dict(options or {})
+        try:
+            the_plan = plan(program, allow_nondeterminism=True)
+        except RestreamError as exc:
+            return {
+                "whole program": f"sequential in one task: the planner could not plan it: {exc}"
+            }
+        lines = layout(program, the_plan, options.get("partitions"))
+        blocked = any(options.get(k) for k in ("checkpoint", "resume", "start_from")) or (
+            options.get("on_error", "stop") != "stop"
+            or str(options.get("master") or "").startswith(("spark://", "sc://"))
+        )
+        if log is not None and options.get("path", "auto") != "passes" and not blocked:
+            from .spark._prefix import prefix_plan
+
+            low, _why = prefix_plan(program, log)
+            if low is not None:
+                return {stage: "lowered to columns, parallel over epochs" for stage in lines}
+        return lines
 
     def replay(self, program: Any, log: Any, *, observer: Any = None, **options: Any) -> Any:
         from . import spark

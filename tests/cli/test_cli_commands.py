@@ -58,3 +58,24 @@ def test_bench_builtin_refuses_what_only_a_checkout_has(in_tmp):
     assert out.returncode == 2
     assert out.stderr.startswith("error: bench --builtin serial: named benchmarks"), out.stderr
     assert restream("bench", "--builtin", "--runs", "0").returncode == 2
+
+
+def test_plan_says_how_an_engine_will_run_each_stage_before_any_replay(root):
+    one = restream("plan", str(root / "examples/plans/key_from_read.py"), "--engine", "spark")
+    assert one.returncode == 0, one.stderr
+    assert "On spark, before any replay:" in one.stdout
+    assert re.search(
+        r"^  whole program: sequential in one task: .*key that is not", one.stdout, re.M
+    )
+    ordinary = str(root / "bench/programs/ordinary.py")
+    out = restream("plan", ordinary, "--engine", "spark", "--json")
+    assert out.returncode == 0, out.stderr
+    layout = json.loads(out.stdout)["engine_layout"]
+    assert layout["engine"] == "spark"
+    assert layout["stages"] == {
+        "sender_rate": "parallel over N partitions by e.src",
+        "ip_window": "parallel over N partitions by e.ip",
+        "suspicious": "parallel over N partitions by e.ip",
+    }
+    serial = restream("plan", ordinary, "--engine", "serial")
+    assert "whole program: one event at a time, in this process" in serial.stdout

@@ -8,6 +8,7 @@ calls parallel that ran in one task fails here.
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from naive import spark_cases
 
 import restream_kit as rk
+from restream_kit.engines import engines
 from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, plan_passes
 from restream_kit.io.progress import Progress, Recorder, StageFinished
 from restream_kit.planner import plan
@@ -101,6 +103,9 @@ def test_what_the_passes_cannot_split_runs_as_one_pass_and_says_why():
     assert pp.reason and "key that is not the event's" in pp.reason
     (only,) = pp.passes
     assert only.partition == SINGLE and only.describe(4).startswith("sequential in one task")
+    # Said before any replay, by the engine's layout.
+    said = engines()["spark"].layout(program("examples/plans/key_from_read.py"))
+    assert said == {"whole program": f"sequential in one task: {pp.reason}"}
 
 
 def test_a_stage_partitioned_by_an_element_of_its_keys_is_one_parallel_pass():
@@ -133,6 +138,15 @@ def test_programs_run_in_parallel_passes_and_equal_serial(path, spark_session):
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, rk.replay(p, log))
     assert_ran_as_planned(p, got)
+    # What the engine said before the replay is what ran (``restream plan --engine spark``).
+    said = engines()["spark"].layout(p, log, {"partitions": 3, "path": "passes"})
+    assert set(said) == set(got.metrics.path)
+    for stage, what in got.metrics.path.items():
+        # (A pass by log order keeps the log frame's partitions: their number is Spark's.)
+        def count(t: str) -> str:
+            return re.sub(r"over \d+ partitions", "over K partitions", t)
+
+        assert count(what).startswith(count(said[stage])), (stage, what, said[stage])
     planned = {s.name: s.mode for s in plan(p).stages}
     for stage, what in got.metrics.path.items():
         if planned.get(stage) != "sequential":
@@ -292,6 +306,15 @@ def test_events_carry_their_reads_from_pass_to_pass(spark_session):
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, rk.replay(p, log))
     assert_ran_as_planned(p, got)
+    # What the engine said before the replay is what ran (``restream plan --engine spark``).
+    said = engines()["spark"].layout(p, log, {"partitions": 3, "path": "passes"})
+    assert set(said) == set(got.metrics.path)
+    for stage, what in got.metrics.path.items():
+        # (A pass by log order keeps the log frame's partitions: their number is Spark's.)
+        def count(t: str) -> str:
+            return re.sub(r"over \d+ partitions", "over K partitions", t)
+
+        assert count(what).startswith(count(said[stage])), (stage, what, said[stage])
     assert "values read upstream" in got.metrics.path["suspicious"]
 
 
@@ -327,6 +350,15 @@ def test_windows_keyed_by_a_tuple_run_in_parallel_by_its_element(spark_session):
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, rk.replay(p, log))
     assert_ran_as_planned(p, got)
+    # What the engine said before the replay is what ran (``restream plan --engine spark``).
+    said = engines()["spark"].layout(p, log, {"partitions": 3, "path": "passes"})
+    assert set(said) == set(got.metrics.path)
+    for stage, what in got.metrics.path.items():
+        # (A pass by log order keeps the log frame's partitions: their number is Spark's.)
+        def count(t: str) -> str:
+            return re.sub(r"over \d+ partitions", "over K partitions", t)
+
+        assert count(what).startswith(count(said[stage])), (stage, what, said[stage])
     (what,) = set(got.metrics.path.values())
     assert what.startswith("parallel over 3 partitions by e.symbol"), what
     assert int(what.rsplit("(", 1)[1].split()[0]) >= 2, what

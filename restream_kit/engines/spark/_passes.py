@@ -122,6 +122,18 @@ def plan_passes(program: Program, plan) -> PassPlan:
         return _single(program, str(exc))
 
 
+def layout(program: Program, plan, partitions: int | None = None) -> dict[str, str]:
+    """How the pass path will run each stage of ``plan``, before any replay: what
+    ``metrics.path`` will say (without the task counts), by stage."""
+    pp = plan_passes(program, plan)
+    shown: Any = partitions if partitions else "N"
+    out: dict[str, str] = {}
+    for p in pp.passes:
+        for stage in p.stages or (p.stage,):
+            out[stage] = p.describe(shown)
+    return out
+
+
 class _Unsplit(Exception):
     """Why the passes cannot split this program."""
 
