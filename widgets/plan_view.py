@@ -66,10 +66,21 @@ def _summary(plan: Plan, name: str) -> str:
     )
 
 
+def _layout_html(engine: str, stages: dict[str, str]) -> str:
+    """How ``engine`` will run each stage, said before the replay (a one-task stage in red)."""
+    items = []
+    for stage, how in stages.items():
+        colour = "#b00" if "one task" in how else "#333"
+        items.append(
+            f"<span style='color:{colour}'>{html.escape(stage)}: {html.escape(how)}</span>"
+        )
+    return f"<br><b>on {html.escape(engine)}</b>: " + "; ".join(items)
+
+
 class PlanView:
     """What the planner says about a program: DAG and text plan, charts folded."""
 
-    def __init__(self, plan: Plan, name: str):
+    def __init__(self, plan: Plan, name: str, layout: tuple[str, dict[str, str]] | None = None):
         self.plan = plan
         # A static SVG: a plotly widget would cost the first cell seconds in the browser.
         self.dag = w.HTML(
@@ -88,7 +99,7 @@ class PlanView:
         )
         self.dag_box = w.Box([self.dag], layout=w.Layout(width="55%"))
         children: list[w.Widget] = [
-            w.HTML(_summary(plan, name)),
+            w.HTML(_summary(plan, name) + (_layout_html(*layout) if layout else "")),
             w.HBox([self.dag_box, text]),
             w.HTML(stages_html(plan)),
         ]

@@ -82,12 +82,14 @@ def run_cell(
         options["by"] = by
     if on_error != "stop":
         options["on_error"] = on_error
+    # How the engine will run each stage, said with the plan before the replay starts.
+    layout = _layout(engine, program, log, options)
     if sweep:
-        return _start_sweep(workbench, name, program, log, the_plan, mode, sweep, options)
+        return _start_sweep(workbench, name, program, log, the_plan, mode, sweep, options, layout)
     if not reuse:
         options["reuse"] = False
     if mode == "text":
-        _show_plan(the_plan, name, mode)
+        _show_plan(the_plan, name, mode, layout)
         from widgets.monitor import TextMonitor
 
         return BackgroundRun(
@@ -102,7 +104,7 @@ def run_cell(
     quarantine_view = QuarantineView()
     _display(monitor.widget)
     _display(quarantine_view.widget, diff_view.widget)
-    _show_plan(the_plan, name, mode)
+    _show_plan(the_plan, name, mode, layout)
 
     def finished(cell: CellRun) -> None:
         monitor.finish(cell)
@@ -132,12 +134,13 @@ def _start_sweep(
     mode: str,
     values: dict[str, list[Any]],
     options: dict[str, Any],
+    layout: Any = None,
 ) -> BackgroundRun:
     """A ``--sweep`` cell: the monitor of its one scan, then the sweep view (or its text)."""
     options = {k: v for k, v in options.items() if k != "on_error"}
     title = f"{name}: sweep of {', '.join(values)} on {options['engine']}"
     if mode == "text":
-        _show_plan(the_plan, name, mode)
+        _show_plan(the_plan, name, mode, layout)
         from widgets.monitor import TextMonitor
         from widgets.sweep_view import sweep_text
 
@@ -157,7 +160,7 @@ def _start_sweep(
     VIEWS[name] = view
     _display(monitor.widget)
     _display(view.widget)
-    _show_plan(the_plan, name, mode)
+    _show_plan(the_plan, name, mode, layout)
 
     def finished(cell: CellSweep) -> None:
         monitor.finish(cell)
@@ -171,13 +174,33 @@ def _start_sweep(
     return run
 
 
-def _show_plan(the_plan: Any, name: str, mode: str) -> None:
+def _layout(engine: str, program: Any, log: Log, options: dict[str, Any]) -> Any:
+    """``(engine, {stage: how it will run})`` for a parallel engine, else None."""
+    if engine == "serial":
+        return None
+    from restream_kit.engines import engines
+
+    how = getattr(engines().get(engine), "layout", None)
+    if how is None:
+        return None
+    try:
+        return engine, how(program, log, options)
+    except Exception:  # noqa: BLE001 - a forecast: the replay itself reports what ran
+        return None
+
+
+def _show_plan(the_plan: Any, name: str, mode: str, layout: Any = None) -> None:
+    """The plan, with how the engine will run each stage (``layout``, see :func:`_layout`)."""
     if mode == "text":
         print(plan_text(the_plan))
+        if layout is not None:
+            print(f"On {layout[0]}, before the replay:")
+            for stage, how in layout[1].items():
+                print(f"  {stage}: {how}")
         return
     from widgets.plan_view import PlanView
 
-    _display(PlanView(the_plan, name).widget)
+    _display(PlanView(the_plan, name, layout).widget)
 
 
 def _print_outcome(cell: CellRun) -> None:

@@ -217,3 +217,42 @@ def test_a_heatmap_of_several_tables_has_a_menu_that_redraws_it(root, tmp_path):
             [rows.filter(ratio=r, share=sh)[table].item() for r in (1.5, 3)] for sh in (0.1, 0.2)
         ]
         assert [list(line) for line in heat.z] == want
+
+
+# A read under a key looked up in state: the passes cannot split it yet (one task).
+ONE_TASK = """\
+from restream_kit import emit, on, state
+
+team_of = state.Map(default=None)
+team_msgs = state.Counter()
+
+
+@on("message")
+def charge(e):
+    team_of[e.src] = e.dst % 7
+    team_msgs[team_of[e.src]] += 1
+
+
+@on("message")
+def over_quota(e):
+    if team_msgs[team_of[e.src]] > 100:
+        emit("over_quota", sender=e.src)
+"""
+
+
+def test_a_spark_cell_says_how_each_stage_will_run_before_the_replay(shell, capsys):
+    from widgets.plan_view import PlanView
+
+    shell.run_cell_magic("restream", f"teams --log {LOG}{spark_options('spark')}", ONE_TASK)
+    out = capsys.readouterr().out
+    said = out.split("On spark, before the replay:", 1)[1]
+    cell = shell.user_ns["teams"]
+    assert cell.ok
+    # Said before the replay, and then what ran.
+    assert "sequential in one task: " in said.splitlines()[1]
+    for stage, how in cell.result.metrics.path.items():
+        assert how.startswith("sequential in one task"), (stage, how)
+    layout = ("spark", {"charge": "sequential in one task: a reason"})
+    view = PlanView(rk.plan(rk.Program.from_source(ONE_TASK, "teams")), "teams", layout)
+    summary = view.widget.children[0].value
+    assert "<b>on spark</b>" in summary and "color:#b00'>charge: sequential in one task" in summary
