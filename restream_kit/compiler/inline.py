@@ -17,6 +17,8 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .scopes import bound_by
+
 __all__ = ["RUNNER_NAME", "SCHEDULED_RUNNER_NAME", "Dispatch", "build_runner"]
 
 RUNNER_NAME = "_rs_run_batch"
@@ -180,16 +182,7 @@ def _function_locals(body: list[ast.stmt]) -> set[str]:
     def walk(node: ast.AST) -> None:
         if isinstance(node, _COMPREHENSIONS):
             return
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            names.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            names.add(node.rest)
+        names.update(bound_by(node))
         for child in ast.iter_child_nodes(node):
             walk(child)
 

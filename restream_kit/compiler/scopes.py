@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "Scope",
+    "bound_by",
     "StateResolver",
     "ScopedTransformer",
     "make_scope",
@@ -187,3 +188,17 @@ class ScopedTransformer(ast.NodeTransformer):
     def state_named(self, name: str) -> str | None:
         """The state ``name`` means where the walk is, or None (also at module level)."""
         return self.resolver.state_of(name, self.scope_stack) if self.scope_stack else None
+
+
+def bound_by(node: ast.AST) -> set[str]:
+    """The names ``node`` itself binds (not its children): an assigned or deleted name, an
+    import's names, an ``except ... as`` name, a ``match`` capture."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return {node.id}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+        return {node.name}
+    if isinstance(node, ast.MatchMapping) and node.rest:
+        return {node.rest}
+    return set()

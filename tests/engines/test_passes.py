@@ -118,6 +118,20 @@ def test_a_stage_partitioned_by_an_element_of_its_keys_is_one_parallel_pass():
 # -- on Spark ------------------------------------------------------------------------------
 
 
+def assert_said_before(p: rk.Program, log: rk.Log, got: rk.Result) -> None:
+    """What the engine said before the replay is what ran (``restream plan --engine spark``);
+    ``got`` a replay with three partitions."""
+    said = engines()["spark"].layout(p, log, {"partitions": 3, "path": "passes"})
+    assert set(said) == set(got.metrics.path)
+
+    def count(t: str) -> str:
+        # A pass by log order keeps the log frame's partitions: their number is Spark's.
+        return re.sub(r"over \d+ partitions", "over K partitions", t)
+
+    for stage, what in got.metrics.path.items():
+        assert count(what).startswith(count(said[stage])), (stage, what, said[stage])
+
+
 PARALLEL = [
     "bench/programs/sender_ewma.py",
     "bench/programs/ordinary.py",
@@ -138,15 +152,7 @@ def test_programs_run_in_parallel_passes_and_equal_serial(path, spark_session):
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, rk.replay(p, log))
     assert_ran_as_planned(p, got)
-    # What the engine said before the replay is what ran (``restream plan --engine spark``).
-    said = engines()["spark"].layout(p, log, {"partitions": 3, "path": "passes"})
-    assert set(said) == set(got.metrics.path)
-    for stage, what in got.metrics.path.items():
-        # (A pass by log order keeps the log frame's partitions: their number is Spark's.)
-        def count(t: str) -> str:
-            return re.sub(r"over \d+ partitions", "over K partitions", t)
-
-        assert count(what).startswith(count(said[stage])), (stage, what, said[stage])
+    assert_said_before(p, log, got)
     planned = {s.name: s.mode for s in plan(p).stages}
     for stage, what in got.metrics.path.items():
         if planned.get(stage) != "sequential":
@@ -306,15 +312,7 @@ def test_events_carry_their_reads_from_pass_to_pass(spark_session):
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, rk.replay(p, log))
     assert_ran_as_planned(p, got)
-    # What the engine said before the replay is what ran (``restream plan --engine spark``).
-    said = engines()["spark"].layout(p, log, {"partitions": 3, "path": "passes"})
-    assert set(said) == set(got.metrics.path)
-    for stage, what in got.metrics.path.items():
-        # (A pass by log order keeps the log frame's partitions: their number is Spark's.)
-        def count(t: str) -> str:
-            return re.sub(r"over \d+ partitions", "over K partitions", t)
-
-        assert count(what).startswith(count(said[stage])), (stage, what, said[stage])
+    assert_said_before(p, log, got)
     assert "values read upstream" in got.metrics.path["suspicious"]
 
 
@@ -350,15 +348,7 @@ def test_windows_keyed_by_a_tuple_run_in_parallel_by_its_element(spark_session):
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, rk.replay(p, log))
     assert_ran_as_planned(p, got)
-    # What the engine said before the replay is what ran (``restream plan --engine spark``).
-    said = engines()["spark"].layout(p, log, {"partitions": 3, "path": "passes"})
-    assert set(said) == set(got.metrics.path)
-    for stage, what in got.metrics.path.items():
-        # (A pass by log order keeps the log frame's partitions: their number is Spark's.)
-        def count(t: str) -> str:
-            return re.sub(r"over \d+ partitions", "over K partitions", t)
-
-        assert count(what).startswith(count(said[stage])), (stage, what, said[stage])
+    assert_said_before(p, log, got)
     (what,) = set(got.metrics.path.values())
     assert what.startswith("parallel over 3 partitions by e.symbol"), what
     assert int(what.rsplit("(", 1)[1].split()[0]) >= 2, what
