@@ -19,7 +19,7 @@ from naive import spark_cases
 
 import restream_kit as rk
 from restream_kit.engines import engines
-from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, plan_passes
+from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, closes_once, plan_passes
 from restream_kit.io.progress import Progress, Recorder, StageFinished
 from restream_kit.planner import plan
 
@@ -352,3 +352,43 @@ def test_windows_keyed_by_a_tuple_run_in_parallel_by_its_element(spark_session):
     (what,) = set(got.metrics.path.values())
     assert what.startswith("parallel over 3 partitions by e.symbol"), what
     assert int(what.rsplit("(", 1)[1].split()[0]) >= 2, what
+
+
+WINDOW_CLOSES_COUNTED = """\
+from restream_kit import emit, minutes, on, state
+from restream_kit.windows import tumbling
+
+per_sender = tumbling(minutes(10), "count", table="sender_10min")
+closes = state.Counter()
+
+
+@on("message")
+def track(e):
+    per_sender.add(e.src)
+
+
+@on("per_sender:close")
+def count_closes(e):
+    closes[e.key] += 1
+"""
+
+
+@pytest.mark.spark
+def test_a_pass_sends_one_of_identical_window_closes_unless_someone_else_listens(spark_session):
+    """Every add to a tumbling window schedules its close; only the first acts, so a pass
+    sends one of identical closes and counts the rest. A handler of the user's own on the
+    close kind sees every close: then all are sent."""
+    windows = program("bench/programs/windows.py")
+    assert closes_once(windows) == {"per_sender:close"}
+    log = social()
+    want = rk.replay(windows, log)
+    got = rk.replay(windows, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, want)
+    assert got.metrics.scheduled_events == want.metrics.scheduled_events > 0
+
+    counted = rk.Program.from_source(WINDOW_CLOSES_COUNTED, "counted")
+    assert closes_once(counted) == frozenset()
+    want = rk.replay(counted, log)
+    got = rk.replay(counted, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, want)
+    assert sum(got.state["closes"].values()) == want.metrics.scheduled_events

@@ -320,6 +320,7 @@ def run_jobs(
                 wide=setup.wide,
                 forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),
                 one_kind=one_kind,
+                closes_once=setup.closes_once,
             )
             out = rows.mapInArrow(PassTask(spec), setup.ddl)
             done_before = base + p.index * span // len(passes)

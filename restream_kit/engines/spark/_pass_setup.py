@@ -13,7 +13,7 @@ from ...io.log import Log
 from ...model.program import Program
 from . import _pass_rows as W
 from ._keys import KeysSpec, KeysTask
-from ._passes import BY_KEY, ORDER, SINGLE, PassPlan
+from ._passes import BY_KEY, ORDER, SINGLE, PassPlan, closes_once
 from ._program_ref import ProgramRef
 
 __all__ = ["Setup", "prepare", "arranged", "kinds_sql", "quoted", "raw_key", "classic"]
@@ -50,6 +50,7 @@ class Setup:
     wide: Any = None  # the passes' output schema when they forward events (Arrow)
     python_keys: frozenset = frozenset()  # partition columns computed in Python (KeysTask)
     forward_pks: tuple = ()  # the partition values forwarded events carry (``_forwards``)
+    closes_once: frozenset = frozenset()  # see ``_passes.closes_once``
 
 
 def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
@@ -139,6 +140,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         wide=wide,
         python_keys=frozenset(c for c, _, _ in python_keys),
         forward_pks=tuple(pks) if wide is not None else (),
+        closes_once=closes_once(program),
     )
 
 

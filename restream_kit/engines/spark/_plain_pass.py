@@ -181,6 +181,7 @@ class _Shipping(Routing):
         self.pk_cache: dict = {}
         self.home_keys: dict[int, Any] = {}
         self.field_keys: dict[int, Any] = {}
+        self.sent_once: set = set()  # window closes sent (see ``schedule``)
 
     # The generated loop names the handler before each run: a new run starts its count.
     @property
@@ -239,6 +240,15 @@ class _Shipping(Routing):
         if self.last_at is None or at > self.last_at:
             self.last_at = at
         self.calls += 1
+        if kind in self.spec.closes_once:
+            # Identical window closes: the first acts, the others find the window gone.
+            try:
+                once = (kind, at, tuple(fields.items()))
+                if once in self.sent_once:
+                    return
+                self.sent_once.add(once)
+            except TypeError:  # an unhashable field: send it
+                pass
         position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
         payload = dumps((kind, fields, root, seq))
         for target in self.spec.kind_passes.get(kind, ()):
