@@ -19,9 +19,16 @@ from .api import replay
 from .io.catalog import Catalog, CatalogError, RunRecord
 from .io.compare import Diff, KeyDiff, diff
 from .io.log import Log
-from .io.progress import Cancelled, CancelToken, Observer, ProgressState, broadcast
+from .io.progress import CancelToken, Observer, ProgressState, broadcast
 from .io.result import Result
-from .iterate.cells import CellSweep, named_reuse, no_reuse, reuse_line
+from .iterate.cells import (
+    CellOutcome,
+    CellSweep,
+    cancelled_line,
+    named_reuse,
+    no_reuse,
+    reuse_line,
+)
 from .model.errors import RestreamError
 from .model.program import Program
 
@@ -51,13 +58,6 @@ class ReplayCancelled(KeyboardInterrupt):
         return [str(self)]
 
 
-def cancelled_line(progress: ProgressState) -> str:
-    """``cancelled at epoch k of n, N events`` from a replay's progress."""
-    total = max(progress.epochs_total, 1)
-    epoch = min(progress.epochs_done + 1, total)
-    return f"cancelled at epoch {epoch} of {total}, {progress.events_done:,} events"
-
-
 def log_epoch(log: Log) -> int:
     """An epoch size that cuts ``log`` into about ten epochs, so that progress moves on small
     logs too (the engines' default epoch is at least 100,000 events)."""
@@ -75,7 +75,7 @@ class Baseline:
 
 
 @dataclass
-class CellRun:
+class CellRun(CellOutcome):
     """One run of a named program: its result, its baseline and the diff between them."""
 
     name: str
@@ -94,30 +94,12 @@ class CellRun:
     #: name as ``reused_run``), or why it reused nothing (``reuse_reason``); None without one.
     reuse: dict[str, Any] | None = None
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.result is not None
+    def _made(self) -> Any:
+        return self.result
 
     def reuse_line(self) -> str | None:
         """One line on what the replay reused of its baseline, or why it reused nothing."""
         return reuse_line(self.reuse)
-
-    @property
-    def cancelled(self) -> bool:
-        return isinstance(self.error, (Cancelled, KeyboardInterrupt))
-
-    @property
-    def status(self) -> str:
-        """``ok``, ``failed``, ``cancelled`` or ``running``."""
-        if self.cancelled:
-            return "cancelled"
-        if self.error is not None:
-            return "failed"
-        return "ok" if self.result is not None else "running"
-
-    def cancelled_line(self) -> str:
-        """``cancelled at epoch k of n, N events``: where a cancelled replay stopped."""
-        return cancelled_line(self.progress)
 
     def __repr__(self) -> str:
         what = f"<restream run {self.name!r} on {self.engine}: {self.status}"

@@ -61,8 +61,47 @@ def reuse_line(info: dict[str, Any] | None) -> str | None:
     )
 
 
+def cancelled_line(progress: ProgressState) -> str:
+    """``cancelled at epoch k of n, N events`` from a replay's progress."""
+    total = max(progress.epochs_total, 1)
+    epoch = min(progress.epochs_done + 1, total)
+    return f"cancelled at epoch {epoch} of {total}, {progress.events_done:,} events"
+
+
+class CellOutcome:
+    """How a cell's run ended, from its ``error`` and what it made (``_made()``): the same for
+    a replay cell and a sweep cell."""
+
+    error: BaseException | None
+    progress: ProgressState
+
+    def _made(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self._made() is not None
+
+    @property
+    def cancelled(self) -> bool:
+        return isinstance(self.error, (Cancelled, KeyboardInterrupt))
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``failed``, ``cancelled`` or ``running``."""
+        if self.cancelled:
+            return "cancelled"
+        if self.error is not None:
+            return "failed"
+        return "ok" if self._made() is not None else "running"
+
+    def cancelled_line(self) -> str:
+        """``cancelled at epoch k of n, N events``: where a cancelled run stopped."""
+        return cancelled_line(self.progress)
+
+
 @dataclass
-class CellSweep:
+class CellSweep(CellOutcome):
     """One ``%%restream NAME --sweep ...`` run: every variant's result and its baseline.
 
     ``variants`` are in grid order; ``diff(i)`` compares variant ``i`` (an index or a dict of
@@ -81,26 +120,8 @@ class CellSweep:
     progress: ProgressState = field(default_factory=ProgressState, repr=False)
     _diffs: dict[int, Diff | KeyDiff] = field(default_factory=dict, repr=False)
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.sweep is not None
-
-    @property
-    def cancelled(self) -> bool:
-        return isinstance(self.error, (Cancelled, KeyboardInterrupt))
-
-    @property
-    def status(self) -> str:
-        if self.cancelled:
-            return "cancelled"
-        if self.error is not None:
-            return "failed"
-        return "ok" if self.sweep is not None else "running"
-
-    def cancelled_line(self) -> str:
-        from ..workbench import cancelled_line
-
-        return cancelled_line(self.progress)
+    def _made(self) -> Any:
+        return self.sweep
 
     def wait(self, timeout: float | None = None) -> CellSweep:
         return self
