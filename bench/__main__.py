@@ -32,6 +32,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.spark_rules",
         "Spark engine vs serial on anti-spam, ordinary Python, windows, EWMA: warm and cold",
     ),
+    "hand-job": (
+        "bench.hand_job",
+        "Spark engine vs a hand-written Spark job and serial, per-sender float rule, warm",
+    ),
     "cells": (
         "bench.cell_bench",
         "time to done of the first and later %%restream cells in a kernel vs the replay's wall",

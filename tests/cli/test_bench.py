@@ -90,6 +90,24 @@ def test_spark_rules_quick_run(tmp_path):
         assert any(stage.endswith("(tasks, summed)") for stage in warm["stage_s"])
 
 
+def test_hand_job_quick_run(tmp_path):
+    """The engine against the hand-written job: all three sides agree, and it reports both
+    ratios and what ran."""
+    out = tmp_path / "hand_job.json"
+    command = [
+        sys.executable, "-m", "bench", "hand-job", "--events", "20000", "--runs", "1",
+        "--log", str(tmp_path / "social_20000.parquet"), "--out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["bursty_rows"] > 0
+    assert report["engine_vs_hand_job"] > 0 and report["engine_vs_serial"] > 0
+    assert all(what.startswith("parallel") for what in report["path"].values()), report["path"]
+    assert "hand-written job" in proc.stdout
+
+
 def test_cells_quick_run(tmp_path):
     """Serial only: a kernel, three %%restream cells, each checked before it is timed."""
     out = tmp_path / "cells.json"
