@@ -75,22 +75,16 @@ class SparkEngine:
         """How a replay will run each stage, said before it starts, by stage: lowered to
         columns (the prefix path, judged when ``log`` is given), parallel over partitions by
         a key, or sequential in one task with the reason (what ``metrics.path`` then says)."""
-        from ..model.errors import RestreamError
-        from ..planner import plan
+        from .spark._engine import option_blockers
         from .spark._passes import layout
 
         options = dict(options or {})
-        try:
-            the_plan = plan(program, allow_nondeterminism=True)
-        except RestreamError as exc:
-            return {
-                "whole program": f"sequential in one task: the planner could not plan it: {exc}"
-            }
-        lines = layout(program, the_plan, options.get("partitions"))
-        blocked = any(options.get(k) for k in ("checkpoint", "resume", "start_from")) or (
-            options.get("on_error", "stop") != "stop"
-            or str(options.get("master") or "").startswith(("spark://", "sc://"))
-        )
+        lines = layout(program, options.get("partitions"))
+        # A cluster's workers may not reach this machine's files: the engine judges by its
+        # session, this by the master's URL.
+        blocked = bool(option_blockers(options, options.get("on_error", "stop"))) or str(
+            options.get("master") or ""
+        ).startswith(("spark://", "sc://"))
         if log is not None and options.get("path", "auto") != "passes" and not blocked:
             from .spark._prefix import prefix_plan
 

@@ -37,7 +37,7 @@ from ...runtime.quarantine import check_on_error
 from .._builtin import spark_option_problem
 from ._pass_driver import _TaskError as _PassTaskError
 from ._pass_driver import run_passes
-from ._passes import PassPlan, _single, plan_passes
+from ._passes import passes_of
 from ._prefix import prefix_plan, run_prefix, spark_map_epochs
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
@@ -58,6 +58,14 @@ def describe_uri_log(session: Any, log: Log, options: dict[str, Any]) -> None:
 __all__ = ["replay"]
 
 _CHECKPOINTING = ("checkpoint", "resume", "start_from")
+
+
+def option_blockers(options: dict[str, Any], on_error: str) -> list[str]:
+    """The options of a replay that keep it off the prefix path."""
+    blockers = [name for name in _CHECKPOINTING if options.get(name)]
+    if on_error != "stop":
+        blockers.append("on_error")
+    return blockers
 
 
 class _Replay:
@@ -151,9 +159,7 @@ class _Replay:
         the pass path."""
         if self.path == "passes":
             return None
-        blockers = [name for name in _CHECKPOINTING if self.options.get(name)]
-        if self.on_error != "stop":
-            blockers.append("on_error")
+        blockers = option_blockers(self.options, self.on_error)
         if not len(self.log):
             blockers.append("an empty log")
         if self.log.uri is not None:
@@ -172,21 +178,10 @@ class _Replay:
             raise RestreamError(f"the prefix path cannot run this replay: {why}")
         return low
 
-    def _pass_plan(self) -> PassPlan:
-        """The passes of the program; one sequential pass, with the reason, when the planner
-        cannot plan it or the passes cannot split it."""
-        from ...planner import plan
-
-        try:
-            the_plan = plan(self.program, allow_nondeterminism=True)
-        except RestreamError as exc:
-            return _single(self.program, f"the planner could not plan the program: {exc}")
-        return plan_passes(self.program, the_plan)
-
     # -- the pass path ---------------------------------------------------------------------
 
     def _passes(self, started: float) -> Result:
-        pp = self._pass_plan()
+        pp = passes_of(self.program)
         note = None
         if pp.reason:
             # Said before the replay starts: a parallel engine running one task is news.

@@ -192,6 +192,7 @@ def run_jobs(
             fed = (bool(senders) and not forwarding) or epochs
             raw = raw_key(p.partition, setup.events) if not fed else None
             kinds = setup.log_kinds[p.index]
+            plain = _plain(setup, p, fed, kinds, forwarding)
             if kinds and forwarding:
                 # Each kind from the last earlier pass that had its events (they carry the
                 # probe values picked up there), else from the log.
@@ -212,7 +213,7 @@ def run_jobs(
                 # Log events only: no position columns but their own, and the raw key columns
                 # to partition by when the key is plain columns; not their kind, when the
                 # inlined loop takes events of one kind.
-                if len(kinds) == 1 and _plain(setup, p, fed, kinds, forwarding):
+                if len(kinds) == 1 and plain:
                     one_kind = kinds[0]
                 ev = df.where(f"kind IN ({kinds_sql(kinds)})").selectExpr(
                     *([] if raw is not None else [f"_rs_pk{p.index} AS _rs_pk"]),
@@ -308,7 +309,7 @@ def run_jobs(
                 single_key=SINGLE,
                 max_flush=MAX_FLUSH,
                 on_error=rep.on_error,
-                plain=_plain(setup, p, fed, kinds, forwarding),
+                plain=plain,
                 ships_events=bool(p.schedules),
                 receives=fed or not kinds,
                 # Writes or scheduled events from earlier passes (an event then waits for

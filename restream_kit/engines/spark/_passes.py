@@ -122,10 +122,23 @@ def plan_passes(program: Program, plan) -> PassPlan:
         return _single(program, str(exc))
 
 
-def layout(program: Program, plan, partitions: int | None = None) -> dict[str, str]:
-    """How the pass path will run each stage of ``plan``, before any replay: what
+def passes_of(program: Program) -> PassPlan:
+    """The passes of ``program``; one sequential pass, with the reason, when the planner
+    cannot plan it or the passes cannot split it."""
+    from ...model.errors import RestreamError
+    from ...planner import plan
+
+    try:
+        the_plan = plan(program, allow_nondeterminism=True)
+    except RestreamError as exc:
+        return _single(program, f"the planner could not plan the program: {exc}")
+    return plan_passes(program, the_plan)
+
+
+def layout(program: Program, partitions: int | None = None) -> dict[str, str]:
+    """How the pass path will run each stage of ``program``, before any replay: what
     ``metrics.path`` will say (without the task counts), by stage."""
-    pp = plan_passes(program, plan)
+    pp = passes_of(program)
     shown: Any = partitions if partitions else "N"
     out: dict[str, str] = {}
     for p in pp.passes:
