@@ -19,7 +19,8 @@ from naive import spark_cases
 
 import restream_kit as rk
 from restream_kit.engines import engines
-from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, closes_once, plan_passes
+from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, plan_passes
+from restream_kit.engines.spark._window_shapes import closes_once, folded_counts
 from restream_kit.io.progress import Progress, Recorder, StageFinished
 from restream_kit.planner import plan
 
@@ -371,6 +372,53 @@ def track(e):
 def count_closes(e):
     closes[e.key] += 1
 """
+
+
+HOPPING_SUMS = """
+from restream_kit import emit, minutes, on
+from restream_kit.windows import hopping
+
+per_src = hopping(minutes(10), minutes(5), "sum", table="sums")
+
+
+@on("message")
+def track(e):
+    per_src.add(e.src, e.ts % 7 + 0.5)
+"""
+
+#: A user's own call of the generated function, with a time that is not the event's.
+WINDOW_ADD_EARLIER = """
+from restream_kit import minutes, on
+from restream_kit.windows import tumbling
+
+per_sender = tumbling(minutes(10), "count", table="sender_10min")
+
+
+@on("message")
+def track(e):
+    per_sender__add(e.src, None, e.ts - 1)
+"""
+
+
+@pytest.mark.spark
+def test_a_pass_sends_a_windows_adds_summed_only_where_the_generated_code_allows_it(
+    spark_session,
+):
+    """A window's count is written blind by the adding pass and read by the close: the pass
+    sends one write per window holding the sum of its adds, when the code is the generated
+    one (nothing reads the count between its adds and its close). Results equal serial."""
+    windows = program("bench/programs/windows.py")
+    assert folded_counts(windows) == {"per_sender__n"}
+    hopping = rk.Program.from_source(HOPPING_SUMS, "hopping")
+    assert folded_counts(hopping) == {"per_src__n"}  # the float sums travel one by one
+    assert folded_counts(rk.Program.from_source(WINDOW_CLOSES_COUNTED, "counted")) == set()
+    assert folded_counts(rk.Program.from_source(WINDOW_ADD_EARLIER, "earlier")) == set()
+    log = social()
+    for prog in (windows, hopping):
+        want = rk.replay(prog, log)
+        got = rk.replay(prog, log, engine="spark", path="passes", partitions=3)
+        assert_same_result(got, want)
+        assert_ran_as_planned(prog, got)
 
 
 @pytest.mark.spark

@@ -322,6 +322,7 @@ def run_jobs(
                 forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),
                 one_kind=one_kind,
                 closes_once=setup.closes_once,
+                folds=setup.folds,
             )
             out = rows.mapInArrow(PassTask(spec), setup.ddl)
             done_before = base + p.index * span // len(passes)

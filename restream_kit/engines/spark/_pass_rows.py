@@ -132,7 +132,8 @@ class PassSpec:
     forward: bool = False  # whether later passes take their events from this one
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
     one_kind: str | None = None  # the kind of all its events, when their kind is not sent
-    closes_once: frozenset = frozenset()  # window closes sent once (``_passes.closes_once``)
+    closes_once: frozenset = frozenset()  # window closes sent once (``_window_shapes``)
+    folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
 
 
 def dumps(value: Any) -> bytes:

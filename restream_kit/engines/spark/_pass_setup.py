@@ -13,8 +13,9 @@ from ...io.log import Log
 from ...model.program import Program
 from . import _pass_rows as W
 from ._keys import KeysSpec, KeysTask
-from ._passes import BY_KEY, ORDER, SINGLE, PassPlan, closes_once
+from ._passes import BY_KEY, ORDER, SINGLE, PassPlan
 from ._program_ref import ProgramRef
+from ._window_shapes import closes_once, folded_counts
 
 __all__ = ["Setup", "prepare", "arranged", "kinds_sql", "quoted", "raw_key", "classic"]
 
@@ -50,7 +51,8 @@ class Setup:
     wide: Any = None  # the passes' output schema when they forward events (Arrow)
     python_keys: frozenset = frozenset()  # partition columns computed in Python (KeysTask)
     forward_pks: tuple = ()  # the partition values forwarded events carry (``_forwards``)
-    closes_once: frozenset = frozenset()  # see ``_passes.closes_once``
+    closes_once: frozenset = frozenset()  # see ``_window_shapes.closes_once``
+    folds: frozenset = frozenset()  # see ``_window_shapes.folded_counts``
 
 
 def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
@@ -141,6 +143,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         python_keys=frozenset(c for c, _, _ in python_keys),
         forward_pks=tuple(pks) if wide is not None else (),
         closes_once=closes_once(program),
+        folds=folded_counts(program),
     )
 
 

@@ -146,6 +146,7 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     stat = (events, time.perf_counter() - started, made, last_at)
     out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
     if type(rt) is _Shipping:
+        rt.send_folded()
         out[:0] = rt.out
     yield out_rows(out, spec)
 
@@ -175,13 +176,15 @@ class _Shipping(Routing):
         self.rb: bytes | None = None
         self.write_pos = None
         self.out: list = []
-        self.per_root: dict[int, int] = {}
+        self.root: int | None = None  # the root event of the last ``schedule`` and its count
+        self.seq_of_root = 0
         self.made = 0
         self.last_at: int | None = None
         self.pk_cache: dict = {}
         self.home_keys: dict[int, Any] = {}
         self.field_keys: dict[int, Any] = {}
         self.sent_once: set = set()  # window closes sent (see ``schedule``)
+        self.folded: dict = {}  # (state, key) -> [sum, position of the last add] (``_fold``)
 
     # The generated loop names the handler before each run: a new run starts its count.
     @property
@@ -214,6 +217,9 @@ class _Shipping(Routing):
             return
         if at is not None and at < now:
             raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+        if d.state in self.spec.folds and op == "add" and (at is None or at == now):
+            self._fold(d.state, key, arg)
+            return
         shipped = (
             ("add", arg)
             if op == "add"
@@ -223,6 +229,30 @@ class _Shipping(Routing):
         )
         self.ship(d.state, key, shipped, None if at == now else at, self.spec.blind[d.state])
 
+    def _fold(self, state: str, key: Any, arg: int) -> None:
+        """Sum an add into its window's one write, sent at the last add's position
+        (``_window_shapes.folded_counts`` says why nothing sees the adds in between)."""
+        self.calls += 1
+        ev = self.event
+        slot = self.folded.get((state, key))
+        if slot is None:
+            self.folded[(state, key)] = [arg, ev[1], ev[0], self.hidx, self.calls]
+        else:
+            slot[0] += arg
+            slot[1:] = ev[1], ev[0], self.hidx, self.calls
+
+    def send_folded(self) -> None:
+        """The summed adds, one write per window, as :meth:`ship` would have sent the last."""
+        for (state, key), (total, t, lsn, hidx, calls) in self.folded.items():
+            position = (t, PH_LOG, lsn, U32x2.pack(hidx, calls))
+            payload = dumps((state, key, ("add", total)))
+            for home in self.spec.blind[state]:
+                pk = (
+                    "N" if self.spec.home_partition[home] == self.spec.single_key else self._pk(key)
+                )
+                self.out.append((WRITE, home, pk, position, payload))
+        self.folded.clear()
+
     def emit(self, table: str, **fields: Any) -> None:
         ev = self.event
         self.rows[table].append((ev[0], ev[1], self._handler, self.seq, fields))
@@ -231,19 +261,26 @@ class _Shipping(Routing):
         ev = self.event
         if at < ev[1]:
             raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
-        if fields.keys() & RESERVED_FIELDS:
+        if not RESERVED_FIELDS.isdisjoint(fields):
             clash = RESERVED_FIELDS & set(fields)
             raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
+        # ``seq`` counts the events scheduled by one root event, and the events of a plain
+        # pass come one after the other: one counter, restarted by a new root.
         root = ev[0]
-        seq = self.per_root[root] = self.per_root.get(root, 0) + 1
+        if root == self.root:
+            self.seq_of_root += 1
+        else:
+            self.root, self.seq_of_root = root, 1
+        seq = self.seq_of_root
         self.made += 1
         if self.last_at is None or at > self.last_at:
             self.last_at = at
         self.calls += 1
         if kind in self.spec.closes_once:
-            # Identical window closes: the first acts, the others find the window gone.
+            # Identical window closes: the first acts, the others find the window gone. A
+            # generated close's fields are always the same names in the same order.
+            once = (kind, at, *fields.values())
             try:
-                once = (kind, at, tuple(fields.items()))
                 if once in self.sent_once:
                     return
                 self.sent_once.add(once)
