@@ -93,12 +93,11 @@ class SparkEngine:
         path = options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
         if not blocked and log is not None and path != "passes" and len(log):
             from ..io.epochs import cut
-            from .spark._prefix import prefix_plan
+            from .spark._prefix import lowered_over, prefix_plan
 
             low, _why = prefix_plan(program, log)
             if low is not None:
-                n = sum(1 for ep in cut(log, options.get("epoch")) if len(ep))
-                said = f"lowered to columns, parallel over {n} epochs"
+                said = lowered_over(sum(1 for ep in cut(log, options.get("epoch")) if len(ep)))
                 return {stage: said for stage in lines}
         return lines
 

@@ -316,3 +316,22 @@ def test_a_cancelled_prefix_replay_on_the_cluster_drops_its_cached_events(
         )  # fmt: skip
     assert [(e.ok, e.error) for e in ended] == [(False, "replay cancelled")]
     assert _persistent_rdds(cluster_session) == before
+
+
+def test_the_layout_says_which_path_each_master_takes():
+    """Before any replay, as the engine will choose: lowered over epochs locally and on a
+    spark:// cluster; the passes over Spark Connect and for a log Spark's reader reads."""
+    from restream_kit.engines import engines
+
+    spark = engines()["spark"]
+    program = rk.Program.load(PROGRAMS["antispam"])
+    log = rk.Log(SMALL)
+    for master in (None, "local[2]", "spark://127.0.0.1:7077"):
+        said = spark.layout(program, log, {"master": master, "epoch": 10_000})
+        assert set(said.values()) == {"lowered to columns, parallel over 5 epochs"}, master
+    one = spark.layout(program, log, {"master": "spark://127.0.0.1:7077"})
+    assert set(one.values()) == {"lowered to columns, parallel over 1 epoch"}
+    passes = spark.layout(program)
+    assert all(what.startswith("parallel over") for what in passes.values()), passes
+    assert spark.layout(program, log, {"master": "sc://127.0.0.1:15002"}) == passes
+    assert spark.layout(program, rk.Log(f"file://{SMALL}"), {"master": "local[2]"}) == passes

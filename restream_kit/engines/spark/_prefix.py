@@ -320,9 +320,7 @@ def run_prefix(
                 for row in table.select(["chunk", "seconds"]).to_pylist()
             }
             stages[f"{label} (tasks, summed)"] = sum(busy.values())
-            ran[label] = (
-                f"lowered to columns, parallel over {len(bounds)} epochs ({len(bounds)} tasks)"
-            )
+            ran[label] = f"{lowered_over(len(bounds))} ({_count(len(bounds), 'task')})"
             notify(StageFinished(0, label, seconds, len(bounds), epochs=len(bounds)))
             on_tasks(len(bounds), len(bounds))
     finally:
@@ -353,6 +351,15 @@ def run_prefix(
     )
     notify(ReplayFinished(total, wall))
     return Result(tables=tables, state=state, metrics=metrics)
+
+
+def lowered_over(epochs: int) -> str:
+    """What ran, or will run, on the prefix path (``metrics.path``, the engine's layout)."""
+    return f"lowered to columns, parallel over {_count(epochs, 'epoch')}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _epoch_payloads(log: Log, columns: list[str], bounds) -> list[bytes]:
