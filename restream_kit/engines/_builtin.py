@@ -7,6 +7,7 @@ Thin wrappers: the replays themselves are ``engines.serial.replay`` and
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Any
 
 __all__ = ["SerialEngine", "SparkEngine", "SPARK_PATHS", "spark_option_problem"]
@@ -73,24 +74,31 @@ class SparkEngine:
 
     def layout(self, program: Any, log: Any = None, options: Any = None) -> dict[str, str]:
         """How a replay will run each stage, said before it starts, by stage: lowered to
-        columns (the prefix path, judged when ``log`` is given), parallel over partitions by
-        a key, or sequential in one task with the reason (what ``metrics.path`` then says)."""
+        columns over N epochs (the prefix path, judged when ``log`` is given), parallel over
+        partitions by a key, or sequential in one task with the reason (what
+        ``metrics.path`` then says, but for the task counts)."""
         from .spark._engine import option_blockers
         from .spark._passes import layout
 
         options = dict(options or {})
         lines = layout(program, options.get("partitions"))
-        # A cluster's workers may not reach this machine's files: the engine judges by its
-        # session, this by the master's URL.
-        blocked = bool(option_blockers(options, options.get("on_error", "stop"))) or str(
-            options.get("master") or ""
-        ).startswith(("spark://", "sc://"))
-        if log is not None and options.get("path", "auto") != "passes" and not blocked:
-            from .spark._prefix import prefix_plan
+        # As the engine chooses (``_Replay._lowered``), which judges by its session where
+        # this judges by the master's URL: Spark Connect and logs given as a URI take the
+        # passes; local masters and spark:// clusters the prefix path.
+        blocked = (
+            bool(option_blockers(options, options.get("on_error", "stop")))
+            or str(options.get("master") or "").startswith("sc://")
+            or getattr(log, "uri", None) is not None
+        )
+        path = options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
+        if not blocked and log is not None and path != "passes" and len(log):
+            from ..io.epochs import cut
+            from .spark._prefix import lowered_over, prefix_plan
 
             low, _why = prefix_plan(program, log)
             if low is not None:
-                return {stage: "lowered to columns, parallel over epochs" for stage in lines}
+                said = lowered_over(sum(1 for ep in cut(log, options.get("epoch")) if len(ep)))
+                return {stage: said for stage in lines}
         return lines
 
     def replay(self, program: Any, log: Any, *, observer: Any = None, **options: Any) -> Any:

@@ -5,6 +5,8 @@ its workers, when the tests run as root, as user ``restream-worker``, which cann
 test's directories: a replay that relied on the executors reading a file of the kernel's would
 fail here. Each replay is compared with the serial engine, ran as the plan says, and ran every
 parallel stage in more than one task. A log given as a ``file://`` URI goes to Spark's reader.
+A rule that lowers to columns takes the prefix path there too, its epochs' events shipped
+through a cached DataFrame.
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ def _tasks(what: str) -> int | None:
 
 
 def assert_parallel_stages_split(result: rk.Result) -> None:
-    """Every stage that ran in parallel ran in more than one task."""
+    """Every stage that ran in parallel (over partitions, or lowered over epochs) ran in more
+    than one task."""
     for stage, what in result.metrics.path.items():
         assert not what.startswith("sequential"), f"{stage}: {what}"
-        assert what.startswith("parallel"), f"{stage}: {what}"
+        assert what.startswith(("parallel", "lowered to columns, parallel")), f"{stage}: {what}"
         tasks = _tasks(what)
         assert tasks is not None and tasks > 1, f"{stage} ran in {tasks} task(s): {what}"
 
@@ -95,7 +98,8 @@ def test_a_program_on_the_cluster_is_serial_and_parallel(engine, test_cluster, p
     """The log sits where the workers cannot read it: it reaches them through DataFrames."""
     program = rk.Program.load(PROGRAMS[name])
     log = rk.Log(private_log)
-    got = rk.replay(program, log, engine="spark", master=test_cluster.master)
+    # Five epochs: the prefix path (anti-spam) runs one task per epoch.
+    got = rk.replay(program, log, engine="spark", master=test_cluster.master, epoch=10_000)
     assert_same_result(got, rk.replay(program, log))
     assert got.warnings == [] or all("ran in one task" not in w for w in got.warnings)
     assert_ran_as_planned(program, got)
@@ -184,3 +188,150 @@ def test_a_uri_only_spark_reads_is_one_clear_error_elsewhere():
         rk.replay(PROGRAMS["antispam"], log)
     assert "only the Spark engine reads it" in str(info.value)
     assert "s3a://no-such-bucket/events.parquet" in str(info.value)
+
+
+# -- the prefix path on the cluster ----------------------------------------------------------
+
+#: A rule that lowers to columns in three rounds (a count, a map written from it, an emit that
+#: reads the map), with deletes and a second event kind.
+LOUD_IPS = """
+from restream_kit import emit, on, state
+
+sent = state.Counter()
+loud = state.Map(default=0)
+
+
+@on("message")
+def count(e):
+    sent[e.src] += 1
+
+
+@on("message")
+def mark(e):
+    if sent[e.src] > 20:
+        loud[e.ip] = sent[e.src]
+    elif e.has_email:
+        del loud[e.ip]
+
+
+@on("message", "friendship")
+def report(e):
+    if loud[e.ip] > 0:
+        emit("loud", ip=e.ip, n=loud[e.ip], sender=e.src)
+"""
+
+LOWERED = {"antispam": PROGRAMS["antispam"], "loud_ips": LOUD_IPS}
+
+
+def _persistent_rdds(session) -> set[int]:
+    """The ids of the RDDs the session keeps cached (the DataFrames it persists included)."""
+    return set(session.sparkContext._jsc.getPersistentRDDs().keys())
+
+
+def _cached_partitions(session) -> dict[int, int]:
+    """Per cached RDD, how many of its partitions are in the executors' cache now."""
+    infos = session.sparkContext._jsc.sc().getRDDStorageInfo()
+    return {info.id(): info.numCachedPartitions() for info in infos}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
+@pytest.mark.parametrize("name", sorted(LOWERED))
+def test_a_lowered_rule_runs_the_prefix_path_on_the_cluster(
+    engine, test_cluster, cluster_session, private_log, name
+):
+    """The log sits where the workers cannot read it: each epoch's events reach its task in a
+    DataFrame that the first round caches and the replay drops. The layout said so before."""
+    from restream_kit.engines import engines
+    from restream_kit.engines.spark._prefix import prefix_plan
+    from restream_kit.io.progress import Progress, Recorder, StageStarted
+
+    if os.geteuid() == 0:
+        assert not _worker_can_read(private_log)
+    program = rk.Program.load(LOWERED[name])
+    log = rk.Log(private_log)
+    low, why = prefix_plan(program, log)
+    assert low is not None and low.levels > 1, why
+    options = {"master": test_cluster.master, "epoch": 10_000}
+    said = engines()["spark"].layout(program, log, options)
+    assert set(said.values()) == {"lowered to columns, parallel over 5 epochs"}, said
+
+    before = _persistent_rdds(cluster_session)
+    recorder = Recorder()
+    cached_at_round = {}
+
+    def observer(event):
+        recorder(event)
+        if isinstance(event, StageStarted) and not event.stage.startswith("round 1"):
+            cached_at_round[event.stage] = _cached_partitions(cluster_session)
+
+    got = rk.replay(program, log, engine="spark", observer=observer, **options)
+    assert_same_result(got, rk.replay(program, log))
+    assert_ran_as_planned(program, got)
+    assert_parallel_stages_split(got)
+    # What ran is what the layout said: every round lowered, one task per epoch.
+    assert len(got.metrics.path) == low.levels
+    for stage, what in got.metrics.path.items():
+        assert stage.startswith("round ") and what == (
+            "lowered to columns, parallel over 5 epochs (5 tasks)"
+        ), (stage, what)
+    # Rounds after the first found every epoch's events in the executors' cache...
+    assert len(cached_at_round) == low.levels - 1
+    for stage, cached in cached_at_round.items():
+        assert 5 in [n for rdd, n in cached.items() if rdd not in before], (stage, cached)
+    # ... which the replay dropped when it ended.
+    assert _persistent_rdds(cluster_session) == before
+    # Nothing was written for the workers to read: no scratch copy of the log.
+    scratch = Path(os.environ["RESTREAM_HOME"]) / "scratch"
+    assert not scratch.exists() or not any(scratch.iterdir())
+    # Progress moved while rounds ran (tasks finished one by one), not only between them.
+    total = len(log)
+    done = [e.events_done for e in recorder.of(Progress)]
+    assert done == sorted(done) and done[-1] == total
+    between = {total * j // low.levels for j in range(low.levels + 1)}
+    assert set(done) - between, done
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
+def test_a_cancelled_prefix_replay_on_the_cluster_drops_its_cached_events(
+    engine, test_cluster, cluster_session, private_log
+):
+    from restream_kit.io.progress import Cancelled, CancelToken, ReplayFinished, StageFinished
+
+    token = CancelToken()
+    ended = []
+
+    def observer(event):
+        if isinstance(event, StageFinished):
+            token.cancel()  # after round 1: its events are cached by then
+        if isinstance(event, ReplayFinished):
+            ended.append(event)
+
+    before = _persistent_rdds(cluster_session)
+    with pytest.raises(Cancelled):
+        rk.replay(
+            PROGRAMS["antispam"], rk.Log(private_log), engine="spark", path="prefix",
+            master=test_cluster.master, epoch=10_000, observer=observer, cancel=token,
+        )  # fmt: skip
+    assert [(e.ok, e.error) for e in ended] == [(False, "replay cancelled")]
+    assert _persistent_rdds(cluster_session) == before
+
+
+def test_the_layout_says_which_path_each_master_takes():
+    """Before any replay, as the engine will choose: lowered over epochs locally and on a
+    spark:// cluster; the passes over Spark Connect and for a log Spark's reader reads."""
+    from restream_kit.engines import engines
+
+    spark = engines()["spark"]
+    program = rk.Program.load(PROGRAMS["antispam"])
+    log = rk.Log(SMALL)
+    for master in (None, "local[2]", "spark://127.0.0.1:7077"):
+        said = spark.layout(program, log, {"master": master, "epoch": 10_000})
+        assert set(said.values()) == {"lowered to columns, parallel over 5 epochs"}, master
+    one = spark.layout(program, log, {"master": "spark://127.0.0.1:7077"})
+    assert set(one.values()) == {"lowered to columns, parallel over 1 epoch"}
+    passes = spark.layout(program)
+    assert all(what.startswith("parallel over") for what in passes.values()), passes
+    assert spark.layout(program, log, {"master": "sc://127.0.0.1:15002"}) == passes
+    assert spark.layout(program, rk.Log(f"file://{SMALL}"), {"master": "local[2]"}) == passes

@@ -29,8 +29,9 @@ from restream_kit.io.progress import EpochFinished, Recorder, StageFinished
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
 
-def prefix_replay(program, log, epoch=None, observer=None):
-    """The prefix path in this process (no Spark), or None when the program does not lower."""
+def prefix_replay(program, log, epoch=None, observer=None, ship_events=False):
+    """The prefix path in this process (no Spark), or None when the program does not lower;
+    with ``ship_events``, the tasks get their events as a cluster's do, not from the file."""
     program = rk.Program.load(program)
     log = log if isinstance(log, rk.Log) else rk.Log(log)
     low, _why = prefix_plan(program, log)
@@ -45,6 +46,7 @@ def prefix_replay(program, log, epoch=None, observer=None):
         notify=observer or (lambda _e: None),
         check_cancel=lambda: None,
         started=time.perf_counter(),
+        ship_events=ship_events,
     )
 
 
@@ -303,3 +305,47 @@ def test_epochs_wait_between_rounds_as_arrow_files_that_are_removed(root, tmp_pa
     prefix_replay(root / "examples" / "antispam.py", log, epoch=10_000, observer=after_each_round)
     assert seen == [5, 5, 5]  # every epoch decoded once, in the first round
     assert not list(tmp_path.glob("restream-epochs-*"))
+
+
+def test_shipped_events_give_the_same_result_and_no_file(root, monkeypatch):
+    """As on a cluster: each epoch's events come with its task, and no task reads a file."""
+    from restream_kit.engines.spark import _prefix
+
+    def no_file(*_args, **_kwargs):
+        raise AssertionError("the log's file was used")
+
+    monkeypatch.setattr(_prefix, "log_file", no_file)
+    monkeypatch.setattr(_prefix, "read_events", no_file)
+    log = rk.Log(root / "sample_data" / "social_small.parquet")
+    program = rk.Program.load(root / "examples" / "antispam.py")
+    want = rk.replay(program, log)
+    for epoch in (None, 7_000):
+        got = prefix_replay(program, log, epoch=epoch, ship_events=True)
+        assert_same_result(got, want)
+
+
+def test_shipped_events_are_cached_between_rounds_and_dropped(root, spark_session):
+    """On Spark, the epochs' events are one cached DataFrame row per epoch while the replay
+    runs (one partition each), and unpersisted when it ends."""
+    from restream_kit.engines.spark._prefix import SparkEpochs
+
+    log = rk.Log(root / "sample_data" / "social_small.parquet")
+    program = rk.Program.load(root / "examples" / "antispam.py")
+    low, _why = prefix_plan(program, log)
+    epochs = SparkEpochs(spark_session)
+    seen = []
+
+    def observer(event):
+        if isinstance(event, StageFinished):
+            carrier = epochs.carrier
+            seen.append(
+                (carrier.rdd.getNumPartitions(), carrier.storageLevel.useMemory, carrier.count())
+            )
+
+    got = run_prefix(
+        low, program, log, epoch=10_000, map_epochs=epochs, notify=observer,
+        check_cancel=lambda: None, started=time.perf_counter(), ship_events=True,
+    )  # fmt: skip
+    assert_same_result(got, rk.replay(program, log))
+    assert seen == [(5, True, 5)] * 3
+    assert epochs.carrier is None

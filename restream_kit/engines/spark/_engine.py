@@ -3,8 +3,8 @@
 Two paths (see ``docs/spark_engine.md``):
 
 - the **prefix path** (``_prefix``) for rules that lower to column expressions
-  (``restream_kit.compiler.lower``), in local mode, without checkpoints or poison-event handling:
-  epochs in parallel, evaluated as columns;
+  (``restream_kit.compiler.lower``), locally or on a ``spark://`` cluster, without checkpoints,
+  poison-event handling, a URI log or Spark Connect: epochs in parallel, evaluated as columns;
 - the **pass path** (``_passes``, ``_pass_driver``, ``_pass_epochs``) for every other replay:
   each stage of the plan is one Spark job over the whole log, in parallel unless the plan
   calls it sequential. A program the passes cannot split yet, or that the planner cannot
@@ -38,7 +38,7 @@ from .._builtin import spark_option_problem
 from ._pass_driver import _TaskError as _PassTaskError
 from ._pass_driver import run_passes
 from ._passes import passes_of
-from ._prefix import prefix_plan, run_prefix, spark_map_epochs
+from ._prefix import SparkEpochs, prefix_plan, run_prefix
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
 from ._uri_log import describe as _describe_uri
@@ -126,10 +126,13 @@ class _Replay:
                     self.program,
                     self.log,
                     epoch=self.options.get("epoch"),
-                    map_epochs=spark_map_epochs(self.session, self.job_group, self.cancelled),
+                    map_epochs=SparkEpochs(self.session, self.job_group, self.cancelled),
                     notify=self.notify,
                     check_cancel=self._check_cancel,
                     started=started,
+                    # A cluster's workers cannot read this machine's files: the epochs'
+                    # events go to them through Spark.
+                    ship_events=not is_local(self.session),
                 )
             return self._passes(started)
         except _PassTaskError:
@@ -154,9 +157,9 @@ class _Replay:
         """The lowered program when the prefix path runs this replay, else None.
 
         ``path="prefix"`` insists (and says why it cannot), ``path="passes"`` never takes it.
-        Replays that checkpoint, resume, start from a snapshot or skip poison events, Spark
-        Connect sessions and clusters (whose workers may not reach this machine's files) take
-        the pass path."""
+        Replays that checkpoint, resume, start from a snapshot or skip poison events, logs
+        given as a URI (Spark's reader reads them) and Spark Connect sessions (no broadcast)
+        take the pass path. On a cluster the epochs' events travel through Spark."""
         if self.path == "passes":
             return None
         blockers = option_blockers(self.options, self.on_error)
@@ -166,9 +169,6 @@ class _Replay:
             blockers.append("a log given as a URI (Spark reads it)")
         if is_connect(self.session) or getattr(self.session, "sparkContext", None) is None:
             blockers.append("Spark Connect")
-        elif not is_local(self.session):
-            # Its tasks read the log's file on this machine: a cluster's workers may not.
-            blockers.append("a cluster (its workers cannot read this machine's files)")
         low, why = (
             (None, f"not with {', '.join(blockers)}")
             if blockers

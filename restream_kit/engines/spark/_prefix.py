@@ -22,6 +22,11 @@ Spark schedules, retries and (with ``spark.speculation``) duplicates the tasks; 
 harmless because a task is a pure function of its epoch and the broadcast deltas. Between
 rounds an epoch's events wait, decoded, as an Arrow file in a scratch directory that the
 driver removes when the replay ends (``read_events``).
+
+On a cluster, whose workers cannot read this machine's files, the epochs' events travel
+through Spark instead (``ship_events``): one row per epoch, ``(chunk, events)``, the epoch's
+needed columns as compressed Arrow IPC, in a DataFrame of one partition per epoch that the
+first round caches (``persist``) for the later ones and the replay unpersists when it ends.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from ...model.program import Program
 from ._columnar import DELTA_CHUNK, combine_deltas, needed_columns, run_epoch
 from ._faults import inject_fault
 
-__all__ = ["prefix_plan", "PrefixTask", "run_prefix", "TASK_SCHEMA"]
+__all__ = ["prefix_plan", "PrefixTask", "run_prefix", "SparkEpochs", "TASK_SCHEMA", "EVENTS_SCHEMA"]
 
 #: What a task returns: per epoch, one row per state delta or emit site, as Arrow IPC.
 TASK_SCHEMA = "chunk int, what string, name string, payload binary, seconds double"
@@ -88,11 +93,38 @@ def _from_ipc(data: bytes) -> pl.DataFrame:
     return pl.read_ipc(io.BytesIO(data))
 
 
+def events_ipc(table: pa.Table) -> bytes:
+    """An epoch's events as compressed Arrow IPC, to travel through Spark (``ship_events``)."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    with pa.ipc.new_stream(sink, table.schema, options=options) as out:
+        out.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def events_from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+#: The rows that carry the epochs' events to the tasks when they cannot read the log's file.
+EVENTS_SCHEMA = "chunk int, events binary"
+
+
 class PrefixTask:
-    """``mapInArrow`` over epoch numbers: one round of each epoch, rows of :data:`TASK_SCHEMA`."""
+    """``mapInArrow`` over epochs: one round of each epoch, rows of :data:`TASK_SCHEMA`.
+
+    Its input is the epochs' numbers (the task reads each epoch's rows of the Parquet file at
+    ``path``) or, when ``path`` is None, rows of :data:`EVENTS_SCHEMA` that carry them."""
 
     def __init__(
-        self, low: Lowered, path: str, columns: list[str], bounds, job: int, deltas, cache=None
+        self,
+        low: Lowered,
+        path: str | None,
+        columns: list[str],
+        bounds,
+        job: int,
+        deltas,
+        cache=None,
     ):
         self.low = low
         self.path = path
@@ -106,15 +138,25 @@ class PrefixTask:
         inject_fault(f"round{self.job + 1}")  # a no-op unless $RESTREAM_FAULT asks for one
         shipped = None
         for batch in batches:
-            for chunk in batch.column(0).to_pylist():
+            carried = "events" in batch.schema.names
+            chunks = batch.column("chunk" if carried else 0).to_pylist()
+            payloads = batch.column("events").to_pylist() if carried else [None] * len(chunks)
+            for chunk, payload in zip(chunks, payloads):
                 if shipped is None:
                     shipped = getattr(self.deltas, "value", self.deltas) or {}
-                yield self.one(int(chunk), shipped)
+                yield self.one(int(chunk), shipped, payload)
 
-    def one(self, chunk: int, shipped: dict[str, bytes]) -> pa.RecordBatch:
+    def one(
+        self, chunk: int, shipped: dict[str, bytes], payload: bytes | None = None
+    ) -> pa.RecordBatch:
         started = time.perf_counter()
         lo, hi = self.bounds[chunk]
-        events = read_events(self.path, self.columns, lo, hi, self.cache)
+        if payload is not None:
+            events = events_from_ipc(payload)
+        elif self.path is None:
+            raise RuntimeError(f"epoch {chunk}: no events were shipped and there is no file")
+        else:
+            events = read_events(self.path, self.columns, lo, hi, self.cache)
 
         def base(name: str) -> pl.DataFrame | None:
             if name not in shipped:
@@ -213,15 +255,24 @@ def run_prefix(
     notify,
     check_cancel,
     started: float,
+    ship_events: bool = False,
 ) -> Result:
-    """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks)`` runs ``task`` over
-    epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA` rows (Spark,
-    or a loop), calling ``on_tasks(done, n)`` as tasks finish: an epoch is one task per round,
-    so progress moves with the epochs (the notebook asks for about ten)."""
+    """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
+    ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
+    rows (Spark, or a loop), calling ``on_tasks(done, n)`` as tasks finish: an epoch is one
+    task per round, so progress moves with the epochs (the notebook asks for about ten).
+
+    ``events`` is None when the tasks read the log's Parquet file (they run on this machine),
+    else, with ``ship_events``, each epoch's needed columns as Arrow IPC (:func:`events_ipc`),
+    which ``map_epochs`` must bring to the tasks itself; its ``release()``, if it has one, is
+    called when the replay ends, however it ends."""
     epochs = [ep for ep in cut(log, epoch) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
-    path = log_file(log)
     columns = needed_columns(low)
+    if ship_events:
+        path, events = None, _epoch_payloads(log, columns, bounds)
+    else:
+        path, events = log_file(log), None
     total = len(log)
     rounds = low.levels
     names = tuple(f"round {j + 1}" for j in range(rounds))
@@ -231,7 +282,7 @@ def run_prefix(
     emitted: dict[int, list[tuple[int, pl.DataFrame]]] = {}
     stages: dict[str, float] = {}
     ran: dict[str, str] = {}  # what ran, per round (metrics.path)
-    cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 else None
+    cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 and path else None
     try:
         for job in range(rounds):
             check_cancel()
@@ -250,7 +301,7 @@ def run_prefix(
                 share = (job * tasks + min(done, tasks)) / (rounds * tasks)
                 notify(Progress(int(total * share), total, time.perf_counter() - started))
 
-            table = map_epochs(task, len(bounds), shipped, on_tasks)
+            table = map_epochs(task, len(bounds), shipped, on_tasks, events)
             # Deltas must stay in epoch order: a state's later writes come last.
             for row in sorted(table.to_pylist(), key=lambda row: row["chunk"]):
                 if row["what"] == "read":
@@ -269,14 +320,15 @@ def run_prefix(
                 for row in table.select(["chunk", "seconds"]).to_pylist()
             }
             stages[f"{label} (tasks, summed)"] = sum(busy.values())
-            ran[label] = (
-                f"lowered to columns, parallel over {len(bounds)} epochs ({len(bounds)} tasks)"
-            )
+            ran[label] = f"{lowered_over(len(bounds))} ({_count(len(bounds), 'task')})"
             notify(StageFinished(0, label, seconds, len(bounds), epochs=len(bounds)))
             on_tasks(len(bounds), len(bounds))
     finally:
         if cache:
             shutil.rmtree(cache, ignore_errors=True)
+        release = getattr(map_epochs, "release", None)
+        if release is not None:
+            release()
     assembled = time.perf_counter()
     tables, per_epoch = _tables(low, log, emitted, bounds)
     state = _final_state(low, program, deltas)
@@ -299,6 +351,22 @@ def run_prefix(
     )
     notify(ReplayFinished(total, wall))
     return Result(tables=tables, state=state, metrics=metrics)
+
+
+def lowered_over(epochs: int) -> str:
+    """What ran, or will run, on the prefix path (``metrics.path``, the engine's layout)."""
+    return f"lowered to columns, parallel over {_count(epochs, 'epoch')}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _epoch_payloads(log: Log, columns: list[str], bounds) -> list[bytes]:
+    """Each epoch's needed columns as Arrow IPC: the canonical log's rows, as the tasks would
+    read them from its Parquet file."""
+    table = log.table.select(columns)
+    return [events_ipc(table.slice(lo, hi - lo)) for lo, hi in bounds]
 
 
 def _round_label(low: Lowered, job: int) -> str:
@@ -415,34 +483,73 @@ def _final_state(low: Lowered, program: Program, deltas) -> dict[str, dict]:
     return state
 
 
-def spark_map_epochs(session, group: str | None = None, cancelled=None):
-    """``map_epochs`` on Spark: one task per epoch, deltas shipped as a broadcast; tasks done
-    are read from Spark's status tracker (the jobs of ``group``) while a round runs, and the
-    round is cancelled once ``cancelled()`` says so."""
-    from ._pass_driver import _Watch
+class SparkEpochs:
+    """``map_epochs`` (of :func:`run_prefix`) on Spark: one task per epoch, deltas shipped as a
+    broadcast; tasks done are read from Spark's status tracker (the jobs of ``group``) while a
+    round runs, and the round is cancelled once ``cancelled()`` says so.
 
-    def run(task: PrefixTask, n: int, shipped: dict, on_tasks=None) -> pa.Table:
-        sc = getattr(session, "sparkContext", None)
+    With ``events`` (a cluster), the first round makes a DataFrame of :data:`EVENTS_SCHEMA`,
+    one row and one partition per epoch, and caches it, so that later rounds read their
+    events from the executors' cache instead of shipping them again; :meth:`release`
+    unpersists it."""
+
+    def __init__(self, session, group: str | None = None, cancelled=None):
+        self.session, self.group, self.cancelled = session, group, cancelled
+        self.carrier = None  # the cached DataFrame of the epochs' events, once made
+
+    def __call__(
+        self, task: PrefixTask, n: int, shipped: dict, on_tasks=None, events=None
+    ) -> pa.Table:
+        from ._pass_driver import _Watch
+
+        sc = getattr(self.session, "sparkContext", None)
         broadcast = sc.broadcast(shipped) if (sc is not None and shipped) else None
         task.deltas = broadcast if broadcast is not None else shipped
         try:
-            frame = session.range(0, n, 1, n).mapInArrow(task, TASK_SCHEMA)
-            if on_tasks is None or group is None:
+            frame = self._epochs(n, events).mapInArrow(task, TASK_SCHEMA)
+            if on_tasks is None or self.group is None:
                 return frame.toArrow()
-            with _Watch(session, group, on_tasks, every_s=0.05, cancelled=cancelled):
+            with _Watch(self.session, self.group, on_tasks, every_s=0.05, cancelled=self.cancelled):
                 return frame.toArrow()
         finally:
             if broadcast is not None:
                 broadcast.destroy()
 
-    return run
+    def _epochs(self, n: int, events):
+        if events is None:
+            return self.session.range(0, n, 1, n)
+        if self.carrier is None:
+            from pyspark import StorageLevel
+
+            # parallelize puts element i in slice i: one epoch per partition, so one task each.
+            rows = self.session.sparkContext.parallelize(list(enumerate(events)), n)
+            frame = self.session.createDataFrame(rows, EVENTS_SCHEMA)
+            self.carrier = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        return self.carrier
+
+    def release(self) -> None:
+        """Drop the cached events (the replay ended, finished or not)."""
+        if self.carrier is not None:
+            carrier, self.carrier = self.carrier, None
+            try:
+                carrier.unpersist(blocking=False)
+            except Exception:  # noqa: BLE001 - the session may be gone with the replay
+                pass
 
 
-def local_map_epochs(task: PrefixTask, n: int, shipped: dict, on_tasks=None) -> pa.Table:
+def local_map_epochs(
+    task: PrefixTask, n: int, shipped: dict, on_tasks=None, events=None
+) -> pa.Table:
     """``map_epochs`` in this process, one epoch after another (for tests of the algorithm)."""
     task.deltas = shipped
+    if events is None:
+        inputs = pa.record_batch({"id": list(range(n))})
+    else:
+        inputs = pa.record_batch(
+            {"chunk": pa.array(range(n), pa.int32()), "events": pa.array(events, pa.binary())}
+        )
     batches = []
-    for batch in task([pa.record_batch({"id": list(range(n))})]):
+    for batch in task([inputs]):
         batches.append(batch)
         if on_tasks is not None:
             on_tasks(len(batches), n)
