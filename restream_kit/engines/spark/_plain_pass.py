@@ -398,9 +398,9 @@ def _probe_hooks(
         at = columns.index(f"_rs_ql{slot}")
         readers.setdefault(h, []).append((at, state, key_function(key, program)))
     for h, slots in readers.items():
-        extra[f"_rs_fill{h}"] = _filler(slots, {state: stores[state] for _a, state, _f in slots})
+        source = _fill_source(h, slots, extra)
         for kind in program.handlers[h].kinds:
-            hooks.append((h, kind, f"_rs_fill{h}({EVENT})"))
+            hooks.append((h, kind, source))
     return hooks, extra, served
 
 
@@ -413,28 +413,34 @@ def _probe(d: dict, key_fn: Any, ev: Any) -> Any:
         return MISSING
 
 
-def _filler(slots: list, stores: dict) -> Any:
-    """A function that puts an event's probe values (``slots``: [(column, state, key)]) in
-    the stores its reading handler reads, which hold nothing else."""
+def _fill_source(h: int, slots: list, extra: dict) -> str:
+    """The loop statement that puts an event's probe values (``slots``: [(column, state,
+    key)]) in the stores handler ``h`` reads, which hold nothing else: inlined in the loop,
+    as a handler body is, for it runs on every event. ``extra`` gets the names it uses."""
+    from ...compiler.compile import dict_name
+    from ...compiler.inline import EVENT
 
-    def fill(ev: Any) -> None:
-        for d in stores.values():
-            d.clear()
-        for at, state, key_fn in slots:
-            value = ev[at]
-            if value is None:
-                value = ev[at + 1]
-                if value is None:
-                    blob = ev[at + 2]
-                    if blob is None:
-                        continue  # no value: the read sees the default
-                    value = pickle.loads(blob)
-            try:
-                stores[state][key_fn(ev)] = value
-            except Exception:  # noqa: BLE001 - the handler's own read raises it
-                pass
-
-    return fill
+    extra["_rs_loads"] = pickle.loads
+    lines = ["if True:"]
+    lines += [
+        f"    {dict_name(state)}.clear()" for state in dict.fromkeys(s for _a, s, _k in slots)
+    ]
+    for n, (at, state, key_fn) in enumerate(slots):
+        extra[f"_rs_fk{h}_{n}"] = key_fn
+        lines += [
+            f"    _rs_v = {EVENT}[{at}]",
+            "    if _rs_v is None:",
+            f"        _rs_v = {EVENT}[{at + 1}]",
+            "        if _rs_v is None:",
+            f"            _rs_v = {EVENT}[{at + 2}]",
+            "            _rs_v = _rs_MISSING if _rs_v is None else _rs_loads(_rs_v)",
+            "    if _rs_v is not _rs_MISSING:",  # no value: the read sees the default
+            "        try:",
+            f"            {dict_name(state)}[_rs_fk{h}_{n}({EVENT})] = _rs_v",
+            "        except Exception:",  # the handler's own read raises it
+            "            pass",
+        ]
+    return "\n".join(lines)
 
 
 def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) -> Any:
