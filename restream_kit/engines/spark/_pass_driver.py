@@ -339,12 +339,13 @@ def run_jobs(
                     # and brings them back.
                     got = out.select("_rs_kind", "_rs_dest", "_rs_b", *_POS).toArrow()
                 else:
-                    # One job computes the pass and keeps its rows, cut from their lineage:
-                    # later passes read them without planning this pass's plan again.
-                    out = out.localCheckpoint(eager=True)
+                    # Its rows are kept, cut from their lineage: later passes read them
+                    # without planning this pass's plan again. Not eagerly: the job that
+                    # brings its small rows back computes and keeps them, in one job.
+                    out = out.localCheckpoint(eager=False)
                     got = None
-            outputs.append(out)
-            tasks, busy = _collect(out if got is None else got, ran)
+                outputs.append(out)  # (unpersisted at the end, whatever happens)
+                tasks, busy = _collect(out if got is None else got, ran)
             seconds = time.perf_counter() - pass_started
             ran.stage_seconds[p.stage] = seconds
             # Where the pass's time goes: its tasks' own work, summed (the rest is Spark's).
