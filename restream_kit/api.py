@@ -132,8 +132,8 @@ def replay(
         from .engines.spark import warm_up
 
         warm_up(options.get("master"), options.get("conf"))  # the JVM starts as we compile
-    if history and engine != "serial":
-        notes.append(f"the run's history is recorded by the serial engine only, not on {engine}")
+    if history and engine not in ("serial", "spark"):
+        notes.append(f"the run's history is recorded on serial and spark only, not on {engine}")
         history = False
 
     def full(history: bool = history) -> Result:
