@@ -93,9 +93,9 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         from ._history import TaskHistory
 
         history = TaskHistory(spec.history, program, stores)
-        more, names = history.plain_hooks()
+        more, globals_ = history.plain_hooks()
         hooks += more
-        extra.update(names)
+        extra.update(globals_)
     compiled = compile_program(
         program,
         rt,
