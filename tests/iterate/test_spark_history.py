@@ -260,3 +260,22 @@ def test_random_programs_record_the_serial_history_on_spark_and_reuse_it(
     assert_same(got, serial)
     new = rk.Program.from_source(render(data.draw(edits(spec))), name="new")
     assert_same(rk.replay(new, the_log, engine="spark", reuse=got), rk.replay(new, the_log))
+
+
+def test_a_spark_cell_with_a_baseline_keeps_its_history_and_serves_the_next_cell(tmp_path):
+    from restream_kit.workbench import Workbench
+
+    bench = Workbench(Catalog(tmp_path / "catalog"))
+    log = rk.Log(SOCIAL)
+    assert bench.run("v1", ANTISPAM, log).ok
+    v2 = bench.run("v2", STRICTER, log, baseline="v1", engine="spark", reuse=False)
+    assert v2.ok, v2.error
+    assert v2.result.history is not None
+    assert v2.result.metrics.path["history"].startswith("recorded on Spark")
+    assert_same_history(v2.result.history, rk.replay(STRICTER, log, history=True).history)
+    # v3 re-replays against v2 (served by the serial baseline replay of v2 the workbench makes).
+    v3_source = STRICTER.replace("2 * to_friends", "3 * to_friends")
+    v3 = bench.run("v3", v3_source, log, baseline="v2", engine="spark")
+    assert v3.ok, v3.error
+    assert v3.reuse["rerun_stages"] == ["flag"], v3.reuse
+    assert_same(v3.result, rk.replay(v3_source, log))
