@@ -94,7 +94,7 @@ def replay(
     the program replayed is the one whose text has those defaults (see ``docs/iterate.md``).
 
     ``history=True`` keeps the run's state version history in ``Result.history`` (serial
-    engine; the catalog stores it with the run). ``reuse=RUN`` (a catalog run name or id, or a
+    and Spark engines record the same one; the catalog stores it with the run). ``reuse=RUN`` (a catalog run name or id, or a
     ``Result`` with a history) re-runs only the stages that changed since RUN and reads the
     others from RUN's history; ``Result.reuse`` says which, and why nothing was reused when
     nothing was (the replay is then a full one). On Spark the re-run stages run in the driver
@@ -132,8 +132,8 @@ def replay(
         from .engines.spark import warm_up
 
         warm_up(options.get("master"), options.get("conf"))  # the JVM starts as we compile
-    if history and engine != "serial":
-        notes.append(f"the run's history is recorded by the serial engine only, not on {engine}")
+    if history and engine not in ("serial", "spark"):
+        notes.append(f"the run's history is recorded on serial and spark only, not on {engine}")
         history = False
 
     def full(history: bool = history) -> Result:

@@ -211,8 +211,8 @@ class Workbench:
         changed since the baseline's serial run and reads the rest from that run's history
         (``replay(reuse=...)``); ``CellRun.reuse`` says which stages were reused and the time
         saved, or why nothing was (the replay is then a full one). ``reuse=False`` always
-        replays in full. A serial run with a named baseline keeps its own history, so that it
-        can serve as the next cell's baseline.
+        replays in full. A run with a named baseline keeps its own history (serial or Spark),
+        so that it can serve as the next cell's baseline.
         """
         program = source if isinstance(source, Program) else self.define(name, source)
         self.programs[name] = program
@@ -249,7 +249,7 @@ class Workbench:
                     cell.reuse = no_reuse(baseline, why)
                 else:
                     options["reuse"] = source
-            if baseline is not None and engine == "serial" and on_error == "stop":
+            if baseline is not None and engine in ("serial", "spark") and on_error == "stop":
                 options["history"] = True
             cell.result = replay(program, log, engine=engine, **options)
             if "reuse" in options:
@@ -277,7 +277,8 @@ class Workbench:
     def reusable(self, base: Baseline, log: Log) -> tuple[Result | None, str | None]:
         """The baseline's serial run on ``log`` with its history (for ``replay(reuse=...)``),
         or None and why there is none: the baseline's own record first, then the latest other
-        run of the same program on the same log that kept one."""
+        run of the same program on the same log that kept one, on any engine (a Spark run
+        records the same history as a serial one)."""
         from .history.recorder import History
 
         if base.result.history is not None:
@@ -288,7 +289,7 @@ class Workbench:
             return None, "it replayed another log"
         runs = self.catalog.query(
             "SELECT run_id, program_sha, log_fingerprint FROM runs "
-            "WHERE status = 'ok' AND engine = 'serial' ORDER BY recorded_at DESC"
+            "WHERE status = 'ok' ORDER BY recorded_at DESC"
         )
         for run_id, sha, fingerprint in runs.iter_rows():
             if sha != base.record.program_sha or fingerprint != log.fingerprint:

@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--history",
         action="store_true",
-        help="keep the run's state version history in the catalog (serial engine), so that a "
+        help="keep the run's state version history in the catalog, so that a "
         "later --reuse can read the stages an edit did not change",
     )
     replay.add_argument(

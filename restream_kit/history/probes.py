@@ -127,10 +127,14 @@ def signature(program: Any, plan: Any, handler: str, state: str, text: str) -> S
     return Signature(state, text, tuple(sorted(me.kinds)), tuple(before))
 
 
-def hook_source(site: ProbeSite, slot: int, columns: list[str]) -> str:
-    """The loop statement that records ``site``'s value in probe ``slot``: the event's fields
-    read by position, as in the inlined handlers; a key that raises records ABSENT (the
-    handler's own read raises it, when it reads)."""
+def hook_source(
+    site: ProbeSite, slot: int, columns: list[str], *, sink: str = "_rs_pv", positioned=False
+) -> str:
+    """The loop statement that records ``site``'s value in probe ``slot`` (by calling
+    ``<sink><slot>``): the event's fields read by position, as in the inlined handlers; a key
+    that raises records ABSENT (the handler's own read raises it, when it reads).
+    ``positioned`` records ``(ts, lsn, value)`` instead of the value (a Spark task, whose
+    events the driver puts back in log order)."""
     from ..compiler.inline import EVENT
 
     index = {c: i for i, c in enumerate(columns)}
@@ -145,10 +149,12 @@ def hook_source(site: ProbeSite, slot: int, columns: list[str]) -> str:
 
     key = ast.fix_missing_locations(Fields().visit(key))
     src = ast.unparse(key)
-    return (
-        f"try:\n    _rs_pv{slot}({dict_name(site.state)}.get({src}, _rs_ABSENT))\n"
-        f"except Exception:\n    _rs_pv{slot}(_rs_ABSENT)\n"
-    )
+    found = f"{dict_name(site.state)}.get({src}, _rs_ABSENT)"
+    absent = "_rs_ABSENT"
+    if positioned:
+        found = f"({EVENT}[1], {EVENT}[0], {found})"
+        absent = f"({EVENT}[1], {EVENT}[0], _rs_ABSENT)"
+    return f"try:\n    {sink}{slot}({found})\nexcept Exception:\n    {sink}{slot}({absent})\n"
 
 
 class ReadSites:

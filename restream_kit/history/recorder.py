@@ -42,6 +42,7 @@ __all__ = [
     "timing_reason",
     "schedulers",
     "probe_sites",
+    "recorded_sites",
 ]
 
 _INDEX = "history.json"
@@ -91,6 +92,22 @@ def probe_sites(program: Any, plan: Any, columns: list[str]) -> list:
     return finder.sites
 
 
+def recorded_sites(
+    program: Any, plan: Any, columns: Any, skip: Any = ()
+) -> list[tuple[Signature, Any]]:
+    """The probes a history of ``program`` records, in slot order: each signature once, with
+    the first read site that has it (reads of the states in ``skip`` left out). Every engine
+    that records a history records these, so that its probes are the same."""
+    slots: dict[Signature, Any] = {}
+    for site in probe_sites(program, plan, list(columns)):
+        if site.state in skip:
+            continue
+        sig = signature(program, plan, site.handler, site.state, site.text)
+        if sig not in slots:  # else recorded at an earlier handler's place: the same values
+            slots[sig] = site
+    return list(slots.items())
+
+
 class Recorder:
     """The loop statements that record a replay's probes, and the :class:`History` they make."""
 
@@ -104,14 +121,7 @@ class Recorder:
         self.hooks: list[tuple[int, str, str]] = []
         self.globals: dict[str, Any] = {"_rs_ABSENT": ABSENT}
         index = {h.name: h for h in program.handlers}
-        slots: dict[Signature, int] = {}
-        for site in probe_sites(program, self.plan, list(columns)):
-            if site.state in skip:
-                continue
-            sig = signature(program, self.plan, site.handler, site.state, site.text)
-            if sig in slots:
-                continue  # recorded at an earlier handler's place: the same values
-            slot = slots[sig] = len(self.signatures)
+        for slot, (sig, site) in enumerate(recorded_sites(program, self.plan, columns, skip)):
             self.signatures.append(sig)
             self.values.append([])
             self.globals[f"_rs_pv{slot}"] = self.values[slot].append

@@ -373,9 +373,11 @@ def run_epoch(
     job: int,
     bases: Callable[[str], pl.DataFrame | None],
     carried: dict[int, pl.Series],
+    also: Callable[[Any], None] | None = None,
 ) -> tuple[dict[str, pl.DataFrame], dict[int, pl.DataFrame], dict[int, pl.Series]]:
     """Round ``job`` of one epoch: deltas of the states at that level, rows of its emits, and
     the read columns later rounds will need (``carried`` holds those of earlier rounds).
+    ``also(epoch)`` evaluates more over the same epoch (a run's history probes).
 
     ``bases(state)`` gives the deltas of ``state`` made by the epochs before this one, in epoch
     order (None for none; called only when needed)."""
@@ -386,6 +388,8 @@ def run_epoch(
         if info.level == job and low.writes_of(name)
     }
     emits = {i: ep.emitted(i) for i, site in enumerate(low.emits) if site.level == job}
+    if also is not None:
+        also(ep)
     later = later_reads(low, job)
     keep = {site: col for site, col in ep.reads.items() if site in later and site not in carried}
     return deltas, emits, keep

@@ -95,6 +95,9 @@ class _Replay:
             describe_uri_log(self.session, log, options)
         self.cores = session_cores(self.session)
         self.cancel = options.get("cancel")
+        # history=True: record the run's history as the serial engine would (``_history``).
+        self.history, self.history_note = _history_of(program, log, options, self.on_error)
+        self.history_why: str | None = None
         self.job_group = f"restream-{id(self):x}-{time.monotonic_ns()}"
         if self.cancel is not None:
             self.cancel.on_cancel(self._interrupt)
@@ -114,26 +117,28 @@ class _Replay:
                     self.session.removeTag(self.job_group)
 
     def _run(self) -> Result:
+        result = self._replay()
+        if self.history_note:
+            result.warnings.append(self.history_note)
+        return result
+
+    def _replay(self) -> Result:
         started = time.perf_counter()
         self._tag_jobs()
         low = self._lowered()
         if low is None and not len(self.log):
             return self._empty(started)
+        probes = None
+        if low is not None and self.history is not None:
+            probes, why = self.history.prefix_probes(low)
+            if probes is None and self.path != "prefix":
+                low = None  # the pass path records it (said in metrics.path)
+                self.history.how = f"the pass path ran, to record the history ({why}); "
         try:
             if low is not None:
-                return run_prefix(
-                    low,
-                    self.program,
-                    self.log,
-                    epoch=self.options.get("epoch"),
-                    map_epochs=SparkEpochs(self.session, self.job_group, self.cancelled),
-                    notify=self.notify,
-                    check_cancel=self._check_cancel,
-                    started=started,
-                    # A cluster's workers cannot read this machine's files: the epochs'
-                    # events go to them through Spark.
-                    ship_events=not is_local(self.session),
-                )
+                if self.history is not None and probes is None:
+                    return self._serial_history(self._prefix(low, started, None), why)
+                return self._prefix(low, started, probes)
             return self._passes(started)
         except _PassTaskError:
             raise  # the serial engine has published the error (see _passes)
@@ -146,6 +151,43 @@ class _Replay:
                 self._finished_cancelled(started, "replay cancelled")
                 raise Cancelled("replay cancelled") from None
             raise
+
+    def _prefix(self, low: Lowered, started: float, probes: Any) -> Result:
+        result = run_prefix(
+            low,
+            self.program,
+            self.log,
+            epoch=self.options.get("epoch"),
+            map_epochs=SparkEpochs(self.session, self.job_group, self.cancelled),
+            notify=self.notify,
+            check_cancel=self._check_cancel,
+            started=started,
+            # A cluster's workers cannot read this machine's files: the epochs' events go
+            # to them through Spark.
+            ship_events=not is_local(self.session),
+            history=probes and (self.history, probes),
+        )
+        if probes is not None:
+            # A lowered program schedules nothing: its last event is the log's last.
+            result.history = self.history.finish(self.log.last_ts)
+            result.metrics.path["history"] = self.history.how
+        return result
+
+    def _serial_history(self, result: Result, why: str) -> Result:
+        """``result`` with the history a serial replay records, said loudly: the replay's
+        path could not record it (``why``)."""
+        from .. import serial
+
+        recorded = serial.replay(self.program, self.log, history=True)
+        result.history = recorded.history
+        note = (
+            f"spark: the run's history was recorded by a serial replay in the driver, not on "
+            f"Spark: {why}"
+        )
+        warnings.warn(note, RestreamWarning, stacklevel=5)
+        result.warnings.append(note)
+        result.metrics.path["history"] = f"recorded by a serial replay in the driver ({why})"
+        return result
 
     def _finished_cancelled(self, started: float, error: str) -> None:
         """Tell the observers the replay ended unfinished, as the serial engine does."""
@@ -211,7 +253,23 @@ class _Replay:
         check_state(result.state)  # what the serial engine refuses to keep, so does this
         if note:
             result.warnings.append(note)
+        if self.history is not None:
+            if self.history_why is not None:
+                return self._serial_history(result, self.history_why)
+            self.history.take_passes(self.passes_ran.history)
+            result.history = self.history.finish(self.passes_ran.last_event)
+            result.metrics.path["history"] = self.history.how
         return result
+
+    def history_sites(self, p: Any, columns: tuple[str, ...]) -> tuple:
+        """What pass ``p``'s tasks record of the history (``_pass_driver`` asks, per pass, as
+        it builds the pass); when some pass cannot, none records and ``history_why`` says why
+        (the history is then a serial replay's)."""
+        if self.history is None or self.history_why is not None:
+            return ()
+        sites, why = self.history.pass_sites(p, columns)
+        self.history_why = why
+        return sites
 
     def _empty(self, started: float) -> Result:
         """A log with no events: the serial engine's result (empty tables, every state
@@ -249,6 +307,7 @@ class _Replay:
             cancel=self.cancel,
             on_error=self.on_error,
             checkpoint=checkpointer,
+            history=self.history is not None,
         )
         result.metrics = dataclasses.replace(
             result.metrics,
@@ -300,6 +359,17 @@ class _Opened:
     def commit(self, *args: Any, **kwargs: Any) -> None:
         if self.ck is not None:
             self.ck.commit(*args, **kwargs)
+
+
+def _history_of(program: Program, log: Log, options: dict, on_error: str) -> tuple:
+    """(the recorder, None) when ``options`` ask for a history that can be kept; (None, why
+    not) when it cannot; (None, None) when none is asked for."""
+    if not options.get("history"):
+        return None, None
+    from ._history import SparkHistory, not_recorded_note
+
+    note = not_recorded_note({**options, "on_error": on_error})
+    return (None, note) if note else (SparkHistory(program, log), None)
 
 
 def replay(program: Program, log: Log, *, observer: Any = None, **options: Any) -> Result:

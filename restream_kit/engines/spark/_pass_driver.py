@@ -123,6 +123,7 @@ class Ran:
     scheduled: int = 0
     last_event: int | None = None
     path: dict[str, str] = field(default_factory=dict)
+    history: list = field(default_factory=list)  # blobs of recorded history values
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -138,6 +139,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         rep.notify(ReplayStarted("spark", total, 1, _names(pp), setup.log.span_ms))
         rep.notify(EpochStarted(0, total))
         ran = run_jobs(setup, setup.df, None, None, (0, total), total)
+        rep.passes_ran = ran  # its history rows and last event (``_engine``, ``_history``)
     finally:
         for frame in setup.persisted:
             try:
@@ -323,6 +325,9 @@ def run_jobs(
                 one_kind=one_kind,
                 closes_once=setup.closes_once,
                 folds=setup.folds,
+                history=rep.history_sites(p, setup.columns)
+                if getattr(rep, "history", None)
+                else (),
             )
             out = rows.mapInArrow(PassTask(spec), setup.ddl)
             done_before = base + p.index * span // len(passes)
@@ -408,7 +413,7 @@ def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
     )
 
 
-_SMALL = (W.EMIT, W.FINAL, W.STAT, W.ERROR, W.PEND, W.QUAR, W.CARRY)
+_SMALL = (W.EMIT, W.FINAL, W.STAT, W.ERROR, W.PEND, W.QUAR, W.CARRY, W.HIST)
 
 
 def _collect(out: Any, ran: Ran) -> tuple[int, float]:
@@ -434,6 +439,8 @@ def _collect(out: Any, ran: Ran) -> tuple[int, float]:
             ran.pending.append((position, blob))
         elif kind == W.CARRY:
             ran.carried.append((dest, position, blob))
+        elif kind == W.HIST:
+            ran.history.append(blob)
         elif kind == W.QUAR:
             ran.quarantined.extend(pickle.loads(blob))
         elif kind == W.EMIT:

@@ -43,6 +43,7 @@ __all__ = [
     "QUAR",
     "CARRY",
     "FWD",
+    "HIST",
     "TAG_STATE",
     "TAG_PROBE",
     "TAG_EVENT",
@@ -50,7 +51,7 @@ __all__ = [
     "TAG_SCHED",
 ]
 
-EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD = range(1, 12)
+EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD, HIST = range(1, 13)
 TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED, TAG_STATE = range(5)
 PH_TIMED, PH_SCHED, PH_LOG = 0, 1, 2
 BLOB_ROWS = 50_000
@@ -134,6 +135,7 @@ class PassSpec:
     one_kind: str | None = None  # the kind of all its events, when their kind is not sent
     closes_once: frozenset = frozenset()  # window closes sent once (``_window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
+    history: tuple = ()  # the run's history probes its tasks record (``_history``)
 
 
 def dumps(value: Any) -> bytes:

@@ -104,6 +104,7 @@ class _Runtime(Routing):
         self.write_pos: tuple | None = None  # the position of a timed write being applied
         self.rb: bytes | None = None  # the current run's bytes, once made
         self.pk_cache: dict = {}
+        self.history: Any = None  # the run's history values recorded here (``_history``)
 
     def guarded(self, fn: Any, ev: Any) -> None:
         """Run one handler; when it raises, undo everything the run did and record it."""
@@ -262,6 +263,10 @@ class PassTask:
             else:
                 stores[name] = {}
         compiled = compile_program(program, rt, stores)
+        if spec.history:  # the run's history: values at the reading handlers' places
+            from ._history import TaskHistory
+
+            rt.history = TaskHistory(spec.history, program, stores)
         rt.store_names = {id(d): name for name, d in stores.items()}
         fns = compiled.handlers
         rt.defaults = {name: decl.default for name, decl in program.states.items()}
@@ -491,6 +496,8 @@ class PassTask:
         for name in spec.finals:
             blob = dumps((name, dict(stores[name])))
             rt.out.append((FINAL, -1, None, (0, 0, 0, b""), blob))
+        if rt.history is not None:
+            rt.out.append(rt.history.row())
         stat = (events, time.perf_counter() - started, rt.scheduled, rt.last_at)
         rt.out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
         yield out_batch(rt, schema, slots)
@@ -546,6 +553,9 @@ def _kind_runner(kind, acts, program, rt, stores, probe_values, pks_now):
             if slots_h:
                 env[f"S{n}"] = slots_h
                 lines.append(f"    _fill(stores, S{n}, probe_values, ev)")
+            if rt.history is not None and (record := rt.history.hook(h)) is not None:
+                env[f"H{n}"] = record  # after the fill: the value the handler's read finds
+                lines.append(f"    H{n}(ev, pos)")
             env[f"F{n}"] = target
             env[f"N{n}"] = program.handlers[h].name
             lines.append(f"    rt.hidx = {h}; rt.handler = N{n}; rt.calls = 0; rt.rb = None")

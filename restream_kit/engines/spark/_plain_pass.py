@@ -88,6 +88,14 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         name: BlindStore(rt, name) if name in spec.blind else {} for name in program.states
     }
     hooks, extra, served = _probe_hooks(spec, program, columns, tuple(kinds), stores)
+    history = None
+    if spec.history:  # the run's history: the serial engine's hooks, with positions
+        from ._history import TaskHistory
+
+        history = TaskHistory(spec.history, program, stores)
+        more, globals_ = history.plain_hooks()
+        hooks += more
+        extra.update(globals_)
     compiled = compile_program(
         program,
         rt,
@@ -142,6 +150,8 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     out += pack_emitted(rt.rows, {h.name: h.index for h in program.handlers})
     for name in spec.finals:
         out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, compiled.stores[name]))))
+    if history is not None:
+        out.append(history.row())
     made, last_at = (rt.made, rt.last_at) if type(rt) is _Shipping else (0, None)
     stat = (events, time.perf_counter() - started, made, last_at)
     out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))

@@ -133,6 +133,7 @@ class PrefixTask:
         self.bounds = bounds
         self.job = job
         self.deltas = deltas  # a Spark broadcast of {state: IPC bytes}, or the dict itself
+        self.probes = None  # the run's history probes, evaluated in their round (``_history``)
 
     def __call__(self, batches):
         inject_fault(f"round{self.job + 1}")  # a no-op unless $RESTREAM_FAULT asks for one
@@ -168,7 +169,11 @@ class PrefixTask:
             for key, data in shipped.items()
             if key.startswith("read:") and key.endswith(f":{chunk}")
         }
-        out_deltas, emits, reads = run_epoch(self.low, events, lo, self.job, base, carried)
+        probed: dict[int, bytes] = {}
+        also = None
+        if self.probes is not None and self.probes.round == self.job:
+            also = lambda ep: probed.update(self.probes.columns(ep))  # noqa: E731
+        out_deltas, emits, reads = run_epoch(self.low, events, lo, self.job, base, carried, also)
         rows: dict[str, list] = {"chunk": [], "what": [], "name": [], "payload": [], "seconds": []}
         for name, frame in out_deltas.items():
             frame = frame.with_columns(pl.lit(chunk, dtype=pl.Int32).alias(DELTA_CHUNK))
@@ -177,6 +182,8 @@ class PrefixTask:
             _row(rows, chunk, "emit", str(index), _ipc(frame))
         for site, column in reads.items():
             _row(rows, chunk, "read", str(site), _ipc(column.to_frame()))
+        for slot, payload in probed.items():
+            _row(rows, chunk, "probe", str(slot), payload)
         _row(rows, chunk, "time", "", b"")
         rows["seconds"] = [time.perf_counter() - started] * len(rows["chunk"])
         return pa.RecordBatch.from_pydict(rows, schema=_TASK_ARROW)
@@ -256,6 +263,7 @@ def run_prefix(
     check_cancel,
     started: float,
     ship_events: bool = False,
+    history: Any = None,
 ) -> Result:
     """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
     ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
@@ -265,7 +273,10 @@ def run_prefix(
     ``events`` is None when the tasks read the log's Parquet file (they run on this machine),
     else, with ``ship_events``, each epoch's needed columns as Arrow IPC (:func:`events_ipc`),
     which ``map_epochs`` must bring to the tasks itself; its ``release()``, if it has one, is
-    called when the replay ends, however it ends."""
+    called when the replay ends, however it ends.
+
+    ``history``: (``_history.SparkHistory``, its ``PrefixProbes``) to record the run's
+    history too (in the probes' round, one more than the program's when it needs it)."""
     epochs = [ep for ep in cut(log, epoch) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
     columns = needed_columns(low)
@@ -274,7 +285,8 @@ def run_prefix(
     else:
         path, events = log_file(log), None
     total = len(log)
-    rounds = low.levels
+    rounds = low.levels if history is None else max(low.levels, history[1].round + 1)
+    probed: dict[int, list] = {}  # slot -> [(epoch, IPC bytes)]: the history's probes
     names = tuple(f"round {j + 1}" for j in range(rounds))
     notify(ReplayStarted("spark", total, len(bounds), names, log.span_ms))
     deltas: dict[str, list[pl.DataFrame]] = {}
@@ -295,6 +307,7 @@ def run_prefix(
             }
             shipped.update(carried)
             task = PrefixTask(low, path, columns, bounds, job, shipped, cache)
+            task.probes = history and history[1]
 
             def on_tasks(done: int, tasks: int, job: int = job) -> None:
                 # Work done so far, in events: every round replays every event once.
@@ -308,6 +321,8 @@ def run_prefix(
                     carried[f"read:{row['name']}:{row['chunk']}"] = row["payload"]
                 elif row["what"] == "delta":
                     deltas.setdefault(row["name"], []).append(_from_ipc(row["payload"]))
+                elif row["what"] == "probe":
+                    probed.setdefault(int(row["name"]), []).append((row["chunk"], row["payload"]))
                 elif row["what"] == "emit":
                     emitted.setdefault(int(row["name"]), []).append(
                         (row["chunk"], _from_ipc(row["payload"]))
@@ -330,6 +345,8 @@ def run_prefix(
         if release is not None:
             release()
     assembled = time.perf_counter()
+    if history is not None:
+        history[0].take_prefix(history[1], probed)
     tables, per_epoch = _tables(low, log, emitted, bounds)
     state = _final_state(low, program, deltas)
     stages["tables and final state (driver)"] = time.perf_counter() - assembled
