@@ -182,6 +182,33 @@ def check(e):
     assert want.tables["hot"].num_rows > 0
 
 
+def test_a_merge_state_with_a_default_other_than_zero():
+    """Deltas sum merges only: a read, and the final value, add the default once, whether
+    the key was merged in earlier epochs, in this one, or never (inline and as-of reads)."""
+    log = [{"ts": i, "kind": "a" if i % 4 else "b", "k": i % 5, "v": i % 3} for i in range(300)]
+    program = """
+from restream_kit import state, on, emit
+c = state.Counter(default=5)
+d = state.Counter(default=-2)
+
+@on("a")
+def add(e):
+    c[e.k] += e.v
+    if c[e.k] > 40:
+        emit("inline", k=e.k, c=c[e.k])
+
+@on("a", "b")
+def other(e):
+    d[e.k] += 1
+
+@on("b")
+def check(e):
+    emit("asof", k=e.k, c=c[e.k], d=d[e.k], never=c[99])
+"""
+    want = same_as_serial(program, log, epochs=(None, 7, 64, 299))
+    assert want.tables["inline"].num_rows > 0 and want.state["c"][0] > 5
+
+
 def test_output_fields_whose_type_only_the_rows_decide():
     """Plain fields come straight from the columns; a field that is int at one emit and
     float at another, or None in every row, is typed from the values as the serial engine

@@ -203,9 +203,12 @@ class _Epoch:
         got = self.with_base(got, r.state, info, on)
         default = info.default
         if info.kind == "merge":
-            out = pl.coalesce(pl.col("_base"), pl.lit(default, dtype=pl.Int64)) + pl.col(
-                "_run"
-            ).fill_null(0)
+            # The deltas are sums of merges only: the default is added once, here.
+            out = (
+                pl.lit(default, dtype=pl.Int64)
+                + pl.col("_base").fill_null(0)
+                + pl.col("_run").fill_null(0)
+            )
         else:
             fallback = pl.coalesce(pl.col("_base"), _lit(default, info))
             out = (
@@ -254,7 +257,7 @@ class _Epoch:
         got, on = _keyed(pl.DataFrame(cols), info)
         got = got.with_columns((pl.col("_c").cum_sum().over(on) - pl.col("_a")).alias("_run"))
         got = self.with_base(got, r.state, info, on)
-        value = pl.coalesce(pl.col("_base"), pl.lit(info.default, dtype=pl.Int64)) + pl.col("_run")
+        value = pl.lit(info.default, dtype=pl.Int64) + pl.col("_base").fill_null(0) + pl.col("_run")
         return self.spread(r.index, keep, got.select(value.alias("v")).get_column("v"))
 
     def with_base(self, got: pl.DataFrame, state: str, info, on: list[str]) -> pl.DataFrame:

@@ -493,6 +493,9 @@ def _final_state(low: Lowered, program: Program, deltas) -> dict[str, dict]:
         folded = combine_deltas(frames, info)
         keys = [folded.get_column(f"k{i}").to_list() for i in range(info.arity)]
         values = folded.get_column("v").to_list()
+        if info.kind == "merge" and info.default:
+            # Deltas sum the merges: a key's value is its default plus them.
+            values = [info.default + v for v in values]
         if info.tuple_key:
             state[name] = dict(zip(zip(*keys), values))
         else:
