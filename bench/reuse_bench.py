@@ -74,8 +74,8 @@ def _timed(fn):
     return out, time.perf_counter() - started
 
 
-def run(events: int, runs: int, log_path: Path | None, out: Path) -> dict:
-    """Run the benchmark; return what it wrote to ``out``."""
+def _setup(events: int, log_path: Path | None) -> tuple:
+    """The log (loaded, untimed) and the two versions of the rule."""
     import warnings
 
     import restream_kit as rk
@@ -88,12 +88,19 @@ def run(events: int, runs: int, log_path: Path | None, out: Path) -> dict:
     len(log)  # the canonical table, untimed
     # Modules a recording run needs and a plain replay does not (the planner, networkx):
     # imported once per process, untimed, so that the ratio is the recording's own cost.
-    import restream_kit.history.recorder
+    import restream_kit.history.recorder  # noqa: F401
     import restream_kit.iterate.reuse  # noqa: F401
-    import restream_kit.planner
+    import restream_kit.planner  # noqa: F401
 
     v1 = Program.from_file(PROGRAM)
-    v2 = Program.from_source(edited(v1.source), name="antispam_v2")
+    return log, v1, Program.from_source(edited(v1.source), name="antispam_v2")
+
+
+def run(events: int, runs: int, log_path: Path | None, out: Path) -> dict:
+    """Run the benchmark; return what it wrote to ``out``."""
+    import restream_kit as rk
+
+    log, v1, v2 = _setup(events, log_path)
     rk.replay(v1, log.table.slice(0, 1000), history=True)  # warm: compiled code, caches
     _, plain_s = _timed(lambda: rk.replay(v1, log))
     recorded, history_s = _timed(lambda: rk.replay(v1, log, history=True))
@@ -145,22 +152,9 @@ def run(events: int, runs: int, log_path: Path | None, out: Path) -> dict:
 
 def run_spark(events: int, runs: int, log_path: Path | None, out: Path, master: str) -> dict:
     """The benchmark on Spark (see the module doc); return what it wrote to ``out``."""
-    import warnings
-
     import restream_kit as rk
-    from bench.serial_vs_loop import _ensure_log
-    from restream_kit.model.program import Program
 
-    warnings.simplefilter("ignore", rk.RestreamWarning)
-    path = _ensure_log(events, log_path)
-    log = rk.Log(str(path))
-    len(log)  # the canonical table, untimed
-    import restream_kit.history.recorder
-    import restream_kit.iterate.reuse  # noqa: F401
-    import restream_kit.planner
-
-    v1 = Program.from_file(PROGRAM)
-    v2 = Program.from_source(edited(v1.source), name="antispam_v2")
+    log, v1, v2 = _setup(events, log_path)
     opts = {"engine": "spark", "master": master}
     small = rk.Log(log.table.slice(0, 1000))
     rk.replay(v1, small, history=True, **opts)  # warm: the JVM, Python workers, caches

@@ -187,20 +187,7 @@ class _Epoch:
         o = self.df.get_column("_o").filter(keep)
         req["_p"] = o * self.per_event + (r.handler * self.per_handler + r.n)
         requests, on = _keyed(pl.DataFrame(req), info)
-        writes = _keyed(_align(self.write_rows(r.state), requests), info)[0]
-        if info.kind == "merge":
-            writes = writes.with_columns(pl.col("v").cum_sum().over(on).alias("_run"))
-            found = ["_run"]
-        else:
-            writes = writes.with_columns(pl.lit(True).alias("_hit"))
-            found = ["v", "_del", "_hit"]
-        # Each request meets the last write of its key at or before its position (writes and
-        # requests are both sorted by position; a write at a request's own position precedes it).
-        requests, writes, by = _null_safe(requests, writes.select([*on, "_p", *found]), on)
-        got = requests.join_asof(
-            writes, on="_p", by=by, strategy="backward", check_sortedness=False
-        )
-        got = self.with_base(got, r.state, info, on)
+        got = self.with_base(self.last_writes(r.state, info, requests, on), r.state, info, on)
         default = info.default
         if info.kind == "merge":
             # The deltas are sums of merges only: the default is added once, here.
@@ -220,6 +207,22 @@ class _Epoch:
             )
         values = got.select(out.alias("v")).get_column("v")  # requests stay in event order
         return self.spread(site, keep, values)
+
+    def last_writes(self, state: str, info, requests: pl.DataFrame, on: list) -> pl.DataFrame:
+        """``requests`` (keyed, sorted by ``_p``), each with the last write of its key at or
+        before its position: ``_run`` (a merge state's running sum) or ``v``, ``_del`` and
+        ``_hit`` (null where no write came before)."""
+        writes = _keyed(_align(self.write_rows(state), requests), info)[0]
+        if info.kind == "merge":
+            writes = writes.with_columns(pl.col("v").cum_sum().over(on).alias("_run"))
+            found = ["_run"]
+        else:
+            writes = writes.with_columns(pl.lit(True).alias("_hit"))
+            found = ["v", "_del", "_hit"]
+        # Writes and requests are both sorted by position; a write at a request's own
+        # position precedes it.
+        left, right, by = _null_safe(requests, writes.select([*on, "_p", *found]), on)
+        return left.join_asof(right, on="_p", by=by, strategy="backward", check_sortedness=False)
 
     def spread(self, site: int, keep: pl.Series, values: pl.Series) -> pl.Series:
         """Values of the events ``keep`` selects, as a column over every event."""

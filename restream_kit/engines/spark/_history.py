@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from ...compiler.lower import Arith, Col, Lit, Lowered, Neg
 from ...history.probes import ABSENT, hook_source
-from ._columnar import _align, _dtype, _keyed, _null_safe, combine_deltas
+from ._columnar import _align, _dtype, _keyed, combine_deltas
 from ._pass_rows import HIST, dumps
 
 __all__ = [
@@ -265,15 +265,7 @@ def _probe_frame(ep: Any, h: int, state: str, key: tuple) -> pl.DataFrame:
     req["_p"] = o * ep.per_event + h * ep.per_handler  # before the handler's own operations
     requests, on = _keyed(pl.DataFrame(req), info)
     requests = _with_base(ep, requests, state, info, on)
-    writes = _keyed(_align(ep.write_rows(state), requests), info)[0]
-    if info.kind == "merge":
-        writes = writes.with_columns(pl.col("v").cum_sum().over(on).alias("_run"))
-        found = ["_run"]
-    else:
-        writes = writes.with_columns(pl.lit(True).alias("_hit"))
-        found = ["v", "_del", "_hit"]
-    left, right, by = _null_safe(requests, writes.select([*on, "_p", *found]), on)
-    got = left.join_asof(right, on="_p", by=by, strategy="backward", check_sortedness=False)
+    got = ep.last_writes(state, info, requests, on)
     if info.kind == "merge":
         present = pl.col("_run").is_not_null() | pl.col("_bp")
         value = (
