@@ -67,8 +67,9 @@ def build_runner(
 
     ``hooks`` are statements ``(number, kind, source)`` that a Spark pass adds to the loop:
     in the branch of ``kind``, ``source`` runs just before the handlers declared at or after
-    ``number`` (so it sees what the handlers declared before it did to the event), and a kind
-    with hooks but no handler gets a branch of its own.
+    ``number`` (so it sees what the handlers declared before it did to the event), hooks of
+    the same ``number`` in the order given, and a kind with hooks but no handler gets a
+    branch of its own.
     """
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     index = {name: i for i, name in enumerate(columns)}
@@ -95,7 +96,8 @@ def build_runner(
         bodies[name] = [set_handler, *body]
     branches: list[tuple[str, list[ast.stmt]]] = []
     for kind in kind_order:
-        waiting = sorted((n, src) for n, k, src in hooks if k == kind)
+        # Hooks at the same place run in the order given (a stable sort by place).
+        waiting = sorted(((n, src) for n, k, src in hooks if k == kind), key=lambda w: w[0])
         stmts = []
         for name, kinds, number in handlers:
             if kind not in kinds:

@@ -346,8 +346,9 @@ class TaskHistory:
 
     def plain_hooks(self) -> tuple[list, dict]:
         """Statements for the serial engine's loop (``compile_program(hooks=...)``), placed
-        just before the reading handler; their source sorts after the plain pass's own
-        ``_rs_fill`` hook at the same handler, so they see the values it puts in place."""
+        just before the reading handler. The plain pass adds them after its own hooks that
+        put upstream values in place, and hooks at one place run in the order given, so
+        they see those values."""
         hooks, names = [], {"_rs_ABSENT": ABSENT}
         handlers = self.program.handlers
         for slot, h, _state, _key, hook in self.sites:

@@ -255,12 +255,7 @@ class _Shipping(Routing):
         """The summed adds, one write per window, as :meth:`ship` would have sent the last."""
         for (state, key), (total, t, lsn, hidx, calls) in self.folded.items():
             position = (t, PH_LOG, lsn, U32x2.pack(hidx, calls))
-            payload = dumps((state, key, ("add", total)))
-            for home in self.spec.blind[state]:
-                pk = (
-                    "N" if self.spec.home_partition[home] == self.spec.single_key else self._pk(key)
-                )
-                self.out.append((WRITE, home, pk, position, payload))
+            self._send(state, key, ("add", total), position, self.spec.blind[state])
         self.folded.clear()
 
     def emit(self, table: str, **fields: Any) -> None:
@@ -328,6 +323,10 @@ class _Shipping(Routing):
             position = (ev[1], PH_LOG, ev[0], U32x2.pack(self.hidx, self.calls))
         else:
             position = (at, PH_TIMED, 0, self._run_bytes() + U32.pack(self.calls))
+        self._send(state, key, op, position, targets)
+
+    def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
+        """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
         payload = dumps((state, key, op))
         spec = self.spec
         for home in targets:
