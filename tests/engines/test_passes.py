@@ -315,6 +315,46 @@ def test_events_carry_their_reads_from_pass_to_pass(spark_session):
     assert_ran_as_planned(p, got)
     assert_said_before(p, log, got)
     assert "values read upstream" in got.metrics.path["suspicious"]
+    # The later pass took its events from the log, and only the values from the earlier one.
+    assert "events from the log's arrangement" in got.metrics.path["suspicious"]
+
+
+def test_whole_events_travel_when_values_and_events_are_not_zipped(spark_session, monkeypatch):
+    """With ``$RESTREAM_SPARK_ZIP=0`` (what a Spark without partition-keeping unions gets)
+    the events themselves go from pass to pass with their values: same result."""
+    monkeypatch.setenv("RESTREAM_SPARK_ZIP", "0")
+    p = rk.Program.from_file(ROOT / "bench" / "programs" / "ordinary.py")
+    log = social()
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, rk.replay(p, log))
+    assert_ran_as_planned(p, got)
+    assert "with the values read upstream on its events" in got.metrics.path["suspicious"]
+
+
+def test_a_value_without_its_event_fails_the_task():
+    """A zipped pass whose values and events do not meet (the union lost its partitioning)
+    fails loudly instead of running handlers without the values they read."""
+    import pyarrow as pa
+
+    from restream_kit.engines.spark._plain_pass import ZipError, _unzip
+
+    def batch(lsn, zip_, value):
+        return pa.record_batch(
+            {
+                "lsn": pa.array(lsn, pa.int64()),
+                "_rs_zip": pa.array(zip_, pa.int8()),
+                "_rs_qd0": pa.array(value, pa.float64()),
+            }
+        )
+
+    ok = list(
+        _unzip(iter([batch([5, 3], [1, 1], [0.5, 0.3]), batch([3, 5], [None, None], [None, None])]))
+    )
+    assert ok[0].column("_rs_qd0").to_pylist() == [0.3, 0.5]
+    with pytest.raises(ZipError, match="1 of 2 values read upstream found no event"):
+        list(_unzip(iter([batch([5, 4], [1, 1], [0.5, 0.4]), batch([5], [None], [None])])))
+    with pytest.raises(ZipError, match="came after its events"):
+        list(_unzip(iter([batch([5], [None], [None]), batch([5], [1], [0.5])])))
 
 
 @settings(

@@ -12,6 +12,7 @@ status tracker while the job runs: tasks finished, and events done in proportion
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import time
@@ -181,6 +182,7 @@ def run_jobs(
     last_ts = ran.last_event if epoch_end is None else epoch_end[0]
     base, span = done_range[0], done_range[1] - done_range[0]
     outputs: list[Any] = []
+    zips = setup.wide is not None and _zips(setup)
     try:
         for p in passes:
             rep._check_cancel()
@@ -195,7 +197,12 @@ def run_jobs(
             raw = raw_key(p.partition, setup.events) if not fed else None
             kinds = setup.log_kinds[p.index]
             plain = _plain(setup, p, fed, kinds, forwarding)
-            if kinds and forwarding:
+            n = 1 if p.partition == SINGLE else partitions
+            zipped = None
+            if kinds and forwarding and zips and _takes_from_passes(passes, p, setup.log_kinds):
+                zipped = _zipped(setup, outputs, p, n, raw or [f"_rs_pk{p.index}"])
+                parts.append(zipped)
+            elif kinds and forwarding:
                 # Each kind from the last earlier pass that had its events (they carry the
                 # probe values picked up there), else from the log.
                 carried = list(setup.forward_pks)
@@ -255,7 +262,6 @@ def run_jobs(
                         *_POS, "_rs_tag", "_rs_pk", "_rs_b"
                     )
                 )
-            n = 1 if p.partition == SINGLE else partitions
             if not parts:
                 # Nothing reaches this pass (its kinds are not in the log, and no earlier pass
                 # sends it anything): no job, and the path says why it ran no task.
@@ -268,13 +274,17 @@ def run_jobs(
             rows = parts[0]
             for part in parts[1:]:
                 rows = rows.unionByName(part, allowMissingColumns=True)
-            if fed and "_rs_b" not in rows.columns:
+            if zipped is not None:
+                pass  # arranged and joined by position already (``_zipped``)
+            elif fed and "_rs_b" not in rows.columns:
                 rows = rows.selectExpr("*", "CAST(NULL AS BINARY) AS _rs_b")
             for s in consumed:
                 for c, typ in (("l", "BIGINT"), ("d", "DOUBLE"), ("b", "BINARY")):
                     if f"_rs_q{c}{s}" not in rows.columns and not forwarding:
                         rows = rows.selectExpr("*", f"CAST(NULL AS {typ}) AS _rs_q{c}{s}")
-            if not fed:
+            if zipped is not None:
+                pass
+            elif not fed:
                 if p.partition == ORDER:
                     # In any partitions: no shuffle, each sorted as it is.
                     n = rows.rdd.getNumPartitions() if classic(session) else partitions
@@ -322,6 +332,10 @@ def run_jobs(
                 epoch_end=epoch_end,
                 wide=setup.wide,
                 forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),
+                # Later passes take their events from the log and only the values read here
+                # from this pass (``_zipped``): its forwarded rows need little but those.
+                forward_keep=_zip_keep(setup, passes) if zips else None,
+                zipped=zipped is not None,
                 one_kind=one_kind,
                 closes_once=setup.closes_once,
                 folds=setup.folds,
@@ -357,7 +371,12 @@ def run_jobs(
             ran.stage_seconds[f"{p.stage} (tasks, summed)"] = busy
             # Events that came from an earlier pass carried the values read there.
             carried = (
-                ", with the values read upstream on its events" if p.consumes and forwarding else ""
+                ""
+                if not (p.consumes and forwarding)
+                else ", with the values read upstream on its events"
+                if zipped is None
+                else ", its events from the log's arrangement, joined to the values read "
+                "upstream by position in each partition"
             )
             for stage in p.stages or (p.stage,):
                 ran.path[stage] = p.describe(n) + carried + (f" ({tasks} tasks)" if tasks else "")
@@ -402,6 +421,78 @@ def _sources(passes: Any, p: Any, log_kinds: dict) -> dict[int | None, list[str]
                 source = q.index
         sources.setdefault(source, []).append(kind)
     return sources
+
+
+def _takes_from_passes(passes: Any, p: Any, log_kinds: dict) -> bool:
+    """Whether forwarded pass ``p`` takes some of its events from an earlier pass."""
+    return any(source is not None for source in _sources(passes, p, log_kinds))
+
+
+def _zips(setup: Setup) -> bool:
+    """Whether passes that take events from earlier passes take them from the log instead,
+    with only the values read upstream coming from the earlier pass (``_zipped``).
+
+    That needs a union of two frames hash-partitioned alike to keep their partitioning, the
+    i-th partition of the union being the i-th of each side in turn (Spark 4.1's
+    ``spark.sql.unionOutputPartitioning``, on by default); a task that gets a probe value
+    with no event for it says so and fails, never answers wrongly. ``$RESTREAM_SPARK_ZIP=0``
+    forwards whole events instead."""
+    if os.environ.get("RESTREAM_SPARK_ZIP", "1") == "0" or not classic(setup.session):
+        return False
+    try:
+        keeps = setup.session.conf.get("spark.sql.unionOutputPartitioning")
+    except Exception:  # noqa: BLE001 - a Spark before 4.1 has no such setting
+        return False
+    if str(keeps).lower() != "true":
+        return False
+    passes = setup.pp.passes
+    return all(
+        p.partition not in (ORDER, SINGLE)
+        for p in passes
+        if _takes_from_passes(passes, p, setup.log_kinds)
+    )
+
+
+def _zipped(setup: Setup, outputs: list, p: Any, n: int, by: list[str]) -> Any:
+    """Pass ``p``'s input when it takes events from earlier passes: its events from the log,
+    partitioned by ``by`` and sorted by position (kept for the next replay, as a pass that
+    reads only the log keeps them), after the values read upstream, one narrow row per event
+    (``lsn``, the partition value, the probe columns), partitioned alike. Spark keeps the
+    union's partitioning, so each task gets its partition's values first, then its events,
+    and joins them by ``lsn`` (``_plain_pass``): no event is shuffled or sorted again."""
+    df = setup.df
+    kinds = setup.log_kinds[p.index]
+    pks = [c for c in setup.forward_pks if c in df.columns]
+    events = (
+        df.where(f"kind IN ({kinds_sql(kinds)})")
+        .selectExpr(*[quoted(c) for c in setup.columns], *pks)
+        .repartition(n, *by)
+        .sortWithinPartitions("ts", "lsn")
+    )
+    if not setup.python_keys:
+        events = arranged(setup, events)
+    probe_columns = [f"_rs_q{c}{s}" for s in range(setup.slots) for c in "ldb"]
+    probes = None
+    for source, some in _sources(setup.pp.passes, p, setup.log_kinds).items():
+        if source is None:
+            continue
+        frame = (
+            outputs[source]
+            .where(f"_rs_kind = {W.FWD} AND kind IN ({kinds_sql(some)})")
+            .selectExpr("lsn", *by, *probe_columns, "CAST(1 AS TINYINT) AS _rs_zip")
+        )
+        probes = frame if probes is None else probes.unionByName(frame)
+    return probes.repartition(n, *by).unionByName(events, allowMissingColumns=True)
+
+
+def _zip_keep(setup: Setup, passes: Any) -> frozenset:
+    """The columns a forwarded row must keep when later passes zip (``_zipped``): its
+    position, kind and partition values (the probe columns are always kept)."""
+    keep = {"lsn", "kind", *setup.forward_pks}
+    for q in passes:
+        for name in raw_key(q.partition, setup.events) or ():
+            keep.add(name[1:-1].replace("``", "`"))
+    return frozenset(keep)
 
 
 def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:

@@ -131,6 +131,10 @@ class PassSpec:
     # by the events' columns; None when probe values travel as rows of their own.
     wide: pa.Schema | None = None
     forward: bool = False  # whether later passes take their events from this one
+    # When later passes take their events from the log and only the probe values from here
+    # (``_pass_driver._zipped``): the columns forwarded rows keep (None: all of them).
+    forward_keep: frozenset | None = None
+    zipped: bool = False  # its input: the values read upstream, then its events (``_unzip``)
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
     one_kind: str | None = None  # the kind of all its events, when their kind is not sent
     closes_once: frozenset = frozenset()  # window closes sent once (``_window_shapes``)

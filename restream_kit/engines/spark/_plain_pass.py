@@ -112,6 +112,8 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     make = event_type(columns) if named else None
     events = 0
     out: list = []
+    if spec.zipped:
+        batches = _unzip(batches)
     try:
         for batch in batches:
             if not batch.num_rows:
@@ -129,7 +131,7 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
             )
             events += batch.num_rows
             if spec.forward:
-                yield _forwarded(batch, spec.wide, served)
+                yield _forwarded(batch, spec.wide, served, spec.forward_keep)
             if type(rt) is _Shipping and len(rt.out) >= BATCH_ROWS:
                 yield _shipped(rt, spec)
         # The serial replay applies timed writes due by the log's last event, whichever key
@@ -452,9 +454,12 @@ def _fill_source(h: int, slots: list, extra: dict) -> str:
     return "\n".join(lines)
 
 
-def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) -> Any:
-    """The batch's events for later passes: their columns as they came, with the probe
-    values recorded here in this pass's slots."""
+def _forwarded(
+    batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list], keep: frozenset | None
+) -> Any:
+    """The batch's events for later passes: their columns as they came (those in ``keep``
+    when it is given, and the probe columns), with the probe values recorded here in this
+    pass's slots."""
     n = batch.num_rows
     names = set(batch.schema.names)
     arrays = []
@@ -465,7 +470,7 @@ def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) 
         elif name.startswith("_rs_q") and int(name[6:]) in served:
             values = served[int(name[6:])]
             arrays.append(probe_array(name[5], values[:n]))
-        elif name in names:
+        elif name in names and (keep is None or name in keep or name.startswith("_rs_q")):
             col = batch.column(name)
             arrays.append(col if col.type == f.type else col.cast(f.type))
         else:
@@ -473,3 +478,73 @@ def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) 
     for values in served.values():
         del values[:n]
     return pa.RecordBatch.from_arrays(arrays, schema=wide)
+
+
+class ZipError(RuntimeError):
+    """A zipped pass's input was not its values then its events, partitioned alike."""
+
+
+def _unzip(batches: Any) -> Iterator[pa.RecordBatch]:
+    """A zipped pass's events (``_pass_driver._zipped``), each with the values read upstream
+    in its probe columns: the partition's value rows come first (``_rs_zip`` set), then its
+    events, sorted by position; a value joins its event by ``lsn``. Every value must find its
+    event: one that does not means the partitioning was lost on the way, and the task fails."""
+    pending: list[pa.RecordBatch] = []
+    values: _Values | None = None
+    joined = 0
+    for batch in batches:
+        marker = batch.column("_rs_zip")
+        rows = batch.num_rows - marker.null_count
+        if values is None:
+            if rows and marker.slice(0, rows).null_count:
+                raise ZipError("a zipped pass's values and events came mixed")
+            if rows:
+                pending.append(batch.slice(0, rows))
+                if rows == batch.num_rows:
+                    continue
+                batch = batch.slice(rows)
+            values = _Values(pending)
+        elif rows:
+            raise ZipError("a zipped pass's value came after its events")
+        batch, found = values.join(batch)
+        joined += found
+        yield batch
+    if values is None:
+        values = _Values(pending)
+    if joined != values.rows:
+        raise ZipError(
+            f"{values.rows - joined} of {values.rows} values read upstream found no event in "
+            "their partition: the union of values and events lost its partitioning"
+        )
+
+
+class _Values:
+    """A partition's values read upstream, by ``lsn``, to join to its events."""
+
+    def __init__(self, batches: list[pa.RecordBatch]):
+        self.rows = sum(b.num_rows for b in batches)
+        if not self.rows:
+            self.lsn = np.empty(0, dtype=np.int64)
+            self.columns: dict[str, pa.Array] = {}
+            return
+        lsn = np.concatenate([b.column("lsn").to_numpy() for b in batches])
+        order = np.argsort(lsn, kind="stable")
+        self.lsn = lsn[order]
+        take = pa.array(order)
+        self.columns = {
+            name: pa.concat_arrays([b.column(name) for b in batches]).take(take)
+            for name in batches[0].schema.names
+            if name.startswith("_rs_q")
+        }
+
+    def join(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:
+        """``batch`` with its events' values in the probe columns, and how many it found."""
+        if not self.columns:
+            return batch, 0
+        lsn = batch.column("lsn").to_numpy()
+        at = np.minimum(np.searchsorted(self.lsn, lsn), len(self.lsn) - 1)
+        found = self.lsn[at] == lsn
+        index = pa.array(at, mask=~found)
+        for name, column in self.columns.items():
+            batch = batch.set_column(batch.schema.get_field_index(name), name, column.take(index))
+        return batch, int(found.sum())
