@@ -199,8 +199,9 @@ def run_jobs(
             plain = _plain(setup, p, fed, kinds, forwarding)
             n = 1 if p.partition == SINGLE else partitions
             zipped = None
+            packed = False  # whether its events come packed (``_pass_setup.arranged``)
             if kinds and forwarding and zips and _takes_from_passes(passes, p, setup.log_kinds):
-                zipped = _zipped(setup, outputs, p, n, raw or [f"_rs_pk{p.index}"])
+                zipped, packed = _zipped(setup, outputs, p, n, raw or [f"_rs_pk{p.index}"])
                 parts.append(zipped)
             elif kinds and forwarding:
                 # Each kind from the last earlier pass that had its events (they carry the
@@ -297,7 +298,7 @@ def run_jobs(
                     forwarding and any(_sources(passes, p, setup.log_kinds))
                 ):
                     # From the log alone, and partition values from SQL: the same next time.
-                    rows = arranged(setup, rows)
+                    rows, packed = arranged(setup, rows)
             else:
                 rows = rows.repartition(n, "_rs_pk").sortWithinPartitions(*_POS, "_rs_tag")
             spec = W.PassSpec(
@@ -336,6 +337,7 @@ def run_jobs(
                 # from this pass (``_zipped``): its forwarded rows need little but those.
                 forward_keep=_zip_keep(setup, passes) if zips else None,
                 zipped=zipped is not None,
+                packed=packed,
                 one_kind=one_kind,
                 closes_once=setup.closes_once,
                 folds=setup.folds,
@@ -453,7 +455,7 @@ def _zips(setup: Setup) -> bool:
     )
 
 
-def _zipped(setup: Setup, outputs: list, p: Any, n: int, by: list[str]) -> Any:
+def _zipped(setup: Setup, outputs: list, p: Any, n: int, by: list[str]) -> tuple[Any, bool]:
     """Pass ``p``'s input when it takes events from earlier passes: its events from the log,
     partitioned by ``by`` and sorted by position (kept for the next replay, as a pass that
     reads only the log keeps them), after the values read upstream, one narrow row per event
@@ -469,8 +471,9 @@ def _zipped(setup: Setup, outputs: list, p: Any, n: int, by: list[str]) -> Any:
         .repartition(n, *by)
         .sortWithinPartitions("ts", "lsn")
     )
+    packed = False
     if not setup.python_keys:
-        events = arranged(setup, events)
+        events, packed = arranged(setup, events, by, n)
     probe_columns = [f"_rs_q{c}{s}" for s in range(setup.slots) for c in "ldb"]
     probes = None
     for source, some in _sources(setup.pp.passes, p, setup.log_kinds).items():
@@ -482,7 +485,7 @@ def _zipped(setup: Setup, outputs: list, p: Any, n: int, by: list[str]) -> Any:
             .selectExpr("lsn", *by, *probe_columns, "CAST(1 AS TINYINT) AS _rs_zip")
         )
         probes = frame if probes is None else probes.unionByName(frame)
-    return probes.repartition(n, *by).unionByName(events, allowMissingColumns=True)
+    return probes.repartition(n, *by).unionByName(events, allowMissingColumns=True), packed
 
 
 def _zip_keep(setup: Setup, passes: Any) -> frozenset:

@@ -135,6 +135,7 @@ class PassSpec:
     # (``_pass_driver._zipped``): the columns forwarded rows keep (None: all of them).
     forward_keep: frozenset | None = None
     zipped: bool = False  # its input: the values read upstream, then its events (``_unzip``)
+    packed: bool = False  # its events come packed as Arrow IPC (``_pass_setup.arranged``)
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
     one_kind: str | None = None  # the kind of all its events, when their kind is not sent
     closes_once: frozenset = frozenset()  # window closes sent once (``_window_shapes``)

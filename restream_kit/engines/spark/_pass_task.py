@@ -67,6 +67,7 @@ from ._pass_rows import (
     out_batch,
     out_schema,
 )
+from ._pass_setup import unpacked
 from ._pass_stores import BlindStore, JournalStore, RecordingStore, apply_op
 from ._plain_pass import run_plain
 from ._program_ref import column_values as _column_values
@@ -248,6 +249,8 @@ class PassTask:
         inject_fault(f"pass{spec.index}")
         started = time.perf_counter()
         program = load_program(spec.program)
+        if spec.packed:
+            batches = unpacked(batches)
         if spec.plain:
             yield from run_plain(spec, program, batches, started)
             return

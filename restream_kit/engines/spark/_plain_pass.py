@@ -493,8 +493,9 @@ def _unzip(batches: Any) -> Iterator[pa.RecordBatch]:
     values: _Values | None = None
     joined = 0
     for batch in batches:
-        marker = batch.column("_rs_zip")
-        rows = batch.num_rows - marker.null_count
+        names = batch.schema.names
+        marker = batch.column("_rs_zip") if "_rs_zip" in names else None
+        rows = 0 if marker is None else batch.num_rows - marker.null_count
         if values is None:
             if rows and marker.slice(0, rows).null_count:
                 raise ZipError("a zipped pass's values and events came mixed")
@@ -546,5 +547,10 @@ class _Values:
         found = self.lsn[at] == lsn
         index = pa.array(at, mask=~found)
         for name, column in self.columns.items():
-            batch = batch.set_column(batch.schema.get_field_index(name), name, column.take(index))
+            at = batch.schema.get_field_index(name)
+            # Packed events (``_pass_setup.unpacked``) come without the probe columns.
+            if at < 0:
+                batch = batch.append_column(name, column.take(index))
+            else:
+                batch = batch.set_column(at, name, column.take(index))
         return batch, int(found.sum())
