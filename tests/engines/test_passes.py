@@ -336,25 +336,30 @@ def test_a_value_without_its_event_fails_the_task():
     fails loudly instead of running handlers without the values they read."""
     import pyarrow as pa
 
-    from restream_kit.engines.spark._plain_pass import ZipError, _unzip
+    from restream_kit.engines.spark._zipped import VALUES, ZipError, unzip
 
-    def batch(lsn, zip_, value):
+    def values(lsn, value):
+        chunk = pa.record_batch(
+            {"lsn": pa.array(lsn, pa.int64()), "_rs_qd0": pa.array(value, pa.float64())}
+        )
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, chunk.schema) as writer:
+            writer.write_batch(chunk)
         return pa.record_batch(
-            {
-                "lsn": pa.array(lsn, pa.int64()),
-                "_rs_zip": pa.array(zip_, pa.int8()),
-                "_rs_qd0": pa.array(value, pa.float64()),
-            }
+            {"lsn": pa.nulls(1, pa.int64()), VALUES: [sink.getvalue().to_pybytes()]}
         )
 
-    ok = list(
-        _unzip(iter([batch([5, 3], [1, 1], [0.5, 0.3]), batch([3, 5], [None, None], [None, None])]))
-    )
+    def events(lsn):
+        return pa.record_batch(
+            {"lsn": pa.array(lsn, pa.int64()), VALUES: pa.nulls(len(lsn), pa.binary())}
+        )
+
+    ok = list(unzip(iter([values([5, 3], [0.5, 0.3]), events([3, 5])])))
     assert ok[0].column("_rs_qd0").to_pylist() == [0.3, 0.5]
     with pytest.raises(ZipError, match="1 of 2 values read upstream found no event"):
-        list(_unzip(iter([batch([5, 4], [1, 1], [0.5, 0.4]), batch([5], [None], [None])])))
+        list(unzip(iter([values([5, 4], [0.5, 0.4]), events([5])])))
     with pytest.raises(ZipError, match="came after its events"):
-        list(_unzip(iter([batch([5], [None], [None]), batch([5], [1], [0.5])])))
+        list(unzip(iter([events([5]), values([5], [0.5])])))
 
 
 @settings(

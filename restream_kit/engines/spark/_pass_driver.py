@@ -12,7 +12,6 @@ status tracker while the job runs: tasks finished, and events done in proportion
 
 from __future__ import annotations
 
-import os
 import pickle
 import threading
 import time
@@ -37,10 +36,11 @@ from ...model.program import Program
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_rows as W
 from ._emitted import emitted_tables, unpack_emitted
-from ._pass_setup import Setup, arranged, classic, kinds_sql, prepare, quoted, raw_key
+from ._pass_setup import Setup, arranged, classic, kinds_sql, prepare, quoted, raw_key, unquoted
 from ._pass_stores import apply_op
 from ._pass_task import PassTask
 from ._passes import ORDER, SINGLE, PassPlan
+from ._zipped import PART, sources, takes_from_passes, zip_targets, zipped_input
 
 __all__ = ["run_passes", "run_jobs", "Ran"]
 
@@ -182,7 +182,7 @@ def run_jobs(
     last_ts = ran.last_event if epoch_end is None else epoch_end[0]
     base, span = done_range[0], done_range[1] - done_range[0]
     outputs: list[Any] = []
-    zips = setup.wide is not None and _zips(setup)
+    zips = bool(setup.zips)
     try:
         for p in passes:
             rep._check_cancel()
@@ -200,15 +200,15 @@ def run_jobs(
             n = 1 if p.partition == SINGLE else partitions
             zipped = None
             packed = False  # whether its events come packed (``_pass_setup.arranged``)
-            if kinds and forwarding and zips and _takes_from_passes(passes, p, setup.log_kinds):
-                zipped, packed = _zipped(setup, outputs, p, n, raw or [f"_rs_pk{p.index}"])
+            if kinds and forwarding and zips and takes_from_passes(passes, p, setup.log_kinds):
+                zipped, packed = zipped_input(setup, outputs, p, n)
                 parts.append(zipped)
             elif kinds and forwarding:
                 # Each kind from the last earlier pass that had its events (they carry the
                 # probe values picked up there), else from the log.
-                carried = list(setup.forward_pks)
+                carried = list(setup.forward_pks) + [PART.format(j) for j in setup.zips]
                 carried += [f"_rs_q{c}{s}" for s in range(setup.slots) for c in "ldb"]
-                for source, some in _sources(passes, p, setup.log_kinds).items():
+                for source, some in sources(passes, p, setup.log_kinds).items():
                     where = f"kind IN ({kinds_sql(some)})"
                     if source is None:
                         frame = df.where(where)
@@ -295,7 +295,7 @@ def run_jobs(
                     rows = rows.repartition(n, *(raw or ["_rs_pk"]))
                 rows = rows.sortWithinPartitions("ts", "lsn")
                 if not setup.python_keys and not (
-                    forwarding and any(_sources(passes, p, setup.log_kinds))
+                    forwarding and any(sources(passes, p, setup.log_kinds))
                 ):
                     # From the log alone, and partition values from SQL: the same next time.
                     rows, packed = arranged(setup, rows)
@@ -335,7 +335,8 @@ def run_jobs(
                 forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),
                 # Later passes take their events from the log and only the values read here
                 # from this pass (``_zipped``): its forwarded rows need little but those.
-                forward_keep=_zip_keep(setup, passes) if zips else None,
+                zip_to=zip_targets(setup, p),
+                zip_by={j: tuple(unquoted(c) for c in by) for j, by in setup.zips.items()},
                 zipped=zipped is not None,
                 packed=packed,
                 one_kind=one_kind,
@@ -412,98 +413,10 @@ def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> b
     return not any(p.index in kind_passes.get(kind, ()) for kind in p.schedules)
 
 
-def _sources(passes: Any, p: Any, log_kinds: dict) -> dict[int | None, list[str]]:
-    """Where forwarded pass ``p`` takes each of its kinds from: the last earlier pass that had
-    events of that kind, or the log (None)."""
-    sources: dict[int | None, list[str]] = {}
-    for kind in log_kinds[p.index]:
-        source = None
-        for q in passes[: p.index]:
-            if kind in log_kinds[q.index]:
-                source = q.index
-        sources.setdefault(source, []).append(kind)
-    return sources
-
-
-def _takes_from_passes(passes: Any, p: Any, log_kinds: dict) -> bool:
-    """Whether forwarded pass ``p`` takes some of its events from an earlier pass."""
-    return any(source is not None for source in _sources(passes, p, log_kinds))
-
-
-def _zips(setup: Setup) -> bool:
-    """Whether passes that take events from earlier passes take them from the log instead,
-    with only the values read upstream coming from the earlier pass (``_zipped``).
-
-    That needs a union of two frames hash-partitioned alike to keep their partitioning, the
-    i-th partition of the union being the i-th of each side in turn (Spark 4.1's
-    ``spark.sql.unionOutputPartitioning``, on by default); a task that gets a probe value
-    with no event for it says so and fails, never answers wrongly. ``$RESTREAM_SPARK_ZIP=0``
-    forwards whole events instead."""
-    if os.environ.get("RESTREAM_SPARK_ZIP", "1") == "0" or not classic(setup.session):
-        return False
-    try:
-        keeps = setup.session.conf.get("spark.sql.unionOutputPartitioning")
-    except Exception:  # noqa: BLE001 - a Spark before 4.1 has no such setting
-        return False
-    if str(keeps).lower() != "true":
-        return False
-    passes = setup.pp.passes
-    return all(
-        p.partition not in (ORDER, SINGLE)
-        for p in passes
-        if _takes_from_passes(passes, p, setup.log_kinds)
-    )
-
-
-def _zipped(setup: Setup, outputs: list, p: Any, n: int, by: list[str]) -> tuple[Any, bool]:
-    """Pass ``p``'s input when it takes events from earlier passes: its events from the log,
-    partitioned by ``by`` and sorted by position (kept for the next replay, as a pass that
-    reads only the log keeps them), after the values read upstream, one narrow row per event
-    (``lsn``, the partition value, the probe columns), partitioned alike. Spark keeps the
-    union's partitioning, so each task gets its partition's values first, then its events,
-    and joins them by ``lsn`` (``_plain_pass``): no event is shuffled or sorted again."""
-    df = setup.df
-    kinds = setup.log_kinds[p.index]
-    pks = [c for c in setup.forward_pks if c in df.columns]
-    events = (
-        df.where(f"kind IN ({kinds_sql(kinds)})")
-        .selectExpr(*[quoted(c) for c in setup.columns], *pks)
-        .repartition(n, *by)
-        .sortWithinPartitions("ts", "lsn")
-    )
-    packed = False
-    if not setup.python_keys:
-        events, packed = arranged(setup, events, by, n)
-    probe_columns = [f"_rs_q{c}{s}" for s in range(setup.slots) for c in "ldb"]
-    probes = None
-    for source, some in _sources(setup.pp.passes, p, setup.log_kinds).items():
-        if source is None:
-            continue
-        frame = (
-            outputs[source]
-            .where(f"_rs_kind = {W.FWD} AND kind IN ({kinds_sql(some)})")
-            .selectExpr("lsn", *by, *probe_columns, "CAST(1 AS TINYINT) AS _rs_zip")
-        )
-        probes = frame if probes is None else probes.unionByName(frame)
-    return probes.repartition(n, *by).unionByName(events, allowMissingColumns=True), packed
-
-
-def _zip_keep(setup: Setup, passes: Any) -> frozenset:
-    """The columns a forwarded row must keep when later passes zip (``_zipped``): its
-    position, kind and partition values (the probe columns are always kept)."""
-    keep = {"lsn", "kind", *setup.forward_pks}
-    for q in passes:
-        for name in raw_key(q.partition, setup.events) or ():
-            keep.add(name[1:-1].replace("``", "`"))
-    return frozenset(keep)
-
-
 def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
     """Whether a later pass takes some of its events from ``p``."""
     return any(
-        source == p.index
-        for q in passes[p.index + 1 :]
-        for source in _sources(passes, q, log_kinds)
+        source == p.index for q in passes[p.index + 1 :] for source in sources(passes, q, log_kinds)
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pickle
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -131,10 +131,11 @@ class PassSpec:
     # by the events' columns; None when probe values travel as rows of their own.
     wide: pa.Schema | None = None
     forward: bool = False  # whether later passes take their events from this one
-    # When later passes take their events from the log and only the probe values from here
-    # (``_pass_driver._zipped``): the columns forwarded rows keep (None: all of them).
-    forward_keep: frozenset | None = None
-    zipped: bool = False  # its input: the values read upstream, then its events (``_unzip``)
+    # Zipped passes (``_zipped``): the later passes it packs values for, (pass, partition
+    # column, kinds), and each zipped pass's partition columns.
+    zip_to: tuple = ()
+    zip_by: dict = field(default_factory=dict)
+    zipped: bool = False  # its input: the values read upstream, then its events (``unzip``)
     packed: bool = False  # its events come packed as Arrow IPC (``_pass_setup.arranged``)
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
     one_kind: str | None = None  # the kind of all its events, when their kind is not sent

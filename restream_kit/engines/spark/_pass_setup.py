@@ -22,6 +22,7 @@ __all__ = [
     "prepare",
     "arranged",
     "unpacked",
+    "unquoted",
     "PackTask",
     "kinds_sql",
     "quoted",
@@ -32,6 +33,13 @@ __all__ = [
 
 def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def unquoted(name: str) -> str:
+    """A column name as :func:`quoted` or ``raw_key`` give it, without the quotes."""
+    if name.startswith("`") and name.endswith("`"):
+        return name[1:-1].replace("``", "`")
+    return name
 
 
 def kinds_sql(kinds: tuple[str, ...]) -> str:
@@ -63,6 +71,7 @@ class Setup:
     forward_pks: tuple = ()  # the partition values forwarded events carry (``_forwards``)
     closes_once: frozenset = frozenset()  # see ``_window_shapes.closes_once``
     folds: frozenset = frozenset()  # see ``_window_shapes.folded_counts``
+    zips: dict = field(default_factory=dict)  # zipped pass -> its partition columns (``_zipped``)
 
 
 def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
@@ -133,6 +142,26 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         extra = [pa.field(c, events.types[c]) for c in columns]
         extra += [pa.field(c, pa.string()) for c in pks]
         out_schema = wide = pa.schema([*out_schema, *extra])
+    partitions = max(1, int(rep.options.get("partitions") or rep.cores * 2))
+    zips: dict[int, list[str]] = {}
+    if wide is not None:
+        from ._zipped import PART, zipped_passes
+
+        def by_of(p: Any) -> list[str] | None:
+            if p.partition in (ORDER, SINGLE, BY_KEY):
+                return None
+            return raw_key(p.partition, events) or [f"_rs_pk{p.index}"]
+
+        zips = zipped_passes(session, pp, log_kinds, by_of)
+        if zips:
+            # Each event's partition in every zipped pass, as Spark's repartition puts it.
+            df = df.selectExpr(
+                "*",
+                *[
+                    f"pmod(hash({', '.join(by)}), {partitions}) AS {PART.format(j)}"
+                    for j, by in zips.items()
+                ],
+            )
     return Setup(
         rep=rep,
         pp=pp,
@@ -142,7 +171,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         session=session,
         df=df,
         log_kinds=log_kinds,
-        partitions=max(1, int(rep.options.get("partitions") or rep.cores * 2)),
+        partitions=partitions,
         columns=columns,
         slots=slots,
         ref=ref,
@@ -154,6 +183,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         forward_pks=tuple(pks) if wide is not None else (),
         closes_once=closes_once(program),
         folds=folded_counts(program),
+        zips=zips,
     )
 
 
@@ -243,7 +273,7 @@ def arranged(setup: Setup, rows: Any, by: list[str] | None = None, n: int = 0) -
         except Exception:  # noqa: BLE001 - its session is gone
             pass
         _unpersist(packed)
-    names = [c.strip("`").replace("``", "`") for c in by or ()]
+    names = [unquoted(c) for c in by or ()]
     fields = [f for f in rows.schema.fields if f.name in names]
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 

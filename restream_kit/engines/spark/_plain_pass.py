@@ -54,8 +54,11 @@ from ._pass_rows import (
 )
 from ._pass_stores import BlindStore
 from ._program_ref import column_values, event_type, key_function
+from ._zipped import ValuePacker, unzip
 
 __all__ = ["run_plain"]
+
+_LSN = frozenset({"lsn"})  # what a zipped pass's values keep of their events' columns
 
 
 def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) -> Iterator:
@@ -113,7 +116,9 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     events = 0
     out: list = []
     if spec.zipped:
-        batches = _unzip(batches)
+        batches = unzip(batches)
+    packer = ValuePacker(spec.zip_to, spec.wide, spec.zip_by) if spec.zip_to else None
+    values = ["lsn", *(f.name for f in spec.wide or () if f.name.startswith("_rs_q"))]
     try:
         for batch in batches:
             if not batch.num_rows:
@@ -130,13 +135,18 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
                 list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
             )
             events += batch.num_rows
-            if spec.forward:
-                yield _forwarded(batch, spec.wide, served, spec.forward_keep)
+            if packer is not None:
+                sent = _forwarded(batch, spec.wide, served, _LSN).select(values)
+                yield from packer.add(batch, sent)
+            elif spec.forward:
+                yield _forwarded(batch, spec.wide, served, None)
             if type(rt) is _Shipping and len(rt.out) >= BATCH_ROWS:
                 yield _shipped(rt, spec)
         # The serial replay applies timed writes due by the log's last event, whichever key
         # that event has: so does this partition, whose own last event may come earlier.
         rt.apply_due(spec.last_ts)
+        if packer is not None:
+            yield from packer.flush()
     except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
         out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
         yield out_rows(out, spec)
@@ -478,79 +488,3 @@ def _forwarded(
     for values in served.values():
         del values[:n]
     return pa.RecordBatch.from_arrays(arrays, schema=wide)
-
-
-class ZipError(RuntimeError):
-    """A zipped pass's input was not its values then its events, partitioned alike."""
-
-
-def _unzip(batches: Any) -> Iterator[pa.RecordBatch]:
-    """A zipped pass's events (``_pass_driver._zipped``), each with the values read upstream
-    in its probe columns: the partition's value rows come first (``_rs_zip`` set), then its
-    events, sorted by position; a value joins its event by ``lsn``. Every value must find its
-    event: one that does not means the partitioning was lost on the way, and the task fails."""
-    pending: list[pa.RecordBatch] = []
-    values: _Values | None = None
-    joined = 0
-    for batch in batches:
-        names = batch.schema.names
-        marker = batch.column("_rs_zip") if "_rs_zip" in names else None
-        rows = 0 if marker is None else batch.num_rows - marker.null_count
-        if values is None:
-            if rows and marker.slice(0, rows).null_count:
-                raise ZipError("a zipped pass's values and events came mixed")
-            if rows:
-                pending.append(batch.slice(0, rows))
-                if rows == batch.num_rows:
-                    continue
-                batch = batch.slice(rows)
-            values = _Values(pending)
-        elif rows:
-            raise ZipError("a zipped pass's value came after its events")
-        batch, found = values.join(batch)
-        joined += found
-        yield batch
-    if values is None:
-        values = _Values(pending)
-    if joined != values.rows:
-        raise ZipError(
-            f"{values.rows - joined} of {values.rows} values read upstream found no event in "
-            "their partition: the union of values and events lost its partitioning"
-        )
-
-
-class _Values:
-    """A partition's values read upstream, by ``lsn``, to join to its events."""
-
-    def __init__(self, batches: list[pa.RecordBatch]):
-        self.rows = sum(b.num_rows for b in batches)
-        if not self.rows:
-            self.lsn = np.empty(0, dtype=np.int64)
-            self.columns: dict[str, pa.Array] = {}
-            return
-        lsn = np.concatenate([b.column("lsn").to_numpy() for b in batches])
-        order = np.argsort(lsn, kind="stable")
-        self.lsn = lsn[order]
-        take = pa.array(order)
-        self.columns = {
-            name: pa.concat_arrays([b.column(name) for b in batches]).take(take)
-            for name in batches[0].schema.names
-            if name.startswith("_rs_q")
-        }
-
-    def join(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:
-        """``batch`` with its events' values in the probe columns, and how many it found."""
-        if not self.columns:
-            return batch, 0
-        lsn = batch.column("lsn").to_numpy()
-        at = np.minimum(np.searchsorted(self.lsn, lsn), len(self.lsn) - 1)
-        found = self.lsn[at] == lsn
-        index = pa.array(at, mask=~found)
-        for name, column in self.columns.items():
-            at = batch.schema.get_field_index(name)
-            # Packed events (``_pass_setup.unpacked``) come without the probe columns.
-            if at < 0:
-                batch = batch.append_column(name, column.take(index))
-            else:
-                batch = batch.set_column(at, name, column.take(index))
-        return batch, int(found.sum())
