@@ -3,8 +3,9 @@
 Two paths (see ``docs/spark_engine.md``):
 
 - the **prefix path** (``_prefix``) for rules that lower to column expressions
-  (``restream_kit.compiler.lower``), locally or on a ``spark://`` cluster, without checkpoints,
-  poison-event handling, a URI log or Spark Connect: epochs in parallel, evaluated as columns;
+  (``restream_kit.compiler.lower``), locally or on a ``spark://`` cluster, without a resume or
+  ``start_from``, poison-event handling, a URI log or Spark Connect: epochs in parallel,
+  evaluated as columns (with ``checkpoint=``, each epoch committed, ``_prefix_commits``);
 - the **pass path** (``_passes``, ``_pass_driver``, ``_pass_epochs``) for every other replay:
   each stage of the plan is one Spark job over the whole log, in parallel unless the plan
   calls it sequential. A program the passes cannot split yet, or that the planner cannot
@@ -58,11 +59,13 @@ def describe_uri_log(session: Any, log: Log, options: dict[str, Any]) -> None:
 __all__ = ["replay"]
 
 _CHECKPOINTING = ("checkpoint", "resume", "start_from")
+#: What the prefix path does not do (yet): start from a committed state. It commits one.
+_STARTING = ("resume", "start_from")
 
 
 def option_blockers(options: dict[str, Any], on_error: str) -> list[str]:
     """The options of a replay that keep it off the prefix path."""
-    blockers = [name for name in _CHECKPOINTING if options.get(name)]
+    blockers = [name for name in _STARTING if options.get(name)]
     if on_error != "stop":
         blockers.append("on_error")
     return blockers
@@ -153,6 +156,20 @@ class _Replay:
             raise
 
     def _prefix(self, low: Lowered, started: float, probes: Any) -> Result:
+        ck = None
+        if self.options.get("checkpoint"):
+            from ...io.checkpoint import open_for_replay
+
+            # As the pass path opens it (same identity), so that either path, or the serial
+            # engine, can resume it or start from it.
+            ck, _start = open_for_replay(
+                self.program,
+                self.log,
+                engine="spark",
+                epoch=self.options.get("epoch"),
+                state_format="serial",
+                checkpoint=self.options["checkpoint"],
+            )
         result = run_prefix(
             low,
             self.program,
@@ -166,6 +183,7 @@ class _Replay:
             # to them through Spark.
             ship_events=not is_local(self.session),
             history=probes and (self.history, probes),
+            checkpoint=ck,
         )
         if probes is not None:
             # A lowered program schedules nothing: its last event is the log's last.
@@ -199,7 +217,7 @@ class _Replay:
         """The lowered program when the prefix path runs this replay, else None.
 
         ``path="prefix"`` insists (and says why it cannot), ``path="passes"`` never takes it.
-        Replays that checkpoint, resume, start from a snapshot or skip poison events, logs
+        Replays that resume, start from a snapshot or skip poison events, logs
         given as a URI (Spark's reader reads them) and Spark Connect sessions (no broadcast)
         take the pass path. On a cluster the epochs' events travel through Spark."""
         if self.path == "passes":

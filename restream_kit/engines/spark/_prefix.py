@@ -59,6 +59,7 @@ from ...io.result import ROW_COLUMNS, Metrics, Result, build_table
 from ...model.program import Program
 from ._columnar import DELTA_CHUNK, combine_deltas, needed_columns, run_epoch
 from ._faults import inject_fault
+from ._prefix_commits import commit_epochs
 
 __all__ = ["prefix_plan", "PrefixTask", "run_prefix", "SparkEpochs", "TASK_SCHEMA", "EVENTS_SCHEMA"]
 
@@ -264,6 +265,7 @@ def run_prefix(
     started: float,
     ship_events: bool = False,
     history: Any = None,
+    checkpoint: Any = None,
 ) -> Result:
     """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
     ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
@@ -276,7 +278,10 @@ def run_prefix(
     called when the replay ends, however it ends.
 
     ``history``: (``_history.SparkHistory``, its ``PrefixProbes``) to record the run's
-    history too (in the probes' round, one more than the program's when it needs it)."""
+    history too (in the probes' round, one more than the program's when it needs it).
+
+    ``checkpoint``: a :class:`restream_kit.io.checkpoint.Checkpointer` to commit every epoch
+    to, once the rounds are done (``_prefix_commits``)."""
     epochs = [ep for ep in cut(log, epoch) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
     columns = needed_columns(low)
@@ -335,7 +340,7 @@ def run_prefix(
                 for row in table.select(["chunk", "seconds"]).to_pylist()
             }
             stages[f"{label} (tasks, summed)"] = sum(busy.values())
-            ran[label] = f"{lowered_over(len(bounds))} ({_count(len(bounds), 'task')})"
+            ran[label] = lowered_over(len(bounds), checkpoint is not None, len(bounds))
             notify(StageFinished(0, label, seconds, len(bounds), epochs=len(bounds)))
             on_tasks(len(bounds), len(bounds))
     finally:
@@ -348,12 +353,20 @@ def run_prefix(
     if history is not None:
         history[0].take_prefix(history[1], probed)
     tables, per_epoch = _tables(low, log, emitted, bounds)
-    state = _final_state(low, program, deltas)
-    stages["tables and final state (driver)"] = time.perf_counter() - assembled
-    # Every event is done: the epochs' rows, in order, for streaming views.
-    for number, (lo, hi) in enumerate(bounds):
-        notify(EpochStarted(number, hi - lo))
-        notify(EpochFinished(number, hi, 0.0, per_epoch.get(number, {}), None))
+    if checkpoint is not None:
+        stages["tables (driver)"] = time.perf_counter() - assembled
+        committing = time.perf_counter()
+        state = commit_epochs(
+            checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify
+        )
+        stages["state per epoch, committed (driver)"] = time.perf_counter() - committing
+    else:
+        state = _final_state(low, program, deltas)
+        stages["tables and final state (driver)"] = time.perf_counter() - assembled
+        # Every event is done: the epochs' rows, in order, for streaming views.
+        for number, (lo, hi) in enumerate(bounds):
+            notify(EpochStarted(number, hi - lo))
+            notify(EpochFinished(number, hi, 0.0, per_epoch.get(number, {}), None))
     wall = time.perf_counter() - started
     metrics = Metrics(
         engine="spark",
@@ -370,9 +383,13 @@ def run_prefix(
     return Result(tables=tables, state=state, metrics=metrics)
 
 
-def lowered_over(epochs: int) -> str:
-    """What ran, or will run, on the prefix path (``metrics.path``, the engine's layout)."""
-    return f"lowered to columns, parallel over {_count(epochs, 'epoch')}"
+def lowered_over(epochs: int, committed: bool = False, tasks: int | None = None) -> str:
+    """What ran (with the number of ``tasks``), or will run, on the prefix path
+    (``metrics.path``, the engine's layout); ``committed``: with a checkpoint."""
+    said = f"lowered to columns, parallel over {_count(epochs, 'epoch')}"
+    if tasks is not None:
+        said += f" ({_count(tasks, 'task')})"
+    return said + (", each epoch committed to the checkpoint" if committed else "")
 
 
 def _count(n: int, noun: str) -> str:

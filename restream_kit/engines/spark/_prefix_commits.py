@@ -1,0 +1,147 @@
+"""Checkpoints on the prefix path: each epoch committed from the deltas the rounds brought back.
+
+The prefix path cuts the log into the checkpoint's epochs and brings every epoch's state
+deltas to the driver (``_prefix.run_prefix``). The state after epoch ``k`` is the deltas of
+epochs ``0..k`` folded in order, exactly as ``_prefix._final_state`` folds all of them: a merge
+state's value is its default plus the sums, an overwritten state's the last write, a delete
+removes the key. So once the rounds are done the driver walks the epochs in order, updates
+one dict per state with that epoch's changed keys, and commits it, in the serial engine's
+state form (:func:`restream_kit.io.checkpoint.serial_state`), with the epoch's rows as the
+serial engine keeps them, ``(lsn, ts, handler, seq, fields)``. A lowered program makes no timed
+writes and schedules nothing, so ``future`` and ``scheduled`` are empty and ``order`` (the
+serial runtime's counter of both) is 0. A resume or ``start_from`` of such a checkpoint, on
+either engine, reads what a serial checkpoint holds.
+
+A commit writes the dicts as they are (the next epoch's changes come after it returns), so
+nothing is copied; the last epoch's dicts are the replay's final state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import polars as pl
+
+from ...compiler.lower import Lowered
+from ...io.checkpoint import Checkpointer, state_declarations
+from ...io.epochs import cut
+from ...io.progress import EpochFinished, EpochStarted
+from ...model.program import Program
+from ._columnar import DELTA_CHUNK
+
+__all__ = ["commit_epochs"]
+
+
+def commit_epochs(
+    ck: Checkpointer,
+    low: Lowered,
+    program: Program,
+    log: Any,
+    epoch: Any,
+    deltas: dict[str, list[pl.DataFrame]],
+    emitted: dict[int, list[tuple[int, pl.DataFrame]]],
+    per_epoch: dict[int, dict],
+    notify: Any,
+) -> dict[str, dict]:
+    """Commit every epoch of ``cut(log, epoch)`` to ``ck``; the final state.
+
+    ``deltas`` and ``emitted`` are ``run_prefix``'s (chunk ``i`` is the ``i``-th epoch with
+    events), ``per_epoch`` each chunk's output tables, for the ``EpochFinished`` events."""
+    epochs = cut(log, epoch)
+    chunks = {ep.index: i for i, ep in enumerate(e for e in epochs if len(e))}
+    by_chunk = {name: _split(frames) for name, frames in deltas.items()}
+    rows_by_chunk = _rows_by_chunk(low, log, emitted)
+    stores: dict[str, dict] = {name: {} for name in program.states}
+    declared = state_declarations(program)
+    tables: dict[str, None] = {}  # tables emitted so far, in order of first emission
+    for ep in epochs:
+        notify(EpochStarted(ep.index, len(ep)))
+        started = time.perf_counter()
+        chunk = chunks.get(ep.index)
+        for name, parts in by_chunk.items():
+            frame = parts.get(chunk)
+            if frame is not None:
+                _apply(stores[name], frame, low.states[name])
+        new_rows = rows_by_chunk.get(chunk, {})
+        tables.update(dict.fromkeys(new_rows))
+        state = {
+            "states": declared,
+            "stores": stores,
+            "future": [],
+            "scheduled": [],
+            "order": 0,
+            "scheduled_per_root": {},
+            "quarantined": [],
+        }
+        last = ep is epochs[-1]
+        ck.commit(ep.index, ep.stop, state, {t: new_rows.get(t, []) for t in tables}, last=last)
+        outputs = per_epoch.get(chunk, {}) if chunk is not None else {}
+        # Every event of the log has run: all rows are final.
+        notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
+    return stores
+
+
+def _split(frames: list[pl.DataFrame]) -> dict[int, pl.DataFrame]:
+    """A state's deltas by chunk (each task sends one per epoch; empty ones change nothing)."""
+    out = {}
+    for frame in frames:
+        if frame.height:
+            for (chunk,), part in frame.partition_by(DELTA_CHUNK, as_dict=True).items():
+                out[chunk] = part
+    return out
+
+
+def _apply(store: dict, delta: pl.DataFrame, info: Any) -> None:
+    """Fold one epoch's delta of a state into ``store`` (as ``_prefix._final_state`` folds)."""
+    parts = [delta.get_column(f"k{i}").to_list() for i in range(info.arity)]
+    keys = list(zip(*parts)) if info.tuple_key else parts[0]
+    values = delta.get_column("v").to_list()
+    if info.kind == "merge":
+        # A delta sums the epoch's merges: the first one starts from the default.
+        default = info.default
+        get = store.get
+        for key, v in zip(keys, values):
+            store[key] = get(key, default) + v
+        return
+    gone = delta.get_column("_del")
+    if not gone.any():
+        store.update(zip(keys, values))
+        return
+    for key, v, deleted in zip(keys, values, gone.to_list()):
+        if deleted:
+            store.pop(key, None)
+        else:
+            store[key] = v
+
+
+def _rows_by_chunk(low: Lowered, log: Any, emitted) -> dict[int, dict[str, list]]:
+    """Each chunk's output rows per table, as the serial engine keeps them: in processing
+    order (position, handler, emit site), ``(lsn, ts, handler, 0, fields)``."""
+    by_chunk: dict[int, list] = {}
+    for index, parts in emitted.items():
+        site = low.emits[index]
+        names = [field for field, _x in site.fields]
+        handler = low.handler_names[site.handler]
+        for chunk, frame in parts:
+            if not frame.height:
+                continue
+            values = [frame.get_column(f"f_{n}").to_list() for n in names]
+            at = frame.get_column("_o").to_list()
+            rows = by_chunk.setdefault(chunk, [])
+            for i, o in enumerate(at):
+                fields = {n: v[i] for n, v in zip(names, values)}
+                rows.append(((o, site.handler, site.n), site.table, handler, fields))
+    lsn = log.table.column("lsn")
+    ts = log.table.column("ts")
+    out: dict[int, dict[str, list]] = {}
+    for chunk, rows in by_chunk.items():
+        rows.sort(key=lambda r: r[0])
+        at = [r[0][0] for r in rows]
+        lsns = lsn.take(at).to_pylist()
+        tss = ts.take(at).to_pylist()
+        tables: dict[str, list] = {}
+        for (_pos, table, handler, fields), l_, t_ in zip(rows, lsns, tss):
+            tables.setdefault(table, []).append((l_, t_, handler, 0, fields))
+        out[chunk] = tables
+    return out
