@@ -357,7 +357,7 @@ def run_prefix(
         stages["tables (driver)"] = time.perf_counter() - assembled
         committing = time.perf_counter()
         state = commit_epochs(
-            checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify
+            checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify, check_cancel
         )
         stages["state per epoch, committed (driver)"] = time.perf_counter() - committing
     else:

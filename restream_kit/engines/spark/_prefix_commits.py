@@ -43,11 +43,14 @@ def commit_epochs(
     emitted: dict[int, list[tuple[int, pl.DataFrame]]],
     per_epoch: dict[int, dict],
     notify: Any,
+    check_cancel: Any = None,
 ) -> dict[str, dict]:
     """Commit every epoch of ``cut(log, epoch)`` to ``ck``; the final state.
 
     ``deltas`` and ``emitted`` are ``run_prefix``'s (chunk ``i`` is the ``i``-th epoch with
-    events), ``per_epoch`` each chunk's output tables, for the ``EpochFinished`` events."""
+    events), ``per_epoch`` each chunk's output tables, for the ``EpochFinished`` events.
+    ``check_cancel()`` runs before each commit: a cancelled replay stops between epochs, the
+    ones committed intact, as on the pass path."""
     epochs = cut(log, epoch)
     chunks = {ep.index: i for i, ep in enumerate(e for e in epochs if len(e))}
     by_chunk = {name: _split(frames) for name, frames in deltas.items()}
@@ -56,6 +59,8 @@ def commit_epochs(
     declared = state_declarations(program)
     tables: dict[str, None] = {}  # tables emitted so far, in order of first emission
     for ep in epochs:
+        if check_cancel is not None:
+            check_cancel()
         notify(EpochStarted(ep.index, len(ep)))
         started = time.perf_counter()
         chunk = chunks.get(ep.index)
