@@ -2,8 +2,9 @@
 
 The prefix path commits each epoch itself, from the state deltas its rounds bring back: each
 committed epoch must be what the serial engine commits for the same epoch (state, rows, events
-done), and a resume, a ``start_from`` (on either engine) and a serial checkpoint continued on
-Spark must all end at the serial result. Every test checks ``metrics.path``, so that a replay
+done), and a resume (on either Spark path, of a checkpoint either path wrote), a
+``start_from`` (on either engine) and a serial checkpoint continued on Spark must all end at
+the serial result. Every test checks ``metrics.path``, so that a replay
 that silently took the pass path fails.
 """
 
@@ -88,6 +89,19 @@ def assert_lowered_and_committed(result, epochs):
     ), path
 
 
+def keep_first_epochs(directory, n):
+    """The checkpoint as a replay killed after its epoch ``n - 1`` committed leaves it."""
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["epochs"], manifest["complete"] = manifest["epochs"][:n], False
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+def serial_part(state):
+    """A committed state without what the pass path keeps beside the serial engine's (its
+    total of scheduled events, ``scheduled_total``)."""
+    return {k: v for k, v in state.items() if k != "scheduled_total"}
+
+
 def rows_of_epoch(directory, epoch):
     return checkpoint.load_value(directory / f"epoch-{epoch:06d}", "rows")
 
@@ -144,14 +158,34 @@ def test_a_prefix_checkpoint_resumes_and_starts_changed_rules(
     )
     want = rk.replay(program, log, epoch=epoch)
 
-    # As if killed after epoch 1 committed: the resume runs on the pass path.
-    manifest = json.loads((ck / "manifest.json").read_text())
-    manifest["epochs"], manifest["complete"] = manifest["epochs"][:2], False
-    (ck / "manifest.json").write_text(json.dumps(manifest))
-    resumed = rk.replay(program, log, **SPARK, epoch=epoch, checkpoint=ck, resume=True)
-    assert resumed.resumed_from_epoch == 2
-    assert not any(w.startswith("lowered") for w in resumed.metrics.path.values())
-    assert_same_result(resumed, want)
+    n = len(json.loads((ck / "manifest.json").read_text())["epochs"])
+    serial_ck = tmp_path / "serial"
+    rk.replay(program, log, epoch=epoch, checkpoint=serial_ck)
+
+    # As if killed after epoch 1 committed: resumed on the prefix path, on the pass path,
+    # and a pass-path checkpoint resumed on the prefix path.
+    passes_ck = tmp_path / "passes"
+    rk.replay(program, log, **SPARK, epoch=epoch, checkpoint=passes_ck, path="passes")
+    for directory, path in ((ck, "auto"), (ck, "passes"), (passes_ck, "auto")):
+        keep_first_epochs(directory, 2)
+        resumed = rk.replay(
+            program, log, **SPARK, epoch=epoch, checkpoint=directory, resume=True, path=path
+        )
+        assert resumed.resumed_from_epoch == 2
+        lowered = [w.startswith("lowered") for w in resumed.metrics.path.values()]
+        assert all(lowered) if path == "auto" else not any(lowered), resumed.metrics.path
+        if path == "auto":
+            assert_lowered_and_committed(resumed, n - 2)
+        assert_same_result(resumed, want)
+        for k in range(2, n):  # the epochs the resume committed are the serial engine's too
+            assert serial_part(checkpoint.read(directory, k).state) == (
+                checkpoint.read(serial_ck, k).state
+            )
+            assert rows_of_epoch(directory, k) == rows_of_epoch(serial_ck, k), k
+    # A complete checkpoint resumed: nothing left to run, the same result.
+    again = rk.replay(program, log, **SPARK, epoch=epoch, checkpoint=ck, resume=True)
+    assert again.resumed_from_epoch == n and again.metrics.epochs == 0
+    assert_same_result(again, want)
 
     # A changed rule from the state after epoch 1, on Spark and on the serial engine, equals
     # the serial engine started from its own checkpoint of the same epoch.
@@ -159,8 +193,6 @@ def test_a_prefix_checkpoint_resumes_and_starts_changed_rules(
         changed = (root / "examples" / "antispam.py").read_text().replace("0.2 *", "0.1 *")
     else:
         changed = DEFAULTS_AND_DELETES.replace("> 40", "> 90")
-    serial_ck = tmp_path / "serial"
-    rk.replay(program, log, epoch=epoch, checkpoint=serial_ck)
     reference = rk.replay(changed, log, epoch=epoch, start_from=(serial_ck, 1))
     assert_same_result(rk.replay(changed, log, epoch=epoch, start_from=(ck, 1)), reference)
     assert_same_result(rk.replay(changed, log, **SPARK, epoch=epoch, start_from=(ck, 1)), reference)
@@ -178,9 +210,11 @@ def test_the_plan_says_the_checkpoint_is_committed_per_epoch(logs, root):
         "lowered to columns, parallel over 5 epochs, each epoch committed to the checkpoint"
     }
     resumed = get_engine("spark").layout(
-        program, logs["social"], {"checkpoint": "x", "resume": True}
+        program, logs["social"], {"checkpoint": "x", "resume": True, "epoch": 10_000}
     )
-    assert not any(w.startswith("lowered") for w in resumed.values())
+    assert resumed == said
+    started = get_engine("spark").layout(program, logs["social"], {"start_from": "x"})
+    assert not any(w.startswith("lowered") for w in started.values())
 
 
 def test_a_checkpoint_directory_in_use_is_refused_before_any_round(

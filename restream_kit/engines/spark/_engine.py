@@ -40,6 +40,7 @@ from ._pass_driver import _TaskError as _PassTaskError
 from ._pass_driver import run_passes
 from ._passes import passes_of
 from ._prefix import SparkEpochs, prefix_plan, run_prefix
+from ._prefix_commits import why_not_resumed
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
 from ._uri_log import describe as _describe_uri
@@ -59,8 +60,9 @@ def describe_uri_log(session: Any, log: Log, options: dict[str, Any]) -> None:
 __all__ = ["replay"]
 
 _CHECKPOINTING = ("checkpoint", "resume", "start_from")
-#: What the prefix path does not do (yet): start from a committed state. It commits one.
-_STARTING = ("resume", "start_from")
+#: What the prefix path does not do: start a changed program from a committed state. It
+#: commits checkpoints, and resumes its own program's (see ``_lowered``).
+_STARTING = ("start_from",)
 
 
 def option_blockers(options: dict[str, Any], on_error: str) -> list[str]:
@@ -101,6 +103,7 @@ class _Replay:
         # history=True: record the run's history as the serial engine would (``_history``).
         self.history, self.history_note = _history_of(program, log, options, self.on_error)
         self.history_why: str | None = None
+        self.opened: tuple[Any, Any] | None = None  # (checkpointer, start), once opened
         self.job_group = f"restream-{id(self):x}-{time.monotonic_ns()}"
         if self.cancel is not None:
             self.cancel.on_cancel(self._interrupt)
@@ -155,21 +158,28 @@ class _Replay:
                 raise Cancelled("replay cancelled") from None
             raise
 
-    def _prefix(self, low: Lowered, started: float, probes: Any) -> Result:
-        ck = None
-        if self.options.get("checkpoint"):
+    def _open_checkpoint(self) -> tuple[Any, Any]:
+        """The replay's checkpointer and, for a resume, where it starts (None, None without
+        ``checkpoint=``). Opened as the pass path opens it (the same identity), so that either
+        path, or the serial engine with ``start_from``, continues what the other wrote."""
+        if not (self.options.get("checkpoint") or self.options.get("resume")):
+            return None, None
+        if self.opened is None:  # a resume without a checkpoint is refused here, in one line
             from ...io.checkpoint import open_for_replay
 
-            # As the pass path opens it (same identity), so that either path, or the serial
-            # engine, can resume it or start from it.
-            ck, _start = open_for_replay(
+            self.opened = open_for_replay(
                 self.program,
                 self.log,
                 engine="spark",
                 epoch=self.options.get("epoch"),
                 state_format="serial",
-                checkpoint=self.options["checkpoint"],
+                checkpoint=self.options.get("checkpoint"),
+                resume=bool(self.options.get("resume")),
             )
+        return self.opened
+
+    def _prefix(self, low: Lowered, started: float, probes: Any) -> Result:
+        ck, start = self._open_checkpoint()
         result = run_prefix(
             low,
             self.program,
@@ -184,6 +194,7 @@ class _Replay:
             ship_events=not is_local(self.session),
             history=probes and (self.history, probes),
             checkpoint=ck,
+            start=start,
         )
         if probes is not None:
             # A lowered program schedules nothing: its last event is the log's last.
@@ -234,6 +245,9 @@ class _Replay:
             if blockers
             else prefix_plan(self.program, self.log)
         )
+        if low is not None and self.options.get("resume"):
+            why = why_not_resumed(self._open_checkpoint()[1])
+            low = None if why else low
         if low is None and self.path == "prefix":
             raise RestreamError(f"the prefix path cannot run this replay: {why}")
         return low

@@ -59,7 +59,7 @@ from ...io.result import ROW_COLUMNS, Metrics, Result, build_table
 from ...model.program import Program
 from ._columnar import DELTA_CHUNK, combine_deltas, needed_columns, run_epoch
 from ._faults import inject_fault
-from ._prefix_commits import commit_epochs
+from ._prefix_commits import commit_epochs, remaining, resumed_tables, start_deltas
 
 __all__ = ["prefix_plan", "PrefixTask", "run_prefix", "SparkEpochs", "TASK_SCHEMA", "EVENTS_SCHEMA"]
 
@@ -266,6 +266,7 @@ def run_prefix(
     ship_events: bool = False,
     history: Any = None,
     checkpoint: Any = None,
+    start: Any = None,
 ) -> Result:
     """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
     ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
@@ -281,8 +282,10 @@ def run_prefix(
     history too (in the probes' round, one more than the program's when it needs it).
 
     ``checkpoint``: a :class:`restream_kit.io.checkpoint.Checkpointer` to commit every epoch
-    to, once the rounds are done (``_prefix_commits``)."""
-    epochs = [ep for ep in cut(log, epoch) if len(ep)]
+    to, once the rounds are done (``_prefix_commits``); ``start``, the
+    :class:`~restream_kit.io.checkpoint.Start` of a resume of it: the epochs after it run,
+    from its state (as a delta before every epoch's)."""
+    epochs = [ep for ep in remaining(cut(log, epoch), start) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
     columns = needed_columns(low)
     if ship_events:
@@ -291,10 +294,11 @@ def run_prefix(
         path, events = log_file(log), None
     total = len(log)
     rounds = low.levels if history is None else max(low.levels, history[1].round + 1)
+    rounds = rounds if bounds else 0  # a resume of a complete checkpoint: nothing to run
     probed: dict[int, list] = {}  # slot -> [(epoch, IPC bytes)]: the history's probes
     names = tuple(f"round {j + 1}" for j in range(rounds))
     notify(ReplayStarted("spark", total, len(bounds), names, log.span_ms))
-    deltas: dict[str, list[pl.DataFrame]] = {}
+    deltas = start_deltas(low, start)
     carried: dict[str, bytes] = {}  # "read:<site>:<epoch>": a read column later rounds use
     emitted: dict[int, list[tuple[int, pl.DataFrame]]] = {}
     stages: dict[str, float] = {}
@@ -356,9 +360,12 @@ def run_prefix(
     if checkpoint is not None:
         stages["tables (driver)"] = time.perf_counter() - assembled
         committing = time.perf_counter()
-        state = commit_epochs(
-            checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify, check_cancel
-        )
+        state, committed = commit_epochs(
+            checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify, check_cancel,
+            start,
+        )  # fmt: skip
+        if start is not None:
+            tables = resumed_tables(start, committed)
         stages["state per epoch, committed (driver)"] = time.perf_counter() - committing
     else:
         state = _final_state(low, program, deltas)
@@ -379,8 +386,13 @@ def run_prefix(
         epochs=len(bounds),
         path=ran,
     )
+    if not ran:
+        ran["resume"] = "lowered to columns: nothing left to run, every epoch was committed"
     notify(ReplayFinished(total, wall))
-    return Result(tables=tables, state=state, metrics=metrics)
+    result = Result(tables=tables, state=state, metrics=metrics)
+    if start is not None:
+        result.resumed_from_epoch = start.next_epoch
+    return result
 
 
 def lowered_over(epochs: int, committed: bool = False, tasks: int | None = None) -> str:

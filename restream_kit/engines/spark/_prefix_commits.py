@@ -24,13 +24,14 @@ from typing import Any
 import polars as pl
 
 from ...compiler.lower import Lowered
-from ...io.checkpoint import Checkpointer, state_declarations
-from ...io.epochs import cut
+from ...io.checkpoint import Checkpointer, Start, state_declarations
+from ...io.epochs import Epoch, cut
 from ...io.progress import EpochFinished, EpochStarted
+from ...io.result import build_table
 from ...model.program import Program
 from ._columnar import DELTA_CHUNK
 
-__all__ = ["commit_epochs"]
+__all__ = ["commit_epochs", "remaining", "why_not_resumed", "start_deltas", "resumed_tables"]
 
 
 def commit_epochs(
@@ -44,20 +45,28 @@ def commit_epochs(
     per_epoch: dict[int, dict],
     notify: Any,
     check_cancel: Any = None,
-) -> dict[str, dict]:
-    """Commit every epoch of ``cut(log, epoch)`` to ``ck``; the final state.
+    start: Start | None = None,
+) -> tuple[dict[str, dict], dict[int, dict[str, list]]]:
+    """Commit every epoch of ``cut(log, epoch)`` to ``ck`` (those after ``start``, a resume);
+    the final state and each committed epoch's rows (by epoch number).
 
     ``deltas`` and ``emitted`` are ``run_prefix``'s (chunk ``i`` is the ``i``-th epoch with
     events), ``per_epoch`` each chunk's output tables, for the ``EpochFinished`` events.
     ``check_cancel()`` runs before each commit: a cancelled replay stops between epochs, the
     ones committed intact, as on the pass path."""
-    epochs = cut(log, epoch)
+    epochs = remaining(cut(log, epoch), start)
     chunks = {ep.index: i for i, ep in enumerate(e for e in epochs if len(e))}
     by_chunk = {name: _split(frames) for name, frames in deltas.items()}
     rows_by_chunk = _rows_by_chunk(low, log, emitted)
     stores: dict[str, dict] = {name: {} for name in program.states}
     declared = state_declarations(program)
     tables: dict[str, None] = {}  # tables emitted so far, in order of first emission
+    if start is not None:
+        for name, values in start.state["stores"].items():
+            stores[name] = dict(values)
+        for rows in start.rows:
+            tables.update(dict.fromkeys(rows))
+    committed = {}
     for ep in epochs:
         if check_cancel is not None:
             check_cancel()
@@ -80,11 +89,68 @@ def commit_epochs(
             "quarantined": [],
         }
         last = ep is epochs[-1]
-        ck.commit(ep.index, ep.stop, state, {t: new_rows.get(t, []) for t in tables}, last=last)
+        committed[ep.index] = {t: new_rows.get(t, []) for t in tables}
+        ck.commit(ep.index, ep.stop, state, committed[ep.index], last=last)
         outputs = per_epoch.get(chunk, {}) if chunk is not None else {}
         # Every event of the log has run: all rows are final.
         notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
-    return stores
+    return stores, committed
+
+
+def remaining(epochs: list[Epoch], start: Start | None) -> list[Epoch]:
+    """The epochs a replay runs: all, or those after ``start``'s events."""
+    if start is None:
+        return epochs
+    return [Epoch(e.index, max(e.start, start.done), e.stop) for e in epochs if e.stop > start.done]
+
+
+def why_not_resumed(start: Start | None) -> str | None:
+    """Why the prefix path cannot continue from ``start`` (None when it can, or there is none).
+
+    It continues a resume only: the same program over the same log (the checkpoint's
+    identity), so the committed values are ones the lowering's types, bounds and key
+    packing already cover. Timed writes, scheduled events or rolled-back runs in the state
+    come from a replay the prefix path does not make."""
+    if start is None:
+        return None
+    state = start.state
+    if state.get("future") or state.get("scheduled") or state.get("quarantined"):
+        return "a checkpoint holding timed writes, scheduled events or quarantined runs"
+    return None
+
+
+def start_deltas(low: Lowered, start: Start | None) -> dict[str, list[pl.DataFrame]]:
+    """The committed state as a delta of an epoch before all others (chunk -1): what the
+    epochs after it read as their base, and fold into the final state."""
+    deltas: dict[str, list[pl.DataFrame]] = {}
+    if start is None:
+        return deltas
+    for name, values in start.state["stores"].items():
+        info = low.states.get(name)
+        if info is None or not values:
+            continue
+        keys = list(values)
+        parts = list(zip(*keys)) if info.tuple_key else [keys]
+        columns = {f"k{i}": list(part) for i, part in enumerate(parts)}
+        if info.kind == "merge":
+            # A merge delta holds the sums only: the default is added when read.
+            columns["v"] = [v - info.default for v in values.values()]
+        else:
+            columns["v"] = list(values.values())
+            columns["_del"] = [False] * len(keys)
+        frame = pl.DataFrame(columns)
+        deltas[name] = [frame.with_columns(pl.lit(-1, dtype=pl.Int32).alias(DELTA_CHUNK))]
+    return deltas
+
+
+def resumed_tables(start: Start, committed: dict[int, dict[str, list]]) -> dict[str, Any]:
+    """A resumed replay's tables: the committed epochs' rows and the new ones, built as the
+    serial engine builds them."""
+    every: dict[str, list] = {}
+    for rows in [*start.rows, *(committed[k] for k in sorted(committed))]:
+        for name, table_rows in rows.items():
+            every.setdefault(name, []).extend(table_rows)
+    return {name: build_table(name, rows) for name, rows in every.items()}
 
 
 def _split(frames: list[pl.DataFrame]) -> dict[int, pl.DataFrame]:
