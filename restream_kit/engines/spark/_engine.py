@@ -3,9 +3,10 @@
 Two paths (see ``docs/spark_engine.md``):
 
 - the **prefix path** (``_prefix``) for rules that lower to column expressions
-  (``restream_kit.compiler.lower``), locally or on a ``spark://`` cluster, without a resume or
+  (``restream_kit.compiler.lower``), locally or on a ``spark://`` cluster, without
   ``start_from``, poison-event handling, a URI log or Spark Connect: epochs in parallel,
-  evaluated as columns (with ``checkpoint=``, each epoch committed, ``_prefix_commits``);
+  evaluated as columns (with ``checkpoint=``, each epoch committed, and ``resume=``
+  continued, by ``_prefix_commits``);
 - the **pass path** (``_passes``, ``_pass_driver``, ``_pass_epochs``) for every other replay:
   each stage of the plan is one Spark job over the whole log, in parallel unless the plan
   calls it sequential. A program the passes cannot split yet, or that the planner cannot
@@ -228,7 +229,8 @@ class _Replay:
         """The lowered program when the prefix path runs this replay, else None.
 
         ``path="prefix"`` insists (and says why it cannot), ``path="passes"`` never takes it.
-        Replays that resume, start from a snapshot or skip poison events, logs
+        Replays that start from a snapshot or skip poison events, resumes of a checkpoint
+        the prefix path cannot continue (``why_not_resumed``), logs
         given as a URI (Spark's reader reads them) and Spark Connect sessions (no broadcast)
         take the pass path. On a cluster the epochs' events travel through Spark."""
         if self.path == "passes":

@@ -303,6 +303,7 @@ def run_prefix(
     emitted: dict[int, list[tuple[int, pl.DataFrame]]] = {}
     stages: dict[str, float] = {}
     ran: dict[str, str] = {}  # what ran, per round (metrics.path)
+    ahead = start.done if start is not None else 0  # a resume's events, done before
     cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 and path else None
     try:
         for job in range(rounds):
@@ -321,7 +322,8 @@ def run_prefix(
             def on_tasks(done: int, tasks: int, job: int = job) -> None:
                 # Work done so far, in events: every round replays every event once.
                 share = (job * tasks + min(done, tasks)) / (rounds * tasks)
-                notify(Progress(int(total * share), total, time.perf_counter() - started))
+                events_done = ahead + int((total - ahead) * share)
+                notify(Progress(events_done, total, time.perf_counter() - started))
 
             table = map_epochs(task, len(bounds), shipped, on_tasks, events)
             # Deltas must stay in epoch order: a state's later writes come last.

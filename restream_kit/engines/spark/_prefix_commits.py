@@ -12,6 +12,9 @@ writes and schedules nothing, so ``future`` and ``scheduled`` are empty and ``or
 serial runtime's counter of both) is 0. A resume or ``start_from`` of such a checkpoint, on
 either engine, reads what a serial checkpoint holds.
 
+A resume of the same program continues here too (``start_deltas``): the committed state is
+the delta of an epoch before every other (chunk -1), and the epochs after it run as usual.
+
 A commit writes the dicts as they are (the next epoch's changes come after it returns), so
 nothing is copied; the last epoch's dicts are the replay's final state.
 """
