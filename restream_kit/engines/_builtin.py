@@ -97,7 +97,8 @@ class SparkEngine:
 
             low, _why = prefix_plan(program, log)
             if low is not None:
-                said = lowered_over(sum(1 for ep in cut(log, options.get("epoch")) if len(ep)))
+                epochs = sum(1 for ep in cut(log, options.get("epoch")) if len(ep))
+                said = lowered_over(epochs, bool(options.get("checkpoint")))
                 return {stage: said for stage in lines}
         return lines
 

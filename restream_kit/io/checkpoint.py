@@ -8,7 +8,8 @@ A checkpoint directory holds one sub-directory per committed epoch and a manifes
     DIR/epoch-000003/state-0.arrow  an Arrow table inside the state (Arrow IPC file)
 
 No file is a pickle: values go through :mod:`restream_kit.model.values` (JSON with type tags), Arrow
-tables inside them to ``.arrow`` files, the log's events and scheduled events by their fields,
+tables inside them to ``.arrow`` files, a big state store of plain keys and values to an
+``.arrow`` file of its columns (:mod:`._arrow_stores`; what JSON would take longest over), the log's events and scheduled events by their fields,
 and a merge function waiting with ``at=`` by reference to the program's code (its name, line
 and a digest of its code) with the values of its closure; a replay rebuilds it from its own
 program (:func:`restore_serial_state`), so reading a checkpoint never runs code from a file.
@@ -47,6 +48,7 @@ from typing import Any
 
 from ..model import values
 from ..model.errors import RestreamError
+from ._arrow_stores import store_columns, store_from_table
 from ._atomic import fsync_path, write_synced
 
 __all__ = [
@@ -554,6 +556,7 @@ def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
     replay's state, the state and key that hold it).
     """
     tables: list[Any] = []
+    original, value = value, _with_store_tables(value)
 
     def hook(v: Any) -> tuple[str, Any] | None:
         import pyarrow as pa
@@ -562,12 +565,16 @@ def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
             name = f"{stem}-{len(tables)}.arrow"
             tables.append((name, v))
             return "arrow", name
+        if type(v) is _StoreTable:
+            name = f"{stem}-{len(tables)}.arrow"
+            tables.append((name, v.table))
+            return "store", [name, v.arity]
         return _encode_special(v, hook)
 
     try:
         data = values.dumps(value, hook)
     except (values.ValueCodecError, RecursionError) as exc:
-        culprit = _culprit(value, hook)
+        culprit = _culprit(original, hook)
         raise CheckpointError(
             f"cannot save {what} in the checkpoint: {culprit or ''}{exc}"
         ) from None
@@ -594,13 +601,43 @@ def load_value(directory: Path, stem: str) -> Any:
         with pa.memory_map(str(directory / name)) as source:
             return pa.ipc.open_file(source).read_all()
 
+    def store(payload: Any) -> dict:
+        name, arity = payload
+        if arity is not None and (type(arity) is not int or arity < 1):
+            raise values.ValueCodecError(f"bad store key shape {arity!r}")
+        try:
+            return store_from_table(arrow(name), arity)
+        except ValueError as exc:  # a table that is not a store: damaged or not ours
+            raise values.ValueCodecError(f"{name}: {exc}") from None
+
     try:
         data = path.read_bytes()
-        return values.loads(data, {"arrow": arrow, **_DECODERS})
+        return values.loads(data, {"arrow": arrow, "store": store, **_DECODERS})
     except (OSError, values.ValueCodecError) as exc:
         raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - Arrow errors: a damaged file, said in one line
         raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from None
+
+
+@dataclass
+class _StoreTable:
+    """A state store headed for its own Arrow file (see :mod:`._arrow_stores`)."""
+
+    table: Any
+    arity: int | None
+
+
+def _with_store_tables(value: Any) -> Any:
+    """``value`` (a replay's state) with each big store of plain keys and values as a
+    :class:`_StoreTable`; anything else as it is. The caller's dicts are not changed."""
+    stores = value.get("stores") if type(value) is dict else None
+    if type(stores) is not dict:
+        return value
+    swapped = {}
+    for name, store in stores.items():
+        columns = store_columns(store) if type(store) is dict else None
+        swapped[name] = store if columns is None else _StoreTable(*columns)
+    return {**value, "stores": swapped}
 
 
 def _encode_special(v: Any, hook: Any) -> tuple[str, Any] | None:

@@ -3,8 +3,10 @@
 Two paths (see ``docs/spark_engine.md``):
 
 - the **prefix path** (``_prefix``) for rules that lower to column expressions
-  (``restream_kit.compiler.lower``), locally or on a ``spark://`` cluster, without checkpoints,
-  poison-event handling, a URI log or Spark Connect: epochs in parallel, evaluated as columns;
+  (``restream_kit.compiler.lower``), locally or on a ``spark://`` cluster, without
+  ``start_from``, poison-event handling, a URI log or Spark Connect: epochs in parallel,
+  evaluated as columns (with ``checkpoint=``, each epoch committed, and ``resume=``
+  continued, by ``_prefix_commits``);
 - the **pass path** (``_passes``, ``_pass_driver``, ``_pass_epochs``) for every other replay:
   each stage of the plan is one Spark job over the whole log, in parallel unless the plan
   calls it sequential. A program the passes cannot split yet, or that the planner cannot
@@ -39,6 +41,7 @@ from ._pass_driver import _TaskError as _PassTaskError
 from ._pass_driver import run_passes
 from ._passes import passes_of
 from ._prefix import SparkEpochs, prefix_plan, run_prefix
+from ._prefix_commits import why_not_resumed
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
 from ._uri_log import describe as _describe_uri
@@ -58,11 +61,14 @@ def describe_uri_log(session: Any, log: Log, options: dict[str, Any]) -> None:
 __all__ = ["replay"]
 
 _CHECKPOINTING = ("checkpoint", "resume", "start_from")
+#: What the prefix path does not do: start a changed program from a committed state. It
+#: commits checkpoints, and resumes its own program's (see ``_lowered``).
+_STARTING = ("start_from",)
 
 
 def option_blockers(options: dict[str, Any], on_error: str) -> list[str]:
     """The options of a replay that keep it off the prefix path."""
-    blockers = [name for name in _CHECKPOINTING if options.get(name)]
+    blockers = [name for name in _STARTING if options.get(name)]
     if on_error != "stop":
         blockers.append("on_error")
     return blockers
@@ -98,6 +104,7 @@ class _Replay:
         # history=True: record the run's history as the serial engine would (``_history``).
         self.history, self.history_note = _history_of(program, log, options, self.on_error)
         self.history_why: str | None = None
+        self.opened: tuple[Any, Any] | None = None  # (checkpointer, start), once opened
         self.job_group = f"restream-{id(self):x}-{time.monotonic_ns()}"
         if self.cancel is not None:
             self.cancel.on_cancel(self._interrupt)
@@ -152,7 +159,28 @@ class _Replay:
                 raise Cancelled("replay cancelled") from None
             raise
 
+    def _open_checkpoint(self) -> tuple[Any, Any]:
+        """The replay's checkpointer and, for a resume, where it starts (None, None without
+        ``checkpoint=``). Opened as the pass path opens it (the same identity), so that either
+        path, or the serial engine with ``start_from``, continues what the other wrote."""
+        if not (self.options.get("checkpoint") or self.options.get("resume")):
+            return None, None
+        if self.opened is None:  # a resume without a checkpoint is refused here, in one line
+            from ...io.checkpoint import open_for_replay
+
+            self.opened = open_for_replay(
+                self.program,
+                self.log,
+                engine="spark",
+                epoch=self.options.get("epoch"),
+                state_format="serial",
+                checkpoint=self.options.get("checkpoint"),
+                resume=bool(self.options.get("resume")),
+            )
+        return self.opened
+
     def _prefix(self, low: Lowered, started: float, probes: Any) -> Result:
+        ck, start = self._open_checkpoint()
         result = run_prefix(
             low,
             self.program,
@@ -166,6 +194,8 @@ class _Replay:
             # to them through Spark.
             ship_events=not is_local(self.session),
             history=probes and (self.history, probes),
+            checkpoint=ck,
+            start=start,
         )
         if probes is not None:
             # A lowered program schedules nothing: its last event is the log's last.
@@ -199,7 +229,8 @@ class _Replay:
         """The lowered program when the prefix path runs this replay, else None.
 
         ``path="prefix"`` insists (and says why it cannot), ``path="passes"`` never takes it.
-        Replays that checkpoint, resume, start from a snapshot or skip poison events, logs
+        Replays that start from a snapshot or skip poison events, resumes of a checkpoint
+        the prefix path cannot continue (``why_not_resumed``), logs
         given as a URI (Spark's reader reads them) and Spark Connect sessions (no broadcast)
         take the pass path. On a cluster the epochs' events travel through Spark."""
         if self.path == "passes":
@@ -216,6 +247,9 @@ class _Replay:
             if blockers
             else prefix_plan(self.program, self.log)
         )
+        if low is not None and self.options.get("resume"):
+            why = why_not_resumed(self._open_checkpoint()[1])
+            low = None if why else low
         if low is None and self.path == "prefix":
             raise RestreamError(f"the prefix path cannot run this replay: {why}")
         return low

@@ -59,6 +59,7 @@ from ...io.result import ROW_COLUMNS, Metrics, Result, build_table
 from ...model.program import Program
 from ._columnar import DELTA_CHUNK, combine_deltas, needed_columns, run_epoch
 from ._faults import inject_fault
+from ._prefix_commits import commit_epochs, remaining, resumed_tables, start_deltas
 
 __all__ = ["prefix_plan", "PrefixTask", "run_prefix", "SparkEpochs", "TASK_SCHEMA", "EVENTS_SCHEMA"]
 
@@ -264,6 +265,8 @@ def run_prefix(
     started: float,
     ship_events: bool = False,
     history: Any = None,
+    checkpoint: Any = None,
+    start: Any = None,
 ) -> Result:
     """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
     ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
@@ -276,8 +279,13 @@ def run_prefix(
     called when the replay ends, however it ends.
 
     ``history``: (``_history.SparkHistory``, its ``PrefixProbes``) to record the run's
-    history too (in the probes' round, one more than the program's when it needs it)."""
-    epochs = [ep for ep in cut(log, epoch) if len(ep)]
+    history too (in the probes' round, one more than the program's when it needs it).
+
+    ``checkpoint``: a :class:`restream_kit.io.checkpoint.Checkpointer` to commit every epoch
+    to, once the rounds are done (``_prefix_commits``); ``start``, the
+    :class:`~restream_kit.io.checkpoint.Start` of a resume of it: the epochs after it run,
+    from its state (as a delta before every epoch's)."""
+    epochs = [ep for ep in remaining(cut(log, epoch), start) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
     columns = needed_columns(low)
     if ship_events:
@@ -286,14 +294,16 @@ def run_prefix(
         path, events = log_file(log), None
     total = len(log)
     rounds = low.levels if history is None else max(low.levels, history[1].round + 1)
+    rounds = rounds if bounds else 0  # a resume of a complete checkpoint: nothing to run
     probed: dict[int, list] = {}  # slot -> [(epoch, IPC bytes)]: the history's probes
     names = tuple(f"round {j + 1}" for j in range(rounds))
     notify(ReplayStarted("spark", total, len(bounds), names, log.span_ms))
-    deltas: dict[str, list[pl.DataFrame]] = {}
+    deltas = start_deltas(low, start)
     carried: dict[str, bytes] = {}  # "read:<site>:<epoch>": a read column later rounds use
     emitted: dict[int, list[tuple[int, pl.DataFrame]]] = {}
     stages: dict[str, float] = {}
     ran: dict[str, str] = {}  # what ran, per round (metrics.path)
+    ahead = start.done if start is not None else 0  # a resume's events, done before
     cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 and path else None
     try:
         for job in range(rounds):
@@ -312,7 +322,8 @@ def run_prefix(
             def on_tasks(done: int, tasks: int, job: int = job) -> None:
                 # Work done so far, in events: every round replays every event once.
                 share = (job * tasks + min(done, tasks)) / (rounds * tasks)
-                notify(Progress(int(total * share), total, time.perf_counter() - started))
+                events_done = ahead + int((total - ahead) * share)
+                notify(Progress(events_done, total, time.perf_counter() - started))
 
             table = map_epochs(task, len(bounds), shipped, on_tasks, events)
             # Deltas must stay in epoch order: a state's later writes come last.
@@ -335,7 +346,7 @@ def run_prefix(
                 for row in table.select(["chunk", "seconds"]).to_pylist()
             }
             stages[f"{label} (tasks, summed)"] = sum(busy.values())
-            ran[label] = f"{lowered_over(len(bounds))} ({_count(len(bounds), 'task')})"
+            ran[label] = lowered_over(len(bounds), checkpoint is not None, len(bounds))
             notify(StageFinished(0, label, seconds, len(bounds), epochs=len(bounds)))
             on_tasks(len(bounds), len(bounds))
     finally:
@@ -348,12 +359,23 @@ def run_prefix(
     if history is not None:
         history[0].take_prefix(history[1], probed)
     tables, per_epoch = _tables(low, log, emitted, bounds)
-    state = _final_state(low, program, deltas)
-    stages["tables and final state (driver)"] = time.perf_counter() - assembled
-    # Every event is done: the epochs' rows, in order, for streaming views.
-    for number, (lo, hi) in enumerate(bounds):
-        notify(EpochStarted(number, hi - lo))
-        notify(EpochFinished(number, hi, 0.0, per_epoch.get(number, {}), None))
+    if checkpoint is not None:
+        stages["tables (driver)"] = time.perf_counter() - assembled
+        committing = time.perf_counter()
+        state, committed = commit_epochs(
+            checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify, check_cancel,
+            start,
+        )  # fmt: skip
+        if start is not None:
+            tables = resumed_tables(start, committed)
+        stages["state per epoch, committed (driver)"] = time.perf_counter() - committing
+    else:
+        state = _final_state(low, program, deltas)
+        stages["tables and final state (driver)"] = time.perf_counter() - assembled
+        # Every event is done: the epochs' rows, in order, for streaming views.
+        for number, (lo, hi) in enumerate(bounds):
+            notify(EpochStarted(number, hi - lo))
+            notify(EpochFinished(number, hi, 0.0, per_epoch.get(number, {}), None))
     wall = time.perf_counter() - started
     metrics = Metrics(
         engine="spark",
@@ -366,13 +388,22 @@ def run_prefix(
         epochs=len(bounds),
         path=ran,
     )
+    if not ran:
+        ran["resume"] = "lowered to columns: nothing left to run, every epoch was committed"
     notify(ReplayFinished(total, wall))
-    return Result(tables=tables, state=state, metrics=metrics)
+    result = Result(tables=tables, state=state, metrics=metrics)
+    if start is not None:
+        result.resumed_from_epoch = start.next_epoch
+    return result
 
 
-def lowered_over(epochs: int) -> str:
-    """What ran, or will run, on the prefix path (``metrics.path``, the engine's layout)."""
-    return f"lowered to columns, parallel over {_count(epochs, 'epoch')}"
+def lowered_over(epochs: int, committed: bool = False, tasks: int | None = None) -> str:
+    """What ran (with the number of ``tasks``), or will run, on the prefix path
+    (``metrics.path``, the engine's layout); ``committed``: with a checkpoint."""
+    said = f"lowered to columns, parallel over {_count(epochs, 'epoch')}"
+    if tasks is not None:
+        said += f" ({_count(tasks, 'task')})"
+    return said + (", each epoch committed to the checkpoint" if committed else "")
 
 
 def _count(n: int, noun: str) -> str:

@@ -1,0 +1,221 @@
+"""Checkpoints on the prefix path: each epoch committed from the deltas the rounds brought back.
+
+The prefix path cuts the log into the checkpoint's epochs and brings every epoch's state
+deltas to the driver (``_prefix.run_prefix``). The state after epoch ``k`` is the deltas of
+epochs ``0..k`` folded in order, exactly as ``_prefix._final_state`` folds all of them: a merge
+state's value is its default plus the sums, an overwritten state's the last write, a delete
+removes the key. So once the rounds are done the driver walks the epochs in order, updates
+one dict per state with that epoch's changed keys, and commits it, in the serial engine's
+state form (:func:`restream_kit.io.checkpoint.serial_state`), with the epoch's rows as the
+serial engine keeps them, ``(lsn, ts, handler, seq, fields)``. A lowered program makes no timed
+writes and schedules nothing, so ``future`` and ``scheduled`` are empty and ``order`` (the
+serial runtime's counter of both) is 0. A resume or ``start_from`` of such a checkpoint, on
+either engine, reads what a serial checkpoint holds.
+
+A resume of the same program continues here too (``start_deltas``): the committed state is
+the delta of an epoch before every other (chunk -1), and the epochs after it run as usual.
+
+A commit writes the dicts as they are (the next epoch's changes come after it returns), so
+nothing is copied; the last epoch's dicts are the replay's final state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import polars as pl
+
+from ...compiler.lower import Lowered
+from ...io.checkpoint import Checkpointer, Start, state_declarations
+from ...io.epochs import Epoch, cut
+from ...io.progress import EpochFinished, EpochStarted
+from ...io.result import build_table
+from ...model.program import Program
+from ._columnar import DELTA_CHUNK
+
+__all__ = ["commit_epochs", "remaining", "why_not_resumed", "start_deltas", "resumed_tables"]
+
+
+def commit_epochs(
+    ck: Checkpointer,
+    low: Lowered,
+    program: Program,
+    log: Any,
+    epoch: Any,
+    deltas: dict[str, list[pl.DataFrame]],
+    emitted: dict[int, list[tuple[int, pl.DataFrame]]],
+    per_epoch: dict[int, dict],
+    notify: Any,
+    check_cancel: Any = None,
+    start: Start | None = None,
+) -> tuple[dict[str, dict], dict[int, dict[str, list]]]:
+    """Commit every epoch of ``cut(log, epoch)`` to ``ck`` (those after ``start``, a resume);
+    the final state and each committed epoch's rows (by epoch number).
+
+    ``deltas`` and ``emitted`` are ``run_prefix``'s (chunk ``i`` is the ``i``-th epoch with
+    events), ``per_epoch`` each chunk's output tables, for the ``EpochFinished`` events.
+    ``check_cancel()`` runs before each commit: a cancelled replay stops between epochs, the
+    ones committed intact, as on the pass path."""
+    epochs = remaining(cut(log, epoch), start)
+    chunks = {ep.index: i for i, ep in enumerate(e for e in epochs if len(e))}
+    by_chunk = {name: _split(frames) for name, frames in deltas.items()}
+    rows_by_chunk = _rows_by_chunk(low, log, emitted)
+    stores: dict[str, dict] = {name: {} for name in program.states}
+    declared = state_declarations(program)
+    tables: dict[str, None] = {}  # tables emitted so far, in order of first emission
+    if start is not None:
+        for name, values in start.state["stores"].items():
+            stores[name] = dict(values)
+        for rows in start.rows:
+            tables.update(dict.fromkeys(rows))
+    committed = {}
+    for ep in epochs:
+        if check_cancel is not None:
+            check_cancel()
+        notify(EpochStarted(ep.index, len(ep)))
+        started = time.perf_counter()
+        chunk = chunks.get(ep.index)
+        for name, parts in by_chunk.items():
+            frame = parts.get(chunk)
+            if frame is not None:
+                _apply(stores[name], frame, low.states[name])
+        new_rows = rows_by_chunk.get(chunk, {})
+        tables.update(dict.fromkeys(new_rows))
+        state = {
+            "states": declared,
+            "stores": stores,
+            "future": [],
+            "scheduled": [],
+            "order": 0,
+            "scheduled_per_root": {},
+            "quarantined": [],
+        }
+        last = ep is epochs[-1]
+        committed[ep.index] = {t: new_rows.get(t, []) for t in tables}
+        ck.commit(ep.index, ep.stop, state, committed[ep.index], last=last)
+        outputs = per_epoch.get(chunk, {}) if chunk is not None else {}
+        # Every event of the log has run: all rows are final.
+        notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
+    return stores, committed
+
+
+def remaining(epochs: list[Epoch], start: Start | None) -> list[Epoch]:
+    """The epochs a replay runs: all, or those after ``start``'s events."""
+    if start is None:
+        return epochs
+    return [Epoch(e.index, max(e.start, start.done), e.stop) for e in epochs if e.stop > start.done]
+
+
+def why_not_resumed(start: Start | None) -> str | None:
+    """Why the prefix path cannot continue from ``start`` (None when it can, or there is none).
+
+    It continues a resume only: the same program over the same log (the checkpoint's
+    identity), so the committed values are ones the lowering's types, bounds and key
+    packing already cover. Timed writes, scheduled events or rolled-back runs in the state
+    come from a replay the prefix path does not make."""
+    if start is None:
+        return None
+    state = start.state
+    if state.get("future") or state.get("scheduled") or state.get("quarantined"):
+        return "a checkpoint holding timed writes, scheduled events or quarantined runs"
+    return None
+
+
+def start_deltas(low: Lowered, start: Start | None) -> dict[str, list[pl.DataFrame]]:
+    """The committed state as a delta of an epoch before all others (chunk -1): what the
+    epochs after it read as their base, and fold into the final state."""
+    deltas: dict[str, list[pl.DataFrame]] = {}
+    if start is None:
+        return deltas
+    for name, values in start.state["stores"].items():
+        info = low.states.get(name)
+        if info is None or not values:
+            continue
+        keys = list(values)
+        parts = list(zip(*keys)) if info.tuple_key else [keys]
+        columns = {f"k{i}": list(part) for i, part in enumerate(parts)}
+        if info.kind == "merge":
+            # A merge delta holds the sums only: the default is added when read.
+            columns["v"] = [v - info.default for v in values.values()]
+        else:
+            columns["v"] = list(values.values())
+            columns["_del"] = [False] * len(keys)
+        frame = pl.DataFrame(columns)
+        deltas[name] = [frame.with_columns(pl.lit(-1, dtype=pl.Int32).alias(DELTA_CHUNK))]
+    return deltas
+
+
+def resumed_tables(start: Start, committed: dict[int, dict[str, list]]) -> dict[str, Any]:
+    """A resumed replay's tables: the committed epochs' rows and the new ones, built as the
+    serial engine builds them."""
+    every: dict[str, list] = {}
+    for rows in [*start.rows, *(committed[k] for k in sorted(committed))]:
+        for name, table_rows in rows.items():
+            every.setdefault(name, []).extend(table_rows)
+    return {name: build_table(name, rows) for name, rows in every.items()}
+
+
+def _split(frames: list[pl.DataFrame]) -> dict[int, pl.DataFrame]:
+    """A state's deltas by chunk (each task sends one per epoch; empty ones change nothing)."""
+    out = {}
+    for frame in frames:
+        if frame.height:
+            for (chunk,), part in frame.partition_by(DELTA_CHUNK, as_dict=True).items():
+                out[chunk] = part
+    return out
+
+
+def _apply(store: dict, delta: pl.DataFrame, info: Any) -> None:
+    """Fold one epoch's delta of a state into ``store`` (as ``_prefix._final_state`` folds)."""
+    parts = [delta.get_column(f"k{i}").to_list() for i in range(info.arity)]
+    keys = list(zip(*parts)) if info.tuple_key else parts[0]
+    values = delta.get_column("v").to_list()
+    if info.kind == "merge":
+        # A delta sums the epoch's merges: the first one starts from the default.
+        default = info.default
+        get = store.get
+        for key, v in zip(keys, values):
+            store[key] = get(key, default) + v
+        return
+    gone = delta.get_column("_del")
+    if not gone.any():
+        store.update(zip(keys, values))
+        return
+    for key, v, deleted in zip(keys, values, gone.to_list()):
+        if deleted:
+            store.pop(key, None)
+        else:
+            store[key] = v
+
+
+def _rows_by_chunk(low: Lowered, log: Any, emitted) -> dict[int, dict[str, list]]:
+    """Each chunk's output rows per table, as the serial engine keeps them: in processing
+    order (position, handler, emit site), ``(lsn, ts, handler, 0, fields)``."""
+    by_chunk: dict[int, list] = {}
+    for index, parts in emitted.items():
+        site = low.emits[index]
+        names = [field for field, _x in site.fields]
+        handler = low.handler_names[site.handler]
+        for chunk, frame in parts:
+            if not frame.height:
+                continue
+            values = [frame.get_column(f"f_{n}").to_list() for n in names]
+            at = frame.get_column("_o").to_list()
+            rows = by_chunk.setdefault(chunk, [])
+            for i, o in enumerate(at):
+                fields = {n: v[i] for n, v in zip(names, values)}
+                rows.append(((o, site.handler, site.n), site.table, handler, fields))
+    lsn = log.table.column("lsn")
+    ts = log.table.column("ts")
+    out: dict[int, dict[str, list]] = {}
+    for chunk, rows in by_chunk.items():
+        rows.sort(key=lambda r: r[0])
+        at = [r[0][0] for r in rows]
+        lsns = lsn.take(at).to_pylist()
+        tss = ts.take(at).to_pylist()
+        tables: dict[str, list] = {}
+        for (_pos, table, handler, fields), l_, t_ in zip(rows, lsns, tss):
+            tables.setdefault(table, []).append((l_, t_, handler, 0, fields))
+        out[chunk] = tables
+    return out

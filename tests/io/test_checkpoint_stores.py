@@ -1,0 +1,123 @@
+"""Big state stores in checkpoints as Arrow tables: read back equal, Python types included.
+
+A store of plain keys and values (``str``, ``int``, ``float``, ``bool``, ``None``; tuple keys
+of those) goes to an Arrow file of its columns; anything else stays in the JSON document.
+Either way ``load_value`` must give back a dict equal to the one saved, with every key and
+value of the same type (``1``, ``1.0`` and ``True`` are equal in Python, so equality alone
+would not catch an int read back as a float).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from restream_kit.io import checkpoint
+from restream_kit.io._arrow_stores import MIN_KEYS, store_columns, store_from_table
+
+SCALARS = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=8),
+    st.none(),
+)
+
+
+def typed(value):
+    """``value`` with the type of every part, so that 1, 1.0 and True differ."""
+    if type(value) is tuple:
+        return ("tuple", tuple(typed(v) for v in value))
+    if type(value) is float and math.isnan(value):
+        return ("float", "nan")
+    return (type(value).__name__, value)
+
+
+def typed_store(store):
+    return [(typed(k), typed(v)) for k, v in store.items()]
+
+
+def round_trip(tmp_path, stores):
+    state = {"stores": stores, "order": 0}
+    tmp_path.mkdir(exist_ok=True)
+    for old in tmp_path.iterdir():
+        old.unlink()
+    checkpoint.save_value(tmp_path, "state", state, "the state")
+    return checkpoint.load_value(tmp_path, "state")["stores"]
+
+
+def column_store(keys, values, n=MIN_KEYS):
+    """A store of ``n`` keys built from the drawn ones, big enough for an Arrow file."""
+    out = {}
+    for i in range(n):
+        key = keys(i)
+        out[key] = values[i % len(values)]
+    return out
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    kind=st.sampled_from(["int", "str", "float", "bool_int_tuple", "str_int_tuple"]),
+    values=st.lists(SCALARS, min_size=1, max_size=5),
+    odd=st.one_of(st.none(), st.tuples(st.integers(0, MIN_KEYS - 1), SCALARS)),
+)
+def test_stores_read_back_with_the_same_types(tmp_path, kind, values, odd):
+    keys = {
+        "int": lambda i: i - 7,
+        "str": lambda i: f"k{i}",
+        "float": lambda i: i / 4,
+        "bool_int_tuple": lambda i: (i % 2 == 0, i),
+        "str_int_tuple": lambda i: (f"u{i % 13}", i),
+    }[kind]
+    store = column_store(keys, values)
+    if odd is not None:  # one value of another type: the store may have to stay JSON
+        store[keys(odd[0])] = odd[1]
+    back = round_trip(tmp_path, {"s": store, "small": {("a", 1): 2.5, "b": None}})
+    assert typed_store(back["s"]) == typed_store(store)
+    assert typed_store(back["small"]) == typed_store({("a", 1): 2.5, "b": None})
+
+
+def test_a_plain_store_goes_to_an_arrow_file_and_others_stay_json(tmp_path):
+    n = MIN_KEYS
+    plain = {(f"u{i}", i): i % 3 == 0 for i in range(n)}
+    mixed = {i: (1 if i % 2 else 1.0) for i in range(n)}  # ints and floats: JSON keeps both
+    huge = {i: 2**70 for i in range(n)}  # beyond int64
+    ragged = {(i,) * (1 + i % 2): i for i in range(n)}
+    nested = {i: [i] for i in range(n)}
+    stores = {"plain": plain, "mixed": mixed, "huge": huge, "ragged": ragged, "nested": nested}
+    back = round_trip(tmp_path, stores)
+    for name, store in stores.items():
+        assert typed_store(back[name]) == typed_store(store), name
+    files = sorted(p.name for p in tmp_path.glob("state-*.arrow"))
+    assert files == ["state-0.arrow"]
+    document = json.loads((tmp_path / "state.json").read_text())
+    assert document[:2] == ["d", "stores"] and ["store", ["state-0.arrow", 2]] in document[2]
+
+
+def test_store_columns_keep_nulls_nan_and_signed_zero():
+    store = {i: v for i, v in enumerate([None, float("nan"), -0.0, 1.5] * (MIN_KEYS // 4))}
+    table, arity = store_columns(store)
+    assert arity is None and table.schema.field("v").type == pa.float64()
+    back = store_from_table(table, arity)
+    assert typed_store(back) == typed_store(store)
+    assert math.copysign(1, back[2]) == -1
+
+
+def test_a_table_that_is_not_a_store_is_refused_in_one_line(tmp_path):
+    checkpoint.save_value(
+        tmp_path, "state", {"stores": {"s": dict.fromkeys(range(MIN_KEYS), 1)}}, "s"
+    )
+    # Someone else's table under the store's name: a list column, not k0.., v.
+    with pa.OSFile(str(tmp_path / "state-0.arrow"), "wb") as sink:
+        table = pa.table({"x": [[1]]})
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    with pytest.raises(checkpoint.CheckpointError, match="state-0.arrow"):
+        checkpoint.load_value(tmp_path, "state")
