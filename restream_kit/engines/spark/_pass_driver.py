@@ -40,7 +40,7 @@ from ._pass_setup import Setup, arranged, classic, kinds_sql, prepare, quoted, r
 from ._pass_stores import apply_op
 from ._pass_task import PassTask
 from ._passes import ORDER, SINGLE, PassPlan
-from ._zipped import PART, sources, takes_from_passes, zip_targets, zipped_input
+from ._zipped import PART, VALUES, sources, takes_from_passes, zip_targets
 
 __all__ = ["run_passes", "run_jobs", "Ran"]
 
@@ -201,7 +201,7 @@ def run_jobs(
             zipped = None
             packed = False  # whether its events come packed (``_pass_setup.arranged``)
             if kinds and forwarding and zips and takes_from_passes(passes, p, setup.log_kinds):
-                zipped, packed = zipped_input(setup, outputs, p, n)
+                zipped, packed = _zipped_input(setup, outputs, p, n)
                 parts.append(zipped)
             elif kinds and forwarding:
                 # Each kind from the last earlier pass that had its events (they carry the
@@ -411,6 +411,37 @@ def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> b
         return False
     kind_passes = setup.pp.kind_passes
     return not any(p.index in kind_passes.get(kind, ()) for kind in p.schedules)
+
+
+def _zipped_input(setup: Any, outputs: list, p: Any, n: int) -> tuple[Any, bool]:
+    """Zipped pass ``p``'s input: the values packed for it by earlier passes, partitioned by
+    its partition columns, then its events from the log, arranged alike; and whether the
+    events come packed."""
+    by = setup.zips[p.index]
+    df = setup.df
+    kinds = setup.log_kinds[p.index]
+    extra = [c for c in df.columns if c in setup.forward_pks or c.startswith("_rs_part")]
+    events = (
+        df.where(f"kind IN ({kinds_sql(kinds)})")
+        .selectExpr(*[quoted(c) for c in setup.columns], *extra)
+        .repartition(n, *by)
+        .sortWithinPartitions("ts", "lsn")
+    )
+    packed = False
+    if not setup.python_keys:
+        events, packed = arranged(setup, events, by, n)
+    values = None
+    for source in sources(setup.pp.passes, p, setup.log_kinds):
+        if source is None:
+            continue
+        frame = (
+            outputs[source]
+            .where(f"_rs_kind = {W.FWD} AND _rs_dest = {p.index}")
+            .selectExpr(*by, f"_rs_b AS {VALUES}")
+        )
+        values = frame if values is None else values.unionByName(frame)
+    values = values.repartition(n, *by)
+    return values.unionByName(events, allowMissingColumns=True), packed
 
 
 def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:

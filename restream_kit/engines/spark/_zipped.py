@@ -35,12 +35,11 @@ __all__ = [
     "takes_from_passes",
     "zipped_passes",
     "zip_targets",
-    "zipped_input",
     "ValuePacker",
     "unzip",
 ]
 
-VALUES = "_rs_vipc"  # a packed chunk of values, in the receiving pass's input
+VALUES = "_rs_vipc"  # a packed chunk of values, in the receiving pass's input (its column)
 PART = "_rs_part{}"  # the partition of an event in zipped pass {} (a column of the log frame)
 _CHUNK_ROWS = 65_536
 
@@ -103,40 +102,6 @@ def zip_targets(setup: Any, p: Any) -> tuple:
         for source, some in sources(passes, q, setup.log_kinds).items()
         if source == p.index
     )
-
-
-def zipped_input(setup: Any, outputs: list, p: Any, n: int) -> tuple[Any, bool]:
-    """Zipped pass ``p``'s input: the values packed for it by earlier passes, partitioned by
-    its partition columns, then its events from the log, arranged alike; and whether the
-    events come packed."""
-    from ._pass_rows import FWD
-    from ._pass_setup import arranged, kinds_sql, quoted
-
-    by = setup.zips[p.index]
-    df = setup.df
-    kinds = setup.log_kinds[p.index]
-    extra = [c for c in df.columns if c in setup.forward_pks or c.startswith("_rs_part")]
-    events = (
-        df.where(f"kind IN ({kinds_sql(kinds)})")
-        .selectExpr(*[quoted(c) for c in setup.columns], *extra)
-        .repartition(n, *by)
-        .sortWithinPartitions("ts", "lsn")
-    )
-    packed = False
-    if not setup.python_keys:
-        events, packed = arranged(setup, events, by, n)
-    values = None
-    for source in sources(setup.pp.passes, p, setup.log_kinds):
-        if source is None:
-            continue
-        frame = (
-            outputs[source]
-            .where(f"_rs_kind = {FWD} AND _rs_dest = {p.index}")
-            .selectExpr(*by, f"_rs_b AS {VALUES}")
-        )
-        values = frame if values is None else values.unionByName(frame)
-    values = values.repartition(n, *by)
-    return values.unionByName(events, allowMissingColumns=True), packed
 
 
 # -- the tasks: packing values, and joining them to events ----------------------------------
