@@ -42,7 +42,7 @@ lab: setup
 test: setup
 	@scripts/ensure_chromium.sh || echo "make test: no Chromium, so the browser tests will fail (see the line above)"
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=25
 
 lint: setup
 	$(BIN)/ruff check .

@@ -75,6 +75,11 @@ CASES = {
 }
 
 
+#: The resume checks' epochs: four each, so that a resume after two has two left, and the
+#: pass path's epoch-by-epoch replays of the checks across paths stay short.
+RESUME_EPOCH = {"antispam": 12_500, "defaults_and_deletes": 300}
+
+
 def program_of(case, root):
     text = CASES[case][0]
     return rk.Program.load(text if text else root / "examples" / "antispam.py")
@@ -150,7 +155,7 @@ def test_a_prefix_checkpoint_resumes_and_starts_changed_rules(
     case, logs, root, tmp_path, spark_session
 ):
     program = program_of(case, root)
-    log, epoch = logs[CASES[case][1]], CASES[case][2]
+    log, epoch = logs[CASES[case][1]], RESUME_EPOCH[case]
     ck = tmp_path / "ck"
     first = rk.replay(program, log, **SPARK, epoch=epoch, checkpoint=ck)
     assert_lowered_and_committed(
@@ -164,9 +169,12 @@ def test_a_prefix_checkpoint_resumes_and_starts_changed_rules(
 
     # As if killed after epoch 1 committed: resumed on the prefix path, on the pass path,
     # and a pass-path checkpoint resumed on the prefix path.
-    passes_ck = tmp_path / "passes"
-    rk.replay(program, log, **SPARK, epoch=epoch, checkpoint=passes_ck, path="passes")
-    for directory, path in ((ck, "auto"), (ck, "passes"), (passes_ck, "auto")):
+    runs = [(ck, "auto")]
+    if case != "antispam":  # across the paths on the small log only: the same code either way
+        passes_ck = tmp_path / "passes"
+        rk.replay(program, log, **SPARK, epoch=epoch, checkpoint=passes_ck, path="passes")
+        runs += [(ck, "passes"), (passes_ck, "auto")]
+    for directory, path in runs:
         keep_first_epochs(directory, 2)
         resumed = rk.replay(
             program, log, **SPARK, epoch=epoch, checkpoint=directory, resume=True, path=path
