@@ -61,6 +61,7 @@ def describe_uri_log(session: Any, log: Log, options: dict[str, Any]) -> None:
 __all__ = ["replay"]
 
 _CHECKPOINTING = ("checkpoint", "resume", "start_from")
+STATE_FORMAT = "serial"  # the serial engine's: checkpoints move between the engines
 #: What the prefix path does not do: start a changed program from a committed state. It
 #: commits checkpoints, and resumes its own program's (see ``_lowered``).
 _STARTING = ("start_from",)
@@ -159,11 +160,12 @@ class _Replay:
                 raise Cancelled("replay cancelled") from None
             raise
 
-    def _open_checkpoint(self) -> tuple[Any, Any]:
-        """The replay's checkpointer and, for a resume, where it starts (None, None without
-        ``checkpoint=``). Opened as the pass path opens it (the same identity), so that either
-        path, or the serial engine with ``start_from``, continues what the other wrote."""
-        if not (self.options.get("checkpoint") or self.options.get("resume")):
+    def open_checkpoint(self) -> tuple[Any, Any]:
+        """The replay's checkpointer and where it starts (a resume's or a ``start_from``'s;
+        (None, None) without checkpoint options), opened once, whichever path runs: so
+        either path, or the serial engine, continues what the other wrote (the same
+        identity, the serial engine's state format)."""
+        if not any(self.options.get(name) for name in _CHECKPOINTING):
             return None, None
         if self.opened is None:  # a resume without a checkpoint is refused here, in one line
             from ...io.checkpoint import open_for_replay
@@ -173,14 +175,15 @@ class _Replay:
                 self.log,
                 engine="spark",
                 epoch=self.options.get("epoch"),
-                state_format="serial",
+                state_format=STATE_FORMAT,
                 checkpoint=self.options.get("checkpoint"),
                 resume=bool(self.options.get("resume")),
+                start_from=self.options.get("start_from"),
             )
         return self.opened
 
     def _prefix(self, low: Lowered, started: float, probes: Any) -> Result:
-        ck, start = self._open_checkpoint()
+        ck, start = self.open_checkpoint()
         result = run_prefix(
             low,
             self.program,
@@ -248,7 +251,7 @@ class _Replay:
             else prefix_plan(self.program, self.log)
         )
         if low is not None and self.options.get("resume"):
-            why = why_not_resumed(self._open_checkpoint()[1])
+            why = why_not_resumed(self.open_checkpoint()[1])
             low = None if why else low
         if low is None and self.path == "prefix":
             raise RestreamError(f"the prefix path cannot run this replay: {why}")
@@ -309,24 +312,13 @@ class _Replay:
         """A log with no events: the serial engine's result (empty tables, every state
         empty; with ``checkpoint=``, its one empty epoch committed as a Spark checkpoint).
         Nothing is sent to Spark: there is nothing to run."""
-        from ...io.checkpoint import open_for_replay
         from .. import serial
 
         opts = self.options
         checkpointer = None
         if any(opts.get(name) for name in _CHECKPOINTING):
-            # Opened here, as the pass path opens it, so that the checkpoint is Spark's.
-            ck, start = open_for_replay(
-                self.program,
-                self.log,
-                engine="spark",
-                epoch=opts.get("epoch"),
-                state_format="serial",
-                checkpoint=opts.get("checkpoint"),
-                resume=bool(opts.get("resume")),
-                start_from=opts.get("start_from"),
-            )
-            checkpointer = _Opened(ck, start)
+            # Opened as the paths open it, so that the checkpoint is Spark's.
+            checkpointer = _Opened(*self.open_checkpoint())
 
         def relay(event: Any) -> None:
             if isinstance(event, ReplayStarted):

@@ -275,16 +275,14 @@ def run_jobs(
             rows = parts[0]
             for part in parts[1:]:
                 rows = rows.unionByName(part, allowMissingColumns=True)
-            if zipped is not None:
-                pass  # arranged and joined by position already (``_zipped``)
-            elif fed and "_rs_b" not in rows.columns:
+            if fed and "_rs_b" not in rows.columns:
                 rows = rows.selectExpr("*", "CAST(NULL AS BINARY) AS _rs_b")
             for s in consumed:
                 for c, typ in (("l", "BIGINT"), ("d", "DOUBLE"), ("b", "BINARY")):
                     if f"_rs_q{c}{s}" not in rows.columns and not forwarding:
                         rows = rows.selectExpr("*", f"CAST(NULL AS {typ}) AS _rs_q{c}{s}")
             if zipped is not None:
-                pass
+                pass  # arranged, and joined to its values by position, in the task
             elif not fed:
                 if p.partition == ORDER:
                     # In any partitions: no shuffle, each sorted as it is.
@@ -420,7 +418,8 @@ def _zipped_input(setup: Any, outputs: list, p: Any, n: int) -> tuple[Any, bool]
     by = setup.zips[p.index]
     df = setup.df
     kinds = setup.log_kinds[p.index]
-    extra = [c for c in df.columns if c in setup.forward_pks or c.startswith("_rs_part")]
+    parts = [PART.format(j) for j in setup.zips]
+    extra = [c for c in (*setup.forward_pks, *parts) if c in df.columns]
     events = (
         df.where(f"kind IN ({kinds_sql(kinds)})")
         .selectExpr(*[quoted(c) for c in setup.columns], *extra)

@@ -24,7 +24,6 @@ import pyarrow as pa
 from ...io.checkpoint import (
     CheckpointError,
     check_states,
-    open_for_replay,
     restore_serial_state,
     state_declarations,
 )
@@ -42,7 +41,6 @@ from ._program_ref import key_function
 
 __all__ = ["run_checkpointed"]
 
-STATE_FORMAT = "serial"  # the serial engine's: checkpoints move between the two engines
 _FIRST = -(1 << 63)  # the position of a state row: before every event
 _RESTORED = b"\x00" * 8  # a restored entry's run bytes: before any run's (see _pass_task)
 _CARRY_SCHEMA = pa.schema(
@@ -64,16 +62,7 @@ def run_checkpointed(setup: Setup) -> Result:
     one (``resume``) or starting from one (``start_from``)."""
     rep, program, log = setup.rep, setup.program, setup.log
     opts = rep.options
-    ck, start = open_for_replay(
-        program,
-        log,
-        engine="spark",
-        epoch=opts.get("epoch"),
-        state_format=STATE_FORMAT,
-        checkpoint=opts.get("checkpoint"),
-        resume=bool(opts.get("resume")),
-        start_from=opts.get("start_from"),
-    )
+    ck, start = rep.open_checkpoint()
     total = len(log)
     epochs = cut(log, opts.get("epoch"))
     notes: list[str] = []

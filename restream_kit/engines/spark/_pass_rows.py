@@ -32,6 +32,8 @@ __all__ = [
     "out_batch",
     "out_rows",
     "probe_array",
+    "packed_bytes",
+    "packed_batches",
     "EMIT",
     "FINAL",
     "WRITE",
@@ -267,3 +269,18 @@ def probe_array(which: str, values: list) -> pa.Array:
         ],
         pa.binary(),
     )
+
+
+def packed_bytes(batches: list[pa.RecordBatch]) -> bytes:
+    """Record batches of one schema as Arrow IPC stream bytes: one packed chunk (a kept
+    arrangement's events, a zipped pass's values) in a Spark row."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def packed_batches(chunk: Any) -> list[pa.RecordBatch]:
+    """The record batches of a chunk :func:`packed_bytes` made (an Arrow binary scalar)."""
+    return pa.ipc.open_stream(chunk.as_buffer()).read_all().to_batches()

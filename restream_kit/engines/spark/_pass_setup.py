@@ -312,16 +312,12 @@ class PackTask:
             yield self._row(chunk, seq)
 
     def _row(self, chunk: list, seq: int) -> pa.RecordBatch:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, chunk[0].schema) as writer:
-            for batch in chunk:
-                writer.write_batch(batch)
         first = {name: chunk[0].column(name).slice(0, 1) for name in self.names}
         return pa.RecordBatch.from_arrays(
             [
                 *first.values(),
                 pa.array([seq], pa.int64()),
-                pa.array([sink.getvalue().to_pybytes()], pa.binary()),
+                pa.array([W.packed_bytes(chunk)], pa.binary()),
             ],
             names=[*first, PACKED_SEQ, PACKED_IPC],
         )
@@ -346,7 +342,7 @@ def unpacked(batches: Any) -> Any:
             if seq != last + 1:
                 raise RuntimeError(f"packed events: chunk {seq} came after chunk {last}")
             last = seq
-            yield from pa.ipc.open_stream(blob.as_buffer()).read_all().to_batches()
+            yield from W.packed_batches(blob)
 
 
 def _unpersist(frame: Any) -> None:

@@ -58,8 +58,6 @@ from ._zipped import ValuePacker, unzip
 
 __all__ = ["run_plain"]
 
-_LSN = frozenset({"lsn"})  # what a zipped pass's values keep of their events' columns
-
 
 def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) -> Iterator:
     """A pass that only runs handlers over log events (no row from or for another pass but
@@ -118,7 +116,8 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     if spec.zipped:
         batches = unzip(batches)
     packer = ValuePacker(spec.zip_to, spec.wide, spec.zip_by) if spec.zip_to else None
-    values = ["lsn", *(f.name for f in spec.wide or () if f.name.startswith("_rs_q"))]
+    # What a zipped pass gets of each event from here: its lsn and the probe columns.
+    values = pa.schema(f for f in spec.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))
     try:
         for batch in batches:
             if not batch.num_rows:
@@ -136,10 +135,9 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
             )
             events += batch.num_rows
             if packer is not None:
-                sent = _forwarded(batch, spec.wide, served, _LSN).select(values)
-                yield from packer.add(batch, sent)
+                yield from packer.add(batch, _forwarded(batch, values, served))
             elif spec.forward:
-                yield _forwarded(batch, spec.wide, served, None)
+                yield _forwarded(batch, spec.wide, served)
             if type(rt) is _Shipping and len(rt.out) >= BATCH_ROWS:
                 yield _shipped(rt, spec)
         # The serial replay applies timed writes due by the log's last event, whichever key
@@ -464,12 +462,9 @@ def _fill_source(h: int, slots: list, extra: dict) -> str:
     return "\n".join(lines)
 
 
-def _forwarded(
-    batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list], keep: frozenset | None
-) -> Any:
-    """The batch's events for later passes: their columns as they came (those in ``keep``
-    when it is given, and the probe columns), with the probe values recorded here in this
-    pass's slots."""
+def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) -> Any:
+    """The batch's events for later passes, as ``wide`` has them: their columns as they came,
+    with the probe values recorded here in this pass's slots."""
     n = batch.num_rows
     names = set(batch.schema.names)
     arrays = []
@@ -480,7 +475,7 @@ def _forwarded(
         elif name.startswith("_rs_q") and int(name[6:]) in served:
             values = served[int(name[6:])]
             arrays.append(probe_array(name[5], values[:n]))
-        elif name in names and (keep is None or name in keep or name.startswith("_rs_q")):
+        elif name in names:
             col = batch.column(name)
             arrays.append(col if col.type == f.type else col.cast(f.type))
         else:

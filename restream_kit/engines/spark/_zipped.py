@@ -29,6 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._pass_rows import FWD, packed_batches, packed_bytes
+
 __all__ = [
     "ZipError",
     "sources",
@@ -116,7 +118,8 @@ class ValuePacker:
         self.zip_to = zip_to
         self.wide = wide
         self.by = by
-        self.held: dict[tuple[int, int], list] = {}  # (pass, partition) -> [(values, keys)]
+        # (pass, partition) -> [the partition values of its first event, values...]
+        self.held: dict[tuple[int, int], list] = {}
         self.rows: dict[tuple[int, int], int] = {}
 
     def add(self, batch: pa.RecordBatch, values: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
@@ -136,9 +139,11 @@ class ValuePacker:
                 stop = int(np.searchsorted(sorted_parts, d, side="right"))
                 take = pa.array(order[start:stop])
                 key = (target, d)
-                keys = batch.select(list(self.by[target])).take(take.slice(0, 1))
-                self.held.setdefault(key, []).append((values.take(take), keys))
-                self.rows[key] = self.rows.get(key, 0) + stop - start
+                if key not in self.held:
+                    self.held[key] = [batch.select(list(self.by[target])).take(take.slice(0, 1))]
+                    self.rows[key] = 0
+                self.held[key].append(values.take(take))
+                self.rows[key] += stop - start
                 if self.rows[key] >= _CHUNK_ROWS:
                     yield self._chunk(key)
                 start = stop
@@ -148,23 +153,16 @@ class ValuePacker:
             yield self._chunk(key)
 
     def _chunk(self, key: tuple[int, int]) -> pa.RecordBatch:
-        held = self.held.pop(key)
+        first, *values = self.held.pop(key)
         del self.rows[key]
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, held[0][0].schema) as writer:
-            for values, _keys in held:
-                writer.write_batch(values)
-        first = held[0][1]
         arrays = []
         for f in self.wide:
             if f.name == "_rs_kind":
-                from ._pass_rows import FWD
-
                 arrays.append(pa.array([FWD], f.type))
             elif f.name == "_rs_dest":
                 arrays.append(pa.array([key[0]], f.type))
             elif f.name == "_rs_b":
-                arrays.append(pa.array([sink.getvalue().to_pybytes()], f.type))
+                arrays.append(pa.array([packed_bytes(values)], f.type))
             elif f.name in first.schema.names:
                 col = first.column(f.name)
                 arrays.append(col if col.type == f.type else col.cast(f.type))
@@ -188,7 +186,7 @@ def unzip(batches: Any) -> Iterator[pa.RecordBatch]:
             if rows and chunks.slice(0, rows).null_count:
                 raise ZipError("a zipped pass's values and events came mixed")
             for chunk in chunks.slice(0, rows) if rows else ():
-                pending += pa.ipc.open_stream(chunk.as_buffer()).read_all().to_batches()
+                pending += packed_batches(chunk)
             if rows == batch.num_rows:
                 continue
             batch = batch.slice(rows)
