@@ -7,7 +7,9 @@ Rules (``bench/programs/`` and ``examples/``):
   write, and a rule reading both (ordinary Python: parallel passes);
 - ``windows``: a tumbling count per sender and a sliding count per IP (``schedule()``
   underneath: parallel passes);
-- ``ewma``: one partitioned stage with floats (the hand-written-job comparison).
+- ``ewma``: one partitioned stage with floats (the hand-written-job comparison);
+- ``teams``: a read by a looked-up key (a broadcast read: every partition of its pass holds a
+  copy of the counts it reads).
 
 Two measures, both as ratios against the serial engine measured in the same run:
 
@@ -45,6 +47,7 @@ RULES = {
     "ordinary": ROOT / "bench" / "programs" / "ordinary.py",
     "windows": ROOT / "bench" / "programs" / "windows.py",
     "ewma": ROOT / "bench" / "programs" / "sender_ewma.py",
+    "teams": ROOT / "bench" / "programs" / "teams.py",
 }
 DEFAULT_OUT = ROOT / "bench" / "results" / "spark_rules.json"
 

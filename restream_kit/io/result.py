@@ -75,6 +75,9 @@ class Metrics:
     epochs: int = 1
     #: What ran, per stage: "parallel over N partitions ...", "lowered ..." or "sequential ...".
     path: dict[str, str] = field(default_factory=dict)
+    #: Per stage of a parallel engine, the events each of its tasks ran (summed over epochs):
+    #: how evenly the work spread.
+    task_events: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def events_per_s(self) -> float:

@@ -76,14 +76,14 @@ def test_spark_rules_quick_run(tmp_path):
     out = tmp_path / "spark_rules.json"
     command = [
         sys.executable, "-m", "bench", "spark-rules",
-        "--events", "3000", "--runs", "1", "--rules", "ordinary,windows",
+        "--events", "3000", "--runs", "1", "--rules", "ordinary,windows,teams",
         "--log", str(tmp_path / "social_3000.parquet"), "--out", str(out),
     ]  # fmt: skip
     env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())
-    for rule in ("ordinary", "windows"):
+    for rule in ("ordinary", "windows", "teams"):
         warm, cold = results["rules"][rule]["warm"], results["rules"][rule]["cold"]
         assert warm["ratio"] > 0 and cold["ratio"] > 0
         assert all(what.startswith("parallel") for what in warm["path"].values()), warm["path"]

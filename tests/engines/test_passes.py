@@ -19,7 +19,7 @@ from naive import spark_cases
 
 import restream_kit as rk
 from restream_kit.engines import engines
-from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, plan_passes
+from restream_kit.engines.spark._passes import BY_KEY, ORDER, plan_passes
 from restream_kit.engines.spark._window_shapes import closes_once, folded_counts
 from restream_kit.io.progress import Progress, Recorder, StageFinished
 from restream_kit.planner import plan
@@ -97,16 +97,6 @@ def test_a_state_only_written_is_folded_by_its_own_key():
     pp = plan_passes(p, plan(p))
     assert pp.reason is None
     assert pp.passes[-1].partition == BY_KEY and pp.passes[-1].finals == ("seen",)
-
-
-def test_what_the_passes_cannot_split_runs_as_one_pass_and_says_why():
-    pp = passes_of("examples/plans/key_from_read.py")
-    assert pp.reason and "key that is not the event's" in pp.reason
-    (only,) = pp.passes
-    assert only.partition == SINGLE and only.describe(4).startswith("sequential in one task")
-    # Said before any replay, by the engine's layout.
-    said = engines()["spark"].layout(program("examples/plans/key_from_read.py"))
-    assert said == {"whole program": f"sequential in one task: {pp.reason}"}
 
 
 def test_a_stage_partitioned_by_an_element_of_its_keys_is_one_parallel_pass():

@@ -126,6 +126,7 @@ class Ran:
     path: dict[str, str] = field(default_factory=dict)
     history: list = field(default_factory=list)  # blobs of recorded history values
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    task_events: dict[str, list[int]] = field(default_factory=dict)  # per stage, per task
 
 
 def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
@@ -337,6 +338,8 @@ def run_jobs(
                 zip_by={j: tuple(unquoted(c) for c in by) for j, by in setup.zips.items()},
                 zipped=zipped is not None,
                 packed=packed,
+                copied={q.index: q.copies for q in passes if q.copies},
+                spread=setup.spread,
                 one_kind=one_kind,
                 closes_once=setup.closes_once,
                 folds=setup.folds,
@@ -365,7 +368,7 @@ def run_jobs(
                     out = out.localCheckpoint(eager=False)
                     got = None
                 outputs.append(out)  # (unpersisted at the end, whatever happens)
-                tasks, busy = _collect(out if got is None else got, ran)
+                tasks, busy = _collect(out if got is None else got, ran, p.stage)
             seconds = time.perf_counter() - pass_started
             ran.stage_seconds[p.stage] = seconds
             # Where the pass's time goes: its tasks' own work, summed (the rest is Spark's).
@@ -453,7 +456,7 @@ def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
 _SMALL = (W.EMIT, W.FINAL, W.STAT, W.ERROR, W.PEND, W.QUAR, W.CARRY, W.HIST)
 
 
-def _collect(out: Any, ran: Ran) -> tuple[int, float]:
+def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
     """Fold a pass's small rows into ``ran`` (``out`` its output, a DataFrame, or all of it
     already on the driver as an Arrow table); its number of tasks and their summed time."""
     if isinstance(out, pa.Table):
@@ -487,7 +490,8 @@ def _collect(out: Any, ran: Ran) -> tuple[int, float]:
             ran.finals[name].update(values)
         elif kind == W.STAT:
             tasks += 1
-            _events, task_s, made, last_at = pickle.loads(blob)
+            events, task_s, made, last_at = pickle.loads(blob)
+            ran.task_events.setdefault(stage, []).append(events)
             busy += task_s
             ran.scheduled += made
             if last_at is not None:
@@ -524,6 +528,7 @@ def make_result(
         stages=ran.stage_seconds,
         epochs=epochs,
         path=ran.path,
+        task_events=ran.task_events,
     )
     result = Result(tables=tables, state=ran.finals, metrics=metrics)
     if rep.on_error != "stop":

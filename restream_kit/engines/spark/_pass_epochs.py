@@ -93,6 +93,7 @@ def run_checkpointed(setup: Setup) -> Result:
         # A serial checkpoint counts them per root; this engine keeps their total beside.
         before = start.state.get("scheduled_total", sum(state["scheduled_per_root"].values()))
     seconds: dict[str, float] = {}
+    task_events: dict[str, list[int]] = {}
     for ep in epochs:
         rep._check_cancel()
         rep.notify(EpochStarted(ep.index, len(ep)))
@@ -107,6 +108,11 @@ def run_checkpointed(setup: Setup) -> Result:
         scheduled += ran.scheduled
         for stage, s in ran.stage_seconds.items():
             seconds[stage] = seconds.get(stage, 0.0) + s
+        for stage, counts in ran.task_events.items():
+            summed = task_events.setdefault(stage, [])
+            summed.extend([0] * (len(counts) - len(summed)))
+            for i, count in enumerate(counts):
+                summed[i] += count
         new_rows = emitted_rows(ran.emitted, ran.emitted_columns, handler_names(program))
         for name, rows in new_rows.items():
             per_table.setdefault(name, []).extend(rows)
@@ -124,6 +130,7 @@ def run_checkpointed(setup: Setup) -> Result:
     # Scheduled events in all, as the serial engine counts them (those before a restart too).
     ran.scheduled = scheduled + before
     ran.stage_seconds = seconds
+    ran.task_events = task_events
     tables = {name: build_table(name, rows) for name, rows in per_table.items()}
     wall = time.perf_counter() - setup.started
     rep.notify(ReplayFinished(total, wall))
@@ -214,22 +221,30 @@ def _pass_op(op: str, arg: Any) -> tuple:
 def _carry_frame(setup: Setup, state: dict[str, Any]) -> Any:
     """The rows an epoch starts from (see the module docstring), as a DataFrame."""
     pp, program = setup.pp, setup.program
-    holders = {name: [p for p in pp.passes if name in p.homes] for name in program.states}
+    # The passes that hold a state: its home, and those holding a copy in every partition.
+    holders = {
+        name: [p for p in pp.passes if name in p.homes or name in p.copies]
+        for name in program.states
+    }
     rows: list[tuple] = []
 
-    def pk(partition: str, key: Any) -> str:
-        return "N" if partition in (SINGLE, ORDER) else encode_key(key)
+    def pks(p: Any, name: str, key: Any) -> tuple[str, ...]:
+        if name in p.copies:
+            return setup.spread[p.index]
+        return ("N",) if p.partition in (SINGLE, ORDER) else (encode_key(key),)
 
     for name, values in state["stores"].items():
         for p in holders.get(name, ()):
             for key, value in values.items():
                 blob = W.dumps((name, key, value))
-                rows.append((p.index, _FIRST, 0, 0, b"", W.TAG_STATE, pk(p.partition, key), blob))
+                for pk in pks(p, name, key):
+                    rows.append((p.index, _FIRST, 0, 0, b"", W.TAG_STATE, pk, blob))
     for at, n, name, op, key, arg in state["future"]:
         sub = _RESTORED + n.to_bytes(8, "big")
         blob = W.dumps((name, key, _pass_op(op, arg)))
         for p in holders.get(name, ()):
-            rows.append((p.index, at, 0, 0, sub, W.TAG_WRITE, pk(p.partition, key), blob))
+            for pk in pks(p, name, key):
+                rows.append((p.index, at, 0, 0, sub, W.TAG_WRITE, pk, blob))
     routes: dict[int, Any] = {}
     per_root = state["scheduled_per_root"]
     for at, n, ev in state["scheduled"]:
@@ -238,8 +253,10 @@ def _carry_frame(setup: Setup, state: dict[str, Any]) -> Any:
         blob = W.dumps((ev.kind, fields, ev.lsn, ev.seq, per_root.get(ev.lsn, ev.seq)))
         for target in pp.kind_passes.get(ev.kind, ()):
             partition = pp.passes[target].partition
-            if partition in (SINGLE, ORDER, BY_KEY):
+            if partition in (SINGLE, BY_KEY):
                 where = "N"
+            elif partition == ORDER:
+                where = W.order_value(ev.lsn)
             else:
                 fn = routes.get(target)
                 if fn is None:

@@ -26,6 +26,7 @@ from ._program_ref import ProgramRef, key_function
 __all__ = [
     "PassSpec",
     "Routing",
+    "order_value",
     "OUT_SCHEMA",
     "dumps",
     "run_bytes",
@@ -144,6 +145,10 @@ class PassSpec:
     closes_once: frozenset = frozenset()  # window closes sent once (``_window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
     history: tuple = ()  # the run's history probes its tasks record (``_history``)
+    # Broadcast reads (``_passes``): pass -> the states each of its partitions holds a copy
+    # of, and pass -> one partition value per partition, which every write of them goes to.
+    copied: dict = field(default_factory=dict)
+    spread: dict = field(default_factory=dict)
 
 
 def dumps(value: Any) -> bytes:
@@ -156,9 +161,15 @@ def dumps(value: Any) -> bytes:
         return cloudpickle.dumps(value, protocol=5)
 
 
+def order_value(root: int) -> str:
+    """Where a scheduled event goes in a pass by log order: with its root event, whose
+    partition value there is this (``_pass_setup.prepare``), so that they spread as it does."""
+    return f"i{root};"
+
+
 class Routing:
     """Partition values for rows sent to other passes: of a state key, and of an event in the
-    pass it goes to. Needs ``spec``, ``program``, ``pk_cache`` and ``home_keys``."""
+    pass it goes to. Needs ``spec``, ``program``, ``out``, ``pk_cache`` and ``home_keys``."""
 
     def _pk(self, key: Any) -> str:
         """``encode_key(key)``, remembered: the same keys come back again and again."""
@@ -174,10 +185,24 @@ class Routing:
         pk = cache[key] = encode_key(key)
         return pk
 
+    def write_rows(self, state: str, key: Any, position: tuple, payload: bytes, homes: tuple):
+        """Rows of one write for the passes ``homes``: to the partition of ``key`` there, or
+        to every partition of a pass that holds copies of ``state``."""
+        spec = self.spec
+        out = self.out
+        for home in homes:
+            if state in spec.copied.get(home, ()):
+                out.extend([(WRITE, home, pk, position, payload) for pk in spec.spread[home]])
+            else:
+                pk = "N" if spec.home_partition[home] == spec.single_key else self._pk(key)
+                out.append((WRITE, home, pk, position, payload))
+
     def route(self, target: int, event: Any) -> str:
         partition = self.spec.home_partition[target]
-        if partition in (self.spec.single_key, self.spec.order_key):
+        if partition == self.spec.single_key:
             return "N"
+        if partition == self.spec.order_key:
+            return order_value(event[0])
         fn = self.home_keys.get(target)
         if fn is None:
             fn = self.home_keys[target] = key_function(partition, self.program)

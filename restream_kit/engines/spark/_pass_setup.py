@@ -72,6 +72,7 @@ class Setup:
     closes_once: frozenset = frozenset()  # see ``_window_shapes.closes_once``
     folds: frozenset = frozenset()  # see ``_window_shapes.folded_counts``
     zips: dict = field(default_factory=dict)  # zipped pass -> its partition columns (``_zipped``)
+    spread: dict = field(default_factory=dict)  # pass with copies -> a value per partition
 
 
 def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
@@ -184,7 +185,40 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         closes_once=closes_once(program),
         folds=folded_counts(program),
         zips=zips,
+        spread={
+            p.index: ("N",) if p.partition == SINGLE else spread_values(session, partitions)
+            for p in passes
+            if p.copies
+        },
     )
+
+
+_SPREAD: dict[tuple, tuple[str, ...]] = {}
+
+
+def spread_values(session: Any, n: int) -> tuple[str, ...]:
+    """One partition value per partition of a pass repartitioned by ``_rs_pk`` into ``n``:
+    value ``i`` lands in partition ``i`` (Spark puts a value in ``pmod(hash(value), n)``;
+    Spark computes that here, so the values are right for whatever Spark runs the pass)."""
+    key = (id(session), n)
+    if key not in _SPREAD:
+        found: dict[int, str] = {}
+        tried = 0
+        while len(found) < n:
+            more = 32 * n
+            rows = (
+                session.range(tried, tried + more)
+                .selectExpr("concat('c', CAST(id AS STRING), ';') AS v")
+                .selectExpr("v", f"pmod(hash(v), {n}) AS p")
+                .groupBy("p")
+                .agg({"v": "min"})
+                .collect()
+            )
+            for p, v in rows:
+                found.setdefault(p, v)
+            tried += more
+        _SPREAD[key] = tuple(found[i] for i in range(n))
+    return _SPREAD[key]
 
 
 def _forwards(rep: Any, pp: PassPlan) -> bool:

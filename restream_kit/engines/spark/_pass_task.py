@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import heapq
 import pickle
-import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,7 +33,6 @@ from ...model.program import Program
 from ...runtime.quarantine import quarantine_row
 from .._gc import collector_paused
 from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
-from ._codec import MISSING
 from ._faults import inject_fault
 from ._pass_rows import (
     BATCH_ROWS,
@@ -47,7 +45,6 @@ from ._pass_rows import (
     PH_LOG,
     PH_SCHED,
     PH_TIMED,
-    PROBE,
     QUAR,
     RUN_HEAD,
     SCHED,
@@ -59,7 +56,6 @@ from ._pass_rows import (
     TAG_STATE,
     TAG_WRITE,
     U32,
-    WRITE,
     PassSpec,
     Routing,
     U32x2,
@@ -67,6 +63,7 @@ from ._pass_rows import (
     out_batch,
     out_schema,
 )
+from ._pass_runner import kind_runner
 from ._pass_setup import unpacked
 from ._pass_stores import BlindStore, JournalStore, RecordingStore, apply_op
 from ._plain_pass import run_plain
@@ -96,6 +93,7 @@ class _Runtime(Routing):
         self.defaults: dict[str, Any] = {}
         self.home_keys: dict[int, Any] = {}
         self.scheduled = 0
+        self.ran_scheduled = 0  # scheduled events run here (from here or earlier passes)
         self.pending_sched = 0  # scheduled events waiting in the heap
         self.last_at = None  # the latest time an event was scheduled for
         self.store_names: dict[int, str] = {}
@@ -228,10 +226,7 @@ class _Runtime(Routing):
                 position = (t, ph, o, sub + U32x2.pack(self.hidx, self.calls))
             else:
                 position = (at, PH_TIMED, 0, self._run_bytes() + U32.pack(self.calls))
-        payload = dumps((state, key, op))
-        for home in targets:
-            pk = "N" if self.spec.home_partition[home] == self.spec.single_key else self._pk(key)
-            self.out.append((WRITE, home, pk, position, payload))
+        self.write_rows(state, key, position, dumps((state, key, op)), targets)
 
 
 class PassTask:
@@ -304,7 +299,7 @@ class PassTask:
 
         pks_now: dict[int, list] = {}  # the batch's partition values of reading passes
         runners = {
-            kind: _kind_runner(kind, acts, program, rt, stores, probe_values, pks_now)
+            kind: kind_runner(kind, acts, program, rt, stores, probe_values, pks_now)
             for kind, acts in actions.items()
         }
 
@@ -337,6 +332,7 @@ class PassTask:
                         rt.write_pos = None
                 else:
                     rt.pending_sched -= 1
+                    rt.ran_scheduled += 1
                     run_event(payload, pos, None, [])
 
         # An event waits until the writes of its own runs in earlier passes, which sort
@@ -455,6 +451,7 @@ class PassTask:
                         if made:  # carried from an earlier epoch: the root's count so far
                             rt.per_root[root] = max(rt.per_root.get(root, 0), made[0])
                         ev = ScheduledEvent(kind, pos[0], root, seq, fields)
+                        rt.ran_scheduled += 1
                         waiting[:] = [ev, pos, None, []]
                 if len(rt.out) >= BATCH_ROWS:
                     yield out_batch(rt, schema, slots)
@@ -501,7 +498,8 @@ class PassTask:
             rt.out.append((FINAL, -1, None, (0, 0, 0, b""), blob))
         if rt.history is not None:
             rt.out.append(rt.history.row())
-        stat = (events, time.perf_counter() - started, rt.scheduled, rt.last_at)
+        ran = events + rt.ran_scheduled
+        stat = (ran, time.perf_counter() - started, rt.scheduled, rt.last_at)
         rt.out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
         yield out_batch(rt, schema, slots)
 
@@ -521,90 +519,3 @@ def _carry_heap(rt: _Runtime) -> None:
             rt.out.append((CARRY, TAG_SCHED, None, pos, blob))
     rt.heap.clear()
     rt.pending_sched = 0
-
-
-def _kind_runner(kind, acts, program, rt, stores, probe_values, pks_now):
-    """A function running one kind's actions (handlers, probes) in declaration order.
-
-    Generated once per task and kind, so that an event costs a call per handler and nothing
-    for the cases it does not have (no probe, no incoming write).
-    """
-    env: dict[str, Any] = {
-        "rt": rt,
-        "stores": stores,
-        "defaults": rt.defaults,
-        "probe_values": probe_values,
-        "pks_now": pks_now,
-        "apply_op": apply_op,
-        "MISSING": MISSING,
-        "_fill": _fill,
-        "PROBE": PROBE,
-        "pack": struct.pack,
-    }
-    lines = ["def run(ev, pos, i, writes):"]
-    lines.append("    if writes:")
-    lines.append("        w = 0; nw = len(writes); cut = len(pos[3])")
-    readers: dict[int, list] = {}
-    for n, (h, what, target, slots_h) in enumerate(acts):
-        lines.append("    if writes:")
-        lines.append(f"        while w < nw and writes[w][0][cut:cut + 4] < M{n}:")
-        lines.append("            _s, _st, _k, _op = writes[w]")
-        lines.append("            apply_op(stores[_st], defaults[_st], _k, _op, True)")
-        lines.append("            w += 1")
-        env[f"M{n}"] = struct.pack(">I", h)
-        if what == 0:
-            if slots_h:
-                env[f"S{n}"] = slots_h
-                lines.append(f"    _fill(stores, S{n}, probe_values, ev)")
-            if rt.history is not None and (record := rt.history.hook(h)) is not None:
-                env[f"H{n}"] = record  # after the fill: the value the handler's read finds
-                lines.append(f"    H{n}(ev, pos)")
-            env[f"F{n}"] = target
-            env[f"N{n}"] = program.handlers[h].name
-            lines.append(f"    rt.hidx = {h}; rt.handler = N{n}; rt.calls = 0; rt.rb = None")
-            if rt.journal is not None:
-                lines.append(f"    rt.guarded(F{n}, ev)")
-            else:
-                lines.append(f"    F{n}(ev)")
-        else:
-            slot, state, fn, reader = target
-            env[f"D{n}"] = stores[state]
-            env[f"K{n}"] = fn
-            readers.setdefault(reader, []).append((slot, n))
-            lines.append("    try:")
-            lines.append(f"        v{n} = D{n}.get(K{n}(ev), MISSING)")
-            lines.append("    except Exception:")
-            lines.append(f"        v{n} = MISSING")
-    lines.append("    if writes:")
-    lines.append("        while w < nw:")
-    lines.append("            _s, _st, _k, _op = writes[w]")
-    lines.append("            apply_op(stores[_st], defaults[_st], _k, _op, True)")
-    lines.append("            w += 1")
-    for reader, items in readers.items():
-        values = ", ".join(f"{slot}: v{n}" for slot, n in items)
-        lines.append("    if i is None:")
-        lines.append("        pk = 'N'")
-        lines.append("    elif type(i) is int:")
-        lines.append(f"        pk = pks_now[{reader}][i]")
-        lines.append("    else:")
-        lines.append(f"        pk = i[{reader}]")
-        lines.append(f"    rt.out.append((PROBE, {reader}, pk, pos, {{{values}}}))")
-    namespace = dict(env)
-    exec(compile("\n".join(lines), f"<pass runner {kind}>", "exec"), namespace)
-    return namespace["run"]
-
-
-def _fill(stores: dict, slots: list, values: dict, ev: Any) -> None:
-    """Put the values probed for this run where its reads of upstream state find them."""
-    cleared = set()
-    for slot, state, fn in slots:
-        d = stores[state]
-        if state not in cleared:
-            d.clear()
-            cleared.add(state)
-        value = values.get(slot, MISSING)
-        if value is not MISSING:
-            try:
-                d[fn(ev)] = value
-            except Exception:  # noqa: BLE001 - the handler's own read raises it
-                pass

@@ -14,7 +14,11 @@ complete value per key. What crosses passes is explicit:
   written by the handler and read by the window's close); each write travels as a row to the
   home partition of its key, and is applied there at its position;
 - **scheduled events** go to every pass whose handlers take their kind, to the partition
-  of their key there.
+  of their key there;
+- **copies**: a broadcast-read stage reads a state under a key that is not the event's (or
+  whole), so no partition of it can be told where to look. Every write of that state goes to
+  every partition of its pass as well, where it is applied at its position: each partition
+  holds the state whole, as of each of its events, and the stage stays parallel.
 
 A program the passes cannot split yet runs as one sequential pass, and
 :attr:`PassPlan.reason` says why.
@@ -75,6 +79,7 @@ class Pass:
     stages: tuple[str, ...] = ()  # the plan's stages it runs (a reader may join its source)
     sends: dict[int, str] = field(default_factory=dict)  # later pass -> "probes"/"writes"
     schedules: tuple[str, ...] = ()  # kinds its handlers schedule
+    copies: tuple[str, ...] = ()  # upstream states every partition holds whole (broadcast)
 
     @property
     def event_kinds(self) -> tuple[str, ...]:
@@ -85,10 +90,14 @@ class Pass:
         if self.partition == SINGLE:
             return f"sequential in one task: {self.reason or 'the plan says so'}"
         if self.partition == ORDER:
-            return f"parallel over {partitions} partitions (by log order)"
-        if self.partition == BY_KEY:
-            return f"parallel over {partitions} partitions (by state key)"
-        return f"parallel over {partitions} partitions by {self.partition}"
+            said = f"parallel over {partitions} partitions (by log order)"
+        elif self.partition == BY_KEY:
+            said = f"parallel over {partitions} partitions (by state key)"
+        else:
+            said = f"parallel over {partitions} partitions by {self.partition}"
+        if self.copies:
+            said += f", {' and '.join(self.copies)} copied whole to each"
+        return said
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,7 @@ def _plan(program: Program, plan) -> PassPlan:
     index = {h.name: h.index for h in program.handlers}
     info = {h.name: h for h in plan.handlers}
     scheduled = {k for h in plan.handlers for k in h.schedules}
+    states = program.states
     if "?" in scheduled:
         raise _Unsplit("a schedule() whose kind is not a literal")
 
@@ -172,8 +182,6 @@ def _plan(program: Program, plan) -> PassPlan:
     drafts: list[dict] = []
     for stage in plan.stages:
         handlers = tuple(sorted(index[h] for h in stage.handlers))
-        if stage.mode == "broadcast-read":
-            raise _Unsplit(f"stage {stage.name} reads state under a key that is not the event's")
         d = {
             "stage": stage.name,
             "stages": [stage.name],
@@ -183,9 +191,28 @@ def _plan(program: Program, plan) -> PassPlan:
             "reason": None,
         }
         writes = [(a, k) for _h, a, k in accesses(d) if a.op != "read"]
+        # Upstream states it reads by a key that is not the event's, or whole, or on scheduled
+        # events (which no earlier pass sees, so none can probe for them): each partition
+        # gets a copy (a state it writes too is its own, held here anyway).
+        written = {a.state for a, _k in writes}
+        on_scheduled = {
+            a.state for h in stage.handlers if set(info[h].kinds) & scheduled for a in info[h].reads
+        }
+        d["copies"] = tuple(
+            dict.fromkeys(
+                a.state
+                for h in stage.handlers
+                for a in info[h].reads
+                if a.state not in written
+                and (
+                    a.state in on_scheduled
+                    or (not a.event_key and _key(states[a.state], a) != "()")
+                )
+            )
+        )
         if stage.mode == "sequential":
             d["partition"], d["reason"] = SINGLE, stage.reason
-        elif stage.mode == "partitioned":
+        elif stage.partition_key is not None:
             d["partition"] = stage.partition_key
             # Partitioned by an element common to every key of its own state (the symbol of
             # (symbol, window end)): equal keys have equal elements, so the stage holds its
@@ -238,6 +265,8 @@ def _plan(program: Program, plan) -> PassPlan:
             continue
         final[name] = holder.get(name)
         for i, keys in sorted(r.items()):
+            if name in drafts[i]["copies"]:
+                continue  # every write of it reaches every partition there
             for k in sorted(keys, key=str):
                 if i == holder.get(name):
                     continue
@@ -276,6 +305,8 @@ def _plan(program: Program, plan) -> PassPlan:
                 k = _key(program.states[a.state], a)
                 if holder.get(a.state) == i or final.get(a.state, 0) is None:
                     continue
+                if a.state in d["copies"]:
+                    continue
                 if (a.state, k) in seen:
                     continue
                 seen.add((a.state, k))
@@ -313,6 +344,11 @@ def _plan(program: Program, plan) -> PassPlan:
         name: [at(("fold", f)) for f, (s2, _k, _b) in enumerate(folds) if s2 == name]
         for name in program.states
     }
+    copied_by: dict[str, list[int]] = {}  # state -> the passes that hold copies of it
+    for i, d in enumerate(drafts):
+        d["copies"] = tuple(name for name in d["copies"] if writers.get(name))
+        for name in d["copies"]:
+            copied_by.setdefault(name, []).append(at(i))
     passes = []
     for n, (what, j) in enumerate(order):
         serves = tuple(p for p in probes if p.home == n)
@@ -337,7 +373,9 @@ def _plan(program: Program, plan) -> PassPlan:
         homes = tuple(s for s, h in holder.items() if h == j)
         blind, feeds = {}, {}
         for name in dict.fromkeys(a.state for _h, a, _k in accesses(d) if a.op != "read"):
-            targets = tuple(fold_of[name])
+            targets = tuple(fold_of[name]) + tuple(copied_by.get(name, ()))
+            if any(t <= n for t in copied_by.get(name, ())):
+                raise _Unsplit(f"state {name!r} is written after a stage that reads it whole")
             if holder.get(name) == j:
                 if targets:
                     feeds[name] = targets
@@ -364,6 +402,7 @@ def _plan(program: Program, plan) -> PassPlan:
                     dict.fromkeys(kd for p in serves for kd in p.kinds if kd not in own_kinds)
                 ),
                 stages=tuple(d["stages"]),
+                copies=d["copies"],
             )
         )
     # Who sends what to whom: probe values, or writes and scheduled events (after which an

@@ -44,11 +44,11 @@ from ._pass_rows import (
     SIGN,
     STAT,
     U32,
-    WRITE,
     PassSpec,
     Routing,
     U32x2,
     dumps,
+    order_value,
     out_rows,
     probe_array,
 )
@@ -311,8 +311,10 @@ class _Shipping(Routing):
     def _to(self, target: int, kind: str, at: int, root: int, seq: int, fields: dict) -> str:
         """The partition value of a scheduled event in pass ``target``."""
         partition = self.spec.home_partition[target]
-        if partition in (self.spec.single_key, self.spec.order_key):
+        if partition == self.spec.single_key:
             return "N"
+        if partition == self.spec.order_key:
+            return order_value(root)
         fn = self.field_keys.get(target)
         if fn is None:
             fn = self.field_keys[target] = _fields_key_function(partition, self.program)
@@ -337,11 +339,7 @@ class _Shipping(Routing):
 
     def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
         """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
-        payload = dumps((state, key, op))
-        spec = self.spec
-        for home in targets:
-            pk = "N" if spec.home_partition[home] == spec.single_key else self._pk(key)
-            self.out.append((WRITE, home, pk, position, payload))
+        self.write_rows(state, key, position, dumps((state, key, op)), targets)
 
 
 class _NotAField(Exception):
