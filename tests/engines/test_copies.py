@@ -113,8 +113,12 @@ def test_a_read_by_a_looked_up_key_gets_a_copy_in_every_partition():
     by_stage = {p.stage: p for p in pp.passes}
     over = by_stage["over_quota"]
     assert over.copies == ("team_msgs",) and over.partition == ORDER
-    # charge's merges go to the fold that keeps the final counts and to over_quota.
-    assert over.index in by_stage["charge"].blind["team_msgs"]
+    # charge's merges go to the fold that keeps the final counts, which sends each key's
+    # value after each of them (the versions) to every partition of over_quota.
+    fold = by_stage["fold team_msgs"]
+    assert by_stage["charge"].blind["team_msgs"] == (fold.index,)
+    assert fold.versions_to == (over.index,) and fold.index < over.index
+    assert fold.sends == {over.index: "versions"}
     assert not any(q.state == "team_msgs" for q in over.consumes)
     assert over.describe(4) == (
         "parallel over 4 partitions (by log order), team_msgs copied whole to each"

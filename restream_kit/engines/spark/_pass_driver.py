@@ -247,12 +247,13 @@ def run_jobs(
                     continue
                 parts.append(
                     out.where(
-                        f"_rs_dest = {p.index} AND _rs_kind IN ({W.WRITE}, {W.SCHED}, {W.PROBE})"
+                        f"_rs_dest = {p.index} AND _rs_kind IN "
+                        f"({W.WRITE}, {W.SCHED}, {W.PROBE}, {W.VERS})"
                     ).selectExpr(
                         *_POS,
                         f"CAST(CASE _rs_kind WHEN {W.PROBE} THEN {W.TAG_PROBE} "
-                        f"WHEN {W.WRITE} THEN {W.TAG_WRITE} ELSE {W.TAG_SCHED} END AS TINYINT) "
-                        "AS _rs_tag",
+                        f"WHEN {W.WRITE} THEN {W.TAG_WRITE} WHEN {W.VERS} THEN {W.TAG_VERS} "
+                        f"ELSE {W.TAG_SCHED} END AS TINYINT) AS _rs_tag",
                         "_rs_pk",
                         "_rs_b",
                         *[f"_rs_q{c}{s}" for s in consumed for c in "ldb"],
@@ -338,7 +339,8 @@ def run_jobs(
                 zip_by={j: tuple(unquoted(c) for c in by) for j, by in setup.zips.items()},
                 zipped=zipped is not None,
                 packed=packed,
-                copied={q.index: q.copies for q in passes if q.copies},
+                copies=p.copies,
+                versions_to=p.versions_to,
                 spread=setup.spread,
                 one_kind=one_kind,
                 closes_once=setup.closes_once,

@@ -221,30 +221,23 @@ def _pass_op(op: str, arg: Any) -> tuple:
 def _carry_frame(setup: Setup, state: dict[str, Any]) -> Any:
     """The rows an epoch starts from (see the module docstring), as a DataFrame."""
     pp, program = setup.pp, setup.program
-    # The passes that hold a state: its home, and those holding a copy in every partition.
-    holders = {
-        name: [p for p in pp.passes if name in p.homes or name in p.copies]
-        for name in program.states
-    }
+    # (A pass holding copies of a state gets them from its versions, made by a holder.)
+    holders = {name: [p for p in pp.passes if name in p.homes] for name in program.states}
     rows: list[tuple] = []
 
-    def pks(p: Any, name: str, key: Any) -> tuple[str, ...]:
-        if name in p.copies:
-            return setup.spread[p.index]
-        return ("N",) if p.partition in (SINGLE, ORDER) else (encode_key(key),)
+    def pk(partition: str, key: Any) -> str:
+        return "N" if partition in (SINGLE, ORDER) else encode_key(key)
 
     for name, values in state["stores"].items():
         for p in holders.get(name, ()):
             for key, value in values.items():
                 blob = W.dumps((name, key, value))
-                for pk in pks(p, name, key):
-                    rows.append((p.index, _FIRST, 0, 0, b"", W.TAG_STATE, pk, blob))
+                rows.append((p.index, _FIRST, 0, 0, b"", W.TAG_STATE, pk(p.partition, key), blob))
     for at, n, name, op, key, arg in state["future"]:
         sub = _RESTORED + n.to_bytes(8, "big")
         blob = W.dumps((name, key, _pass_op(op, arg)))
         for p in holders.get(name, ()):
-            for pk in pks(p, name, key):
-                rows.append((p.index, at, 0, 0, sub, W.TAG_WRITE, pk, blob))
+            rows.append((p.index, at, 0, 0, sub, W.TAG_WRITE, pk(p.partition, key), blob))
     routes: dict[int, Any] = {}
     per_root = state["scheduled_per_root"]
     for at, n, ev in state["scheduled"]:

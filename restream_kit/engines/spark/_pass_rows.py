@@ -52,10 +52,13 @@ __all__ = [
     "TAG_EVENT",
     "TAG_WRITE",
     "TAG_SCHED",
+    "TAG_VERS",
+    "VERS",
+    "position_bytes",
 ]
 
-EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD, HIST = range(1, 13)
-TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED, TAG_STATE = range(5)
+EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD, HIST, VERS = range(1, 14)
+TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED, TAG_STATE, TAG_VERS = range(6)
 PH_TIMED, PH_SCHED, PH_LOG = 0, 1, 2
 BLOB_ROWS = 50_000
 BATCH_ROWS = 65_536
@@ -67,6 +70,12 @@ U32x2 = struct.Struct(">II")
 
 def _q(t: int) -> bytes:
     return struct.pack(">Q", (t + SIGN) & 0xFFFFFFFFFFFFFFFF)
+
+
+def position_bytes(pos: tuple) -> bytes:
+    """A position as bytes that compare as the position does (a run's bytes extend them)."""
+    t, ph, o, sub = pos
+    return RUN_HEAD.pack(t + SIGN, ph, o + SIGN) + sub
 
 
 def run_bytes(pos: tuple, handler: int) -> bytes:
@@ -145,9 +154,11 @@ class PassSpec:
     closes_once: frozenset = frozenset()  # window closes sent once (``_window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
     history: tuple = ()  # the run's history probes its tasks record (``_history``)
-    # Broadcast reads (``_passes``): pass -> the states each of its partitions holds a copy
-    # of, and pass -> one partition value per partition, which every write of them goes to.
-    copied: dict = field(default_factory=dict)
+    # Broadcast reads (``_passes``, ``_copies``): the states each partition of this pass holds
+    # a copy of; for a fold, the passes it sends its state's versions to, and per such pass
+    # one partition value per partition.
+    copies: tuple = ()
+    versions_to: tuple = ()
     spread: dict = field(default_factory=dict)
 
 
@@ -185,17 +196,12 @@ class Routing:
         pk = cache[key] = encode_key(key)
         return pk
 
-    def write_rows(self, state: str, key: Any, position: tuple, payload: bytes, homes: tuple):
-        """Rows of one write for the passes ``homes``: to the partition of ``key`` there, or
-        to every partition of a pass that holds copies of ``state``."""
+    def write_rows(self, key: Any, position: tuple, payload: bytes, homes: tuple) -> None:
+        """Rows of one write for the passes ``homes``, each to the partition of ``key``."""
         spec = self.spec
-        out = self.out
         for home in homes:
-            if state in spec.copied.get(home, ()):
-                out.extend([(WRITE, home, pk, position, payload) for pk in spec.spread[home]])
-            else:
-                pk = "N" if spec.home_partition[home] == spec.single_key else self._pk(key)
-                out.append((WRITE, home, pk, position, payload))
+            pk = "N" if spec.home_partition[home] == spec.single_key else self._pk(key)
+            self.out.append((WRITE, home, pk, position, payload))
 
     def route(self, target: int, event: Any) -> str:
         partition = self.spec.home_partition[target]

@@ -7,7 +7,7 @@ import struct
 from typing import Any
 
 from ._codec import MISSING
-from ._pass_rows import PROBE
+from ._pass_rows import PROBE, run_bytes
 from ._pass_stores import apply_op
 
 __all__ = ["kind_runner"]
@@ -43,6 +43,9 @@ def kind_runner(kind, acts, program, rt, stores, probe_values, pks_now):
         lines.append("            w += 1")
         env[f"M{n}"] = struct.pack(">I", h)
         if what == 0:
+            if rt.copies is not None:  # the copies held here, as of this run
+                env["ADVANCE"], env["RUN"] = rt.copies.advance, run_bytes
+                lines.append(f"    ADVANCE(RUN(pos, {h}))")
             if slots_h:
                 env[f"S{n}"] = slots_h
                 lines.append(f"    _fill(stores, S{n}, probe_values, ev)")

@@ -33,6 +33,7 @@ from ...model.program import Program
 from ...runtime.quarantine import quarantine_row
 from .._gc import collector_paused
 from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
+from ._copies import CopyFeed, VersionRecorder
 from ._faults import inject_fault
 from ._pass_rows import (
     BATCH_ROWS,
@@ -54,6 +55,7 @@ from ._pass_rows import (
     TAG_PROBE,
     TAG_SCHED,
     TAG_STATE,
+    TAG_VERS,
     TAG_WRITE,
     U32,
     PassSpec,
@@ -104,6 +106,7 @@ class _Runtime(Routing):
         self.rb: bytes | None = None  # the current run's bytes, once made
         self.pk_cache: dict = {}
         self.history: Any = None  # the run's history values recorded here (``_history``)
+        self.copies: CopyFeed | None = None  # the copies held here (``_copies``)
 
     def guarded(self, fn: Any, ev: Any) -> None:
         """Run one handler; when it raises, undo everything the run did and record it."""
@@ -226,7 +229,7 @@ class _Runtime(Routing):
                 position = (t, ph, o, sub + U32x2.pack(self.hidx, self.calls))
             else:
                 position = (at, PH_TIMED, 0, self._run_bytes() + U32.pack(self.calls))
-        self.write_rows(state, key, position, dumps((state, key, op)), targets)
+        self.write_rows(key, position, dumps((state, key, op)), targets)
 
 
 class PassTask:
@@ -261,6 +264,12 @@ class PassTask:
             else:
                 stores[name] = {}
         compiled = compile_program(program, rt, stores)
+        # Broadcast reads (``_copies``): a fold recording versions, or a pass holding copies.
+        recorder = None
+        if spec.versions_to:
+            (home,) = spec.homes
+            recorder = VersionRecorder(home, stores[home], program.states[home].default)
+        rt.copies = CopyFeed(stores) if spec.copies else None
         if spec.history:  # the run's history: values at the reading handlers' places
             from ._history import TaskHistory
 
@@ -323,9 +332,11 @@ class PassTask:
             while heap and heap[0][0] < before:
                 pos, _n, what, payload = heapq.heappop(heap)
                 if what == 0:
-                    d, default, key, op, _state, incoming = payload
+                    d, default, key, op, state, incoming = payload
                     if incoming:
                         apply_op(d, default, key, op, True)
+                        if recorder is not None and state == recorder.state:
+                            recorder.record(key, pos)
                     else:
                         rt.write_pos = pos
                         apply_op(d, default, key, op)
@@ -404,6 +415,11 @@ class PassTask:
                     if tag == TAG_STATE:  # the state this epoch starts from
                         state, key, value = pickle.loads(payload[i])
                         dict.__setitem__(stores[state], key, value)
+                        if recorder is not None and state == recorder.state:
+                            recorder.record(key, pos)
+                        continue
+                    if tag == TAG_VERS:
+                        rt.copies.add(payload[i])
                         continue
                     if waiting:
                         wpos = waiting[1]
@@ -446,6 +462,8 @@ class PassTask:
                             heapq.heappush(rt.heap, (pos, rt.n, 0, entry))
                         else:
                             apply_op(stores[state], rt.defaults[state], key, op, True)
+                            if recorder is not None and state == recorder.state:
+                                recorder.record(key, pos)
                     else:
                         kind, fields, root, seq, *made = pickle.loads(payload[i])
                         if made:  # carried from an earlier epoch: the root's count so far
@@ -479,6 +497,8 @@ class PassTask:
                         )
                     # One entry: a timed write (a scheduled event still follows it) or an event.
                     settle((*rt.heap[0][0][:3], rt.heap[0][0][3] + b"\x00"))
+                if recorder is not None:
+                    recorder.waiting(rt.heap)
                 for pos, _n, _what, (_d, _default, key, op, state, _in) in sorted(rt.heap):
                     blob = dumps((state, key, op))
                     rt.out.append((PEND, -1, None, pos, blob))
@@ -486,6 +506,8 @@ class PassTask:
             rt.out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
             yield out_batch(rt, schema, slots)
             return
+        if recorder is not None:
+            rt.out.extend(recorder.rows(spec.versions_to, spec.spread))
         if rt.out:
             yield out_batch(rt, schema, slots)
         for start in range(0, len(rt.rows), BLOB_ROWS):

@@ -15,10 +15,12 @@ complete value per key. What crosses passes is explicit:
   home partition of its key, and is applied there at its position;
 - **scheduled events** go to every pass whose handlers take their kind, to the partition
   of their key there;
-- **copies**: a broadcast-read stage reads a state under a key that is not the event's (or
-  whole), so no partition of it can be told where to look. Every write of that state goes to
-  every partition of its pass as well, where it is applied at its position: each partition
-  holds the state whole, as of each of its events, and the stage stays parallel.
+- **versions**: a broadcast-read stage reads a state under a key that is not the event's (or
+  whole, or on scheduled events), so no partition of it can be told where to look. A fold
+  pass before it applies every write of that state and records each key's value after each
+  write, at the write's position; those versions go, packed, to every partition of the
+  reading pass, which holds a *copy* of the state and brings it up to each run's position
+  before the run: the stage stays parallel.
 
 A program the passes cannot split yet runs as one sequential pass, and
 :attr:`PassPlan.reason` says why.
@@ -80,6 +82,7 @@ class Pass:
     sends: dict[int, str] = field(default_factory=dict)  # later pass -> "probes"/"writes"
     schedules: tuple[str, ...] = ()  # kinds its handlers schedule
     copies: tuple[str, ...] = ()  # upstream states every partition holds whole (broadcast)
+    versions_to: tuple[int, ...] = ()  # a fold: the passes it sends its state's versions to
 
     @property
     def event_kinds(self) -> tuple[str, ...]:
@@ -244,6 +247,7 @@ def _plan(program: Program, plan) -> PassPlan:
     holder: dict[str, int] = {}  # the stage pass that holds a state whole
     serve: dict[tuple[str, str], object] = {}  # (state, key) -> stage pass or ("fold", ...)
     folds: list[tuple[str, str, int]] = []  # (state, key or BY_KEY, before pass)
+    versions: dict[str, int] = {}  # state -> the fold recording its versions for copies
     final: dict[str, object] = {}
     for name in program.states:
         w = writers.get(name, set())
@@ -266,7 +270,7 @@ def _plan(program: Program, plan) -> PassPlan:
         final[name] = holder.get(name)
         for i, keys in sorted(r.items()):
             if name in drafts[i]["copies"]:
-                continue  # every write of it reaches every partition there
+                continue  # its versions reach every partition there (below)
             for k in sorted(keys, key=str):
                 if i == holder.get(name):
                     continue
@@ -280,6 +284,13 @@ def _plan(program: Program, plan) -> PassPlan:
                     folds.append((name, k, i))
                 if final[name] is None:
                     final[name] = serve[(name, k)]
+        copy_readers = [i for i in r if name in drafts[i]["copies"]]
+        if copy_readers:
+            # The fold that records its versions, just before the first stage holding a copy.
+            versions[name] = len(folds)
+            folds.append((name, BY_KEY, min(copy_readers)))
+            if final[name] is None:
+                final[name] = ("fold", versions[name])
         if final[name] is None:
             final[name] = ("fold", len(folds))
             folds.append((name, BY_KEY, len(drafts)))
@@ -366,6 +377,7 @@ def _plan(program: Program, plan) -> PassPlan:
                     serves=serves,
                     finals=(name,) if final[name] == ("fold", j) else (),
                     probe_kinds=tuple(dict.fromkeys(kd for p in serves for kd in p.kinds)),
+                    versions_to=tuple(copied_by[name]) if versions.get(name) == j else (),
                 )
             )
             continue
@@ -373,8 +385,8 @@ def _plan(program: Program, plan) -> PassPlan:
         homes = tuple(s for s, h in holder.items() if h == j)
         blind, feeds = {}, {}
         for name in dict.fromkeys(a.state for _h, a, _k in accesses(d) if a.op != "read"):
-            targets = tuple(fold_of[name]) + tuple(copied_by.get(name, ()))
-            if any(t <= n for t in copied_by.get(name, ())):
+            targets = tuple(fold_of[name])
+            if name in versions and at(("fold", versions[name])) < n:
                 raise _Unsplit(f"state {name!r} is written after a stage that reads it whole")
             if holder.get(name) == j:
                 if targets:
@@ -413,6 +425,8 @@ def _plan(program: Program, plan) -> PassPlan:
         for targets in (*p.blind.values(), *p.feeds.values()):
             for t in targets:
                 sends[t] = "writes"
+        for t in p.versions_to:
+            sends[t] = "versions"
         for h in p.handlers:
             for kind in info[program.handlers[h].name].schedules:
                 for t in kind_passes.get(kind, ()):
