@@ -445,14 +445,16 @@ def _plan(program: Program, plan) -> PassPlan:
 
 
 def _fuse_readers(drafts: list[dict], accesses: Any, program: Program, info: dict) -> None:
-    """Run a stage that only reads and emits inside the pass that holds one of its reads.
+    """Run a stage that reads, emits and writes blindly inside the pass that holds one of
+    its reads.
 
-    A stateless stage that writes nothing and schedules nothing (the rule that reads the
-    counters and flags) would be a pass of its own, fed by a probe row per read. When the
-    last stage it reads from holds that state under the very key it is read by, the reader
-    can run in that stage's pass instead, declared order per event, and read it there: a
-    pass, a shuffle of the log and a probe row per event saved. Its other reads come from
-    earlier passes, as probes.
+    A stateless stage that schedules nothing (the rule that reads the counters and flags, or
+    one that charges a looked-up team) would be a pass of its own, fed by a probe row per
+    read. When the last stage it reads from holds that state under the very key it is read
+    by, the reader can run in that stage's pass instead, declared order per event, and read
+    it there: a pass, a shuffle of the log and a probe row per event saved. Its other reads
+    come from earlier passes, as probes. What it writes (states neither it nor that stage
+    reads or writes otherwise) travels from there as its writes did from its own pass.
     """
     writers: dict[str, list[int]] = {}
     for i, d in enumerate(drafts):
@@ -462,8 +464,9 @@ def _fuse_readers(drafts: list[dict], accesses: Any, program: Program, info: dic
     for d in drafts:
         if d["mode"] != "stateless" or d["partition"] != ORDER or d.get("fused"):
             continue
-        ops = list(accesses(d))
-        if any(a.op != "read" for _h, a, _k in ops):
+        ops = [(h, a, k) for h, a, k in accesses(d) if a.op == "read"]
+        written = {a.state for _h, a, _k in accesses(d) if a.op != "read"}
+        if written & {a.state for _h, a, _k in ops}:
             continue
         if any(info[program.handlers[h].name].schedules for h in d["handlers"]):
             continue
@@ -489,6 +492,8 @@ def _fuse_readers(drafts: list[dict], accesses: Any, program: Program, info: dic
         if not all(holders[last]):
             continue
         host = drafts[last]
+        if written & {a.state for _h, a, _k in accesses(host)}:
+            continue
         host["handlers"] = tuple(sorted((*host["handlers"], *d["handlers"])))
         host["kinds"] = tuple(dict.fromkeys((*host["kinds"], *d["kinds"])))
         host["stage"] = f"{host['stage']}, {d['stage']}"
