@@ -17,7 +17,7 @@ from engine_matrix import assert_ran_as_planned, assert_same_result
 
 import restream_kit as rk
 from restream_kit.engines import engines
-from restream_kit.engines.spark._passes import ORDER, SINGLE, passes_of
+from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, passes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
@@ -128,6 +128,20 @@ def test_a_read_by_a_looked_up_key_gets_a_copy_in_every_partition():
         said["over_quota"]
         == "parallel over N partitions (by log order), team_msgs copied whole to each"
     )
+
+
+def test_a_blind_writer_reading_what_an_earlier_pass_holds_runs_in_that_pass():
+    # charge reads team_of by e.src, which join holds by e.src, and only merges into
+    # team_hour: it runs in join's pass (no pass and no probe rows of its own).
+    pp = passes_of(rk.Program.from_file(ROOT / "bench/programs/teams.py"))
+    assert [(p.stage, p.partition) for p in pp.passes] == [
+        ("join, charge", "e.src"),
+        ("fold team_hour", BY_KEY),
+        ("busy", ORDER),
+    ]
+    host, fold, busy = pp.passes
+    assert host.blind == {"team_hour": (fold.index,)} and host.homes == ("team_of",)
+    assert fold.versions_to == (busy.index,) and busy.copies == ("team_hour",)
 
 
 def test_whole_reads_and_reads_on_scheduled_events_get_copies():
