@@ -39,10 +39,11 @@ class VersionRecorder:
         self.default = default
         self.versions: list[tuple[bytes, Any, Any]] = []
 
-    def record(self, key: Any, pos: tuple) -> None:
-        """The key's value now, just after a write at ``pos``."""
-        value = dict.get(self.store, key, Deleted)
-        self.versions.append((position_bytes(pos), key, value))
+    def applied(self, state: str, key: Any, pos: tuple) -> None:
+        """After a write to ``state`` at ``pos``: the key's value now, if it is this state."""
+        if state == self.state:
+            value = dict.get(self.store, key, Deleted)
+            self.versions.append((position_bytes(pos), key, value))
 
     def waiting(self, heap: list) -> None:
         """The versions of timed writes still waiting after the log (the driver applies those

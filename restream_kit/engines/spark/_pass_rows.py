@@ -29,7 +29,6 @@ __all__ = [
     "order_value",
     "OUT_SCHEMA",
     "dumps",
-    "run_bytes",
     "out_batch",
     "out_rows",
     "probe_array",
@@ -68,20 +67,10 @@ U32 = struct.Struct(">I")
 U32x2 = struct.Struct(">II")
 
 
-def _q(t: int) -> bytes:
-    return struct.pack(">Q", (t + SIGN) & 0xFFFFFFFFFFFFFFFF)
-
-
 def position_bytes(pos: tuple) -> bytes:
     """A position as bytes that compare as the position does (a run's bytes extend them)."""
     t, ph, o, sub = pos
     return RUN_HEAD.pack(t + SIGN, ph, o + SIGN) + sub
-
-
-def run_bytes(pos: tuple, handler: int) -> bytes:
-    """The bytes of a run: its event's position and the handler's number."""
-    t, ph, o, sub = pos
-    return _q(t) + bytes((ph,)) + _q(o) + sub + struct.pack(">I", handler)
 
 
 def out_schema(slots: int) -> pa.Schema:

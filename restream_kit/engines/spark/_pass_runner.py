@@ -7,7 +7,7 @@ import struct
 from typing import Any
 
 from ._codec import MISSING
-from ._pass_rows import PROBE, run_bytes
+from ._pass_rows import PROBE
 from ._pass_stores import apply_op
 
 __all__ = ["kind_runner"]
@@ -43,9 +43,11 @@ def kind_runner(kind, acts, program, rt, stores, probe_values, pks_now):
         lines.append("            w += 1")
         env[f"M{n}"] = struct.pack(">I", h)
         if what == 0:
-            if rt.copies is not None:  # the copies held here, as of this run
-                env["ADVANCE"], env["RUN"] = rt.copies.advance, run_bytes
-                lines.append(f"    ADVANCE(RUN(pos, {h}))")
+            env[f"N{n}"] = program.handlers[h].name
+            lines.append(f"    rt.hidx = {h}; rt.handler = N{n}; rt.calls = 0; rt.rb = None")
+            if rt.copies is not None:  # the copies held here, as of this run (its bytes, kept)
+                env["ADVANCE"] = rt.copies.advance
+                lines.append("    ADVANCE(rt._run_bytes())")
             if slots_h:
                 env[f"S{n}"] = slots_h
                 lines.append(f"    _fill(stores, S{n}, probe_values, ev)")
@@ -53,8 +55,6 @@ def kind_runner(kind, acts, program, rt, stores, probe_values, pks_now):
                 env[f"H{n}"] = record  # after the fill: the value the handler's read finds
                 lines.append(f"    H{n}(ev, pos)")
             env[f"F{n}"] = target
-            env[f"N{n}"] = program.handlers[h].name
-            lines.append(f"    rt.hidx = {h}; rt.handler = N{n}; rt.calls = 0; rt.rb = None")
             if rt.journal is not None:
                 lines.append(f"    rt.guarded(F{n}, ev)")
             else:

@@ -47,9 +47,7 @@ from ._pass_rows import (
     PH_SCHED,
     PH_TIMED,
     QUAR,
-    RUN_HEAD,
     SCHED,
-    SIGN,
     STAT,
     TAG_EVENT,
     TAG_PROBE,
@@ -64,6 +62,7 @@ from ._pass_rows import (
     dumps,
     out_batch,
     out_schema,
+    position_bytes,
 )
 from ._pass_runner import kind_runner
 from ._pass_setup import unpacked
@@ -155,8 +154,7 @@ class _Runtime(Routing):
         """The bytes of the current run (made once per run, when first needed)."""
         rb = self.rb
         if rb is None:
-            t, ph, o, sub = self.pos
-            rb = self.rb = RUN_HEAD.pack(t + SIGN, ph, o + SIGN) + sub + U32.pack(self.hidx)
+            rb = self.rb = position_bytes(self.pos) + U32.pack(self.hidx)
         return rb
 
     # -- called by compiled handlers -------------------------------------------------------
@@ -335,8 +333,8 @@ class PassTask:
                     d, default, key, op, state, incoming = payload
                     if incoming:
                         apply_op(d, default, key, op, True)
-                        if recorder is not None and state == recorder.state:
-                            recorder.record(key, pos)
+                        if recorder is not None:
+                            recorder.applied(state, key, pos)
                     else:
                         rt.write_pos = pos
                         apply_op(d, default, key, op)
@@ -415,8 +413,8 @@ class PassTask:
                     if tag == TAG_STATE:  # the state this epoch starts from
                         state, key, value = pickle.loads(payload[i])
                         dict.__setitem__(stores[state], key, value)
-                        if recorder is not None and state == recorder.state:
-                            recorder.record(key, pos)
+                        if recorder is not None:
+                            recorder.applied(state, key, pos)
                         continue
                     if tag == TAG_VERS:
                         rt.copies.add(payload[i])
@@ -462,8 +460,8 @@ class PassTask:
                             heapq.heappush(rt.heap, (pos, rt.n, 0, entry))
                         else:
                             apply_op(stores[state], rt.defaults[state], key, op, True)
-                            if recorder is not None and state == recorder.state:
-                                recorder.record(key, pos)
+                            if recorder is not None:
+                                recorder.applied(state, key, pos)
                     else:
                         kind, fields, root, seq, *made = pickle.loads(payload[i])
                         if made:  # carried from an earlier epoch: the root's count so far
