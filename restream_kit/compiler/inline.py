@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .scopes import bound_by
 
-__all__ = ["RUNNER_NAME", "SCHEDULED_RUNNER_NAME", "Dispatch", "build_runner"]
+__all__ = ["RUNNER_NAME", "SCHEDULED_RUNNER_NAME", "Dispatch", "build_runner", "key_source"]
 
 RUNNER_NAME = "_rs_run_batch"
 SCHEDULED_RUNNER_NAME = "_rs_run_scheduled"
@@ -134,6 +134,38 @@ def {RUNNER_NAME}(_rs_batch):
         chain.append(branch)
         chain = branch.orelse
     return Dispatch(ast.fix_missing_locations(runner), tuple(inlined), needs_named)
+
+
+# What a key expression may hold to be inlined: the event's columns, constants, tuples and
+# arithmetic. Anything else (a helper's name, a call, a state) keeps the key a function.
+_KEY_NODES = (
+    ast.Expression, ast.Tuple, ast.Attribute, ast.Name, ast.Constant, ast.Load,
+    ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop,
+)  # fmt: skip
+
+
+def key_source(expr: str, columns: Sequence[str], event_arg: str = "e") -> str | None:
+    """Key expression ``expr`` over event ``event_arg`` as loop source reading the event's
+    fields by position (``e.src`` -> ``_rs_ev[3]``), or None when it needs more than the
+    event's ``columns``: then it stays a function of a named event."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, _KEY_NODES):
+            return None
+        if isinstance(node, ast.Name) and node.id != event_arg:
+            return None
+        if isinstance(node, ast.Attribute) and not (
+            isinstance(node.value, ast.Name) and node.attr in columns
+        ):
+            return None
+    renamer = _Renamer(event_arg, {}, {c: i for i, c in enumerate(columns)})
+    body = renamer.visit(tree)
+    if renamer.needs_named:  # the event itself, not one of its fields
+        return None
+    return ast.unparse(ast.fix_missing_locations(body))
 
 
 def _guarded_call(name: str, lineno: int) -> ast.stmt:

@@ -71,6 +71,21 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def scratch_parquet(table: pa.Table, name: str) -> Path:
+    """``table`` as Parquet file ``name`` in the private scratch directory of
+    :func:`default_home`, written once: a reader never sees it half written."""
+    import tempfile
+
+    scratch = private_dir(default_home().resolve() / "scratch")
+    path = scratch / name
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=scratch, suffix=".tmp")
+        os.close(fd)
+        pq.write_table(table, tmp, row_group_size=1 << 17)
+        os.replace(tmp, path)
+    return path
+
+
 @dataclass(frozen=True)
 class Source:
     """One input of a log: a file (Parquet or CSV) or an in-memory table, with a kind name."""

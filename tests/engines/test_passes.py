@@ -321,6 +321,62 @@ def test_whole_events_travel_when_values_and_events_are_not_zipped(spark_session
     assert "with the values read upstream on its events" in got.metrics.path["suspicious"]
 
 
+FORWARDED_KEYS = """
+from restream_kit import emit, on, state
+
+rate = state.Map(default=0.0)
+seen = state.Counter()
+last = state.Map(default=None)
+
+
+def octet(ip):
+    return ip.split(".")[1]
+
+
+@on("message")
+def per_sender(e):
+    rate[e.src] = 0.9 * rate[e.src] + (0.1 if e.has_email else 0.0)
+
+
+@on("message")
+def per_bucket(e):
+    seen[octet(e.ip)] += 1
+
+
+@on("message")
+def per_pair(e):
+    last[(e.src, e.dst % 3)] = e.ip if e.dst % 5 else (e.dst, None)
+
+
+@on("message")
+def per_ip(e):
+    if rate.get(e.src, -1.0) > 0.05 and seen[octet(e.ip)] > 3:
+        emit("hit", ip=e.ip, got=repr(last[(e.src, e.dst % 3)]), n=seen[octet(e.ip)])
+"""
+
+
+@pytest.mark.spark
+def test_reads_upstream_by_a_field_or_by_a_helper_travel_as_values_alike(spark_session):
+    """A read under the event's own fields puts its value in place by position; one under a
+    call (``octet(e.ip)``, ``e.ip.split(".")[1]``) calls the key on the named event. Floats, ints and
+    other values (strings, tuples, None) travel in their probe columns: same result."""
+    from restream_kit.compiler.inline import key_source
+
+    columns = ["lsn", "ts", "kind", "src", "dst"]
+    assert key_source("(e.src, e.dst % 3)", columns) == "(_rs_ev[3], _rs_ev[4] % 3)"
+    assert key_source('e.ip.split(".")[1]', columns + ["ip"]) is None
+    assert key_source("e.nowhere", columns) is None
+    p = rk.Program.from_source(textwrap.dedent(FORWARDED_KEYS), name="keys")
+    assert _forwarding(p)
+    log = social()
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    want = rk.replay(p, log)
+    assert want.tables["hit"].num_rows > 100
+    assert_same_result(got, want)
+    assert_ran_as_planned(p, got)
+    assert "values read upstream" in got.metrics.path["per_ip"]
+
+
 def test_a_value_without_its_event_fails_the_task():
     """A zipped pass whose values and events do not meet (the union lost its partitioning)
     fails loudly instead of running handlers without the values they read."""

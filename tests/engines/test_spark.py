@@ -470,3 +470,36 @@ def test_keys_that_are_not_plain_columns_are_computed_in_python(spark_session):
     assert any(p.startswith("(") and jvm_key(p, events) is None for p in partitions), partitions
     result = on_spark(program, log, epoch=7)
     assert_ran_as_planned(program, result)
+
+
+def test_a_local_master_reads_the_events_from_a_private_file_unless_they_hold_pickles(
+    spark_session, tmp_path
+):
+    """On a local master the passes read the log with Spark's own Parquet reader, from a copy
+    in the kernel's private scratch directory (written once per log), instead of building a
+    frame of the driver's Arrow table; a log with a column Spark cannot take (pickled on its
+    way) never goes to a file. Both replays equal serial."""
+    import os
+    from pathlib import Path
+
+    from restream_kit.engines.spark._pass_setup import _FRAMES
+
+    program = prog(MIXED)
+    plain = rk.Log(mixed_log(40))
+    scratch = Path(os.environ["RESTREAM_HOME"]) / "scratch"
+    written = scratch / f"{plain.fingerprint}.events.parquet"
+    got = on_spark(program, plain, path="passes")
+    assert_ran_as_planned(program, got)
+    assert written.exists() and oct(scratch.stat().st_mode & 0o777) == "0o700"
+    assert pq.read_table(written).column("lsn").to_pylist() == list(range(40))
+    frame, source = _FRAMES[(id(spark_session), plain.fingerprint)]
+    assert source == str(written.resolve())
+    # A file that went away is written again, not read from a stale frame.
+    written.unlink()
+    on_spark(program, plain, path="passes")
+    assert written.exists()
+
+    odd = rk.Log([dict(e, tags=[e["k"], e["j"]]) for e in mixed_log(40)])
+    got = on_spark(program, odd, path="passes")
+    assert not (scratch / f"{odd.fingerprint}.events.parquet").exists()
+    assert _FRAMES[(id(spark_session), odd.fingerprint)][1] is None

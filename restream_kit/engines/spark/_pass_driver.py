@@ -287,8 +287,12 @@ def run_jobs(
                 pass  # arranged, and joined to its values by position, in the task
             elif not fed:
                 if p.partition == ORDER:
-                    # In any partitions: no shuffle, each sorted as it is.
+                    # In any partitions: no shuffle, each sorted as it is; but a frame in
+                    # fewer partitions than tasks run at once (a small log read from its
+                    # file is one) is spread round-robin first, or the pass is one task.
                     n = rows.rdd.getNumPartitions() if classic(session) else partitions
+                    if n < min(partitions, rep.cores):
+                        rows, n = rows.repartition(partitions), partitions
                 elif p.partition == SINGLE:
                     rows = rows.repartition(1)
                 else:

@@ -271,9 +271,24 @@ def out_rows(rows: list, spec: PassSpec) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=spec.wide)
 
 
+_PROBE = {"l": pa.int64(), "d": pa.float64(), "b": pa.binary()}
+
+
 def probe_array(which: str, values: list) -> pa.Array:
     """One of a slot's three probe columns: ``l`` 64-bit ints, ``d`` floats, ``b`` the rest
     pickled; all three null where there is no value."""
+    kinds = set(map(type, values))
+    if kinds == {float}:  # the common cases, without a Python step per value
+        return (
+            pa.array(values, pa.float64()) if which == "d" else pa.nulls(len(values), _PROBE[which])
+        )
+    if kinds == {int}:
+        try:
+            column = pa.array(values, pa.int64())  # raises beyond 64 bits: those are pickled
+        except (OverflowError, pa.ArrowInvalid):
+            pass
+        else:
+            return column if which == "l" else pa.nulls(len(values), _PROBE[which])
     if which == "l":
         return pa.array(
             [v if type(v) is int and -SIGN <= v < SIGN else None for v in values], pa.int64()

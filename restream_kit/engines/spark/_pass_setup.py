@@ -4,12 +4,13 @@ that travel, and the schema of the passes' output (wider when the passes forward
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from ...io.log import Log
+from ...io.log import Log, scratch_parquet
 from ...model.program import Program
 from . import _pass_rows as W
 from ._keys import KeysSpec, KeysTask
@@ -239,16 +240,20 @@ _FRAMES: dict[tuple, Any] = {}
 
 
 def _log_frame(session: Any, log: Log, events: Any) -> Any:
-    """The log's events as a persisted DataFrame with their positions, made once per
-    session and log (the two most recent are kept)."""
+    """The log's events as a DataFrame with their positions, made once per session and log
+    (the two most recent are kept): read from a local file (:func:`_local_events_file`), or
+    else persisted."""
     key = (id(session), log.fingerprint)
-    df = _FRAMES.get(key)
-    if df is not None:
+    df, local_file = _FRAMES.get(key, (None, None))
+    if df is not None and (local_file is None or os.path.exists(local_file)):
         return df
+    local_file = None
     if log.uri is not None:  # Spark's reader made it (see _uri_log)
         from ._uri_log import uri_frame
 
         df = uri_frame(session, log)
+    elif (local_file := _local_events_file(session, log, events)) is not None:
+        df = session.read.parquet(local_file)
     else:
         df = session.createDataFrame(events.table.drop_columns(["_rs_o"]))
     # A log event's order is its lsn (unique, and increasing in log order).
@@ -259,15 +264,35 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
         "CAST(2 AS TINYINT) AS _rs_ph",
         "X'' AS _rs_sub",
         f"CAST({W.TAG_EVENT} AS TINYINT) AS _rs_tag",
-    ).persist()
+    )
+    if local_file is None:
+        df = df.persist()  # a file is read again faster than a cache of its rows is built
+    _FRAMES.pop(key, None)
     while len(_FRAMES) >= 2:
-        old = _FRAMES.pop(next(iter(_FRAMES)))
+        old, _file = _FRAMES.pop(next(iter(_FRAMES)))
         try:
             old.unpersist()
         except Exception:  # noqa: BLE001 - its session may be gone
             pass
-    _FRAMES[key] = df
+    _FRAMES[key] = (df, local_file)
     return df
+
+
+def _local_events_file(session: Any, log: Log, events: Any) -> str | None:
+    """On a local master, the events as a Parquet file in the kernel's private scratch
+    directory (written once per log), for Spark's own reader: building a frame of a large
+    Arrow table in the driver (``createDataFrame``) cost half of a cold replay of 10M events.
+    None elsewhere (executors may not share the kernel's disk), and for a log with pickled
+    columns (pickles never go to a file)."""
+    if events.pickled or not classic(session):
+        return None
+    try:
+        if not session.sparkContext.master.startswith("local"):
+            return None
+    except Exception:  # noqa: BLE001
+        return None
+    table = events.table.drop_columns(["_rs_o"])
+    return str(scratch_parquet(table, f"{log.fingerprint}.events.parquet"))
 
 
 _ARRANGED: dict[tuple, Any] = {}

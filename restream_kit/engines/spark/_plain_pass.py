@@ -88,7 +88,7 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     stores: dict[str, dict] = {
         name: BlindStore(rt, name) if name in spec.blind else {} for name in program.states
     }
-    hooks, extra, served = _probe_hooks(spec, program, columns, tuple(kinds), stores)
+    hooks, extra, served, keys_by_name = _probe_hooks(spec, program, columns, tuple(kinds), stores)
     history = None
     if spec.history:  # the run's history: the serial engine's hooks, with positions
         from ._history import TaskHistory
@@ -108,8 +108,8 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         hooks=hooks,
     )
     run_batch = compiled.run_batch
-    # Key functions of probes read the event's columns by name.
-    named = compiled.needs_named_events or spec.serves or spec.consumes
+    # A key function of a probe reads the event's columns by name.
+    named = compiled.needs_named_events or keys_by_name
     make = event_type(columns) if named else None
     events = 0
     out: list = []
@@ -392,58 +392,76 @@ def _probe_hooks(
     spec: PassSpec, program: Program, columns: tuple, kinds: tuple, stores: dict
 ) -> tuple:
     """The loop statements that record the probe values this pass serves and put the values
-    it consumes in place, what they need in the loop's namespace, and the lists the recorded
-    values go to (slot -> list, one value per event of the batch, in order)."""
+    it consumes in place, what they need in the loop's namespace, the lists the recorded
+    values go to (slot -> list, one value per event of the batch, in order), and whether a
+    key stayed a function of a named event (one that reads more than the event's fields)."""
     from ...compiler.compile import dict_name
-    from ...compiler.inline import EVENT
 
     hooks: list[tuple[int, str, str]] = []
-    extra: dict[str, Any] = {"_rs_MISSING": MISSING, "_rs_probe": _probe}
+    extra: dict[str, Any] = {"_rs_MISSING": MISSING}
     served: dict[int, list] = {}
+    named = False
     for slot, state, key, h, probe_kinds, _reader in spec.serves:
         values = served[slot] = []
         extra[f"_rs_pv{slot}"] = values.append
-        extra[f"_rs_K{slot}"] = key_function(key, program)
+        src, by_name = _key_source(key, f"_rs_K{slot}", program, columns, extra)
+        named |= by_name
         for kind in kinds:
             if kind in probe_kinds:
-                src = f"_rs_pv{slot}(_rs_probe({dict_name(state)}, _rs_K{slot}, {EVENT}))"
-                hooks.append((h, kind, src))
+                # A key that raises (or is unhashable) records no value: the reading
+                # handler's own read raises it in its pass.
+                hooks.append(
+                    (
+                        h,
+                        kind,
+                        f"try:\n    _rs_pv{slot}({dict_name(state)}.get({src}, _rs_MISSING))\n"
+                        f"except Exception:\n    _rs_pv{slot}(_rs_MISSING)\n",
+                    )
+                )
             else:  # every event gives every slot a value, so that the lists stay aligned
                 hooks.append((len(program.handlers), kind, f"_rs_pv{slot}(_rs_MISSING)"))
     readers: dict[int, list] = {}
     for slot, state, key, h in spec.consumes:
         at = columns.index(f"_rs_ql{slot}")
-        readers.setdefault(h, []).append((at, state, key_function(key, program)))
+        readers.setdefault(h, []).append((at, state, key))
     for h, slots in readers.items():
-        source = _fill_source(h, slots, extra)
+        source, by_name = _fill_source(h, slots, extra, program, columns)
+        named |= by_name
         for kind in program.handlers[h].kinds:
             hooks.append((h, kind, source))
-    return hooks, extra, served
+    return hooks, extra, served, named
 
 
-def _probe(d: dict, key_fn: Any, ev: Any) -> Any:
-    """The value of ``d`` under the event's key, MISSING when it has none (or the key raises:
-    the reading handler's own read raises it in its pass)."""
-    try:
-        return d.get(key_fn(ev), MISSING)
-    except Exception:  # noqa: BLE001
-        return MISSING
+def _key_source(key: str, name: str, program: Program, columns: tuple, extra: dict) -> tuple:
+    """A probe's key as loop source: the event's fields by position where the key reads
+    nothing else (no call per event), else a call of the key function ``name`` (put in
+    ``extra``) on the named event. Also whether it needs named events."""
+    from ...compiler.inline import EVENT, key_source
+
+    src = key_source(key, columns)
+    if src is not None:
+        return src, False
+    extra[name] = key_function(key, program)
+    return f"{name}({EVENT})", True
 
 
-def _fill_source(h: int, slots: list, extra: dict) -> str:
+def _fill_source(h: int, slots: list, extra: dict, program: Program, columns: tuple) -> tuple:
     """The loop statement that puts an event's probe values (``slots``: [(column, state,
     key)]) in the stores handler ``h`` reads, which hold nothing else: inlined in the loop,
-    as a handler body is, for it runs on every event. ``extra`` gets the names it uses."""
+    as a handler body is, for it runs on every event. ``extra`` gets the names it uses.
+    Also whether a key needs named events."""
     from ...compiler.compile import dict_name
     from ...compiler.inline import EVENT
 
     extra["_rs_loads"] = pickle.loads
+    named = False
     lines = ["if True:"]
     lines += [
         f"    {dict_name(state)}.clear()" for state in dict.fromkeys(s for _a, s, _k in slots)
     ]
-    for n, (at, state, key_fn) in enumerate(slots):
-        extra[f"_rs_fk{h}_{n}"] = key_fn
+    for n, (at, state, key) in enumerate(slots):
+        src, by_name = _key_source(key, f"_rs_fk{h}_{n}", program, columns, extra)
+        named |= by_name
         lines += [
             f"    _rs_v = {EVENT}[{at}]",
             "    if _rs_v is None:",
@@ -453,11 +471,11 @@ def _fill_source(h: int, slots: list, extra: dict) -> str:
             "            _rs_v = _rs_MISSING if _rs_v is None else _rs_loads(_rs_v)",
             "    if _rs_v is not _rs_MISSING:",  # no value: the read sees the default
             "        try:",
-            f"            {dict_name(state)}[_rs_fk{h}_{n}({EVENT})] = _rs_v",
+            f"            {dict_name(state)}[{src}] = _rs_v",
             "        except Exception:",  # the handler's own read raises it
             "            pass",
         ]
-    return "\n".join(lines)
+    return "\n".join(lines), named
 
 
 def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) -> Any:

@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 
 from ...compiler.lower import Lowered, NotLowerable, lower
 from ...io.epochs import cut
-from ...io.log import Log, default_home, private_dir
+from ...io.log import Log, scratch_parquet
 from ...io.progress import (
     EpochFinished,
     EpochStarted,
@@ -243,14 +243,7 @@ def log_file(log: Log) -> str:
     table = log.table
     if log.cache and cached.exists():
         return str(cached.resolve())  # Python workers need not share the driver's directory
-    scratch = private_dir(default_home().resolve() / "scratch")
-    path = scratch / f"{log.fingerprint}.parquet"
-    if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=scratch, suffix=".tmp")
-        os.close(fd)
-        pq.write_table(table, tmp, row_group_size=1 << 17)
-        os.replace(tmp, path)
-    return str(path)
+    return str(scratch_parquet(table, f"{log.fingerprint}.parquet"))
 
 
 def run_prefix(

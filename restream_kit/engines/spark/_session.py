@@ -93,6 +93,11 @@ def default_conf(master: str) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.caseSensitive": "true",
         "spark.python.worker.reuse": "true",
+        # Tasks talk to their Python workers over a Unix socket, not loopback TCP: on some
+        # kernels a worker blocked writing its output while its input queue is full stalls
+        # the TCP connection for minutes (retransmits backing off to 120 s; seen on a 10M
+        # event replay); a Unix socket has no windows to lose.
+        "spark.python.unix.domain.socket.enabled": "true",
         # A cancelled task whose Python worker is busy in a handler is killed after this
         # (2 s by default): a cancelled replay leaves the machine idle sooner.
         "spark.python.task.killTimeout": "500ms",
