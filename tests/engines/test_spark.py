@@ -473,17 +473,23 @@ def test_keys_that_are_not_plain_columns_are_computed_in_python(spark_session):
 
 
 def test_a_local_master_reads_the_events_from_a_private_file_unless_they_hold_pickles(
-    spark_session, tmp_path
+    spark_session, monkeypatch
 ):
-    """On a local master the passes read the log with Spark's own Parquet reader, from a copy
-    in the kernel's private scratch directory (written once per log), instead of building a
-    frame of the driver's Arrow table; a log with a column Spark cannot take (pickled on its
+    """On a local master the passes read a large log with Spark's own Parquet reader, from a
+    copy in the kernel's private scratch directory (written once per log), instead of building
+    a frame of the driver's Arrow table; a log with a column Spark cannot take (pickled on its
     way) never goes to a file. Both replays equal serial."""
     import os
     from pathlib import Path
 
+    from restream_kit.engines.spark import _pass_setup
     from restream_kit.engines.spark._pass_setup import _FRAMES
 
+    # (a log of fewer events than FILE_ROWS is made into a frame as before: this one too)
+    small = rk.Log(mixed_log(30))
+    on_spark(prog(MIXED), small, path="passes")
+    assert _FRAMES[(id(spark_session), small.fingerprint)][1] is None
+    monkeypatch.setattr(_pass_setup, "FILE_ROWS", 10)
     program = prog(MIXED)
     plain = rk.Log(mixed_log(40))
     scratch = Path(os.environ["RESTREAM_HOME"]) / "scratch"

@@ -253,7 +253,11 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
 
         df = uri_frame(session, log)
     elif (local_file := _local_events_file(session, log, events)) is not None:
-        df = session.read.parquet(local_file)
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        # The schema given, Spark reads no footer in a job of its own to find it.
+        schema = from_arrow_schema(events.table.drop_columns(["_rs_o"]).schema)
+        df = session.read.schema(schema).parquet(local_file)
     else:
         df = session.createDataFrame(events.table.drop_columns(["_rs_o"]))
     # A log event's order is its lsn (unique, and increasing in log order).
@@ -278,13 +282,19 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
     return df
 
 
+#: From how many events a local master reads the log's frame from a file: a small table is
+#: made into a frame as fast as a file is written and read.
+FILE_ROWS = 200_000
+
+
 def _local_events_file(session: Any, log: Log, events: Any) -> str | None:
-    """On a local master, the events as a Parquet file in the kernel's private scratch
-    directory (written once per log), for Spark's own reader: building a frame of a large
-    Arrow table in the driver (``createDataFrame``) cost half of a cold replay of 10M events.
-    None elsewhere (executors may not share the kernel's disk), and for a log with pickled
-    columns (pickles never go to a file)."""
-    if events.pickled or not classic(session):
+    """On a local master, for a log of :data:`FILE_ROWS` events or more, the events as a
+    Parquet file in the kernel's private scratch directory (written once per log), for
+    Spark's own reader: building a frame of a large Arrow table in the driver
+    (``createDataFrame``) cost half of a cold replay of 10M events. None elsewhere (executors
+    may not share the kernel's disk), and for a log with pickled columns (pickles never go
+    to a file)."""
+    if events.pickled or len(events.table) < FILE_ROWS or not classic(session):
         return None
     try:
         if not session.sparkContext.master.startswith("local"):
