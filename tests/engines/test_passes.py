@@ -531,3 +531,41 @@ def test_a_pass_sends_one_of_identical_window_closes_unless_someone_else_listens
     got = rk.replay(counted, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, want)
     assert sum(got.state["closes"].values()) == want.metrics.scheduled_events
+
+
+@pytest.mark.spark
+def test_a_timed_write_waiting_in_a_holder_and_a_copy_applies_once(spark_session):
+    """A timed write left waiting after the log is reported by every pass holding its state
+    (the fold, and the pass holding a copy for a read on scheduled events): the driver
+    applies it once, when an event at or after its time ran. Found by the property test."""
+    source = textwrap.dedent(
+        """
+        from restream_kit import state, on, schedule
+
+        s0 = state.Counter()
+        s1 = state.Counter()
+
+        @on("a", "b")
+        def h0(e):
+            s1.add(e.k, -1, at=e.ts + 2)
+
+        @on("a", "b")
+        def h1(e):
+            s0[e.k] += s1[e.k] + 1
+
+        @on("a")
+        def h2(e):
+            s1[e.k] += s1[e.k] + 1
+
+        @on("a")
+        def hx(e):
+            schedule("b", at=e.ts + 2, k=e.k)
+        """
+    )
+    p = rk.Program.from_source(source, name="twice")
+    log = rk.Log([{"ts": 0, "kind": "a", "k": 0}])
+    want = rk.replay(p, log)
+    assert want.state["s1"] == {0: 0}  # the write at 2 applied (b ran at 2), the one at 4 not
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=2)
+    assert any("copied whole" in what for what in got.metrics.path.values()), got.metrics.path
+    assert_same_result(got, want)

@@ -506,9 +506,10 @@ def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
 
 
 def apply_pending(program: Program, ran: Ran) -> None:
-    """Timed writes due after the log's end apply if an event at or after their time ran."""
-    ran.pending.sort(key=lambda item: item[0])
-    for position, blob in ran.pending:
+    """Timed writes due after the log's end apply if an event at or after their time ran,
+    each once: a write waits in every pass that holds its state (the holder, and a pass
+    holding a copy of it), and each reports it; its position names it."""
+    for position, blob in sorted(set(ran.pending), key=lambda item: item[0]):
         if position[0] <= ran.last_event:
             state, key, op = pickle.loads(blob)
             apply_op(ran.finals[state], program.states[state].default, key, op)
