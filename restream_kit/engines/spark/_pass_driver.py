@@ -288,8 +288,9 @@ def run_jobs(
             elif not fed:
                 if p.partition == ORDER:
                     # In any partitions: no shuffle, each sorted as it is; but a frame in
-                    # fewer partitions than tasks run at once (a small log read from its
-                    # file is one) is spread round-robin first, or the pass is one task.
+                    # fewer partitions than tasks run at once (a log read from its file
+                    # may be: Spark splits a file by row groups) is spread round-robin
+                    # first, or the pass is one task.
                     n = rows.rdd.getNumPartitions() if classic(session) else partitions
                     if n < min(partitions, rep.cores):
                         rows, n = rows.repartition(partitions), partitions
