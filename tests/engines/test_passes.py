@@ -569,3 +569,4 @@ def test_a_timed_write_waiting_in_a_holder_and_a_copy_applies_once(spark_session
     got = rk.replay(p, log, engine="spark", path="passes", partitions=2)
     assert any("copied whole" in what for what in got.metrics.path.values()), got.metrics.path
     assert_same_result(got, want)
+    assert_ran_as_planned(p, got)
