@@ -36,7 +36,17 @@ from ...model.program import Program
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_rows as W
 from ._emitted import emitted_tables, unpack_emitted
-from ._pass_setup import Setup, arranged, classic, kinds_sql, prepare, quoted, raw_key, unquoted
+from ._pass_setup import (
+    Setup,
+    arranged,
+    classic,
+    kinds_sql,
+    prepare,
+    quoted,
+    raw_key,
+    spread_values,
+    unquoted,
+)
 from ._pass_stores import apply_op
 from ._pass_task import PassTask
 from ._passes import ORDER, SINGLE, PassPlan
@@ -201,7 +211,14 @@ def run_jobs(
             n = 1 if p.partition == SINGLE else partitions
             zipped = None
             packed = False  # whether its events come packed (``_pass_setup.arranged``)
-            if kinds and forwarding and zips and takes_from_passes(passes, p, setup.log_kinds):
+            local = None  # where its tasks read their events, when the driver arranged them
+            if p.index in setup.local:
+                local, rows = _local_input(setup, outputs, p, n)
+                zipped = rows if p.index in setup.zips else None
+                if len(kinds) == 1 and plain:
+                    one_kind = kinds[0]
+                parts.append(rows)
+            elif kinds and forwarding and zips and takes_from_passes(passes, p, setup.log_kinds):
                 zipped, packed = _zipped_input(setup, outputs, p, n)
                 parts.append(zipped)
             elif kinds and forwarding:
@@ -283,7 +300,7 @@ def run_jobs(
                 for c, typ in (("l", "BIGINT"), ("d", "DOUBLE"), ("b", "BINARY")):
                     if f"_rs_q{c}{s}" not in rows.columns and not forwarding:
                         rows = rows.selectExpr("*", f"CAST(NULL AS {typ}) AS _rs_q{c}{s}")
-            if zipped is not None:
+            if zipped is not None or local is not None:
                 pass  # arranged, and joined to its values by position, in the task
             elif not fed:
                 if p.partition == ORDER:
@@ -341,7 +358,12 @@ def run_jobs(
                 # Later passes take their events from the log and only the values read here
                 # from this pass (``_zipped``): its forwarded rows need little but those.
                 zip_to=zip_targets(setup, p),
-                zip_by={j: tuple(unquoted(c) for c in by) for j, by in setup.zips.items()},
+                zip_by={
+                    j: () if setup.local else tuple(unquoted(c) for c in by)
+                    for j, by in setup.zips.items()
+                },
+                zip_spread=spread_values(session, partitions) if setup.local else (),
+                local=local,
                 zipped=zipped is not None,
                 packed=packed,
                 copies=p.copies,
@@ -380,15 +402,21 @@ def run_jobs(
             ran.stage_seconds[p.stage] = seconds
             # Where the pass's time goes: its tasks' own work, summed (the rest is Spark's).
             ran.stage_seconds[f"{p.stage} (tasks, summed)"] = busy
-            # Events that came from an earlier pass carried the values read there.
-            carried = (
-                ""
-                if not (p.consumes and forwarding)
-                else ", with the values read upstream on its events"
-                if zipped is None
-                else ", its events from the log's arrangement, joined to the values read "
-                "upstream by position in each partition"
+            # Where its events came from, and the values read upstream with them.
+            where_from = (
+                ", its events arranged by the driver into partitions of balanced keys"
+                if local is not None
+                else ", its events from the log's arrangement"
             )
+            carried = where_from if local is not None and not (p.consumes and forwarding) else ""
+            if p.consumes and forwarding:
+                # Events that came from an earlier pass carried the values read there.
+                carried = (
+                    ", with the values read upstream on its events"
+                    if zipped is None
+                    else where_from + ", joined to the values read upstream by position in "
+                    "each partition"
+                )
             for stage in p.stages or (p.stage,):
                 ran.path[stage] = p.describe(n) + carried + (f" ({tasks} tasks)" if tasks else "")
             rep.notify(StageFinished(0, p.stage, seconds, tasks))
@@ -451,6 +479,45 @@ def _zipped_input(setup: Any, outputs: list, p: Any, n: int) -> tuple[Any, bool]
         values = frame if values is None else values.unionByName(frame)
     values = values.repartition(n, *by)
     return values.unionByName(events, allowMissingColumns=True), packed
+
+
+def _local_input(setup: Setup, outputs: list, p: Any, n: int) -> tuple[Any, Any]:
+    """Where pass ``p``'s tasks read the events the driver arranged for it
+    (``_local_arrangement``), and its input: a marker row per partition, with the values
+    earlier passes packed for it, each routed to its partition by a value Spark's hash puts
+    there."""
+    from ._local_arrangement import MARK, local_arrangement, marker_frame, partition_of
+
+    events, fingerprint, passes = setup.events, setup.log.fingerprint, setup.pp.passes
+
+    def parts_of(q: int) -> Any:
+        return partition_of(events, fingerprint, tuple(setup.local[q]), setup.log_kinds[q], n)
+
+    # Its partitions, and each event's partition in the zipped passes it sends values to.
+    targets = {col: j for j, col, _kinds in zip_targets(setup, p)}
+    spread = spread_values(setup.session, n)
+    local = local_arrangement(
+        events,
+        fingerprint,
+        (
+            (tuple(setup.local[p.index]), setup.log_kinds[p.index]),
+            tuple((col, tuple(setup.local[j]), setup.log_kinds[j]) for col, j in targets.items()),
+        ),
+        lambda: (parts_of(p.index), {col: parts_of(j) for col, j in targets.items()}),
+        list(setup.columns),
+        n,
+        spread,
+    )
+    rows = marker_frame(setup.session, spread)
+    if p.index in setup.zips:
+        for source in sources(passes, p, setup.log_kinds):
+            if source is not None:
+                rows = rows.unionByName(
+                    outputs[source]
+                    .where(f"_rs_kind = {W.FWD} AND _rs_dest = {p.index}")
+                    .selectExpr("_rs_pk", f"CAST(NULL AS INT) AS {MARK}", f"_rs_b AS {VALUES}")
+                )
+    return local, rows.repartition(n, "_rs_pk")
 
 
 def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:

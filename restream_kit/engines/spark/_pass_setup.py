@@ -74,6 +74,8 @@ class Setup:
     folds: frozenset = frozenset()  # see ``_window_shapes.folded_counts``
     zips: dict = field(default_factory=dict)  # zipped pass -> its partition columns (``_zipped``)
     spread: dict = field(default_factory=dict)  # pass with copies -> a value per partition
+    # Passes whose events the driver arranges (``_local_arrangement``): pass -> its columns.
+    local: dict = field(default_factory=dict)
 
 
 def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
@@ -91,15 +93,17 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         events = uri_events(log)
     events = events or _prepare(log)
     passes = pp.passes
-    df = _log_frame(session, log, events)
     # The kinds each pass takes from the log: a kind only ever scheduled costs no log scan.
     present = set(log.kinds)
     log_kinds = {p.index: tuple(k for k in p.event_kinds if k in present) for p in passes}
+    local = _arranged_locally(rep, pp, events, log_kinds)
+    # Passes whose events the driver arranges read no frame of the log.
+    df = None if local else _log_frame(session, log, events)
     persisted = []
     python_keys = []
     sql = []
     ref = ProgramRef.of(program)
-    for p in passes:
+    for p in passes if df is not None else ():
         col = f"_rs_pk{p.index}"
         if p.partition == ORDER:
             sql.append(f"concat('i', CAST(_rs_o AS STRING), ';') AS {col}")
@@ -140,11 +144,17 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         # Partition values travel only for passes partitioned by more than plain columns
         # (the others partition by the event's own columns).
         plain_keyed = {f"_rs_pk{p.index}" for p in passes if raw_key(p.partition, events)}
-        pks = [c for c in df.columns if c.startswith("_rs_pk") and c not in plain_keyed]
+        pks = (
+            [c for c in df.columns if c.startswith("_rs_pk") and c not in plain_keyed]
+            if df is not None
+            else []
+        )
         extra = [pa.field(c, events.types[c]) for c in columns]
         extra += [pa.field(c, pa.string()) for c in pks]
         out_schema = wide = pa.schema([*out_schema, *extra])
-    partitions = max(1, int(rep.options.get("partitions") or rep.cores * 2))
+    # Keys the driver deals into balanced partitions need no more partitions than cores;
+    # a hash partitioning has twice as many, to even out where its keys land.
+    partitions = max(1, int(rep.options.get("partitions") or rep.cores * (1 if local else 2)))
     zips: dict[int, list[str]] = {}
     if wide is not None:
         from ._zipped import PART, zipped_passes
@@ -155,7 +165,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
             return raw_key(p.partition, events) or [f"_rs_pk{p.index}"]
 
         zips = zipped_passes(session, pp, log_kinds, by_of)
-        if zips:
+        if zips and df is not None:
             # Each event's partition in every zipped pass, as Spark's repartition puts it.
             df = df.selectExpr(
                 "*",
@@ -186,6 +196,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         closes_once=closes_once(program),
         folds=folded_counts(program),
         zips=zips,
+        local=local,
         spread={
             p.index: ("N",) if p.partition == SINGLE else spread_values(session, partitions)
             for p in passes
@@ -220,6 +231,43 @@ def spread_values(session: Any, n: int) -> tuple[str, ...]:
             tried += more
         _SPREAD[key] = tuple(found[i] for i in range(n))
     return _SPREAD[key]
+
+
+def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> dict:
+    """The passes whose events the driver arranges (``_local_arrangement``), each with the
+    columns it is partitioned by; empty unless every pass with log events can: on a local
+    master, a large log of the kernel's, passes of the serial engine's loop over log events
+    only, each partitioned by plain columns, and a pass taking events from another zipped."""
+    from ._local_arrangement import use_local
+    from ._zipped import takes_from_passes, zipped_passes
+
+    if any(rep.options.get(k) for k in ("checkpoint", "resume", "start_from")):
+        return {}
+    if pp.schedules or pp.reason or rep.on_error != "stop" or events.pickled:
+        return {}
+    passes = pp.passes
+    forwarding = _forwards(rep, pp)
+    by: dict[int, list[str]] = {}
+    for p in passes:
+        senders = any(p.index in q.sends for q in passes[: p.index])
+        if not log_kinds[p.index]:
+            if senders:
+                return {}
+            continue
+        raw = raw_key(p.partition, events)
+        if raw is None or p.feeds or p.blind or (senders and not forwarding):
+            return {}
+        if p.serves or p.consumes or p.probe_kinds:
+            if not forwarding:
+                return {}
+        by[p.index] = [unquoted(c) for c in raw]
+    if not by or not use_local(rep.session, events, len(events.table), list(by.values())):
+        return {}
+    if forwarding and any(takes_from_passes(passes, p, log_kinds) for p in passes):
+        zips = zipped_passes(rep.session, pp, log_kinds, lambda p: by.get(p.index))
+        if set(zips) != {p.index for p in passes if takes_from_passes(passes, p, log_kinds)}:
+            return {}
+    return by
 
 
 def _forwards(rep: Any, pp: PassPlan) -> bool:

@@ -35,6 +35,7 @@ from .._gc import collector_paused
 from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
 from ._copies import CopyFeed, VersionRecorder
 from ._faults import inject_fault
+from ._local_arrangement import local_batches
 from ._pass_rows import (
     BATCH_ROWS,
     BLOB_ROWS,
@@ -245,6 +246,8 @@ class PassTask:
         inject_fault(f"pass{spec.index}")
         started = time.perf_counter()
         program = load_program(spec.program)
+        if spec.local is not None:  # arranged by the driver: its events from a file
+            batches = local_batches(spec.local, batches)
         if spec.packed:
             batches = unpacked(batches)
         if spec.plain:

@@ -115,7 +115,9 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     out: list = []
     if spec.zipped:
         batches = unzip(batches)
-    packer = ValuePacker(spec.zip_to, spec.wide, spec.zip_by) if spec.zip_to else None
+    packer = (
+        ValuePacker(spec.zip_to, spec.wide, spec.zip_by, spec.zip_spread) if spec.zip_to else None
+    )
     # What a zipped pass gets of each event from here: its lsn and the probe columns.
     values = pa.schema(f for f in spec.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))
     try:

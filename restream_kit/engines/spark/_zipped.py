@@ -114,10 +114,15 @@ class ValuePacker:
     and partition, chunks of ``lsn`` and the probe columns as Arrow IPC, as rows of the
     pass's output schema (``wide``) carrying the partition values of their first event."""
 
-    def __init__(self, zip_to: tuple, wide: pa.Schema, by: dict[int, tuple[str, ...]]):
+    def __init__(
+        self, zip_to: tuple, wide: pa.Schema, by: dict[int, tuple[str, ...]], spread: tuple = ()
+    ):
         self.zip_to = zip_to
         self.wide = wide
         self.by = by
+        # Driver-arranged receivers (``_local_arrangement``): a chunk for partition d carries
+        # ``spread[d]`` as its partition value instead of its first event's columns.
+        self.spread = spread
         # (pass, partition) -> [the partition values of its first event, values...]
         self.held: dict[tuple[int, int], list] = {}
         self.rows: dict[tuple[int, int], int] = {}
@@ -163,6 +168,8 @@ class ValuePacker:
                 arrays.append(pa.array([key[0]], f.type))
             elif f.name == "_rs_b":
                 arrays.append(pa.array([packed_bytes(values)], f.type))
+            elif f.name == "_rs_pk" and self.spread:
+                arrays.append(pa.array([self.spread[key[1]]], f.type))
             elif f.name in first.schema.names:
                 col = first.column(f.name)
                 arrays.append(col if col.type == f.type else col.cast(f.type))

@@ -1,0 +1,236 @@
+"""On a local master, a pass's events arranged by the driver instead of by a Spark shuffle.
+
+A pass partitioned by plain log columns takes its events partitioned by key and in log
+order within each partition. Spark does that with a shuffle, a sort and a pack
+(``_pass_setup.arranged``): on a cold replay of 10M events that was more than the passes'
+own work. On a local master the tasks share the kernel's disk, and the driver already holds
+the log as Arrow, in log order. So the driver arranges it itself:
+
+- **balanced bins of keys.** Every event's key is hashed (polars), the keys are counted and
+  dealt into ``n`` partitions largest first, each to the partition with the fewest events so
+  far, and the partitions are numbered by size, largest first. Spark starts tasks in
+  partition order, so the longest task starts first. A hash partitioning puts a heavy key
+  where it lands, beside others: on the social logs one IP has a third of the messages;
+- **a stable sort by partition** keeps log order within each, with no comparison of times;
+- **one Arrow IPC file** per arrangement, in the kernel's private scratch directory, with
+  each partition's events as record batches of 65,536 events: a task maps the file and
+  reads its partition's batches, with no copy and nothing through Spark's rows.
+
+The file is named by the log's fingerprint and the arrangement and written once, so the next
+replay of the same log arranged the same way maps it again, in this kernel (a notebook
+replays one log many times) or in another process (the command line). A zipped pass (``_zipped``) gets its events this way
+too; the values earlier passes send it carry the partition value that Spark's hash puts in
+that partition (``_pass_setup.spread_values``), so each chunk reaches the task holding its
+events, with one marker row per partition saying which partition a task has.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = [
+    "LocalInput",
+    "local_arrangement",
+    "local_batches",
+    "marker_frame",
+    "partition_of",
+    "use_local",
+    "LOCAL_ROWS",
+]
+
+#: From how many events a local master's driver arranges the passes' events: below it, a
+#: shuffle of a small log costs less than a file.
+LOCAL_ROWS = 200_000
+
+MARK = "_rs_lpart"  # a marker row's partition number (null on a row of values)
+_BATCH_ROWS = 65_536
+_KEPT = 4
+_KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_boolean, pa.types.is_binary)
+
+
+@dataclass(frozen=True)
+class LocalInput:
+    """Where a pass's tasks read their events: the file, and per partition its batches."""
+
+    path: str
+    batches: tuple[tuple[int, int], ...]  # partition -> [first, stop) record batches
+    spread: tuple[str, ...]  # partition -> the partition value Spark's hash puts there
+
+
+def use_local(session: Any, events: Any, rows: int, by_columns: list[list[str]]) -> bool:
+    """Whether the driver arranges the passes' events (see the module docstring): on a
+    local master, for a log of ``rows`` events or more from the kernel (no pickled column)
+    when every pass is partitioned by plain columns of integers, strings or booleans (a
+    float's ``-0.0`` and ``0.0`` are one key to Python, two to a hash)."""
+    from ._pass_setup import classic
+
+    if os.environ.get("RESTREAM_SPARK_LOCAL_ARRANGE", "1") == "0":
+        return False
+    if events.pickled or rows < LOCAL_ROWS or not by_columns or not classic(session):
+        return False
+    try:
+        if not session.sparkContext.master.startswith("local"):
+            return False
+    except Exception:  # noqa: BLE001
+        return False
+    return all(any(check(events.types[c]) for check in _KEY_TYPES) for by in by_columns for c in by)
+
+
+_PARTS: dict[tuple, np.ndarray] = {}
+_FILES: dict[tuple, LocalInput] = {}
+
+
+def partition_of(events: Any, fingerprint: str, by: tuple, kinds: tuple, n: int) -> np.ndarray:
+    """Every log event's partition in a pass partitioned by columns ``by`` over events of
+    ``kinds`` into ``n`` (-1 for events of other kinds): keys in balanced bins, the largest
+    partition first (see the module docstring). The same for the same log every time."""
+    key = (fingerprint, by, kinds, n)
+    if key in _PARTS:
+        return _PARTS[key]
+    import polars as pl
+    import pyarrow.compute as pc
+
+    table = events.table
+    mine = pc.is_in(table.column("kind"), pa.array(kinds, pa.string())).to_numpy(
+        zero_copy_only=False
+    )
+    frame = pl.from_arrow(table.select(list(by)))
+    hashes = frame.select(pl.struct(list(by)).hash(seed=0).alias("h")).get_column("h")
+    counts = (
+        pl.DataFrame({"h": hashes.filter(pl.Series(mine))})
+        .group_by("h")
+        .len()
+        .sort(["len", "h"], descending=[True, False])
+    )
+    # Largest first, each to the emptiest bin: within 4/3 of the best balance.
+    bins = [(0, i) for i in range(n)]
+    bin_of = np.empty(counts.height, dtype=np.int32)
+    for row, size in enumerate(counts.get_column("len").to_numpy()):
+        load, b = heapq.heappop(bins)
+        bin_of[row] = b
+        heapq.heappush(bins, (load + int(size), b))
+    # Partitions numbered by size, largest first: Spark starts them in that order.
+    by_size = sorted(bins, key=lambda lb: (-lb[0], lb[1]))
+    number = np.empty(n, dtype=np.int32)
+    for i, (_load, b) in enumerate(by_size):
+        number[b] = i
+    parts = hashes.replace_strict(
+        counts.get_column("h"), pl.Series(number[bin_of]), default=-1, return_dtype=pl.Int32
+    ).to_numpy()
+    parts = np.where(mine, parts, -1).astype(np.int32)
+    while len(_PARTS) >= _KEPT:
+        _PARTS.pop(next(iter(_PARTS)))
+    _PARTS[key] = parts
+    return parts
+
+
+def local_arrangement(
+    events: Any,
+    fingerprint: str,
+    arrangement: tuple,
+    make: Callable[[], tuple[np.ndarray, dict[str, np.ndarray]]],
+    columns: list[str],
+    n: int,
+    spread: tuple[str, ...],
+) -> LocalInput:
+    """A pass's events as an Arrow IPC file of each partition's batches, in log order:
+    ``make()`` gives every event's partition (-1: not this pass's) and the ``extra`` columns
+    (the partitions of the zipped passes it sends values to); ``arrangement`` names them.
+    The file is named by the log and the arrangement and written once (a reader never sees
+    it half written), so a later replay, in this process or another, maps it again."""
+    import hashlib
+    import json
+
+    from ...io.log import default_home, private_dir
+
+    key = (fingerprint, arrangement, tuple(columns), n)
+    if key in _FILES and os.path.exists(_FILES[key].path):
+        return _FILES[key]
+    scratch = private_dir(default_home().resolve() / "scratch")
+    digest = hashlib.sha256(repr(key[1:]).encode()).hexdigest()[:20]
+    path = scratch / f"{fingerprint}.{digest}.arranged.arrow"
+    if not path.exists():
+        parts, extra = make()
+        order = np.argsort(parts, kind="stable")  # log order kept within each partition
+        counts = np.bincount(parts[parts >= 0], minlength=n)
+        start = len(parts) - int(counts.sum())  # the events of other kinds sort first
+        table = events.table.select(columns).take(pa.array(order[start:]))
+        for name, values in extra.items():
+            table = table.append_column(name, pa.array(values[order[start:]]))
+        ranges, first = [], 0
+        for size in counts.tolist():
+            ranges.append((first, first + -(-size // _BATCH_ROWS)))
+            first = ranges[-1][1]
+        schema = table.schema.with_metadata({"ranges": json.dumps(ranges)})
+        fd, tmp = tempfile.mkstemp(dir=scratch, suffix=".tmp")
+        os.close(fd)
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            offset = 0
+            for size in counts.tolist():
+                for b in range(offset, offset + size, _BATCH_ROWS):
+                    chunk = table.slice(b, min(_BATCH_ROWS, offset + size - b))
+                    writer.write_batch(chunk.combine_chunks().to_batches()[0])
+                offset += size
+        os.replace(tmp, path)
+    with pa.memory_map(str(path)) as source:
+        ranges = json.loads(pa.ipc.open_file(source).schema.metadata[b"ranges"])
+    made = LocalInput(str(path), tuple(map(tuple, ranges)), spread)
+    while len(_FILES) >= _KEPT:
+        _FILES.pop(next(iter(_FILES)))
+    _FILES[key] = made
+    return made
+
+
+def marker_frame(session: Any, spread: tuple[str, ...]) -> Any:
+    """One row per partition, with the partition value that Spark's hash puts in it: a task
+    of a driver-arranged pass learns its partition from it (an empty partition's task runs
+    too, since it has its marker)."""
+    from ._zipped import VALUES
+
+    rows = [(value, i, None) for i, value in enumerate(spread)]
+    return session.createDataFrame(rows, f"_rs_pk STRING, {MARK} INT, {VALUES} BINARY")
+
+
+def local_batches(local: LocalInput, batches: Iterator[pa.RecordBatch]) -> Iterator:
+    """A driver-arranged pass's input in a task: the packed values sent to its partition
+    (as ``_zipped.unzip`` takes them), then its events from the file. Its input rows are
+    its marker and those values; one marker exactly, and values sent to its partition only,
+    or the task fails."""
+    from ._zipped import VALUES, ZipError
+
+    part = None
+    values = []
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        marks = batch.column(MARK)
+        pks = batch.column("_rs_pk").to_pylist()
+        for mark, pk in zip(marks.to_pylist(), pks):
+            if mark is not None:
+                if part is not None:
+                    raise ZipError(f"a task got the markers of partitions {part} and {mark}")
+                part = mark
+            if pk not in local.spread:
+                raise ZipError(f"a row for partition value {pk!r} reached no partition")
+        sent = batch.filter(marks.is_null())
+        if sent.num_rows:
+            values.append(sent)
+    if part is None:
+        raise ZipError("a task of a driver-arranged pass got no marker")
+    for batch in values:
+        if set(batch.column("_rs_pk").to_pylist()) != {local.spread[part]}:
+            raise ZipError(f"values for another partition reached partition {part}")
+        yield pa.RecordBatch.from_arrays([batch.column(VALUES)], names=[VALUES])
+    first, stop = local.batches[part]
+    with pa.memory_map(local.path) as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(first, stop):
+            yield reader.get_batch(i)

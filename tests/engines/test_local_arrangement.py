@@ -1,0 +1,187 @@
+"""Passes whose events the driver arranges on a local master (``_local_arrangement``):
+balanced partitions of keys, one Arrow file per arrangement, values routed by marker rows.
+
+The threshold is lowered so that small logs take that path; every replay is checked against
+the serial engine, and against what ran.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from engine_matrix import assert_ran_as_planned, assert_same_result
+
+import restream_kit as rk
+from restream_kit.engines.spark import _local_arrangement as local
+from restream_kit.engines.spark._events import prepare_events
+from restream_kit.engines.spark._zipped import VALUES, ZipError
+
+pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
+
+#: A float per sender, a sliding count per IP by a timed write, and a reader of both: two
+#: passes, the second zipped to the values the first serves (bench/programs/ordinary.py).
+ORDINARY = """
+from restream_kit import emit, on, state
+
+rate = state.Map(default=0.0)
+ip_hour = state.Counter()
+
+def smooth(old, x, alpha=0.25):
+    return (1 - alpha) * old + alpha * x
+
+@on("message")
+def sender_rate(e):
+    rate[e.src] = smooth(rate[e.src], 1.0 if e.has_email else 0.0)
+
+@on("message")
+def ip_window(e):
+    ip_hour[e.ip] += 1
+    ip_hour.add(e.ip, -1, at=e.ts + 50)
+
+@on("message")
+def suspicious(e):
+    if rate.get(e.src, 0.0) > 0.3 and ip_hour[e.ip] > 2:
+        emit("suspicious", sender=e.src, ip=e.ip, rate=round(rate[e.src], 4))
+"""
+
+
+def social_log(events: int, seed: int = 5) -> rk.Log:
+    from sample_data import social
+
+    return rk.Log(social.generate(events, seed=seed, users=60))
+
+
+def arranged_replay(program: rk.Program, log: rk.Log, **options) -> rk.Result:
+    got = rk.replay(program, log, engine="spark", master="local[2]", **options)
+    assert_same_result(got, rk.replay(program, log))
+    assert_ran_as_planned(program, got)
+    return got
+
+
+@pytest.fixture
+def small_logs_arranged(monkeypatch, spark_session):
+    monkeypatch.setattr(local, "LOCAL_ROWS", 100)
+    monkeypatch.delenv("RESTREAM_SPARK_LOCAL_ARRANGE", raising=False)
+    return spark_session
+
+
+def test_the_driver_arranges_balanced_partitions_and_both_passes_equal_serial(
+    small_logs_arranged,
+):
+    program = rk.Program.from_source(ORDINARY, name="ordinary")
+    log = social_log(3000)
+    got = arranged_replay(program, log)
+    path = got.metrics.path
+    for stage in ("sender_rate", "ip_window", "suspicious"):
+        assert "arranged by the driver" in path[stage], path
+        assert path[stage].startswith("parallel over 2 partitions"), path
+    assert "joined to the values read upstream" in path["suspicious"], path
+    messages = sum(1 for k in log.table.column("kind").to_pylist() if k == "message")
+    for stage, events in got.metrics.task_events.items():
+        assert len(events) == 2 and min(events) > 0, (stage, events)
+        assert sum(events) == messages, (stage, events)
+    # One file per arrangement, named by the log: a second replay, here or in another
+    # process (the in-process cache forgotten), maps the same files and equals serial again.
+    scratch = Path(os.environ["RESTREAM_HOME"]) / "scratch"
+    files = sorted(scratch.glob(f"{log.fingerprint}.*.arranged.arrow"))
+    assert len(files) == 2, files
+    stamps = [f.stat().st_mtime_ns for f in files]
+    local._FILES.clear()
+    arranged_replay(program, log)
+    assert sorted(scratch.glob(f"{log.fingerprint}.*.arranged.arrow")) == files
+    assert [f.stat().st_mtime_ns for f in files] == stamps
+
+
+def test_without_the_driver_the_passes_shuffle_as_before(small_logs_arranged, monkeypatch):
+    monkeypatch.setenv("RESTREAM_SPARK_LOCAL_ARRANGE", "0")
+    program = rk.Program.from_source(ORDINARY, name="ordinary")
+    got = arranged_replay(program, social_log(1500))
+    assert not any("arranged by the driver" in what for what in got.metrics.path.values())
+
+
+def test_keys_the_driver_cannot_hash_as_python_compares_them_keep_the_shuffle(
+    small_logs_arranged,
+):
+    """A float key (``-0.0 == 0.0`` in Python, not to a hash) is partitioned by Spark."""
+    program = rk.Program.from_source(
+        textwrap.dedent(
+            """
+            from restream_kit import emit, on, state
+            n = state.Counter()
+
+            @on("reading")
+            def count(e):
+                n[e.level] += 1
+                emit("seen", level=e.level, n=n[e.level])
+            """
+        ),
+        name="floats",
+    )
+    levels = [0.0, -0.0, 1.5, 2.5, 1.5, -0.0, 0.0, 3.0] * 40
+    log = rk.Log([{"ts": i, "kind": "reading", "level": v} for i, v in enumerate(levels)])
+    got = arranged_replay(program, log)
+    assert not any("arranged by the driver" in what for what in got.metrics.path.values())
+
+
+def test_a_heavy_key_gets_a_partition_and_the_others_share_the_rest():
+    """Keys are dealt largest first into the emptiest partition; equal keys meet; partitions
+    are numbered by size, largest first; events of other kinds are in none."""
+    rng = np.random.default_rng(1)
+    keys = np.concatenate([np.full(5000, 7), rng.integers(100, 400, 6000)])
+    rng.shuffle(keys)
+    kinds = np.where(np.arange(len(keys)) % 10 == 0, "other", "hit")
+    log = rk.Log(
+        pa.table({"ts": np.arange(len(keys)), "kind": kinds, "k": keys, "s": keys.astype(str)})
+    )
+    events = prepare_events(log)
+    for by in (("k",), ("s",), ("k", "s")):
+        parts = local.partition_of(events, log.fingerprint, by, ("hit",), 3)
+        hit = kinds == "hit"
+        assert (parts[~hit] == -1).all() and (parts[hit] >= 0).all()
+        for key in np.unique(keys[hit]):
+            assert len(set(parts[hit & (keys == key)])) == 1, key
+        loads = np.bincount(parts[hit], minlength=3)
+        assert list(loads) == sorted(loads, reverse=True), loads
+        heavy = int((keys[hit] == 7).sum())
+        assert parts[hit & (keys == 7)][0] == 0 and loads[0] == heavy, loads
+        # The rest is split within one key's events of even.
+        largest_other = max(np.bincount(keys[hit & (keys != 7)]))
+        assert abs(int(loads[1]) - int(loads[2])) <= largest_other, loads
+
+
+def test_a_task_takes_its_marker_and_only_its_partitions_values(tmp_path):
+    table = pa.table({"lsn": [0, 1, 2, 3], "ts": [0, 1, 2, 3]})
+    path = tmp_path / "events.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_batch(table.slice(0, 3).to_batches()[0])
+        writer.write_batch(table.slice(3).to_batches()[0])
+    spread = ("a", "b")
+    where = local.LocalInput(str(path), ((0, 1), (1, 2)), spread)
+
+    def rows(*items):
+        pk, mark, blob = zip(*items)
+        return [
+            pa.record_batch(
+                [pa.array(pk), pa.array(mark, pa.int32()), pa.array(blob, pa.binary())],
+                names=["_rs_pk", local.MARK, VALUES],
+            )
+        ]
+
+    got = list(local.local_batches(where, iter(rows(("b", None, b"v"), ("b", 1, None)))))
+    assert got[0].column(VALUES).to_pylist() == [b"v"]
+    assert [b.column("lsn").to_pylist() for b in got[1:]] == [[3]]
+    got = list(local.local_batches(where, iter(rows(("a", 0, None)))))
+    assert [b.column("lsn").to_pylist() for b in got] == [[0, 1, 2]]
+    for wrong in (
+        rows(("a", 0, None), ("b", 1, None)),  # two markers
+        rows(("a", None, b"v")),  # no marker
+        rows(("a", 0, None), ("b", None, b"v")),  # values for another partition
+        rows(("z", 0, None)),  # a partition value no partition has
+    ):
+        with pytest.raises(ZipError):
+            list(local.local_batches(where, iter(wrong)))
