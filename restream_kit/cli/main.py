@@ -386,6 +386,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.by and not args.baseline:
         raise RestreamError("--by compares with a baseline: give --baseline RUN too")
     program = log = None
+    if args.engine == "spark":
+        from ..engines.spark import warm_up
+
+        # The JVM takes seconds to start, and so does loading a large log: side by side.
+        warm_up(options.get("master"), options.get("conf"))
     try:
         log = _log_arg(args.log)
         if len(log) == 0:

@@ -95,6 +95,8 @@ def test_the_driver_arranges_balanced_partitions_and_both_passes_equal_serial(
     arranged_replay(program, log)
     assert sorted(scratch.glob(f"{log.fingerprint}.*.arranged.arrow")) == files
     assert [f.stat().st_mtime_ns for f in files] == stamps
+    # The values the passes sent each other went through files of the replay's own, gone.
+    assert not list(scratch.glob("values-*")), list(scratch.iterdir())
 
 
 def test_without_the_driver_the_passes_shuffle_as_before(small_logs_arranged, monkeypatch):
@@ -154,34 +156,32 @@ def test_a_heavy_key_gets_a_partition_and_the_others_share_the_rest():
         assert abs(int(loads[1]) - int(loads[2])) <= largest_other, loads
 
 
-def test_a_task_takes_its_marker_and_only_its_partitions_values(tmp_path):
+def test_a_task_takes_its_marker_its_partitions_values_and_its_events(tmp_path):
     table = pa.table({"lsn": [0, 1, 2, 3], "ts": [0, 1, 2, 3]})
     path = tmp_path / "events.arrow"
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_batch(table.slice(0, 3).to_batches()[0])
         writer.write_batch(table.slice(3).to_batches()[0])
-    spread = ("a", "b")
-    where = local.LocalInput(str(path), ((0, 1), (1, 2)), spread)
+    sent = tmp_path / "v1.1.x.arrow"
+    sent.write_bytes(b"packed values")
+    where = local.LocalInput(str(path), ((0, 1), (1, 2)), ((), (str(sent),)))
 
-    def rows(*items):
-        pk, mark, blob = zip(*items)
-        return [
-            pa.record_batch(
-                [pa.array(pk), pa.array(mark, pa.int32()), pa.array(blob, pa.binary())],
-                names=["_rs_pk", local.MARK, VALUES],
-            )
-        ]
+    def markers(*marks):
+        return [pa.record_batch([pa.array(marks, pa.int32())], names=[local.MARK])]
 
-    got = list(local.local_batches(where, iter(rows(("b", None, b"v"), ("b", 1, None)))))
-    assert got[0].column(VALUES).to_pylist() == [b"v"]
+    got = list(local.local_batches(where, iter(markers(1))))
+    assert got[0].column(VALUES).to_pylist() == [b"packed values"]
     assert [b.column("lsn").to_pylist() for b in got[1:]] == [[3]]
-    got = list(local.local_batches(where, iter(rows(("a", 0, None)))))
+    got = list(local.local_batches(where, iter(markers(0))))
     assert [b.column("lsn").to_pylist() for b in got] == [[0, 1, 2]]
-    for wrong in (
-        rows(("a", 0, None), ("b", 1, None)),  # two markers
-        rows(("a", None, b"v")),  # no marker
-        rows(("a", 0, None), ("b", None, b"v")),  # values for another partition
-        rows(("z", 0, None)),  # a partition value no partition has
-    ):
+    for wrong in (markers(0, 1), markers(), []):
         with pytest.raises(ZipError):
             list(local.local_batches(where, iter(wrong)))
+
+
+def test_markers_put_one_row_in_each_partition_with_no_shuffle(spark_session):
+    for n in (1, 2, 5):
+        frame = local.marker_frame(spark_session, n)
+        assert frame.rdd.getNumPartitions() == n
+        rows = frame.selectExpr(local.MARK, "spark_partition_id() AS p").collect()
+        assert sorted((r[local.MARK], r.p) for r in rows) == [(i, i) for i in range(n)]

@@ -18,10 +18,14 @@ the log as Arrow, in log order. So the driver arranges it itself:
 
 The file is named by the log's fingerprint and the arrangement and written once, so the next
 replay of the same log arranged the same way maps it again, in this kernel (a notebook
-replays one log many times) or in another process (the command line). A zipped pass (``_zipped``) gets its events this way
-too; the values earlier passes send it carry the partition value that Spark's hash puts in
-that partition (``_pass_setup.spread_values``), so each chunk reaches the task holding its
-events, with one marker row per partition saying which partition a task has.
+replays one log many times) or in another process (the command line).
+
+A task's input is one marker row per partition, from which it learns its partition. A
+zipped pass (``_zipped``) gets its events this way too, and the values earlier passes send
+it do not travel through Spark either: a sending task writes each chunk to a file of the
+replay's own scratch directory and reports its path; the driver hands each receiving task
+the paths of its partition that finished tasks reported (so a failed attempt's file is
+never read), and removes the directory when the replay ends. No shuffle, no cache of rows.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ __all__ = [
 #: shuffle of a small log costs less than a file.
 LOCAL_ROWS = 200_000
 
-MARK = "_rs_lpart"  # a marker row's partition number (null on a row of values)
+MARK = "_rs_lpart"  # a marker row's partition number
 _BATCH_ROWS = 65_536
 _KEPT = 4
 _KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_boolean, pa.types.is_binary)
@@ -62,7 +66,8 @@ class LocalInput:
 
     path: str
     batches: tuple[tuple[int, int], ...]  # partition -> [first, stop) record batches
-    spread: tuple[str, ...]  # partition -> the partition value Spark's hash puts there
+    # partition -> the files of values earlier passes sent it (``_zipped.ValuePacker``)
+    values: tuple[tuple[str, ...], ...] = ()
 
 
 def use_local(session: Any, events: Any, rows: int, by_columns: list[list[str]]) -> bool:
@@ -139,7 +144,6 @@ def local_arrangement(
     make: Callable[[], tuple[np.ndarray, dict[str, np.ndarray]]],
     columns: list[str],
     n: int,
-    spread: tuple[str, ...],
 ) -> LocalInput:
     """A pass's events as an Arrow IPC file of each partition's batches, in log order:
     ``make()`` gives every event's partition (-1: not this pass's) and the ``extra`` columns
@@ -149,9 +153,12 @@ def local_arrangement(
     import hashlib
     import json
 
+    import polars as pl
+
     from ...io.log import default_home, private_dir
 
-    key = (fingerprint, arrangement, tuple(columns), n)
+    # (polars hashes the keys: another version may deal them otherwise)
+    key = (fingerprint, arrangement, tuple(columns), n, pl.__version__)
     if key in _FILES and os.path.exists(_FILES[key].path):
         return _FILES[key]
     scratch = private_dir(default_home().resolve() / "scratch")
@@ -182,53 +189,36 @@ def local_arrangement(
         os.replace(tmp, path)
     with pa.memory_map(str(path)) as source:
         ranges = json.loads(pa.ipc.open_file(source).schema.metadata[b"ranges"])
-    made = LocalInput(str(path), tuple(map(tuple, ranges)), spread)
+    made = LocalInput(str(path), tuple(map(tuple, ranges)))
     while len(_FILES) >= _KEPT:
         _FILES.pop(next(iter(_FILES)))
     _FILES[key] = made
     return made
 
 
-def marker_frame(session: Any, spread: tuple[str, ...]) -> Any:
-    """One row per partition, with the partition value that Spark's hash puts in it: a task
-    of a driver-arranged pass learns its partition from it (an empty partition's task runs
-    too, since it has its marker)."""
-    from ._zipped import VALUES
-
-    rows = [(value, i, None) for i, value in enumerate(spread)]
-    return session.createDataFrame(rows, f"_rs_pk STRING, {MARK} INT, {VALUES} BINARY")
+def marker_frame(session: Any, n: int) -> Any:
+    """A driver-arranged pass's input: one marker row per partition (``range`` puts row
+    ``i`` in partition ``i``, with no shuffle), from which its task learns its partition."""
+    return session.range(0, n, 1, n).selectExpr(f"CAST(id AS INT) AS {MARK}")
 
 
 def local_batches(local: LocalInput, batches: Iterator[pa.RecordBatch]) -> Iterator:
-    """A driver-arranged pass's input in a task: the packed values sent to its partition
-    (as ``_zipped.unzip`` takes them), then its events from the file. Its input rows are
-    its marker and those values; one marker exactly, and values sent to its partition only,
-    or the task fails."""
+    """A driver-arranged pass's input in a task: the values earlier passes sent its
+    partition (packed, as ``_zipped.unzip`` takes them), then its events from the file. Its
+    input rows are markers: exactly one, or the task fails."""
     from ._zipped import VALUES, ZipError
 
-    part = None
-    values = []
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        marks = batch.column(MARK)
-        pks = batch.column("_rs_pk").to_pylist()
-        for mark, pk in zip(marks.to_pylist(), pks):
-            if mark is not None:
-                if part is not None:
-                    raise ZipError(f"a task got the markers of partitions {part} and {mark}")
-                part = mark
-            if pk not in local.spread:
-                raise ZipError(f"a row for partition value {pk!r} reached no partition")
-        sent = batch.filter(marks.is_null())
-        if sent.num_rows:
-            values.append(sent)
-    if part is None:
-        raise ZipError("a task of a driver-arranged pass got no marker")
-    for batch in values:
-        if set(batch.column("_rs_pk").to_pylist()) != {local.spread[part]}:
-            raise ZipError(f"values for another partition reached partition {part}")
-        yield pa.RecordBatch.from_arrays([batch.column(VALUES)], names=[VALUES])
+    marks = [m for b in batches for m in b.column(MARK).to_pylist()]
+    if len(marks) != 1:
+        raise ZipError(f"a task of a driver-arranged pass got {len(marks)} markers: {marks}")
+    (part,) = marks
+    sent = local.values[part] if local.values else ()
+    if sent:
+        blobs = []
+        for path in sent:
+            with open(path, "rb") as f:
+                blobs.append(f.read())
+        yield pa.RecordBatch.from_arrays([pa.array(blobs, pa.binary())], names=[VALUES])
     first, stop = local.batches[part]
     with pa.memory_map(local.path) as source:
         reader = pa.ipc.open_file(source)

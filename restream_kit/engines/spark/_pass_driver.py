@@ -13,9 +13,10 @@ status tracker while the job runs: tasks finished, and events done in proportion
 from __future__ import annotations
 
 import pickle
+import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -36,6 +37,7 @@ from ...model.program import Program
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_rows as W
 from ._emitted import emitted_tables, unpack_emitted
+from ._local_arrangement import local_arrangement, marker_frame, partition_of
 from ._pass_setup import (
     Setup,
     arranged,
@@ -44,7 +46,6 @@ from ._pass_setup import (
     prepare,
     quoted,
     raw_key,
-    spread_values,
     unquoted,
 )
 from ._pass_stores import apply_op
@@ -153,6 +154,8 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         ran = run_jobs(setup, setup.df, None, None, (0, total), total)
         rep.passes_ran = ran  # its history rows and last event (``_engine``, ``_history``)
     finally:
+        if setup.values_dir is not None:
+            shutil.rmtree(setup.values_dir, ignore_errors=True)
         for frame in setup.persisted:
             try:
                 frame.unpersist()
@@ -193,6 +196,7 @@ def run_jobs(
     last_ts = ran.last_event if epoch_end is None else epoch_end[0]
     base, span = done_range[0], done_range[1] - done_range[0]
     outputs: list[Any] = []
+    sent: dict[int, dict[int, list[str]]] = {}  # passes the driver arranged: values' files
     zips = bool(setup.zips)
     try:
         for p in passes:
@@ -213,7 +217,7 @@ def run_jobs(
             packed = False  # whether its events come packed (``_pass_setup.arranged``)
             local = None  # where its tasks read their events, when the driver arranged them
             if p.index in setup.local:
-                local, rows = _local_input(setup, outputs, p, n)
+                local, rows = _local_input(setup, sent.get(p.index, {}), p, n)
                 zipped = rows if p.index in setup.zips else None
                 if len(kinds) == 1 and plain:
                     one_kind = kinds[0]
@@ -362,7 +366,7 @@ def run_jobs(
                     j: () if setup.local else tuple(unquoted(c) for c in by)
                     for j, by in setup.zips.items()
                 },
-                zip_spread=spread_values(session, partitions) if setup.local else (),
+                values_dir=setup.values_dir,
                 local=local,
                 zipped=zipped is not None,
                 packed=packed,
@@ -386,10 +390,13 @@ def run_jobs(
                 )
 
             with _Watch(session, rep.job_group, on_tasks, cancelled=rep.cancelled):
-                if p.index == len(passes) - 1:
+                if p.index == len(passes) - 1 or setup.local:
                     # The last pass: no later pass reads its rows, so one job computes them
-                    # and brings them back.
-                    got = out.select("_rs_kind", "_rs_dest", "_rs_b", *_POS).toArrow()
+                    # and brings them back. So with passes the driver arranged: what later
+                    # passes read of theirs went to files, whose paths come back here.
+                    got = out.select("_rs_kind", "_rs_dest", "_rs_pk", "_rs_b", *_POS).toArrow()
+                    if setup.local:
+                        _values_sent(got, sent)
                 else:
                     # Its rows are kept, cut from their lineage: later passes read them
                     # without planning this pass's plan again. Not eagerly: the job that
@@ -481,21 +488,17 @@ def _zipped_input(setup: Any, outputs: list, p: Any, n: int) -> tuple[Any, bool]
     return values.unionByName(events, allowMissingColumns=True), packed
 
 
-def _local_input(setup: Setup, outputs: list, p: Any, n: int) -> tuple[Any, Any]:
+def _local_input(setup: Setup, sent: dict[int, list[str]], p: Any, n: int) -> tuple[Any, Any]:
     """Where pass ``p``'s tasks read the events the driver arranged for it
-    (``_local_arrangement``), and its input: a marker row per partition, with the values
-    earlier passes packed for it, each routed to its partition by a value Spark's hash puts
-    there."""
-    from ._local_arrangement import MARK, local_arrangement, marker_frame, partition_of
-
-    events, fingerprint, passes = setup.events, setup.log.fingerprint, setup.pp.passes
+    (``_local_arrangement``) and the files of values earlier passes sent each partition
+    (``sent``), and its input: a marker row per partition."""
+    events, fingerprint = setup.events, setup.log.fingerprint
 
     def parts_of(q: int) -> Any:
         return partition_of(events, fingerprint, tuple(setup.local[q]), setup.log_kinds[q], n)
 
     # Its partitions, and each event's partition in the zipped passes it sends values to.
     targets = {col: j for j, col, _kinds in zip_targets(setup, p)}
-    spread = spread_values(setup.session, n)
     local = local_arrangement(
         events,
         fingerprint,
@@ -506,18 +509,21 @@ def _local_input(setup: Setup, outputs: list, p: Any, n: int) -> tuple[Any, Any]
         lambda: (parts_of(p.index), {col: parts_of(j) for col, j in targets.items()}),
         list(setup.columns),
         n,
-        spread,
     )
-    rows = marker_frame(setup.session, spread)
-    if p.index in setup.zips:
-        for source in sources(passes, p, setup.log_kinds):
-            if source is not None:
-                rows = rows.unionByName(
-                    outputs[source]
-                    .where(f"_rs_kind = {W.FWD} AND _rs_dest = {p.index}")
-                    .selectExpr("_rs_pk", f"CAST(NULL AS INT) AS {MARK}", f"_rs_b AS {VALUES}")
-                )
-    return local, rows.repartition(n, "_rs_pk")
+    values = tuple(tuple(sent.get(i, ())) for i in range(n))
+    return replace(local, values=values), marker_frame(setup.session, n)
+
+
+def _values_sent(got: pa.Table, sent: dict[int, dict[int, list[str]]]) -> None:
+    """The files of values a pass's finished tasks wrote for later passes the driver
+    arranged (``_zipped.ValuePacker``), by receiving pass and partition, into ``sent``."""
+    rows = got.filter(pc.equal(got.column("_rs_kind"), W.FWD))
+    for dest, part, path in zip(
+        rows.column("_rs_dest").to_pylist(),
+        rows.column("_rs_pk").to_pylist(),
+        rows.column("_rs_b").to_pylist(),
+    ):
+        sent.setdefault(dest, {}).setdefault(int(part), []).append(path.decode())
 
 
 def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:

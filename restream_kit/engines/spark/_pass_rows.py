@@ -138,9 +138,9 @@ class PassSpec:
     zip_by: dict = field(default_factory=dict)
     zipped: bool = False  # its input: the values read upstream, then its events (``unzip``)
     # Passes arranged by the driver (``_local_arrangement``): where this one's tasks read
-    # their events, and per partition the value that routes values sent there.
+    # their events and the values sent to them, and where they write the values they send.
     local: Any = None
-    zip_spread: tuple = ()
+    values_dir: str | None = None
     packed: bool = False  # its events come packed as Arrow IPC (``_pass_setup.arranged``)
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
     one_kind: str | None = None  # the kind of all its events, when their kind is not sent

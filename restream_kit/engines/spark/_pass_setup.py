@@ -74,8 +74,10 @@ class Setup:
     folds: frozenset = frozenset()  # see ``_window_shapes.folded_counts``
     zips: dict = field(default_factory=dict)  # zipped pass -> its partition columns (``_zipped``)
     spread: dict = field(default_factory=dict)  # pass with copies -> a value per partition
-    # Passes whose events the driver arranges (``_local_arrangement``): pass -> its columns.
+    # Passes whose events the driver arranges (``_local_arrangement``): pass -> its columns;
+    # and the replay's own directory for the values they send each other.
     local: dict = field(default_factory=dict)
+    values_dir: str | None = None
 
 
 def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
@@ -197,6 +199,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         folds=folded_counts(program),
         zips=zips,
         local=local,
+        values_dir=_values_dir() if local and zips else None,
         spread={
             p.index: ("N",) if p.partition == SINGLE else spread_values(session, partitions)
             for p in passes
@@ -231,6 +234,17 @@ def spread_values(session: Any, n: int) -> tuple[str, ...]:
             tried += more
         _SPREAD[key] = tuple(found[i] for i in range(n))
     return _SPREAD[key]
+
+
+def _values_dir() -> str:
+    """A private directory of the kernel's scratch for one replay's values (removed when it
+    ends, ``_pass_driver.run_passes``)."""
+    import tempfile
+
+    from ...io.log import default_home, private_dir
+
+    scratch = private_dir(default_home().resolve() / "scratch")
+    return tempfile.mkdtemp(dir=scratch, prefix="values-")
 
 
 def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> dict:

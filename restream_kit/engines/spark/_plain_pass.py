@@ -116,7 +116,7 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     if spec.zipped:
         batches = unzip(batches)
     packer = (
-        ValuePacker(spec.zip_to, spec.wide, spec.zip_by, spec.zip_spread) if spec.zip_to else None
+        ValuePacker(spec.zip_to, spec.wide, spec.zip_by, spec.values_dir) if spec.zip_to else None
     )
     # What a zipped pass gets of each event from here: its lsn and the probe columns.
     values = pa.schema(f for f in spec.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))

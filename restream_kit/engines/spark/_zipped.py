@@ -115,14 +115,14 @@ class ValuePacker:
     pass's output schema (``wide``) carrying the partition values of their first event."""
 
     def __init__(
-        self, zip_to: tuple, wide: pa.Schema, by: dict[int, tuple[str, ...]], spread: tuple = ()
+        self, zip_to: tuple, wide: pa.Schema, by: dict[int, tuple[str, ...]], sink: str | None
     ):
         self.zip_to = zip_to
         self.wide = wide
         self.by = by
-        # Driver-arranged receivers (``_local_arrangement``): a chunk for partition d carries
-        # ``spread[d]`` as its partition value instead of its first event's columns.
-        self.spread = spread
+        # Driver-arranged receivers (``_local_arrangement``): each chunk goes to a file in
+        # ``sink``, and its row carries the file's path and the partition number instead.
+        self.sink = sink
         # (pass, partition) -> [the partition values of its first event, values...]
         self.held: dict[tuple[int, int], list] = {}
         self.rows: dict[tuple[int, int], int] = {}
@@ -167,15 +167,30 @@ class ValuePacker:
             elif f.name == "_rs_dest":
                 arrays.append(pa.array([key[0]], f.type))
             elif f.name == "_rs_b":
-                arrays.append(pa.array([packed_bytes(values)], f.type))
-            elif f.name == "_rs_pk" and self.spread:
-                arrays.append(pa.array([self.spread[key[1]]], f.type))
+                blob = packed_bytes(values)
+                if self.sink is not None:
+                    blob = _to_file(self.sink, key, blob)
+                arrays.append(pa.array([blob], f.type))
+            elif f.name == "_rs_pk" and self.sink is not None:
+                arrays.append(pa.array([str(key[1])], f.type))
             elif f.name in first.schema.names:
                 col = first.column(f.name)
                 arrays.append(col if col.type == f.type else col.cast(f.type))
             else:
                 arrays.append(pa.nulls(1, f.type))
         return pa.RecordBatch.from_arrays(arrays, schema=self.wide)
+
+
+def _to_file(sink: str, key: tuple[int, int], blob: bytes) -> bytes:
+    """Write a chunk of values for (pass, partition) ``key`` to a file of its own in
+    ``sink``; its path, as bytes. The driver hands the receiving task the paths that
+    finished tasks reported, so a failed attempt's file is never read."""
+    import uuid
+
+    path = os.path.join(sink, f"v{key[0]}.{key[1]}.{uuid.uuid4().hex}.arrow")
+    with open(path, "wb") as f:
+        f.write(blob)
+    return path.encode()
 
 
 def unzip(batches: Any) -> Iterator[pa.RecordBatch]:
