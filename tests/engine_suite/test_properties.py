@@ -52,6 +52,30 @@ def test_spark_engine_equals_the_serial_engine(case, spark_session):
         assert_ran_as_planned(program, got)
 
 
+ARRANGED_EXAMPLES = int(os.environ.get("RESTREAM_ARRANGED_PROPERTY_EXAMPLES", "20"))
+
+
+@settings(max_examples=ARRANGED_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=spark_cases())
+def test_passes_the_driver_arranges_equal_the_serial_engine(case, spark_session):
+    """With every log large enough for the driver to arrange it (``_local_arrangement``):
+    the programs it takes (the others are not examples) give the serial engine's result."""
+    from unittest import mock
+
+    from hypothesis import assume
+
+    from restream_kit.engines.spark import _local_arrangement
+
+    source, log, _epoch, _path = case
+    program = rk.Program.from_source(source, name="prop")
+    the_log = rk.Log(log)
+    with mock.patch.object(_local_arrangement, "LOCAL_ROWS", 0):
+        got = rk.replay(program, the_log, engine="spark", path="passes")
+    assume(any("arranged by the driver" in what for what in got.metrics.path.values()))
+    assert_same_result(got, rk.replay(program, the_log))
+    assert_ran_as_planned(program, got)
+
+
 CHECKPOINT_EXAMPLES = int(os.environ.get("RESTREAM_CHECKPOINT_PROPERTY_EXAMPLES", "12"))
 
 
