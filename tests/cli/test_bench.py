@@ -86,7 +86,7 @@ def test_spark_rules_quick_run(tmp_path):
     results = json.loads(out.read_text())
     for rule in ("ordinary", "teams"):
         warm, cold = results["rules"][rule]["warm"], results["rules"][rule]["cold"]
-        assert warm["ratio"] > 0 and cold["ratio"] > 0
+        assert warm["ratio"] > 0 and cold["ratio"] > 0 and cold["spark_first_process_s"] > 0
         assert all(what.startswith("parallel") for what in warm["path"].values()), warm["path"]
         assert any(stage.endswith("(tasks, summed)") for stage in warm["stage_s"])
 

@@ -7,7 +7,8 @@
 - ``epoch``: events per epoch (an int) or a duration (``"1h"``), cut as every engine cuts
   (``restream_kit.io.epochs``): small logs run in one epoch;
 - ``cancel``: a ``progress.CancelToken``; cancelling stops the replay's Spark jobs at once;
-- ``partitions``: tasks per pass (default: twice the session's cores);
+- ``partitions``: tasks per pass (default: twice the session's cores; as many as its cores where
+  the driver arranges the events, ``_local_arrangement``);
 - ``path``: ``"auto"`` (default; also ``$RESTREAM_SPARK_PATH``), ``"passes"`` or
   ``"prefix"``: which of the two paths runs the replay (see ``_engine``);
 - ``checkpoint``, ``resume``, ``start_from``, ``on_error``: as on the serial engine.

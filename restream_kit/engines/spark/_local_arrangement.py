@@ -75,16 +75,11 @@ def use_local(session: Any, events: Any, rows: int, by_columns: list[list[str]])
     local master, for a log of ``rows`` events or more from the kernel (no pickled column)
     when every pass is partitioned by plain columns of integers, strings or booleans (a
     float's ``-0.0`` and ``0.0`` are one key to Python, two to a hash)."""
-    from ._pass_setup import classic
+    from ._pass_setup import local_master
 
     if os.environ.get("RESTREAM_SPARK_LOCAL_ARRANGE", "1") == "0":
         return False
-    if events.pickled or rows < LOCAL_ROWS or not by_columns or not classic(session):
-        return False
-    try:
-        if not session.sparkContext.master.startswith("local"):
-            return False
-    except Exception:  # noqa: BLE001
+    if events.pickled or rows < LOCAL_ROWS or not by_columns or not local_master(session):
         return False
     return all(any(check(events.types[c]) for check in _KEY_TYPES) for by in by_columns for c in by)
 

@@ -29,6 +29,7 @@ __all__ = [
     "quoted",
     "raw_key",
     "classic",
+    "local_master",
 ]
 
 
@@ -356,12 +357,7 @@ def _local_events_file(session: Any, log: Log, events: Any) -> str | None:
     (``createDataFrame``) cost half of a cold replay of 10M events. None elsewhere (executors
     may not share the kernel's disk), and for a log with pickled columns (pickles never go
     to a file)."""
-    if events.pickled or len(events.table) < FILE_ROWS or not classic(session):
-        return None
-    try:
-        if not session.sparkContext.master.startswith("local"):
-            return None
-    except Exception:  # noqa: BLE001
+    if events.pickled or len(events.table) < FILE_ROWS or not local_master(session):
         return None
     table = events.table.drop_columns(["_rs_o"])
     return str(scratch_parquet(table, f"{log.fingerprint}.events.parquet"))
@@ -488,6 +484,15 @@ def classic(session: Any) -> bool:
         session.sparkContext  # noqa: B018 - raises on Spark Connect
         return True
     except Exception:  # noqa: BLE001
+        return False
+
+
+def local_master(session: Any) -> bool:
+    """Whether ``session`` runs its tasks on this machine (a classic session on ``local``):
+    they then share the kernel's disk."""
+    try:
+        return session.sparkContext.master.startswith("local")
+    except Exception:  # noqa: BLE001 - Spark Connect has no context here
         return False
 
 
