@@ -185,3 +185,17 @@ def test_markers_put_one_row_in_each_partition_with_no_shuffle(spark_session):
         assert frame.rdd.getNumPartitions() == n
         rows = frame.selectExpr(local.MARK, "spark_partition_id() AS p").collect()
         assert sorted((r[local.MARK], r.p) for r in rows) == [(i, i) for i in range(n)]
+
+
+def test_a_log_keeps_its_most_recently_used_arrangements_on_disk(tmp_path):
+    for i in range(local._KEPT_ON_DISK + 2):
+        path = tmp_path / f"abc.{i:02d}.arranged.arrow"
+        path.write_bytes(b"")
+        os.utime(path, ns=(i * 10**9, i * 10**9))
+    other = tmp_path / "other.00.arranged.arrow"
+    other.write_bytes(b"")
+    os.utime(other, ns=(0, 0))
+    local._prune(tmp_path, "abc")
+    left = sorted(p.name for p in tmp_path.glob("abc.*"))
+    assert left == [f"abc.{i:02d}.arranged.arrow" for i in range(2, local._KEPT_ON_DISK + 2)]
+    assert other.exists()  # another log's arrangements are its own

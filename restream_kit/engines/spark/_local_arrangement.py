@@ -182,6 +182,9 @@ def local_arrangement(
                     writer.write_batch(chunk.combine_chunks().to_batches()[0])
                 offset += size
         os.replace(tmp, path)
+        _prune(scratch, fingerprint)
+    else:
+        os.utime(path)  # recently used: pruned last
     with pa.memory_map(str(path)) as source:
         ranges = json.loads(pa.ipc.open_file(source).schema.metadata[b"ranges"])
     made = LocalInput(str(path), tuple(map(tuple, ranges)))
@@ -189,6 +192,23 @@ def local_arrangement(
         _FILES.pop(next(iter(_FILES)))
     _FILES[key] = made
     return made
+
+
+#: Arrangements kept on disk per log, the most recently used: a notebook that tries rules
+#: reading other columns or keyed otherwise makes a new one each time.
+_KEPT_ON_DISK = 6
+
+
+def _prune(scratch: Any, fingerprint: str) -> None:
+    """Remove all but the :data:`_KEPT_ON_DISK` most recently used arrangements of a log."""
+    files = []
+    for path in scratch.glob(f"{fingerprint}.*.arranged.arrow"):
+        try:
+            files.append((path.stat().st_mtime_ns, path))
+        except OSError:  # removed meanwhile
+            pass
+    for _when, path in sorted(files, reverse=True)[_KEPT_ON_DISK:]:
+        path.unlink(missing_ok=True)
 
 
 def marker_frame(session: Any, n: int) -> Any:
