@@ -71,12 +71,17 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def scratch_dir() -> Path:
+    """The private scratch directory of :func:`default_home` (created on first use)."""
+    return private_dir(default_home().resolve() / "scratch")
+
+
 def scratch_parquet(table: pa.Table, name: str) -> Path:
     """``table`` as Parquet file ``name`` in the private scratch directory of
     :func:`default_home`, written once: a reader never sees it half written."""
     import tempfile
 
-    scratch = private_dir(default_home().resolve() / "scratch")
+    scratch = scratch_dir()
     path = scratch / name
     if not path.exists():
         fd, tmp = tempfile.mkstemp(dir=scratch, suffix=".tmp")

@@ -150,13 +150,13 @@ def local_arrangement(
 
     import polars as pl
 
-    from ...io.log import default_home, private_dir
+    from ...io.log import scratch_dir
 
     # (polars hashes the keys: another version may deal them otherwise)
     key = (fingerprint, arrangement, tuple(columns), n, pl.__version__)
     if key in _FILES and os.path.exists(_FILES[key].path):
         return _FILES[key]
-    scratch = private_dir(default_home().resolve() / "scratch")
+    scratch = scratch_dir()
     digest = hashlib.sha256(repr(key[1:]).encode()).hexdigest()[:20]
     path = scratch / f"{fingerprint}.{digest}.arranged.arrow"
     if not path.exists():

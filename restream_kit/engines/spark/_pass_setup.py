@@ -242,10 +242,9 @@ def _values_dir() -> str:
     ends, ``_pass_driver.run_passes``)."""
     import tempfile
 
-    from ...io.log import default_home, private_dir
+    from ...io.log import scratch_dir
 
-    scratch = private_dir(default_home().resolve() / "scratch")
-    return tempfile.mkdtemp(dir=scratch, prefix="values-")
+    return tempfile.mkdtemp(dir=scratch_dir(), prefix="values-")
 
 
 def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> dict:
