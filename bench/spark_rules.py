@@ -19,7 +19,9 @@ Two measures, both as ratios against the serial engine measured in the same run:
   alternating, medians, with the process's peak memory. On a local master the driver
   arranges a large log once and leaves the arrangement on disk for later processes
   (``docs/spark_engine.md``): the first Spark process, with none on disk, is reported
-  on its own.
+  on its own. On a ``spark://`` master the timed processes run through ``restream driver``
+  (a long-lived driver the bench starts), and one process with its own JVM and executors is
+  reported on its own.
 
 Every Spark result is compared with the serial one before timing. The report gives events/s,
 the time per stage, what ran (``metrics.path``) and the planner's predicted speedup.
@@ -195,21 +197,33 @@ def _cold(log_path: Path, rule: str, runs: int, master: str) -> dict:
 
     # On a local master the driver arranges a large log once and keeps the files for later
     # processes (docs/spark_engine.md): the first process, with none on disk, pays for it.
-    first = None
+    first = alone = None
     if master.startswith("local"):
         _forget_arrangements(log_path)
         first = run("spark")[0]
-    for i in range(runs):
-        for side in sides if i % 2 == 0 else reversed(list(sides)):
-            seconds, peak = run(side)
-            times[side].append(seconds)
-            memory[side].append(peak)
+    driver = None
+    if master.startswith("spark://"):
+        # On a cluster a process's own JVM and executors cost half a minute: one process
+        # without a driver, reported apart; the timed ones run through `restream driver`.
+        alone = run("spark")[0]
+        driver = _start_driver(master)
+    try:
+        for i in range(runs):
+            for side in sides if i % 2 == 0 else reversed(list(sides)):
+                seconds, peak = run(side)
+                times[side].append(seconds)
+                memory[side].append(peak)
+    finally:
+        if driver is not None:
+            driver.terminate()
+            driver.wait(timeout=60)
     med = {side: statistics.median(ts) for side, ts in times.items()}
     row = {
         "serial_s": med["serial"],
         "spark_s": med["spark"],
         "ratio": med["serial"] / med["spark"],
         "spark_first_process_s": first,
+        "spark_without_driver_s": alone,
         "tree_peak_mib": {s: statistics.median(m) for s, m in memory.items()},
         "runs": times,
     }
@@ -219,7 +233,23 @@ def _cold(log_path: Path, rule: str, runs: int, master: str) -> dict:
     )
     if first is not None:
         print(f"    spark's first process, no arrangement of the log on disk yet: {first:.2f} s")
+    if alone is not None:
+        print(
+            f"    through `restream driver`; a process with its own driver instead: {alone:.2f} s"
+        )
     return row
+
+
+def _start_driver(master: str) -> subprocess.Popen:
+    """``restream driver`` on ``master``, once it is warm and listening (in ``ROOT``, where
+    the timed processes run, so that they find it)."""
+    command = [sys.executable, "-m", "restream_kit", "driver", "--master", master]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "serving" not in line:
+        proc.kill()
+        raise RuntimeError(f"restream driver did not start: {line}")
+    return proc
 
 
 def _forget_arrangements(log_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -169,7 +170,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runs_parser(commands)
     _add_bench_parser(commands)
     _add_sweep_parser(commands)
+    _add_driver_parser(commands)
     return parser
+
+
+def _add_driver_parser(commands) -> None:
+    driver = commands.add_parser(
+        "driver",
+        help="keep a Spark session up and serve this directory's replays on its master",
+        description="Start a Spark session on MASTER and keep it, with its executors and the "
+        "last log it loaded, until killed. A 'restream replay --engine spark --master MASTER' "
+        "from the same directory (or $RESTREAM_HOME) then runs through it instead of "
+        "starting its own JVM; see docs/spark_engine.md.",
+    )
+    driver.add_argument("--master", required=True, help="the Spark master to serve")
+    driver.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of the session (spark.cores.max=N leaves cores to others); "
+        "repeatable",
+    )
 
 
 def _add_bench_parser(commands) -> None:
@@ -343,6 +365,26 @@ def _log_arg(values: list[str]):
     return Log(values)
 
 
+def _conf_arg(items: list[str]) -> dict[str, str]:
+    conf = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise RestreamError(f"--conf {item!r}: expected KEY=VALUE")
+        conf[key.strip()] = value
+    return conf
+
+
+def cmd_driver(args: argparse.Namespace) -> int:
+    from ._driver import serve
+
+    def ready(path) -> None:
+        print(f"restream driver: serving {args.master} at {path} (pid {os.getpid()})", flush=True)
+
+    serve(args.master, _conf_arg(args.conf), ready)
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from ..api import replay
     from ..io.progress import broadcast
@@ -352,12 +394,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.master:
         options["master"] = args.master
     if args.conf:
-        options["conf"] = {}
-        for item in args.conf:
-            key, eq, value = item.partition("=")
-            if not eq or not key.strip():
-                raise RestreamError(f"--conf {item!r}: expected KEY=VALUE")
-            options["conf"][key.strip()] = value
+        options["conf"] = _conf_arg(args.conf)
     if args.epoch:
         options["epoch"] = args.epoch
     if args.checkpoint:
@@ -385,30 +422,46 @@ def cmd_replay(args: argparse.Namespace) -> int:
         options["observer"] = broadcast([o for o in (options.get("observer"), partial) if o])
     if args.by and not args.baseline:
         raise RestreamError("--by compares with a baseline: give --baseline RUN too")
-    program = log = None
+    program = log = driver = None
     if args.engine == "spark":
-        from ..engines.spark import warm_up
+        from ._driver import find_driver
 
-        # The JVM takes seconds to start, and so does loading a large log: side by side.
-        warm_up(options.get("master"), options.get("conf"))
+        # A running `restream driver` for this master replays with its session up.
+        driver = find_driver(args.master, {k: v for k, v in options.items() if k != "observer"})
+        if driver is None:
+            from ..engines.spark import warm_up
+
+            # The JVM takes seconds to start, and so does loading a large log: side by side.
+            warm_up(options.get("master"), options.get("conf"))
     try:
+        if driver is not None:
+            # The driver loads and replays while this process loads the log for its catalog.
+            program = _program_arg(args.program)
+            driver.start(program, args.log, options)
         log = _log_arg(args.log)
         if len(log) == 0:
             raise RestreamError(f"{', '.join(args.log)}: the log has no events, nothing to replay")
         # A baseline that cannot be found fails before the replay, not after it.
         baseline = _load_run(args.baseline, log) if args.baseline else None
         # replay checks the program against the log before it starts Spark or replays.
-        program = _program_arg(args.program)
-        result = replay(program, log, engine=args.engine, **options)
+        if driver is not None:
+            result = driver.finish(options.get("observer"))
+        else:
+            program = _program_arg(args.program)
+            result = replay(program, log, engine=args.engine, **options)
         # Inside the try: a final state the catalog cannot keep is a StateError, as on serial.
         _record(args, program, log, result, None)
     except (RestreamError, KeyboardInterrupt) as exc:
+        if driver is not None:
+            driver.close()
         if partial is not None:
             partial.write_error(exc)
         if program is not None and log is not None:
             _record(args, program, log, None, str(exc))
         raise
     summary = result.summary()
+    if driver is not None:
+        summary["driver"] = f"{driver.path} (pid {driver.pid})"
     if args.out:
         summary["outputs"] = result.write(args.out)
         partial.clear_error()
@@ -539,6 +592,8 @@ def _replay_text(summary: dict) -> str:
         lines.append(f"  state {name}: {size:,} keys")
     for stage, what in summary.get("path", {}).items():
         lines.append(f"  ran {stage}: {what}")
+    if summary.get("driver"):
+        lines.append(f"  on the running driver at {summary['driver']}")
 
     if summary.get("reused_run") is not None:
         if summary.get("reused_stages"):
@@ -730,6 +785,7 @@ COMMANDS = {
     "runs": cmd_runs,
     "bench": cmd_bench,
     "sweep": cmd_sweep,
+    "driver": cmd_driver,
 }
 
 

@@ -93,11 +93,15 @@ class SparkEngine:
         path = options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
         if not blocked and log is not None and path != "passes" and len(log):
             from ..io.epochs import cut
-            from .spark._prefix import lowered_over, prefix_plan
+            from .spark._prefix import default_epoch, lowered_over, prefix_plan
+            from .spark._session import planned_cores
 
             low, _why = prefix_plan(program, log)
             if low is not None:
-                epochs = sum(1 for ep in cut(log, options.get("epoch")) if len(ep))
+                epoch = options.get("epoch")
+                if epoch is None and not options.get("checkpoint"):
+                    epoch = default_epoch(len(log), planned_cores(options.get("master")))
+                epochs = sum(1 for ep in cut(log, epoch) if len(ep))
                 said = lowered_over(epochs, bool(options.get("checkpoint")))
                 return {stage: said for stage in lines}
         return lines

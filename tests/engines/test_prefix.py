@@ -352,7 +352,7 @@ def test_shipped_events_give_the_same_result_and_no_file(root, monkeypatch):
 
 
 def test_shipped_events_are_cached_between_rounds_and_dropped(root, spark_session):
-    """On Spark, the epochs' events are one cached DataFrame row per epoch while the replay
+    """On Spark, the epochs' events are one cached RDD element per epoch while the replay
     runs (one partition each), and unpersisted when it ends."""
     from restream_kit.engines.spark._prefix import SparkEpochs
 
@@ -366,7 +366,7 @@ def test_shipped_events_are_cached_between_rounds_and_dropped(root, spark_sessio
         if isinstance(event, StageFinished):
             carrier = epochs.carrier
             seen.append(
-                (carrier.rdd.getNumPartitions(), carrier.storageLevel.useMemory, carrier.count())
+                (carrier.getNumPartitions(), carrier.getStorageLevel().useMemory, carrier.count())
             )
 
     got = run_prefix(

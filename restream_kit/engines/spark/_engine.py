@@ -40,7 +40,7 @@ from .._builtin import spark_option_problem
 from ._pass_driver import _TaskError as _PassTaskError
 from ._pass_driver import run_passes
 from ._passes import passes_of
-from ._prefix import SparkEpochs, prefix_plan, run_prefix
+from ._prefix import SparkEpochs, default_epoch, prefix_plan, run_prefix
 from ._prefix_commits import why_not_resumed
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
@@ -184,11 +184,14 @@ class _Replay:
 
     def _prefix(self, low: Lowered, started: float, probes: Any) -> Result:
         ck, start = self.open_checkpoint()
+        epoch = self.options.get("epoch")
+        if epoch is None and ck is None:  # a checkpoint's epochs are its own
+            epoch = default_epoch(len(self.log), self.cores)
         result = run_prefix(
             low,
             self.program,
             self.log,
-            epoch=self.options.get("epoch"),
+            epoch=epoch,
             map_epochs=SparkEpochs(self.session, self.job_group, self.cancelled),
             notify=self.notify,
             check_cancel=self._check_cancel,

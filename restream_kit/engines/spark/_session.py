@@ -50,6 +50,7 @@ __all__ = [
     "stop_session",
     "session_cores",
     "is_connect",
+    "planned_cores",
     "check_python",
     "executor_python",
     "mismatch_message",
@@ -78,6 +79,16 @@ def _cores(master: str) -> int:
         except ValueError:
             return os.cpu_count() or 1
     return os.cpu_count() or 1
+
+
+def planned_cores(master: str | None) -> int:
+    """The cores a replay on ``master`` will have, judged before it starts: the running
+    session's when it is on that master, else what the URL says (a cluster's are known only
+    once its executors register: this machine's are the guess)."""
+    session = current()
+    if session is not None and (master is None or master_of(session) == master):
+        return session_cores(session)
+    return _cores(master or "local[*]")
 
 
 def default_conf(master: str) -> dict[str, str]:
