@@ -18,12 +18,12 @@ from naive import events, programs, render
 import restream_kit as rk
 from restream_kit.compiler.lower import NotLowerable, lower
 from restream_kit.engines.spark._prefix import (
-    local_map_epochs,
     log_file,
     prefix_plan,
     read_events,
     run_prefix,
 )
+from restream_kit.engines.spark._prefix_jobs import local_map_epochs
 from restream_kit.io.progress import EpochFinished, Recorder, StageFinished
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
@@ -354,7 +354,7 @@ def test_shipped_events_give_the_same_result_and_no_file(root, monkeypatch):
 def test_shipped_events_are_cached_between_rounds_and_dropped(root, spark_session):
     """On Spark, the epochs' events are one cached RDD element per epoch while the replay
     runs (one partition each), and unpersisted when it ends."""
-    from restream_kit.engines.spark._prefix import SparkEpochs
+    from restream_kit.engines.spark._prefix_jobs import SparkEpochs
 
     log = rk.Log(root / "sample_data" / "social_small.parquet")
     program = rk.Program.load(root / "examples" / "antispam.py")

@@ -40,8 +40,9 @@ from .._builtin import spark_option_problem
 from ._pass_driver import _TaskError as _PassTaskError
 from ._pass_driver import run_passes
 from ._passes import passes_of
-from ._prefix import SparkEpochs, default_epoch, prefix_plan, run_prefix
+from ._prefix import default_epoch, prefix_plan, run_prefix
 from ._prefix_commits import why_not_resumed
+from ._prefix_jobs import SparkEpochs
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
 from ._uri_log import describe as _describe_uri
