@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -187,6 +188,8 @@ def serve(master: str, conf: dict[str, str] | None = None, ready: Callable | Non
                     _serve_one(conn, logs)
                 except (EOFError, OSError):  # the client went away before it asked
                     pass
+                except Exception as exc:  # noqa: BLE001 - a bad request must not stop the driver
+                    print(f"restream driver: a request failed: {exc!r}", file=sys.stderr)
 
 
 #: The warm-up's programs: one lowered to columns (the prefix path), one that is not (passes).
@@ -311,8 +314,11 @@ def _serve_one(conn: Connection, logs: _Logs) -> None:
                 cancel.cancel()
     if "error" in outcome:
         send("error", _picklable(outcome["error"]))
-    else:
+        return
+    try:
         send("result", outcome["result"])
+    except Exception as exc:  # noqa: BLE001 - a result pickle cannot carry (a state value)
+        send("error", RestreamError(f"the driver could not send the result back: {exc}"))
 
 
 def _picklable(exc: BaseException) -> BaseException:

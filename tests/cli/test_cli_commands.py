@@ -1,5 +1,6 @@
 """The command line has the commands the README promises, and ``--help`` lists exactly those:
-``plan``, ``replay``, ``diff``, ``runs``, ``sweep`` and ``bench`` (``restream_kit/cli.py``)."""
+``plan``, ``replay``, ``diff``, ``runs``, ``sweep``, ``bench`` and ``driver``
+(``restream_kit/cli/main.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 from restream_kit.cli import COMMANDS, build_parser
 
-PROMISED = {"plan", "replay", "diff", "runs", "sweep", "bench"}
+PROMISED = {"plan", "replay", "diff", "runs", "sweep", "bench", "driver"}
 
 
 def restream(*args: str, cwd=None) -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from multiprocessing.connection import Client
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -125,7 +126,7 @@ def _socket(driver) -> Path:
     return home.resolve() / "drivers" / socket_path(master).name
 
 
-def test_a_handler_error_on_the_driver_is_the_same_error(driver, tmp_path):
+def test_a_handler_error_on_the_driver_is_the_same_error_and_it_serves_on(driver, tmp_path):
     program = tmp_path / "failing.py"
     program.write_text(FAILING)
     done = _replay(driver, program)
@@ -133,6 +134,9 @@ def test_a_handler_error_on_the_driver_is_the_same_error(driver, tmp_path):
     assert done.returncode == serial.returncode == 2, (done.stderr, serial.stderr)
     error = done.stderr.strip().splitlines()[-1]
     assert "ZeroDivisionError" in error and f"{program}:9" in error, error
+    # A request that is not one does not stop the driver either.
+    with Client(str(_socket(driver)), family="AF_UNIX") as conn:
+        conn.send_bytes(b"not a request")
     # The driver goes on serving.
     again = _replay(driver, ROOT / "examples" / "antispam.py", "--json")
     assert again.returncode == 0 and "driver" in json.loads(again.stdout), again.stderr
