@@ -36,15 +36,13 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
-from ..io.log import default_home, private_dir
+from ..io.log import as_source, default_home, is_uri, private_dir
 from ..model.errors import RestreamError, RestreamWarning
 
 __all__ = ["DRIVEN_OPTIONS", "Driver", "find_driver", "serve", "socket_path"]
 
 #: The replay options a driver takes, as JSON; a replay with any other goes its own way.
 DRIVEN_OPTIONS = ("master", "epoch", "checkpoint", "resume", "start_from", "on_error", "params")
-#: Options naming files: sent as absolute paths, since the driver's directory is not the client's.
-_PATH_OPTIONS = ("checkpoint",)
 
 
 def socket_path(master: str) -> Path:
@@ -133,18 +131,21 @@ def find_driver(master: str | None, options: dict[str, Any]) -> Driver | None:
 
 
 def _absolute_log(value: str) -> str:
-    """A ``--log`` value with its path made absolute (a sample name stays as it is)."""
-    name, eq, path = value.rpartition("=") if "=" in value else ("", "", value)
-    if "://" in path or not Path(path).exists():
+    """A ``--log`` value, read as :class:`~restream_kit.io.log.Log` reads it, with its file's
+    path made absolute (a sample name or a URI stays as it is)."""
+    source = as_source(value)
+    if source.path is None or is_uri(source.path) or not Path(source.path).exists():
         return value
-    return f"{name}{eq}{Path(path).resolve()}"
+    path = str(Path(source.path).resolve())
+    return f"{source.name}={path}" if source.name else path
 
 
 def _request_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options the driver takes, with the files they name as absolute paths (the
+    driver's directory is not the client's)."""
     out = {k: v for k, v in options.items() if k in DRIVEN_OPTIONS and v is not None}
-    for key in _PATH_OPTIONS:
-        if key in out:
-            out[key] = str(Path(out[key]).resolve())
+    if "checkpoint" in out:
+        out["checkpoint"] = str(Path(out["checkpoint"]).resolve())
     start = out.get("start_from")
     if isinstance(start, tuple | list):
         out["start_from"] = [str(Path(start[0]).resolve()), start[1]]
@@ -250,9 +251,12 @@ class _Logs:
 
 
 def _stat(value: str) -> tuple | None:
-    path = Path(value.rpartition("=")[2] if "=" in value else value)
+    """The file of a ``--log`` value as it stands (None for a sample name or a URI)."""
+    path = as_source(value).path
+    if not path or is_uri(path):
+        return None
     try:
-        st = path.stat()
+        st = Path(path).stat()
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size)

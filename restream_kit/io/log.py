@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from ..model.errors import LogError
 
-__all__ = ["Log", "LogSummary", "Source", "default_home", "is_uri", "DEFAULT_KIND"]
+__all__ = ["Log", "LogSummary", "Source", "as_source", "default_home", "is_uri", "DEFAULT_KIND"]
 
 DEFAULT_KIND = "event"
 RESERVED = ("lsn", "ts", "kind")
@@ -104,12 +104,14 @@ class Source:
         return self.path or f"<table {self.name or DEFAULT_KIND}>"
 
 
-def _as_source(item: Any) -> Source:
+def as_source(item: Any) -> Source:
+    """``item`` (a path, ``NAME=PATH``, a URI, a ``(name, item)`` pair or a table) as the
+    :class:`Source` a :class:`Log` reads it as."""
     if isinstance(item, Source):
         return item
     if isinstance(item, tuple) and len(item) == 2:
         name, inner = item
-        src = _as_source(inner)
+        src = as_source(inner)
         return Source(name, src.path, src.table)
     if isinstance(item, (str, Path)):
         text = str(item)
@@ -198,7 +200,7 @@ class Log:
             items = [sources]
         if not items:
             raise LogError("no log given")
-        self.sources: tuple[Source, ...] = tuple(_as_source(item) for item in items)
+        self.sources: tuple[Source, ...] = tuple(as_source(item) for item in items)
         self.cache_dir = Path(cache_dir) if cache_dir else default_home() / "logs"
         # A URI log is not copied to this machine's cache: it may be far larger than the disk.
         self.cache = cache and all(s.path and not is_uri(s.path) for s in self.sources)
