@@ -58,9 +58,21 @@ class ReplayCancelled(KeyboardInterrupt):
         return [str(self)]
 
 
-def log_epoch(log: Log) -> int:
+#: From this many events on, a cell leaves Spark's epochs to the engine (see :func:`log_epoch`).
+SPARK_OWN_EPOCHS_FROM = 1_000_000
+
+
+def log_epoch(log: Log, engine: str = "serial") -> int | None:
     """An epoch size that cuts ``log`` into about ten epochs, so that progress moves on small
-    logs too (the engines' default epoch is at least 100,000 events)."""
+    logs too (the engines' default epoch is at least 100,000 events).
+
+    None (the engine's own epochs) for Spark on a log of :data:`SPARK_OWN_EPOCHS_FROM` events
+    or more: its prefix path runs one task per epoch, and ten tasks a round cost about twice
+    the few the engine cuts such a log into (each task has a share that does not shrink with
+    its epoch), while those few tasks, finishing round after round, move the monitor anyway.
+    """
+    if engine == "spark" and len(log) >= SPARK_OWN_EPOCHS_FROM:
+        return None
     return max(1_000, -(-len(log) // 10))
 
 

@@ -75,8 +75,10 @@ def run_cell(
         _show_plan(the_plan, name, mode)
         return None
     if epoch is None:
-        # About ten epochs, so that the monitor moves (never larger than the engines' default).
-        epoch = str(log_epoch(log))
+        # About ten epochs, so that the monitor moves (never larger than the engines' default;
+        # Spark's own on a large log, where ten would cost it twice its few).
+        chosen = log_epoch(log, engine)
+        epoch = None if chosen is None else str(chosen)
     options: dict[str, Any] = dict(baseline=baseline, engine=engine, master=master, epoch=epoch)
     if by:
         options["by"] = by

@@ -52,7 +52,7 @@ def _worker_can_read(path: Path) -> bool:
 
 
 def _tasks(what: str) -> int | None:
-    found = re.search(r"\((\d+) tasks?\)$", what)
+    found = re.search(r"\((\d+) tasks?\)(,|$)", what)
     return int(found.group(1)) if found else None
 
 
@@ -324,6 +324,31 @@ def test_a_cancelled_prefix_replay_on_the_cluster_drops_its_cached_events(
         )  # fmt: skip
     assert [(e.ok, e.error) for e in ended] == [(False, "replay cancelled")]
     assert not _left_cached(cluster_session, before)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
+def test_a_checkpointed_prefix_replay_on_the_cluster_commits_the_serial_engines_epochs(
+    engine, test_cluster, cluster_session, private_log, tmp_path
+):
+    """A checkpoint's five epochs run several to a task, their events shipped to workers
+    that cannot read the log, and each epoch committed is the serial engine's."""
+    from restream_kit.io import checkpoint
+
+    log = rk.Log(private_log)
+    program = rk.Program.from_file(PROGRAMS["antispam"])
+    serial_ck, spark_ck = tmp_path / "serial", tmp_path / "spark"
+    want = rk.replay(program, log, epoch=10_000, checkpoint=serial_ck)
+    got = rk.replay(
+        program, log, engine="spark", master=test_cluster.master, epoch=10_000,
+        checkpoint=spark_ck,
+    )  # fmt: skip
+    assert_same_result(got, want)
+    assert_parallel_stages_split(got)
+    assert all(_tasks(what) < 5 for what in got.metrics.path.values()), got.metrics.path
+    for k in range(5):
+        a, b = checkpoint.read(serial_ck, k), checkpoint.read(spark_ck, k)
+        assert (a.epoch, a.done, a.state) == (b.epoch, b.done, b.state), f"epoch {k}"
 
 
 def test_the_layout_says_which_path_each_master_takes():

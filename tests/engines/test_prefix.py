@@ -7,7 +7,10 @@ against the serial engine, on hand-made logs and on generated programs; then on 
 
 from __future__ import annotations
 
+import json
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from engine_matrix import assert_same_result
@@ -29,9 +32,10 @@ from restream_kit.io.progress import EpochFinished, Recorder, StageFinished
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
 
-def prefix_replay(program, log, epoch=None, observer=None, ship_events=False):
+def prefix_replay(program, log, epoch=None, observer=None, ship_events=False, cores=None):
     """The prefix path in this process (no Spark), or None when the program does not lower;
-    with ``ship_events``, the tasks get their events as a cluster's do, not from the file."""
+    with ``ship_events``, the tasks get their events as a cluster's do, not from the file;
+    with ``cores``, the epochs run several to a task, as a checkpoint's do."""
     program = rk.Program.load(program)
     log = log if isinstance(log, rk.Log) else rk.Log(log)
     low, _why = prefix_plan(program, log)
@@ -47,6 +51,7 @@ def prefix_replay(program, log, epoch=None, observer=None, ship_events=False):
         check_cancel=lambda: None,
         started=time.perf_counter(),
         ship_events=ship_events,
+        cores=cores,
     )
 
 
@@ -259,6 +264,65 @@ def test_generated_programs_equal_the_serial_engine(spec, log, size):
     got = prefix_replay(program, the_log, epoch=size)
     if got is not None:
         assert_same_result(got, rk.replay(program, the_log))
+
+
+def committed_replay(program, log, epoch, directory, cores):
+    """The prefix path in this process with a checkpoint in ``directory``, its epochs run
+    several to a task (``cores`` tasks at least), as the engine runs a checkpoint's."""
+    from restream_kit.io.checkpoint import open_for_replay
+
+    ck, _start = open_for_replay(
+        program, log, engine="spark", epoch=epoch, state_format="serial", checkpoint=directory
+    )
+    low, _why = prefix_plan(program, log)
+    rec = Recorder()
+    got = run_prefix(
+        low, program, log, epoch=epoch, map_epochs=local_map_epochs, notify=rec,
+        check_cancel=lambda: None, started=time.perf_counter(), checkpoint=ck, cores=cores,
+    )  # fmt: skip
+    return got, {e.tasks for e in rec.of(StageFinished)}
+
+
+def assert_same_commits(a, b):
+    """Checkpoints ``a`` and ``b`` committed the same epochs: same events, state and rows."""
+    from restream_kit.io import checkpoint
+
+    epochs = json.loads((a / "manifest.json").read_text())["epochs"]
+    assert len(json.loads((b / "manifest.json").read_text())["epochs"]) == len(epochs)
+    for k in range(len(epochs)):
+        x, y = checkpoint.read(a, k), checkpoint.read(b, k)
+        assert (x.done, x.state["stores"]) == (y.done, y.state["stores"]), f"epoch {k}"
+        rows = [checkpoint.load_value(d / f"epoch-{k:06d}", "rows") for d in (a, b)]
+        assert rows[0] == rows[1], f"epoch {k}: rows"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spec=programs(), log=events, size=st.integers(1, 4), cores=st.integers(1, 3))
+def test_a_checkpoints_epochs_run_several_to_a_task_as_each_its_own(spec, log, size, cores):
+    """A checkpoint's epochs, gathered into a few tasks: the serial engine's result, and each
+    committed epoch (state and rows) the serial engine's."""
+    program = rk.Program.from_source(render(spec), name="prop")
+    the_log = rk.Log(log)
+    if prefix_plan(program, the_log)[0] is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        want = rk.replay(program, the_log, epoch=size, checkpoint=Path(tmp) / "serial")
+        got, tasks = committed_replay(program, the_log, size, Path(tmp) / "prefix", cores)
+        assert_same_result(got, want)
+        assert_same_commits(Path(tmp) / "serial", Path(tmp) / "prefix")
+    # A small log is one task's worth of events: one task per core, each of whole epochs.
+    assert not tasks or tasks == {min(got.metrics.epochs, cores)}, (tasks, got.metrics.epochs)
+
+
+def test_antispams_epochs_run_two_to_five_a_task_as_each_its_own(root, tmp_path):
+    """The same on the sample log, whose later epochs read what the earlier tasks wrote."""
+    program = rk.Program.load(root / "examples" / "antispam.py")
+    log = rk.Log(root / "sample_data" / "social_small.parquet")
+    want = rk.replay(program, log, epoch=5_000, checkpoint=tmp_path / "serial")
+    got, tasks = committed_replay(program, log, 5_000, tmp_path / "prefix", cores=3)
+    assert got.metrics.epochs == 10 and tasks == {3}
+    assert_same_result(got, want)
+    assert_same_commits(tmp_path / "serial", tmp_path / "prefix")
 
 
 def test_the_generated_programs_often_lower():

@@ -174,6 +174,32 @@ def test_cell_magic_replays_and_binds_the_run(shell, capsys):
     assert shell.user_ns["v1"].wait().result.tables["spam"].num_rows > 0
 
 
+def test_a_spark_cell_on_a_million_events_runs_the_engines_own_epochs(
+    shell, tmp_path, spark_session
+):
+    """Without ``--epoch`` a cell cuts a small log into about ten epochs, for the monitor; on
+    a log of a million events Spark's prefix path runs its own few (ten tasks a round would
+    cost it about twice), each round still split over the session's cores."""
+    from restream_kit.engines.spark._prefix import default_epoch
+    from sample_data.social import generate, write
+
+    path = tmp_path / "m.parquet"
+    write(generate(1_000_000, seed=5), path)
+    shell.run_cell_magic(
+        "restream", f"big --log {path} --engine spark", pathlib_text("examples/antispam.py")
+    )
+    run = shell.user_ns["big"].wait()
+    assert run.ok, run.error
+    cores = spark_session.sparkContext.defaultParallelism
+    epochs = -(-1_000_000 // default_epoch(1_000_000, cores))
+    assert 1 < run.result.metrics.epochs == epochs < 10, run.result.metrics.epochs
+    for stage, what in run.result.metrics.path.items():
+        assert what == f"lowered to columns, parallel over {epochs} epochs ({epochs} tasks)", (
+            stage,
+            what,
+        )
+
+
 def test_plan_only_does_not_replay(shell, capsys):
     shell.run_cell_magic(
         "restream", f"p1 --log {SAMPLE} --plan-only", pathlib_text("examples/antispam.py")

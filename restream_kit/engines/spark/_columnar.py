@@ -289,10 +289,23 @@ class _Epoch:
 
     # -- what a round returns ---------------------------------------------------------------
 
-    def delta(self, state: str) -> pl.DataFrame:
+    def delta(self, state: str, chunks: tuple[int, list[int]] | None = None) -> pl.DataFrame:
+        """The epoch's delta of ``state``: per key, the sum of its merges or its last write.
+
+        ``chunks`` (the first chunk's number, the positions where the epoch's chunks start)
+        asks for one delta per chunk instead, each row's chunk in :data:`DELTA_CHUNK`, in
+        chunk order: a task that runs several of a checkpoint's epochs at once."""
         info = self.low.states[state]
         keys = [f"k{i}" for i in range(info.arity)]
         rows = self.write_rows(state)
+        if chunks is not None:
+            first, starts = chunks
+            # Writes are sorted by position, so chunks come in order and so do their groups.
+            within = pl.Series(starts, dtype=pl.Int64).search_sorted(
+                rows.get_column("_p") // self.per_event, side="right"
+            )
+            rows = rows.with_columns((within.cast(pl.Int32) + (first - 1)).alias(DELTA_CHUNK))
+            keys = [DELTA_CHUNK, *keys]
         if info.kind == "merge":
             return rows.group_by(keys, maintain_order=True).agg(pl.col("v").sum())
         return rows.group_by(keys, maintain_order=True).agg(
@@ -380,16 +393,18 @@ def run_epoch(
     bases: Callable[[str], pl.DataFrame | None],
     carried: dict[int, pl.Series],
     also: Callable[[Any], None] | None = None,
+    chunks: tuple[int, list[int]] | None = None,
 ) -> tuple[dict[str, pl.DataFrame], dict[int, pl.DataFrame], dict[int, pl.Series]]:
     """Round ``job`` of one epoch: deltas of the states at that level, rows of its emits, and
     the read columns later rounds will need (``carried`` holds those of earlier rounds).
-    ``also(epoch)`` evaluates more over the same epoch (a run's history probes).
+    ``also(epoch)`` evaluates more over the same epoch (a run's history probes). With
+    ``chunks`` (see ``_Epoch.delta``) the deltas are per chunk, tagged with :data:`DELTA_CHUNK`.
 
     ``bases(state)`` gives the deltas of ``state`` made by the epochs before this one, in epoch
     order (None for none; called only when needed)."""
     ep = _Epoch(low, pl.from_arrow(events), lo, bases, carried)
     deltas = {
-        name: ep.delta(name)
+        name: ep.delta(name, chunks)
         for name, info in low.states.items()
         if info.level == job and low.writes_of(name)
     }

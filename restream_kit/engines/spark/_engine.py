@@ -203,6 +203,7 @@ class _Replay:
             history=probes and (self.history, probes),
             checkpoint=ck,
             start=start,
+            cores=self.cores if ck is not None else None,  # a checkpoint's epochs, grouped
         )
         if probes is not None:
             # A lowered program schedules nothing: its last event is the log's last.

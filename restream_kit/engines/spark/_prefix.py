@@ -63,6 +63,7 @@ from ._prefix_commits import commit_epochs, remaining, resumed_tables, start_del
 
 __all__ = [
     "default_epoch",
+    "task_groups",
     "prefix_plan",
     "PrefixTask",
     "run_prefix",
@@ -119,10 +120,14 @@ EVENTS_SCHEMA = "chunk int, events binary"
 
 
 class PrefixTask:
-    """``mapInArrow`` over epochs: one round of each epoch, rows of :data:`TASK_SCHEMA`.
+    """One round over the tasks' spans of the log, rows of :data:`TASK_SCHEMA`.
 
-    Its input is the epochs' numbers (the task reads each epoch's rows of the Parquet file at
-    ``path``) or, when ``path`` is None, rows of :data:`EVENTS_SCHEMA` that carry them."""
+    Its input is the tasks' numbers (the task reads its rows of the Parquet file at ``path``)
+    or, when ``path`` is None, rows of :data:`EVENTS_SCHEMA` that carry them. ``bounds`` are
+    the tasks' spans, ``(lo, hi)``; a task is one epoch (chunk) unless ``chunks`` says, per
+    task, ``(first chunk, the positions where its chunks start)``: a checkpoint's epochs run
+    several to a task, their deltas kept apart (``_columnar._Epoch.delta``). A task's rows
+    are labelled with its first chunk."""
 
     def __init__(
         self,
@@ -133,12 +138,14 @@ class PrefixTask:
         job: int,
         deltas,
         cache=None,
+        chunks=None,
     ):
         self.low = low
         self.path = path
         self.cache = cache  # a directory for the epochs' events between rounds (or None)
         self.columns = columns
         self.bounds = bounds
+        self.chunks = chunks
         self.job = job
         self.deltas = deltas  # a Spark broadcast of {state: IPC bytes}, or the dict itself
         self.probes = None  # the run's history probes, evaluated in their round (``_history``)
@@ -156,10 +163,12 @@ class PrefixTask:
                 yield self.one(int(chunk), shipped, payload)
 
     def one(
-        self, chunk: int, shipped: dict[str, bytes], payload: bytes | None = None
+        self, number: int, shipped: dict[str, bytes], payload: bytes | None = None
     ) -> pa.RecordBatch:
         started = time.perf_counter()
-        lo, hi = self.bounds[chunk]
+        lo, hi = self.bounds[number]
+        chunks = self.chunks[number] if self.chunks is not None else None
+        chunk = chunks[0] if chunks is not None else number
         if payload is not None:
             events = events_from_ipc(payload)
         elif self.path is None:
@@ -181,10 +190,13 @@ class PrefixTask:
         also = None
         if self.probes is not None and self.probes.round == self.job:
             also = lambda ep: probed.update(self.probes.columns(ep))  # noqa: E731
-        out_deltas, emits, reads = run_epoch(self.low, events, lo, self.job, base, carried, also)
+        out_deltas, emits, reads = run_epoch(
+            self.low, events, lo, self.job, base, carried, also, chunks
+        )
         rows: dict[str, list] = {"chunk": [], "what": [], "name": [], "payload": [], "seconds": []}
         for name, frame in out_deltas.items():
-            frame = frame.with_columns(pl.lit(chunk, dtype=pl.Int32).alias(DELTA_CHUNK))
+            if chunks is None:
+                frame = frame.with_columns(pl.lit(chunk, dtype=pl.Int32).alias(DELTA_CHUNK))
             _row(rows, chunk, "delta", name, _ipc(frame))
         for index, frame in emits.items():
             _row(rows, chunk, "emit", str(index), _ipc(frame))
@@ -267,6 +279,7 @@ def run_prefix(
     history: Any = None,
     checkpoint: Any = None,
     start: Any = None,
+    cores: int | None = None,
 ) -> Result:
     """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
     ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
@@ -284,12 +297,25 @@ def run_prefix(
     ``checkpoint``: a :class:`restream_kit.io.checkpoint.Checkpointer` to commit every epoch
     to, once the rounds are done (``_prefix_commits``); ``start``, the
     :class:`~restream_kit.io.checkpoint.Start` of a resume of it: the epochs after it run,
-    from its state (as a delta before every epoch's)."""
+    from its state (as a delta before every epoch's).
+
+    ``cores`` (the engine gives them with a checkpoint, whose epochs are what it commits, not
+    what Spark need run): the epochs run several to a task, in as few tasks as
+    :func:`default_epoch` makes of the events but at least one per core, each epoch's deltas
+    and rows kept apart."""
     epochs = [ep for ep in remaining(cut(log, epoch), start) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
+    groups = [(i, i + 1) for i in range(len(bounds))]
+    if cores and bounds:
+        events = bounds[-1][1] - bounds[0][0]
+        groups = task_groups(bounds, max(cores, -(-events // default_epoch(events, cores))))
+    spans = [(bounds[a][0], bounds[b - 1][1]) for a, b in groups]
+    chunks = None
+    if len(groups) < len(bounds):
+        chunks = [(a, [lo for lo, _hi in bounds[a:b]]) for a, b in groups]
     columns = needed_columns(low)
     if ship_events:
-        path, events = None, _epoch_payloads(log, columns, bounds)
+        path, events = None, _epoch_payloads(log, columns, spans)
     else:
         path, events = log_file(log), None
     total = len(log)
@@ -316,7 +342,7 @@ def run_prefix(
                 for name, frames in deltas.items()
             }
             shipped.update(carried)
-            task = PrefixTask(low, path, columns, bounds, job, shipped, cache)
+            task = PrefixTask(low, path, columns, spans, job, shipped, cache, chunks)
             task.probes = history and history[1]
 
             def on_tasks(done: int, tasks: int, job: int = job) -> None:
@@ -325,7 +351,7 @@ def run_prefix(
                 events_done = ahead + int((total - ahead) * share)
                 notify(Progress(events_done, total, time.perf_counter() - started))
 
-            table = map_epochs(task, len(bounds), shipped, on_tasks, events)
+            table = map_epochs(task, len(spans), shipped, on_tasks, events)
             # Deltas must stay in epoch order: a state's later writes come last.
             for row in sorted(table.to_pylist(), key=lambda row: row["chunk"]):
                 if row["what"] == "read":
@@ -335,8 +361,8 @@ def run_prefix(
                 elif row["what"] == "probe":
                     probed.setdefault(int(row["name"]), []).append((row["chunk"], row["payload"]))
                 elif row["what"] == "emit":
-                    emitted.setdefault(int(row["name"]), []).append(
-                        (row["chunk"], _from_ipc(row["payload"]))
+                    emitted.setdefault(int(row["name"]), []).extend(
+                        _split_rows(_from_ipc(row["payload"]), row["chunk"], bounds)
                     )
             seconds = time.perf_counter() - round_started
             stages[label] = seconds
@@ -346,9 +372,9 @@ def run_prefix(
                 for row in table.select(["chunk", "seconds"]).to_pylist()
             }
             stages[f"{label} (tasks, summed)"] = sum(busy.values())
-            ran[label] = lowered_over(len(bounds), checkpoint is not None, len(bounds))
-            notify(StageFinished(0, label, seconds, len(bounds), epochs=len(bounds)))
-            on_tasks(len(bounds), len(bounds))
+            ran[label] = lowered_over(len(bounds), checkpoint is not None, len(spans))
+            notify(StageFinished(0, label, seconds, len(spans), epochs=len(bounds)))
+            on_tasks(len(spans), len(spans))
     finally:
         if cache:
             shutil.rmtree(cache, ignore_errors=True)
@@ -413,6 +439,38 @@ def default_epoch(rows: int, cores: int) -> int:
     waves = max(1, -(-rows // (cores * MAX_EPOCH_EVENTS)))
     epochs = max(1, min(-(-rows // MIN_EPOCH_EVENTS), cores * waves))
     return max(1, -(-rows // epochs))
+
+
+def task_groups(bounds: list[tuple[int, int]], tasks: int) -> list[tuple[int, int]]:
+    """Consecutive epochs (``bounds``, as ``(lo, hi)``) gathered into at most ``tasks`` tasks
+    of about equal events: ``(first, end)`` epoch numbers per task, each epoch in the task
+    its first event falls in."""
+    base, total = bounds[0][0], bounds[-1][1] - bounds[0][0]
+    tasks = max(1, min(len(bounds), tasks))
+    owner = [min(tasks - 1, (lo - base) * tasks // max(1, total)) for lo, _hi in bounds]
+    groups, first = [], 0
+    for i in range(1, len(bounds) + 1):
+        if i == len(bounds) or owner[i] != owner[first]:
+            groups.append((first, i))
+            first = i
+    return groups
+
+
+def _split_rows(frame: pl.DataFrame, first: int, bounds) -> list[tuple[int, pl.DataFrame]]:
+    """A task's emitted rows (with positions ``_o``) as ``(epoch, rows)`` of the epochs from
+    ``first`` on: a checkpoint commits each epoch's rows."""
+    if (
+        not frame.height
+        or first + 1 >= len(bounds)
+        or frame.get_column("_o").max() < bounds[first][1]
+    ):
+        return [(first, frame)]
+    starts = pl.Series([lo for lo, _hi in bounds[first:]], dtype=pl.Int64)
+    within = starts.search_sorted(frame.get_column("_o").cast(pl.Int64), side="right") - 1
+    parts = frame.with_columns((within + first).alias("_e")).partition_by(
+        "_e", maintain_order=True, as_dict=True
+    )
+    return [(int(e), part.drop("_e")) for (e,), part in parts.items()]
 
 
 def lowered_over(epochs: int, committed: bool = False, tasks: int | None = None) -> str:

@@ -1,7 +1,8 @@
 """Checkpoints on the prefix path: each epoch committed from the deltas the rounds brought back.
 
 The prefix path cuts the log into the checkpoint's epochs and brings every epoch's state
-deltas to the driver (``_prefix.run_prefix``). The state after epoch ``k`` is the deltas of
+deltas to the driver (``_prefix.run_prefix``; several epochs run in one task, their deltas
+and rows kept apart). The state after epoch ``k`` is the deltas of
 epochs ``0..k`` folded in order, exactly as ``_prefix._final_state`` folds all of them: a merge
 state's value is its default plus the sums, an overwritten state's the last write, a delete
 removes the key. So once the rounds are done the driver walks the epochs in order, updates
