@@ -307,8 +307,8 @@ def run_prefix(
     bounds = [(ep.start, ep.stop) for ep in epochs]
     groups = [(i, i + 1) for i in range(len(bounds))]
     if cores and bounds:
-        events = bounds[-1][1] - bounds[0][0]
-        groups = task_groups(bounds, max(cores, -(-events // default_epoch(events, cores))))
+        todo = bounds[-1][1] - bounds[0][0]
+        groups = task_groups(bounds, max(cores, -(-todo // default_epoch(todo, cores))))
     spans = [(bounds[a][0], bounds[b - 1][1]) for a, b in groups]
     chunks = None
     if len(groups) < len(bounds):
