@@ -42,7 +42,14 @@ from ...compiler.lower import (
     walk,
 )
 
-__all__ = ["run_epoch", "positions_per_event", "combine_deltas", "needed_columns", "DELTA_CHUNK"]
+__all__ = [
+    "run_epoch",
+    "positions_per_event",
+    "combine_deltas",
+    "needed_columns",
+    "epoch_of",
+    "DELTA_CHUNK",
+]
 
 #: Column naming the epoch a delta row comes from.
 DELTA_CHUNK = "_chunk"
@@ -299,12 +306,9 @@ class _Epoch:
         keys = [f"k{i}" for i in range(info.arity)]
         rows = self.write_rows(state)
         if chunks is not None:
-            first, starts = chunks
             # Writes are sorted by position, so chunks come in order and so do their groups.
-            within = pl.Series(starts, dtype=pl.Int64).search_sorted(
-                rows.get_column("_p") // self.per_event, side="right"
-            )
-            rows = rows.with_columns((within.cast(pl.Int32) + (first - 1)).alias(DELTA_CHUNK))
+            at = rows.get_column("_p") // self.per_event
+            rows = rows.with_columns(epoch_of(at, *chunks).alias(DELTA_CHUNK))
             keys = [DELTA_CHUNK, *keys]
         if info.kind == "merge":
             return rows.group_by(keys, maintain_order=True).agg(pl.col("v").sum())
@@ -383,6 +387,14 @@ def combine_deltas(deltas: list[pl.DataFrame], info) -> pl.DataFrame:
     both, on = _keyed(both, info)
     out = both.unique(subset=on, keep="last")
     return out.filter(~pl.col("_del")).select([*keys, "v"])
+
+
+def epoch_of(positions: pl.Series, first: int, starts: list[int]) -> pl.Series:
+    """The epoch of each log position: ``first`` for those from ``starts[0]``, ``first + 1``
+    from ``starts[1]``, and so on (``starts`` ascending, every position at or after the first)."""
+    bounds = pl.Series(starts, dtype=pl.Int64)
+    within = bounds.search_sorted(positions.cast(pl.Int64), side="right").cast(pl.Int32)
+    return within + (first - 1)
 
 
 def run_epoch(

@@ -57,7 +57,7 @@ from ...io.progress import (
 )
 from ...io.result import ROW_COLUMNS, Metrics, Result, build_table
 from ...model.program import Program
-from ._columnar import DELTA_CHUNK, combine_deltas, needed_columns, run_epoch
+from ._columnar import DELTA_CHUNK, combine_deltas, epoch_of, needed_columns, run_epoch
 from ._faults import inject_fault
 from ._prefix_commits import commit_epochs, remaining, resumed_tables, start_deltas
 
@@ -465,9 +465,9 @@ def _split_rows(frame: pl.DataFrame, first: int, bounds) -> list[tuple[int, pl.D
         or frame.get_column("_o").max() < bounds[first][1]
     ):
         return [(first, frame)]
-    starts = pl.Series([lo for lo, _hi in bounds[first:]], dtype=pl.Int64)
-    within = starts.search_sorted(frame.get_column("_o").cast(pl.Int64), side="right") - 1
-    parts = frame.with_columns((within + first).alias("_e")).partition_by(
+    starts = [lo for lo, _hi in bounds[first:]]
+    epochs = epoch_of(frame.get_column("_o"), first, starts)
+    parts = frame.with_columns(epochs.alias("_e")).partition_by(
         "_e", maintain_order=True, as_dict=True
     )
     return [(int(e), part.drop("_e")) for (e,), part in parts.items()]
