@@ -1,4 +1,6 @@
-"""Big state stores in a checkpoint as Arrow files: one column per key part, one for values.
+"""Big state stores in a checkpoint as Arrow files: one column per key part, one for values;
+an epoch's output rows the same way, one column per row field; and the timed writes waiting
+at an epoch's end (the sliding windows of a rule are as many as its events in a window).
 
 A replay's state is mostly a few large dicts whose keys (or the parts of tuple keys) and
 values are plain ``str``, ``int``, ``float`` or ``bool`` (``None`` allowed beside them). JSON
@@ -7,19 +9,31 @@ written and read at C speed. Each column holds one Python type, which its Arrow 
 ``int64`` reads back as ``int``, ``double`` as ``float``, ``bool`` as ``bool``, ``string`` as
 ``str`` and nulls as ``None``, so a store read back equals the one written, types included.
 A store that does not fit (mixed types in a column, ints beyond 64 bits, tuple keys of
-different lengths, other values) is left to the JSON codec, as are small stores.
+different lengths, other values) is left to the JSON codec, as are small stores. So are the
+rows of a table whose rows do not all have the same fields in the same order.
 
 A table is data, never code: reading one cannot run anything.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["MIN_KEYS", "store_columns", "store_from_table"]
+__all__ = [
+    "MIN_KEYS",
+    "store_columns",
+    "store_from_table",
+    "RowsColumns",
+    "rows_columns",
+    "rows_of_columns",
+    "rows_from_table",
+    "future_columns",
+    "future_from_table",
+]
 
 #: Stores smaller than this stay in the JSON document (one file fewer per epoch).
 MIN_KEYS = 512
@@ -98,3 +112,100 @@ def _values(column: pa.ChunkedArray) -> list:
         # NumPy's tolist gives Python ints and floats, faster than Arrow's to_pylist.
         return column.to_numpy().tolist()
     return column.to_pylist()
+
+
+#: The columns of every emitted row, before its fields (``"f:" + name`` each).
+_ROW_HEAD = ("lsn", "ts", "handler", "seq")
+
+
+def rows_columns(rows: list) -> pa.Table | None:
+    """One table's rows as the serial engine keeps them, ``(lsn, ts, handler, seq, fields)``,
+    as a table ``lsn, ts, handler, seq, f:<field>..``; None when they must stay JSON."""
+    if len(rows) < MIN_KEYS or set(map(type, rows)) != {tuple} or set(map(len, rows)) != {5}:
+        return None
+    names = list(rows[0][4]) if type(rows[0][4]) is dict else None
+    if names is None or any(type(r[4]) is not dict or list(r[4]) != names for r in rows):
+        return None
+    columns = {head: _column([r[i] for r in rows]) for i, head in enumerate(_ROW_HEAD)}
+    for name in names:
+        columns[f"f:{name}"] = _column([r[4][name] for r in rows])
+    if any(c is None for c in columns.values()):
+        return None
+    return pa.table(columns)
+
+
+@dataclass(frozen=True)
+class RowsColumns:
+    """One table's rows of an epoch already in :func:`rows_columns`' layout, from an engine
+    that holds them as columns: committed as they are, read back as rows."""
+
+    table: pa.Table
+
+
+def rows_of_columns(
+    lsn: np.ndarray, ts: np.ndarray, handler: list, seq: np.ndarray, fields: dict[str, list]
+) -> RowsColumns | None:
+    """Rows given as columns, in order, in :func:`rows_columns`' layout; None when a field
+    holds values of several types (they must stay JSON, as rows)."""
+    columns = {
+        "lsn": pa.array(lsn, pa.int64()),
+        "ts": pa.array(ts, pa.int64()),
+        "handler": pa.array(handler, pa.string()),
+        "seq": pa.array(seq, pa.int64()),
+    }
+    for name, values in fields.items():
+        column = _column(values)
+        if column is None:
+            return None
+        columns[f"f:{name}"] = column
+    return RowsColumns(pa.table(columns))
+
+
+def rows_from_table(table: pa.Table) -> list:
+    """The rows :func:`rows_columns` made ``table`` of."""
+    names = table.column_names
+    if tuple(names[:4]) != _ROW_HEAD or not all(n.startswith("f:") for n in names[4:]):
+        raise ValueError(f"a table of rows has columns {names}")
+    head = [_values(table.column(name)) for name in _ROW_HEAD]
+    fields = [n[2:] for n in names[4:]]
+    values = [_values(table.column(n)) for n in names[4:]]
+    return [
+        (lsn, ts, handler, seq, dict(zip(fields, row)))
+        for lsn, ts, handler, seq, *row in zip(*head, *values)
+    ]
+
+
+def future_columns(future: list) -> tuple[pa.Table, int | None] | None:
+    """The timed writes a state holds waiting, ``(at, n, state, op, key, arg)``, as a table
+    ``at, n, state, op, k0.., arg`` and the key shape (as :func:`store_columns`), or None
+    when they must stay JSON (a merge function, mixed types, few of them)."""
+    if len(future) < MIN_KEYS or set(map(type, future)) != {tuple} or set(map(len, future)) != {6}:
+        return None
+    parts = list(zip(*future))
+    keys = list(parts[4])
+    if type(keys[0]) is tuple:
+        arity = len(keys[0])
+        if not arity or set(map(type, keys)) != {tuple} or set(map(len, keys)) != {arity}:
+            return None
+        key_columns = _key_parts(list(chain.from_iterable(keys)), arity)
+    else:
+        arity, key_columns = None, [_column(keys)]
+    if key_columns is None:
+        return None
+    columns = {name: _column(list(parts[i])) for i, name in enumerate(("at", "n", "state", "op"))}
+    columns.update({f"k{i}": part for i, part in enumerate(key_columns)})
+    columns["arg"] = _column(list(parts[5]))
+    if any(c is None for c in columns.values()) or columns["at"].type != pa.int64():
+        return None
+    return pa.table(columns), arity
+
+
+def future_from_table(table: pa.Table, arity: int | None) -> list:
+    """The timed writes :func:`future_columns` made ``table`` of."""
+    names = table.column_names
+    width = arity or 1
+    if names[:4] != ["at", "n", "state", "op"] or len(names) != 5 + width or names[-1] != "arg":
+        raise ValueError(f"a table of timed writes has columns {names}")
+    columns = [_values(table.column(name)) for name in names]
+    keys = list(zip(*columns[4:-1])) if arity is not None else columns[4]
+    return list(zip(columns[0], columns[1], columns[2], columns[3], keys, columns[-1]))

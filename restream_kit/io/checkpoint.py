@@ -6,10 +6,12 @@ A checkpoint directory holds one sub-directory per committed epoch and a manifes
     DIR/epoch-000003/state.json     the replay's state after epoch 3 (engine-specific)
     DIR/epoch-000003/rows.json      the output rows epoch 3 emitted (the engine's raw rows)
     DIR/epoch-000003/state-0.arrow  an Arrow table inside the state (Arrow IPC file)
+    DIR/epoch-000003/rows-0.arrow   a big table's rows of epoch 3, as columns
 
 No file is a pickle: values go through :mod:`restream_kit.model.values` (JSON with type tags), Arrow
 tables inside them to ``.arrow`` files, a big state store of plain keys and values to an
-``.arrow`` file of its columns (:mod:`._arrow_stores`; what JSON would take longest over), the log's events and scheduled events by their fields,
+``.arrow`` file of its columns (:mod:`._arrow_stores`; what JSON would take longest over), as
+do an epoch's rows of one table when they all have the same fields of plain values, the log's events and scheduled events by their fields,
 and a merge function waiting with ``at=`` by reference to the program's code (its name, line
 and a digest of its code) with the values of its closure; a replay rebuilds it from its own
 program (:func:`restore_serial_state`), so reading a checkpoint never runs code from a file.
@@ -48,7 +50,15 @@ from typing import Any
 
 from ..model import values
 from ..model.errors import RestreamError
-from ._arrow_stores import store_columns, store_from_table
+from ._arrow_stores import (
+    RowsColumns,
+    future_columns,
+    future_from_table,
+    rows_columns,
+    rows_from_table,
+    store_columns,
+    store_from_table,
+)
 from ._atomic import fsync_path, write_synced
 
 __all__ = [
@@ -557,6 +567,8 @@ def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
     """
     tables: list[Any] = []
     original, value = value, _with_store_tables(value)
+    if stem == "rows":
+        value = _with_rows_tables(value)
 
     def hook(v: Any) -> tuple[str, Any] | None:
         import pyarrow as pa
@@ -569,6 +581,14 @@ def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
             name = f"{stem}-{len(tables)}.arrow"
             tables.append((name, v.table))
             return "store", [name, v.arity]
+        if type(v) is _RowsTable:
+            name = f"{stem}-{len(tables)}.arrow"
+            tables.append((name, v.table))
+            return "rows", name
+        if type(v) is _FutureTable:
+            name = f"{stem}-{len(tables)}.arrow"
+            tables.append((name, v.table))
+            return "future", [name, v.arity]
         return _encode_special(v, hook)
 
     try:
@@ -610,9 +630,25 @@ def load_value(directory: Path, stem: str) -> Any:
         except ValueError as exc:  # a table that is not a store: damaged or not ours
             raise values.ValueCodecError(f"{name}: {exc}") from None
 
+    def future(payload: Any) -> list:
+        name, arity = payload
+        if arity is not None and (type(arity) is not int or arity < 1):
+            raise values.ValueCodecError(f"bad timed write key shape {arity!r}")
+        try:
+            return future_from_table(arrow(name), arity)
+        except ValueError as exc:  # a table that is not timed writes: damaged or not ours
+            raise values.ValueCodecError(f"{name}: {exc}") from None
+
+    def rows(name: Any) -> list:
+        try:
+            return rows_from_table(arrow(name))
+        except ValueError as exc:  # a table that is not rows: damaged or not ours
+            raise values.ValueCodecError(f"{name}: {exc}") from None
+
     try:
         data = path.read_bytes()
-        return values.loads(data, {"arrow": arrow, "store": store, **_DECODERS})
+        decoders = {"arrow": arrow, "store": store, "rows": rows, "future": future}
+        return values.loads(data, {**decoders, **_DECODERS})
     except (OSError, values.ValueCodecError) as exc:
         raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - Arrow errors: a damaged file, said in one line
@@ -629,7 +665,8 @@ class _StoreTable:
 
 def _with_store_tables(value: Any) -> Any:
     """``value`` (a replay's state) with each big store of plain keys and values as a
-    :class:`_StoreTable`; anything else as it is. The caller's dicts are not changed."""
+    :class:`_StoreTable`, and many timed writes of plain keys and values as a
+    :class:`_FutureTable`; anything else as it is. The caller's dicts are not changed."""
     stores = value.get("stores") if type(value) is dict else None
     if type(stores) is not dict:
         return value
@@ -637,7 +674,43 @@ def _with_store_tables(value: Any) -> Any:
     for name, store in stores.items():
         columns = store_columns(store) if type(store) is dict else None
         swapped[name] = store if columns is None else _StoreTable(*columns)
-    return {**value, "stores": swapped}
+    value = {**value, "stores": swapped}
+    future = value.get("future")
+    columns = future_columns(future) if type(future) is list else None
+    if columns is not None:
+        value["future"] = _FutureTable(*columns)
+    return value
+
+
+@dataclass
+class _FutureTable:
+    """The timed writes waiting in a replay's state, headed for their own Arrow file."""
+
+    table: Any
+    arity: int | None
+
+
+@dataclass
+class _RowsTable:
+    """One table's rows of an epoch headed for their own Arrow file (``_arrow_stores``)."""
+
+    table: Any
+
+
+def _with_rows_tables(value: Any) -> Any:
+    """An epoch's rows (table -> rows) with each big table's rows as a :class:`_RowsTable`
+    when they fit (rows an engine gives as columns already, ``RowsColumns``, as they are);
+    anything else as it is."""
+    if type(value) is not dict:
+        return value
+    swapped = {}
+    for name, rows in value.items():
+        if type(rows) is RowsColumns:
+            swapped[name] = _RowsTable(rows.table)
+            continue
+        table = rows_columns(rows) if type(rows) is list else None
+        swapped[name] = rows if table is None else _RowsTable(table)
+    return swapped
 
 
 def _encode_special(v: Any, hook: Any) -> tuple[str, Any] | None:

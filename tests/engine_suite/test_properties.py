@@ -77,6 +77,55 @@ def test_passes_the_driver_arranges_equal_the_serial_engine(case, spark_session)
 
 
 CHECKPOINT_EXAMPLES = int(os.environ.get("RESTREAM_CHECKPOINT_PROPERTY_EXAMPLES", "12"))
+COMMIT_EXAMPLES = int(os.environ.get("RESTREAM_COMMIT_PROPERTY_EXAMPLES", "30"))
+
+
+def waiting(state):
+    """A committed state's timed writes and scheduled events in the order they apply (each
+    engine numbers them its own way)."""
+    writes = sorted(state["future"], key=lambda w: w[:2])
+    events = sorted(state["scheduled"], key=lambda s: s[:2])
+    return [w[:1] + w[2:] for w in writes], [(s[0], vars(s[2])) for s in events]
+
+
+@settings(max_examples=COMMIT_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=spark_cases(), cut=st.integers(min_value=1, max_value=4), arranged=st.booleans())
+def test_a_checkpoint_run_once_over_the_log_commits_the_serial_engines_epochs(
+    case, cut, arranged, spark_session, tmp_path_factory
+):
+    """The pass path runs a checkpoint's passes once over the whole log, each task reporting
+    its state at every epoch's end: every committed epoch (state, timed writes and scheduled
+    events waiting, rows) is the serial engine's, and the passes ran as planned, in parallel,
+    arranged by the driver when it can (``arranged``: every log counts as large)."""
+    import json
+    from unittest import mock
+
+    from restream_kit.engines.spark import _local_arrangement
+    from restream_kit.io import checkpoint
+
+    source, log, _epoch, _path = case
+    program = rk.Program.from_source(source, name="prop")
+    the_log = rk.Log(log)
+    root = tmp_path_factory.mktemp("ck")
+    want = rk.replay(program, the_log, epoch=cut, checkpoint=root / "serial")
+    with mock.patch.object(_local_arrangement, "LOCAL_ROWS", 0 if arranged else 10**9):
+        got = rk.replay(
+            program, the_log, engine="spark", path="passes", partitions=2, epoch=cut,
+            checkpoint=root / "spark",
+        )  # fmt: skip
+    assert_same_result(got, want)
+    assert_ran_as_planned(program, got)
+    assert all("committed to the checkpoint" in what for what in got.metrics.path.values())
+    engines = ("serial", "spark")
+    epochs = json.loads((root / "serial" / "manifest.json").read_text())["epochs"]
+    assert len(json.loads((root / "spark" / "manifest.json").read_text())["epochs"]) == len(epochs)
+    for k in range(len(epochs)):
+        a, b = checkpoint.read(root / "serial", k), checkpoint.read(root / "spark", k)
+        assert (a.done, a.state["stores"]) == (b.done, b.state["stores"]), f"epoch {k}"
+        if k < len(epochs) - 1:  # (the last holds what waits after the log: not compared)
+            assert waiting(a.state) == waiting(b.state), f"epoch {k}: waiting"
+        rows = [checkpoint.load_value(root / d / f"epoch-{k:06d}", "rows") for d in engines]
+        assert rows[0] == rows[1], f"epoch {k}: rows"
 
 
 @settings(max_examples=CHECKPOINT_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

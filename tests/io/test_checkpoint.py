@@ -111,9 +111,9 @@ def manifest(directory):
         return None
 
 
-def kill_halfway(args, directory, *, min_epochs, timeout=240):
-    """Run ``restream *args`` until ``min_epochs`` epochs are committed, then SIGKILL it (and
-    everything it started). Returns the manifest left behind."""
+def kill_halfway(args, directory, *, min_epochs, timeout=240, ready=None):
+    """Run ``restream *args`` until ``min_epochs`` epochs are committed (or ``ready()``), then
+    SIGKILL it (and everything it started). Returns the manifest left behind."""
     child = subprocess.Popen(
         [sys.executable, "-m", "restream_kit", *args],
         stdout=subprocess.DEVNULL,
@@ -124,7 +124,7 @@ def kill_halfway(args, directory, *, min_epochs, timeout=240):
     try:
         while time.monotonic() < deadline:
             m = manifest(directory)
-            if m and len(m["epochs"]) >= min_epochs:
+            if (m and len(m["epochs"]) >= min_epochs) or (ready is not None and ready()):
                 break
             if child.poll() is not None:
                 pytest.fail(f"the replay ended before it could be killed: {child.stderr.read()}")
@@ -137,6 +137,8 @@ def kill_halfway(args, directory, *, min_epochs, timeout=240):
         child.stderr.close()
     assert child.returncode == -signal.SIGKILL
     left = manifest(directory)
+    if ready is not None and left is None:
+        return {"epochs": []}
     assert left is not None and not left["complete"], "killed too late: the replay had finished"
     return left
 
@@ -188,7 +190,13 @@ def test_spark_replay_killed_with_sigkill_resumes_to_the_serial_result(tmp_path,
         "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false",
         "--epoch", "300", "--checkpoint", str(ck), "--quiet",
     ]  # fmt: skip
-    left = kill_halfway(args, ck, min_epochs=1)
+    # A checkpointed replay runs the passes once over the log and commits every epoch at
+    # the end: killed once it has opened its checkpoint, it leaves nothing committed.
+    left = kill_halfway(args, ck, min_epochs=1, ready=ck.is_dir)
+    assert left["epochs"] == []
+    # Resumed, it runs epoch by epoch from the start, committing each as it goes: killed
+    # again once one is committed.
+    left = kill_halfway([*args, "--resume"], ck, min_epochs=1)
     committed = left["epochs"][-1]["epoch"]
     # The pass path keeps the serial engine's state format (JSON and Arrow, no pickles).
     assert left["state_format"] == "serial" and 0 <= committed < 2

@@ -1,4 +1,5 @@
-"""Big state stores in checkpoints as Arrow tables: read back equal, Python types included.
+"""Big state stores and an epoch's rows in checkpoints as Arrow tables: read back equal,
+Python types included.
 
 A store of plain keys and values (``str``, ``int``, ``float``, ``bool``, ``None``; tuple keys
 of those) goes to an Arrow file of its columns; anything else stays in the JSON document.
@@ -18,7 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from restream_kit.io import checkpoint
-from restream_kit.io._arrow_stores import MIN_KEYS, store_columns, store_from_table
+from restream_kit.io._arrow_stores import (
+    MIN_KEYS,
+    rows_columns,
+    rows_from_table,
+    store_columns,
+    store_from_table,
+)
 
 SCALARS = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
@@ -121,3 +128,58 @@ def test_a_table_that_is_not_a_store_is_refused_in_one_line(tmp_path):
             writer.write_table(table)
     with pytest.raises(checkpoint.CheckpointError, match="state-0.arrow"):
         checkpoint.load_value(tmp_path, "state")
+
+
+def typed_rows(rows):
+    return [(*map(typed, r[:4]), [(k, typed(v)) for k, v in r[4].items()]) for r in rows]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(values=st.lists(SCALARS, min_size=1, max_size=5), odd=st.one_of(st.none(), SCALARS))
+def test_an_epochs_rows_read_back_with_the_same_types(tmp_path, values, odd):
+    """Rows of one table with the same fields: an Arrow file when every column holds one
+    type; read back equal either way, types and field order included."""
+    rows = [
+        (i, 1000 + i, "h0" if i % 3 else "h1", i % 2, {"who": f"u{i % 7}", "x": values[i % len(values)]})
+        for i in range(MIN_KEYS)
+    ]  # fmt: skip
+    if odd is not None:  # one value of another type: the table may have to stay JSON
+        rows[5] = (*rows[5][:4], {"who": "u5", "x": odd})
+    few = [(1, 2, "h", 0, {"a": 1.5})]
+    epoch = {"out": rows, "few": few, "none": []}
+    tmp_path.mkdir(exist_ok=True)
+    for old in tmp_path.iterdir():
+        old.unlink()
+    checkpoint.save_value(tmp_path, "rows", epoch, "the output rows")
+    back = checkpoint.load_value(tmp_path, "rows")
+    assert list(back) == list(epoch)
+    for name in epoch:
+        assert typed_rows(back[name]) == typed_rows(epoch[name]), name
+
+
+def test_rows_of_one_shape_go_to_an_arrow_file_and_others_stay_json(tmp_path):
+    n = MIN_KEYS
+    plain = [(i, i, "h", 0, {"a": i, "b": None, "c": -0.0}) for i in range(n)]
+    ragged = [(i, i, "h", 0, {"a": i} if i % 2 else {"b": i}) for i in range(n)]
+    mixed = [(i, i, "h", 0, {"a": 1 if i % 2 else 1.0}) for i in range(n)]
+    epoch = {"plain": plain, "ragged": ragged, "mixed": mixed}
+    checkpoint.save_value(tmp_path, "rows", epoch, "the output rows")
+    assert sorted(p.name for p in tmp_path.glob("rows-*.arrow")) == ["rows-0.arrow"]
+    back = checkpoint.load_value(tmp_path, "rows")
+    for name, rows in epoch.items():
+        assert typed_rows(back[name]) == typed_rows(rows), name
+    assert math.copysign(1, back["plain"][0][4]["c"]) == -1
+    assert rows_from_table(rows_columns(plain)) == plain
+
+
+def test_a_table_that_is_not_rows_is_refused_in_one_line(tmp_path):
+    rows = [(i, i, "h", 0, {"a": i}) for i in range(MIN_KEYS)]
+    checkpoint.save_value(tmp_path, "rows", {"out": rows}, "the output rows")
+    with pa.OSFile(str(tmp_path / "rows-0.arrow"), "wb") as sink:
+        table = pa.table({"x": [[1]]})
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    with pytest.raises(checkpoint.CheckpointError, match="rows-0.arrow"):
+        checkpoint.load_value(tmp_path, "rows")

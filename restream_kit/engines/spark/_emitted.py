@@ -19,16 +19,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ...io._arrow_stores import RowsColumns, rows_of_columns
 from ...io.result import ROW_COLUMNS, build_table
 from ._pass_rows import BLOB_ROWS, EMIT, PH_LOG, dumps
 
-__all__ = ["pack_emitted", "unpack_emitted", "emitted_rows", "emitted_tables"]
+__all__ = ["pack_emitted", "unpack_emitted", "emitted_rows", "emitted_tables", "committed_rows"]
 
 
-def pack_emitted(rows_by_table: dict[str, list], number: dict[str, int]) -> list[tuple]:
+def pack_emitted(
+    rows_by_table: dict[str, list], number: dict[str, int], epoch: int = -1
+) -> list[tuple]:
     """The ``EMIT`` output rows of a task whose handlers ran over log events only:
     ``rows_by_table`` the runtime's rows ``(lsn, ts, handler, seq, fields)`` in processing
-    order, ``number`` each handler's place in declaration order."""
+    order, ``number`` each handler's place in declaration order, ``epoch`` the checkpoint's
+    epoch they belong to (-1: none)."""
     out = []
     for table, rows in rows_by_table.items():
         if not rows:
@@ -54,7 +58,7 @@ def pack_emitted(rows_by_table: dict[str, list], number: dict[str, int]) -> list
         ]
         for start in range(0, len(tuples), BLOB_ROWS):
             out.append(tuples[start : start + BLOB_ROWS])
-    return [(EMIT, -1, None, (0, 0, 0, b""), dumps(blob)) for blob in out]
+    return [(EMIT, epoch, None, (0, 0, 0, b""), dumps(blob)) for blob in out]
 
 
 def unpack_emitted(blob: bytes, rows: list, columns: dict[str, list]) -> None:
@@ -69,6 +73,8 @@ def unpack_emitted(blob: bytes, rows: list, columns: dict[str, list]) -> None:
 def emitted_rows(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, list]:
     """Every emitted row per table, ``(lsn, ts, handler, seq, fields)``, in processing order:
     position, then handler; a run's rows keep their order."""
+    if not rows and all(_one_shape(chunks) for chunks in columns.values()):
+        return {table: _sorted_rows(chunks, handlers) for table, chunks in columns.items()}
     every = list(rows)
     for chunks in columns.values():
         for c in chunks:
@@ -111,17 +117,70 @@ def _as_tuples(chunk: dict, handlers: list[str]) -> list[tuple]:
     ]
 
 
-def _from_columns(table: str, chunks: list[dict], handlers: list[str]) -> Any:
-    """The table from the tasks' columns, or None when they need the general way."""
-    keys = chunks[0]["keys"]
-    if any(c["keys"] != keys for c in chunks):
-        return None
+def committed_rows(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, Any]:
+    """One epoch's rows per table for a checkpoint: a table of the tasks' columns stays
+    columns (``RowsColumns``: one NumPy sort and a take, no row built in Python) when each of
+    its fields holds one type; anything else as rows, as :func:`emitted_rows` gives them."""
+    if rows or not all(_one_shape(chunks) for chunks in columns.values()):
+        return emitted_rows(rows, columns, handlers)
+    out: dict[str, Any] = {}
+    for table, chunks in columns.items():
+        ts, lsn, h, joined, order = _order(chunks)
+        fields = {
+            key: list(itertools.chain.from_iterable(c["values"][i] for c in chunks))
+            for i, key in enumerate(chunks[0]["keys"])
+        }
+        names = np.asarray(handlers, dtype=object)[h].tolist()
+        seq = np.asarray(joined("seq"), dtype=np.int64)
+        some = rows_of_columns(lsn, ts, names, seq, fields)
+        if some is None:
+            out[table] = _sorted_rows(chunks, handlers)
+        else:
+            out[table] = RowsColumns(some.table.take(pa.array(order)))
+    return out
+
+
+def _one_shape(chunks: list[dict]) -> bool:
+    return all(c["keys"] == chunks[0]["keys"] for c in chunks)
+
+
+def _order(chunks: list[dict]) -> tuple:
+    """The tasks' columns of one table joined, and the order that sorts them into processing
+    order (stable: a run's rows keep their order)."""
 
     def joined(name: str) -> list:
         return list(itertools.chain.from_iterable(c[name] for c in chunks))
 
     ts, lsn, h = (np.asarray(joined(n), dtype=np.int64) for n in ("ts", "lsn", "h"))
-    order = np.lexsort((h, lsn, ts))  # stable: a run's rows keep their order
+    return ts, lsn, h, joined, np.lexsort((h, lsn, ts))
+
+
+def _sorted_rows(chunks: list[dict], handlers: list[str]) -> list[tuple]:
+    """One table's rows from the tasks' columns, ``(lsn, ts, handler, seq, fields)``, in
+    processing order: one NumPy sort, not a sort of tuples by key."""
+    keys = chunks[0]["keys"]
+    ts, lsn, h, joined, order = _order(chunks)
+    picks = order.tolist()
+    names = [handlers[i] for i in h[order].tolist()]
+    seq = np.asarray(joined("seq"), dtype=np.int64)[order].tolist()
+    values = []
+    for i in range(len(keys)):
+        column = list(itertools.chain.from_iterable(c["values"][i] for c in chunks))
+        values.append([column[j] for j in picks])
+    return [
+        (lsn_, ts_, name, s, dict(zip(keys, vs)))
+        for lsn_, ts_, name, s, *vs in zip(
+            lsn[order].tolist(), ts[order].tolist(), names, seq, *values
+        )
+    ]
+
+
+def _from_columns(table: str, chunks: list[dict], handlers: list[str]) -> Any:
+    """The table from the tasks' columns, or None when they need the general way."""
+    keys = chunks[0]["keys"]
+    if not _one_shape(chunks):
+        return None
+    ts, lsn, h, joined, order = _order(chunks)
     names = np.asarray(handlers, dtype=object)
     columns = {
         "lsn": pa.array(lsn[order], pa.int64()),

@@ -36,6 +36,7 @@ from ...model.errors import RestreamError
 from ...model.program import Program
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_rows as W
+from ._boundaries import TAG_MANY
 from ._emitted import emitted_tables, unpack_emitted
 from ._local_arrangement import local_arrangement, marker_frame, partition_of
 from ._pass_setup import (
@@ -131,7 +132,12 @@ class Ran:
     finals: dict[str, dict] = field(default_factory=dict)
     pending: list = field(default_factory=list)  # timed writes after the log's end
     quarantined: list = field(default_factory=list)
-    carried: list = field(default_factory=list)  # (tag, position, blob) beyond an epoch
+    # (tag, position, blob) beyond an epoch's end, per epoch (0 when run epoch by epoch).
+    carried: dict[int, list] = field(default_factory=dict)
+    # A checkpoint's epochs' ends in one run (``_boundaries``): per epoch, the states' values
+    # and the events scheduled so far, summed over the tasks; and each epoch's emitted rows.
+    snapshots: dict[int, list] = field(default_factory=dict)
+    emitted_at: dict[int, tuple[list, dict]] = field(default_factory=dict)
     scheduled: int = 0
     last_event: int | None = None
     path: dict[str, str] = field(default_factory=dict)
@@ -181,10 +187,12 @@ def run_jobs(
     epoch_end: tuple | None,
     done_range: tuple[int, int],
     total: int,
+    bounds: tuple = (),
 ) -> Ran:
     """One Spark job per pass over the log events of ``df``, with the rows of ``carry`` (the
     state and waiting entries an epoch starts from, with their ``_rs_dest``); ``epoch_end``
-    the position of the epoch's last event (None: the log's end)."""
+    the position of the epoch's last event (None: the log's end); ``bounds`` the ends of a
+    checkpoint's epochs, which every task reports as it passes them (``_boundaries``)."""
     rep, program, session, log = setup.rep, setup.program, setup.session, setup.log
     passes = setup.pp.passes
     partitions = setup.partitions
@@ -293,7 +301,9 @@ def run_jobs(
                 for stage in p.stages or (p.stage,):
                     ran.path[stage] = p.describe(n) + " (no event reaches it)"
                 ran.stage_seconds[p.stage] = time.perf_counter() - pass_started
-                rep.notify(StageFinished(0, p.stage, ran.stage_seconds[p.stage], 0))
+                rep.notify(
+                    StageFinished(0, p.stage, ran.stage_seconds[p.stage], 0, len(bounds) + 1)
+                )
                 continue
             rows = parts[0]
             for part in parts[1:]:
@@ -357,6 +367,7 @@ def run_jobs(
                 receives_writes=any(q.sends[p.index] == "writes" for q in senders),
                 last_ts=last_ts,
                 epoch_end=epoch_end,
+                bounds=bounds,
                 wide=setup.wide,
                 forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),
                 # Later passes take their events from the log and only the values read here
@@ -426,7 +437,8 @@ def run_jobs(
                 )
             for stage in p.stages or (p.stage,):
                 ran.path[stage] = p.describe(n) + carried + (f" ({tasks} tasks)" if tasks else "")
-            rep.notify(StageFinished(0, p.stage, seconds, tasks))
+            # (Over every epoch of a checkpoint run at once: ``_boundaries``.)
+            rep.notify(StageFinished(0, p.stage, seconds, tasks, len(bounds) + 1))
             rep.notify(
                 Progress(
                     base + (p.index + 1) * span // len(passes),
@@ -533,7 +545,7 @@ def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
     )
 
 
-_SMALL = (W.EMIT, W.FINAL, W.STAT, W.ERROR, W.PEND, W.QUAR, W.CARRY, W.HIST)
+_SMALL = (W.EMIT, W.FINAL, W.STAT, W.ERROR, W.PEND, W.QUAR, W.CARRY, W.HIST, W.SNAP)
 
 
 def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
@@ -558,11 +570,23 @@ def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
         if kind == W.PEND:
             ran.pending.append((position, blob))
         elif kind == W.CARRY:
-            ran.carried.append((dest, position, blob))
+            tag, epoch = W.carry_parts(dest)
+            if tag == TAG_MANY:  # a task's entries at one end, in one blob
+                ran.carried.setdefault(epoch, []).extend(pickle.loads(blob))
+            else:
+                ran.carried.setdefault(epoch, []).append((tag, position, blob))
+        elif kind == W.SNAP:
+            values, made = pickle.loads(blob)
+            snapshot = ran.snapshots.setdefault(dest, [{}, 0])
+            for name, some in values.items():
+                snapshot[0].setdefault(name, {}).update(some)
+            snapshot[1] += made
         elif kind == W.HIST:
             ran.history.append(blob)
         elif kind == W.QUAR:
             ran.quarantined.extend(pickle.loads(blob))
+        elif kind == W.EMIT and dest >= 0:  # one epoch's, of a checkpoint's run at once
+            unpack_emitted(blob, *ran.emitted_at.setdefault(dest, ([], {})))
         elif kind == W.EMIT:
             unpack_emitted(blob, ran.emitted, ran.emitted_columns)
         elif kind == W.FINAL:

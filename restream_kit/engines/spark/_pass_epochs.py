@@ -1,7 +1,13 @@
-"""Checkpointed replays on the pass path: the passes run epoch by epoch, and the state after
-each epoch is committed in the serial engine's checkpoint format (JSON and Arrow, no pickles).
+"""Checkpointed replays on the pass path: the state after each epoch is committed in the
+serial engine's checkpoint format (JSON and Arrow, no pickles).
 
-Between two epochs everything goes through the driver as the serial engine's state
+A checkpoint with nothing to resume or start from runs the passes once over the whole log, as
+a replay without one does, and every task reports its state at each epoch's end as it passes
+it (``_boundaries``): the driver puts the tasks' reports together and commits them epoch by
+epoch once the passes are done (:func:`_one_run`).
+
+A resume, a ``start_from`` or a checkpoint of runs that roll back (``on_error``) runs the
+passes epoch by epoch. Between two epochs everything goes through the driver as the serial engine's state
 (:func:`restream_kit.checkpoint.serial_state`'s form): each state's values (reported by the
 pass that holds it), the timed writes and scheduled events still waiting (the tasks' ``CARRY``
 rows, numbered in position order, as the serial engine numbers them by creation) and each root
@@ -15,6 +21,7 @@ engine's checkpoint can start a Spark replay and the other way round.
 
 from __future__ import annotations
 
+import operator
 import pickle
 import time
 from typing import Any
@@ -33,9 +40,10 @@ from ...io.result import Result, build_table
 from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_rows as W
 from ._codec import encode_key
-from ._emitted import emitted_rows
+from ._emitted import committed_rows, emitted_rows, emitted_tables
 from ._pass_driver import Ran, _names, apply_pending, handler_names, make_result, run_jobs
-from ._pass_setup import Setup
+from ._pass_rows import PH_LOG
+from ._pass_setup import Setup, one_run
 from ._passes import BY_KEY, ORDER, SINGLE
 from ._program_ref import key_function
 
@@ -65,6 +73,8 @@ def run_checkpointed(setup: Setup) -> Result:
     ck, start = rep.open_checkpoint()
     total = len(log)
     epochs = cut(log, opts.get("epoch"))
+    if start is None and one_run(rep):
+        return _one_run(setup, ck, epochs)
     notes: list[str] = []
     state: dict[str, Any] | None = None
     per_table: dict[str, list] = {}
@@ -117,7 +127,9 @@ def run_checkpointed(setup: Setup) -> Result:
         for name, rows in new_rows.items():
             per_table.setdefault(name, []).extend(rows)
         quarantined.extend(sorted(ran.quarantined, key=lambda q: (q[0], q[1])))
-        state = _state_after(program, ran, [q[2] for q in quarantined])
+        state = _state_after(
+            program, ran.finals, ran.carried.get(0, []), [q[2] for q in quarantined]
+        )
         state["scheduled_total"] = before + scheduled
         if ck is not None:
             ck.commit(ep.index, ep.stop, state, new_rows, last=last)
@@ -140,6 +152,62 @@ def run_checkpointed(setup: Setup) -> Result:
     if start is not None and start.resumed:
         result.resumed_from_epoch = start.next_epoch
     return result
+
+
+def _one_run(setup: Setup, ck: Any, epochs: list[Epoch]) -> Result:
+    """The passes once over the whole log, each task reporting its state at every epoch's end
+    (``_boundaries``); then each epoch committed in order, from the tasks' reports."""
+    rep, program, log = setup.rep, setup.program, setup.log
+    total = len(log)
+    rep.notify(ReplayStarted("spark", total, len(epochs), _names(setup.pp), log.span_ms))
+    lsn = log.table.column("lsn")
+    ts = log.table.column("ts")
+    ends = tuple((ts[e.stop - 1].as_py(), PH_LOG, lsn[e.stop - 1].as_py()) for e in epochs[:-1])
+    ran = run_jobs(setup, setup.df, None, None, (0, total), total, bounds=ends)
+    apply_pending(program, ran)
+    if not ends:  # one epoch: its tasks emitted their rows as without a checkpoint
+        ran.emitted_at[0] = (ran.emitted, ran.emitted_columns)
+    names = handler_names(program)
+    seen: dict[str, None] = {}  # the tables emitted so far
+    every: tuple[list, dict] = ([], {})  # all epochs' rows, for the tables
+    for j, ep in enumerate(epochs):
+        rep._check_cancel()
+        rep.notify(EpochStarted(ep.index, len(ep)))
+        committing = time.perf_counter()
+        last = j == len(epochs) - 1
+        rows, columns = ran.emitted_at.get(j, ([], {}))
+        every[0].extend(rows)
+        for name, chunks in columns.items():
+            every[1].setdefault(name, []).extend(chunks)
+        new_rows = committed_rows(rows, columns, names)
+        seen.update(dict.fromkeys(new_rows))
+        # Every table emitted so far, as the serial engine commits them (empty: none now).
+        new_rows = {name: new_rows.get(name, []) for name in seen}
+        if last:
+            state = _state_after(program, ran.finals, [], [])
+            state["scheduled_total"] = ran.scheduled
+        else:
+            stores, made = ran.snapshots.get(j, ({}, 0))
+            stores = {name: stores.get(name, {}) for name in program.states}
+            state = _state_after(program, stores, ran.carried.get(j, []), [])
+            state["scheduled_total"] = made
+        if ck is not None:
+            ck.commit(ep.index, ep.stop, state, new_rows, last=last)
+        outputs = emitted_tables(rows, columns, names)
+        settled = None if last else ends[j][0]
+        elapsed = time.perf_counter() - committing
+        rep.notify(EpochFinished(ep.index, ep.stop, elapsed, outputs, settled))
+        rep.notify(Progress(ep.stop, total, time.perf_counter() - setup.started))
+    committed = (
+        f", its state at each of the {len(epochs)} epochs' ends committed to the checkpoint"
+        if ends
+        else ", its state committed to the checkpoint at the end"
+    )
+    for stage in ran.path:
+        ran.path[stage] += committed
+    tables = emitted_tables(*every, names)
+    rep.notify(ReplayFinished(total, time.perf_counter() - setup.started))
+    return make_result(setup, ran, tables, total, len(epochs), [])
 
 
 def _restart(program: Any, start: Any) -> tuple[list[str], dict[str, Any]]:
@@ -171,32 +239,33 @@ def _restart(program: Any, start: Any) -> tuple[list[str], dict[str, Any]]:
     return notes, state
 
 
-def _state_after(program: Any, ran: Ran, quarantined: list) -> dict[str, Any]:
+def _state_after(program: Any, finals: dict, carried: list, quarantined: list) -> dict[str, Any]:
     """The serial engine's state after an epoch, from what the passes reported: their
-    states' values and the entries they carried (each once: a write that several passes hold
-    and an event that several passes handle come back from each of them)."""
+    states' values (``finals``) and the entries they carried (``(tag, position, blob)``, each
+    once: a write that several passes hold and an event that several passes handle come back
+    from each of them)."""
     future: list = []
     scheduled: list = []
     per_root: dict[int, int] = {}
-    seen: set = set()
+    last = None
     n = 0
-    for tag, pos, blob in sorted(ran.carried, key=lambda c: (c[1], c[0])):
-        if (pos, tag) in seen:
+    for tag, pos, blob in sorted(carried, key=_BY_POSITION):
+        if (pos, tag) == last:  # (the same entry from another pass: sorted next to it)
             continue
-        seen.add((pos, tag))
+        last = (pos, tag)
+        value = pickle.loads(blob) if type(blob) is bytes else blob  # (batched: unpickled)
         if tag == W.TAG_WRITE:
-            name, key, op = pickle.loads(blob)
-            future.append((pos[0], n, name, *_serial_op(op, name), key))
+            name, key, op = value
+            # (at, n, state, op, key, arg): the serial engine's order of fields.
+            future.append((pos[0], n, name, *_serial_op(op, name, key)))
         else:
-            kind, fields, root, seq, *made = pickle.loads(blob)
+            kind, fields, root, seq, *made = value
             scheduled.append((pos[0], n, ScheduledEvent(kind, pos[0], root, seq, fields)))
             per_root[root] = max(per_root.get(root, 0), made[0] if made else seq)
         n += 1
-    # (at, n, state, op, key, arg): the serial engine's order of fields.
-    future = [(at, i, name, op, key, arg) for at, i, name, op, arg, key in future]
     return {
         "states": state_declarations(program),
-        "stores": {name: dict(values) for name, values in ran.finals.items()},
+        "stores": {name: dict(values) for name, values in finals.items()},
         "future": future,
         "scheduled": scheduled,
         "order": n,
@@ -205,12 +274,15 @@ def _state_after(program: Any, ran: Ran, quarantined: list) -> dict[str, Any]:
     }
 
 
-def _serial_op(op: tuple, state: str) -> tuple[str, Any]:
-    """A pass's write operation as the serial engine's (operation, argument)."""
+_BY_POSITION = operator.itemgetter(1, 0)
+
+
+def _serial_op(op: tuple, state: str, key: Any) -> tuple[str, Any, Any]:
+    """A pass's write operation as the serial engine's (operation, key, argument)."""
     if op[0] in ("add", "set", "merge"):
-        return op[0], op[1]
+        return op[0], key, op[1]
     if op[0] == "del":
-        return "del", None
+        return "del", key, None
     raise CheckpointError(f"a timed write to {state!r} ({op[0]}) cannot be checkpointed")
 
 

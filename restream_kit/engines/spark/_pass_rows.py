@@ -53,10 +53,15 @@ __all__ = [
     "TAG_SCHED",
     "TAG_VERS",
     "VERS",
+    "SNAP",
     "position_bytes",
+    "carry_dest",
+    "carry_parts",
 ]
 
-EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD, HIST, VERS = range(1, 14)
+EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD, HIST, VERS, SNAP = range(
+    1, 15
+)
 TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED, TAG_STATE, TAG_VERS = range(6)
 PH_TIMED, PH_SCHED, PH_LOG = 0, 1, 2
 BLOB_ROWS = 50_000
@@ -71,6 +76,17 @@ def position_bytes(pos: tuple) -> bytes:
     """A position as bytes that compare as the position does (a run's bytes extend them)."""
     t, ph, o, sub = pos
     return RUN_HEAD.pack(t + SIGN, ph, o + SIGN) + sub
+
+
+def carry_dest(tag: int, epoch: int = 0) -> int:
+    """A ``CARRY`` row's ``_rs_dest``: the row's tag, and the epoch whose end it lies beyond
+    (a replay run as one pass over the log reports every epoch's end, ``_boundaries``)."""
+    return epoch << 3 | tag
+
+
+def carry_parts(dest: int) -> tuple[int, int]:
+    """The tag and the epoch of a ``CARRY`` row's ``_rs_dest`` (see :func:`carry_dest`)."""
+    return dest & 7, dest >> 3
 
 
 def out_schema(slots: int) -> pa.Schema:
@@ -128,6 +144,9 @@ class PassSpec:
     # Checkpointed replays: the position (ts, 2, lsn) of the epoch's last event, beyond which
     # everything is carried to the next epoch (None: the last epoch, run to the log's end).
     epoch_end: tuple | None = None
+    # Checkpointed replays run as one pass over the log (``_boundaries``): the positions
+    # (ts, 2, lsn) of every epoch's last event but the last epoch's, in order.
+    bounds: tuple = ()
     # Passes that forward events (see ``_plain``): the output schema, wider than OUT_SCHEMA
     # by the events' columns; None when probe values travel as rows of their own.
     wide: pa.Schema | None = None

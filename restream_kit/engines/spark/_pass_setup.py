@@ -30,6 +30,8 @@ __all__ = [
     "raw_key",
     "classic",
     "local_master",
+    "one_run",
+    "epoch_by_epoch",
 ]
 
 
@@ -196,8 +198,9 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         wide=wide,
         python_keys=frozenset(c for c, _, _ in python_keys),
         forward_pks=tuple(pks) if wide is not None else (),
-        closes_once=closes_once(program),
-        folds=folded_counts(program),
+        # A checkpoint's commits see every close waiting and every add made by their end.
+        closes_once=frozenset() if one_run(rep) else closes_once(program),
+        folds=frozenset() if one_run(rep) else folded_counts(program),
         zips=zips,
         local=local,
         values_dir=_values_dir() if local and zips else None,
@@ -247,6 +250,25 @@ def _values_dir() -> str:
     return tempfile.mkdtemp(dir=scratch_dir(), prefix="values-")
 
 
+def one_run(rep: Any) -> bool:
+    """Whether a checkpointed replay runs the passes once over the whole log, every task
+    reporting its state at each epoch's end (``_boundaries``): a checkpoint with nothing to
+    resume or start from, and no run to roll back."""
+    options = rep.options
+    if not options.get("checkpoint") or options.get("resume") or options.get("start_from"):
+        return False
+    return rep.on_error == "stop"
+
+
+def epoch_by_epoch(rep: Any) -> bool:
+    """Whether the passes run epoch by epoch (``_pass_epochs``), each fed the state it starts
+    from: a resume, a ``start_from``, or a checkpoint of runs that roll back."""
+    options = rep.options
+    if not any(options.get(k) for k in ("checkpoint", "resume", "start_from")):
+        return False
+    return not one_run(rep)
+
+
 def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> dict:
     """The passes whose events the driver arranges (``_local_arrangement``), each with the
     columns it is partitioned by; empty unless every pass with log events can: on a local
@@ -255,7 +277,7 @@ def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> d
     from ._local_arrangement import use_local
     from ._zipped import takes_from_passes, zipped_passes
 
-    if any(rep.options.get(k) for k in ("checkpoint", "resume", "start_from")):
+    if epoch_by_epoch(rep):
         return {}
     if pp.schedules or pp.reason or rep.on_error != "stop" or events.pickled:
         return {}
@@ -290,7 +312,7 @@ def _forwards(rep: Any, pp: PassPlan) -> bool:
     carry the values it reads from pass to pass instead of meeting them in a sort."""
     if pp.schedules or pp.reason or rep.on_error != "stop":
         return False
-    if any(rep.options.get(k) for k in ("checkpoint", "resume", "start_from")):
+    if epoch_by_epoch(rep):
         return False
     passes = pp.passes
     if not any(p.serves for p in passes):

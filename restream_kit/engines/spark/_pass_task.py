@@ -7,10 +7,13 @@ just before their event), writes into a state held here (tag 2) and scheduled ev
 Its own timed writes and scheduled events wait in one heap, keyed by the same positions, so
 that they interleave with the incoming rows exactly as in a serial replay.
 
-A checkpointed replay runs the passes epoch by epoch (``_pass_epochs``): a task then also gets
-the state it starts from (tag 4, before everything), and at the epoch's end it hands back, as
-``CARRY`` rows, whatever lies beyond the epoch's last event: its timed writes and scheduled
-events still waiting, and the rows from earlier passes that come after that event.
+A checkpointed replay runs the passes once over the whole log, and each task reports its
+state at every epoch's end as it passes it (``_boundaries``). A resumed one (or one started
+from a checkpoint, or rolling back runs) runs them epoch by epoch (``_pass_epochs``): a task
+then also gets the state it starts from (tag 4, before everything), and at the epoch's end it
+hands back, as ``CARRY`` rows, whatever lies beyond the epoch's last event: its timed writes
+and scheduled events still waiting, and the rows from earlier passes that come after that
+event.
 
 A position is ``(t, phase, o, sub)``: a log event is ``(ts, 2, row, b"")``; a scheduled event
 ``(at, 1, 0, run + i)`` and a timed write ``(at, 0, 0, run + i)``, where ``run`` is the bytes
@@ -33,6 +36,7 @@ from ...model.program import Program
 from ...runtime.quarantine import quarantine_row
 from .._gc import collector_paused
 from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
+from ._boundaries import Ends, state_row, unhandled_rows, waiting_rows
 from ._copies import CopyFeed, VersionRecorder
 from ._faults import inject_fault
 from ._local_arrangement import local_batches
@@ -52,7 +56,6 @@ from ._pass_rows import (
     STAT,
     TAG_EVENT,
     TAG_PROBE,
-    TAG_SCHED,
     TAG_STATE,
     TAG_VERS,
     TAG_WRITE,
@@ -107,6 +110,7 @@ class _Runtime(Routing):
         self.pk_cache: dict = {}
         self.history: Any = None  # the run's history values recorded here (``_history``)
         self.copies: CopyFeed | None = None  # the copies held here (``_copies``)
+        self.unhandled: list = []  # scheduled for kinds no pass handles (``_boundaries``)
 
     def guarded(self, fn: Any, ev: Any) -> None:
         """Run one handler; when it raises, undo everything the run did and record it."""
@@ -206,7 +210,10 @@ class _Runtime(Routing):
         event = ScheduledEvent(kind, at, root, seq, fields)
         self.calls += 1
         position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
-        for target in self.spec.kind_passes.get(kind, ()):
+        targets = self.spec.kind_passes.get(kind, ())
+        if not targets and self.spec.bounds:  # a checkpoint holds it until its time
+            self.unhandled.append((position, dumps((kind, fields, root, seq))))
+        for target in targets:
             if target == self.spec.index:
                 self.n += 1
                 self.pending_sched += 1
@@ -356,6 +363,26 @@ class PassTask:
             waiting.clear()
             run_event(ev, pos, i, writes)
 
+        # A checkpoint's epochs' ends, reported as this task passes them (``_boundaries``).
+        ends = Ends(spec.bounds) if spec.bounds else None
+        marks: list[int] = []  # the emitted rows before each end
+        never = 1 << 63
+        next_lsn = ends.next[2] if ends is not None else never
+
+        def cross() -> int:
+            """Report the next epoch's end: what the serial engine's checkpoint holds there."""
+            j = ends.passing()
+            if waiting:
+                run_waiting()
+            end = ends.bounds[j]
+            if rt.pos[:3] != end:  # (as at an epoch's end below)
+                settle((*end, b""))
+            marks.append(len(rt.rows))
+            rt.out.extend(waiting_rows(rt.heap, rt.per_root, j))
+            rt.out.extend(unhandled_rows(rt.unhandled, end, j))
+            rt.out.append(state_row(j, stores, spec.finals, rt.scheduled))
+            return ends.next[2] if ends.passed < len(ends.bounds) else never
+
         try:
             for batch in batches:
                 n = batch.num_rows
@@ -383,6 +410,10 @@ class PassTask:
                     # Only log events come in: no waiting for writes, no probe values.
                     heap = rt.heap
                     for i in range(n):
+                        if order[i] > next_lsn:  # log events only: in lsn order
+                            next_lsn = cross()
+                            while order[i] > next_lsn:
+                                next_lsn = cross()
                         ev = tuple.__new__(make, rows[i])
                         pos = (ts[i], PH_LOG, order[i], b"")
                         if heap and heap[0][0] < pos:
@@ -409,6 +440,11 @@ class PassTask:
                 for i in range(n):
                     pos = (ts[i], ph[i], order[i], sub[i] or b"")
                     tag = tags[i]
+                    if ends is not None and pos[:3] > ends.next:
+                        while pos[:3] > ends.next:
+                            cross()
+                    if ends is not None and ends.passed:
+                        ends.in_flight(rt.out, tag, None, pos, payload[i])
                     if epoch_end is not None and pos[:3] > epoch_end:
                         # Beyond the epoch: the next one applies it (no log event is).
                         rt.out.append((CARRY, tag, pks[i], pos, payload[i]))
@@ -476,12 +512,16 @@ class PassTask:
                     yield out_batch(rt, schema, slots)
             if waiting:
                 run_waiting()
+            while ends is not None and ends.passed < len(ends.bounds):
+                cross()  # the ends after this task's last row
             if epoch_end is not None:
                 # What is due before the epoch's last event runs here too (unless that event
                 # ran here: what its own run made waits); the rest goes to the next epoch.
                 if rt.pos[:3] != epoch_end:
                     settle((*epoch_end, b""))
-                _carry_heap(rt)
+                rt.out.extend(waiting_rows(rt.heap, rt.per_root))
+                rt.heap.clear()
+                rt.pending_sched = 0
             else:
                 # After the log: timed writes up to its last time, then scheduled events,
                 # each after the timed writes before it; later timed writes go to the
@@ -511,9 +551,13 @@ class PassTask:
             rt.out.extend(recorder.rows(spec.versions_to, spec.spread))
         if rt.out:
             yield out_batch(rt, schema, slots)
-        for start in range(0, len(rt.rows), BLOB_ROWS):
-            blob = dumps(rt.rows[start : start + BLOB_ROWS])
-            rt.out.append((EMIT, -1, None, (0, 0, 0, b""), blob))
+        # Emitted rows, each epoch's apart when a checkpoint's ends were passed (-1: none).
+        cuts = [0, *marks, len(rt.rows)]
+        for j in range(len(cuts) - 1):
+            part = rt.rows[cuts[j] : cuts[j + 1]]
+            for start in range(0, len(part), BLOB_ROWS):
+                blob = dumps(part[start : start + BLOB_ROWS])
+                rt.out.append((EMIT, j if marks else -1, None, (0, 0, 0, b""), blob))
         if rt.quarantined:
             rt.out.append((QUAR, -1, None, (0, 0, 0, b""), dumps(rt.quarantined)))
         for name in spec.finals:
@@ -525,20 +569,3 @@ class PassTask:
         stat = (ran, time.perf_counter() - started, rt.scheduled, rt.last_at)
         rt.out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
         yield out_batch(rt, schema, slots)
-
-
-def _carry_heap(rt: _Runtime) -> None:
-    """The timed writes and scheduled events still waiting at an epoch's end, as ``CARRY``
-    rows for the driver (which keeps them in the checkpoint and routes them again)."""
-    for pos, _n, what, payload in sorted(rt.heap, key=lambda entry: entry[:2]):
-        if what == 0:
-            _d, _default, key, op, state, _incoming = payload
-            rt.out.append((CARRY, TAG_WRITE, None, pos, dumps((state, key, op))))
-        else:
-            ev = payload
-            fields = {k: v for k, v in vars(ev).items() if k not in RESERVED_FIELDS}
-            made = rt.per_root.get(ev.lsn, ev.seq)
-            blob = dumps((ev.kind, fields, ev.lsn, ev.seq, made))
-            rt.out.append((CARRY, TAG_SCHED, None, pos, blob))
-    rt.heap.clear()
-    rt.pending_sched = 0

@@ -11,6 +11,10 @@ inlined, exactly as a serial replay runs them:
   by tag, no per-row join: the event carries its reads;
 - **writes into a later pass's state** (through :class:`BlindStore`) and **events scheduled
   for later passes** go out as rows (:class:`_Shipping`, the serial runtime plus that).
+
+In a checkpointed replay the loop stops at each epoch's end to report its state there
+(``_boundaries``); its timed writes are then numbered by the runs that made them
+(:class:`_MadeBy`), so that the driver orders every task's as the serial engine made them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import pyarrow as pa
 from ...compiler.compile import compile_program
 from ...model.program import Program
 from ..serial import RESERVED_FIELDS, ScheduledEvent, TimeTravelError, apply_write
+from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._codec import MISSING
 from ._emitted import pack_emitted
 from ._pass_rows import (
@@ -77,6 +82,13 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     # A pass that writes into state later passes hold, or schedules events for them, sends
     # those as rows (``_Shipping``); the rest of the loop is the serial engine's.
     rt = _Shipping(spec, program) if spec.blind or spec.ships_events else SerialRuntime()
+    number = {h.name: h.index for h in program.handlers}
+    ends = Ends(spec.bounds) if spec.bounds else None
+    if ends is not None:
+        if type(rt) is _Shipping:
+            rt._order = _MadeBy(rt, number)
+        else:
+            rt.order = _MadeBy(rt, number)
     names = [program.handlers[h].name for h in spec.handlers]
     consumed = sorted({slot for slot, _state, _key, _h in spec.consumes})
     # Probe columns come after the log's columns: the handlers' own indexes do not move.
@@ -113,6 +125,19 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     make = event_type(columns) if named else None
     events = 0
     out: list = []
+    names_of = {id(d): name for name, d in stores.items()}
+
+    def cross() -> None:
+        """Report the next epoch's end (``_boundaries``): what is due by its last event
+        applied, the states held here as they stand, the timed writes still waiting."""
+        j = ends.passing()
+        rt.apply_due(ends.bounds[j][0])
+        out.extend(future_rows(rt.future, names_of, j))
+        if type(rt) is _Shipping:
+            out.extend(unhandled_rows(rt.unhandled, ends.bounds[j], j))
+        made = rt.made if type(rt) is _Shipping else 0
+        out.append(state_row(j, compiled.stores, spec.finals, made))
+
     if spec.zipped:
         batches = unzip(batches)
     packer = (
@@ -132,9 +157,18 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
             ]
             cols += [batch.column(c).to_pylist() for c in probe_columns]
             rows = zip(*cols)
-            run_batch(
-                list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
-            )
+            rows = list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
+            if ends is not None and ends.passed < len(ends.bounds):
+                # Up to each epoch's end passed in this batch, then report it.
+                lsn = batch.column("lsn").to_numpy()
+                start = 0
+                while ends.passed < len(ends.bounds) and lsn[-1] > ends.next[2]:
+                    cut = int(np.searchsorted(lsn, ends.next[2], side="right"))
+                    run_batch(rows[start:cut])
+                    start = cut
+                    cross()
+                rows = rows[start:]
+            run_batch(rows)
             events += batch.num_rows
             if packer is not None:
                 yield from packer.add(batch, _forwarded(batch, values, served))
@@ -142,6 +176,8 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
                 yield _forwarded(batch, spec.wide, served)
             if type(rt) is _Shipping and len(rt.out) >= BATCH_ROWS:
                 yield _shipped(rt, spec)
+        while ends is not None and ends.passed < len(ends.bounds):
+            cross()  # the ends after this partition's last event
         # The serial replay applies timed writes due by the log's last event, whichever key
         # that event has: so does this partition, whose own last event may come earlier.
         rt.apply_due(spec.last_ts)
@@ -156,10 +192,17 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     names = {id(d): name for name, d in stores.items()}
     for at, order, d, _default, op, key, arg in sorted(rt.future, key=lambda f: f[:2]):
         what = ("del",) if op == "delete" else (op, arg)
-        out.append(
-            (PEND, -1, None, (at, PH_TIMED, 0, U32.pack(order)), dumps((names[id(d)], key, what)))
-        )
-    out += pack_emitted(rt.rows, {h.name: h.index for h in program.handlers})
+        sub = made_bytes(order) if type(order) is tuple else U32.pack(order)  # (see _MadeBy)
+        out.append((PEND, -1, None, (at, PH_TIMED, 0, sub), dumps((names[id(d)], key, what))))
+    if ends is None:
+        out += pack_emitted(rt.rows, number)
+    else:  # each epoch's rows apart, for its commit
+        parts: dict[int, dict] = {}
+        for table, rows in rt.rows.items():
+            for j, part in by_epoch(rows, spec.bounds):
+                parts.setdefault(j, {})[table] = part
+        for j, some in sorted(parts.items()):
+            out += pack_emitted(some, number, j)
     for name in spec.finals:
         out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, compiled.stores[name]))))
     if history is not None:
@@ -207,6 +250,7 @@ class _Shipping(Routing):
         self.field_keys: dict[int, Any] = {}
         self.sent_once: set = set()  # window closes sent (see ``schedule``)
         self.folded: dict = {}  # (state, key) -> [sum, position of the last add] (``_fold``)
+        self.unhandled: list = []  # scheduled for kinds no pass handles (``_boundaries``)
 
     # The generated loop names the handler before each run: a new run starts its count.
     @property
@@ -305,7 +349,10 @@ class _Shipping(Routing):
                 pass
         position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
         payload = dumps((kind, fields, root, seq))
-        for target in self.spec.kind_passes.get(kind, ()):
+        targets = self.spec.kind_passes.get(kind, ())
+        if not targets and self.spec.bounds:  # a checkpoint holds it until its time
+            self.unhandled.append((position, payload))
+        for target in targets:
             self.out.append(
                 (SCHED, target, self._to(target, kind, at, root, seq, fields), position, payload)
             )
@@ -342,6 +389,26 @@ class _Shipping(Routing):
     def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
         """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
         self.write_rows(key, position, dumps((state, key, op)), targets)
+
+
+class _MadeBy:
+    """The ``order`` of a plain task's timed writes in a checkpointed replay: the run that
+    made each (its event's time and lsn, the handler's number), then a count, which
+    ``_boundaries.made_bytes`` turns into the bytes of the general runtime's positions.
+    Waiting at an epoch's end, they sort among every task's as made."""
+
+    def __init__(self, rt: Any, number: dict[str, int]):
+        self.rt = rt
+        self.number = number
+        self.count = 0
+
+    def __iter__(self) -> _MadeBy:
+        return self
+
+    def __next__(self) -> tuple:
+        ev = self.rt.event
+        self.count += 1
+        return (ev[1], ev[0], self.number[self.rt.handler], self.count)
 
 
 class _NotAField(Exception):
