@@ -351,6 +351,39 @@ def test_a_checkpointed_prefix_replay_on_the_cluster_commits_the_serial_engines_
         assert (a.epoch, a.done, a.state) == (b.epoch, b.done, b.state), f"epoch {k}"
 
 
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
+def test_a_checkpointed_pass_replay_on_the_cluster_commits_the_serial_engines_epochs(
+    engine, test_cluster, cluster_session, private_log, tmp_path
+):
+    """The windowed rule (timed writes, scheduled closes waiting across epochs' ends) with a
+    checkpoint: its passes run once over the log on workers that cannot read it, and each
+    committed epoch (state, what waits, rows) is the serial engine's."""
+    from restream_kit.io import checkpoint
+
+    log = rk.Log(private_log)
+    program = rk.Program.from_file(PROGRAMS["windows"])
+    serial_ck, spark_ck = tmp_path / "serial", tmp_path / "spark"
+    want = rk.replay(program, log, epoch=10_000, checkpoint=serial_ck)
+    got = rk.replay(
+        program, log, engine="spark", master=test_cluster.master, epoch=10_000,
+        checkpoint=spark_ck,
+    )  # fmt: skip
+    assert_same_result(got, want)
+    assert_parallel_stages_split(got)
+    assert all("5 epochs' ends committed" in what for what in got.metrics.path.values())
+    for k in range(5):
+        a, b = checkpoint.read(serial_ck, k), checkpoint.read(spark_ck, k)
+        assert (a.done, a.state["stores"]) == (b.done, b.state["stores"]), f"epoch {k}"
+        if k < 4:  # (each engine numbers what waits its own way: compared in order)
+            for part in ("future", "scheduled"):
+                mine = [e[:1] + e[2:] for e in sorted(a.state[part], key=lambda e: e[:2])]
+                theirs = [e[:1] + e[2:] for e in sorted(b.state[part], key=lambda e: e[:2])]
+                assert [repr(e) for e in mine] == [repr(e) for e in theirs], (k, part)
+        rows = [checkpoint.load_value(d / f"epoch-{k:06d}", "rows") for d in (serial_ck, spark_ck)]
+        assert rows[0] == rows[1], f"epoch {k}: rows"
+
+
 def test_the_layout_says_which_path_each_master_takes():
     """Before any replay, as the engine will choose: lowered over epochs locally and on a
     spark:// cluster; the passes over Spark Connect and for a log Spark's reader reads."""

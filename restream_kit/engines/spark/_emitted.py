@@ -118,13 +118,17 @@ def _as_tuples(chunk: dict, handlers: list[str]) -> list[tuple]:
 
 
 def committed_rows(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, Any]:
-    """One epoch's rows per table for a checkpoint: a table of the tasks' columns stays
-    columns (``RowsColumns``: one NumPy sort and a take, no row built in Python) when each of
-    its fields holds one type; anything else as rows, as :func:`emitted_rows` gives them."""
-    if rows or not all(_one_shape(chunks) for chunks in columns.values()):
-        return emitted_rows(rows, columns, handlers)
+    """One epoch's rows per table for a checkpoint: a table that came only as the tasks'
+    columns stays columns (``RowsColumns``: one NumPy sort and a take, no row built in
+    Python) when each of its fields holds one type; any other table as rows, as
+    :func:`emitted_rows` gives them."""
+    general = {r[0] for r in rows}
     out: dict[str, Any] = {}
+    slow: dict[str, list] = {}
     for table, chunks in columns.items():
+        if table in general or not _one_shape(chunks):
+            slow[table] = chunks
+            continue
         ts, lsn, h, joined, order = _order(chunks)
         fields = {
             key: list(itertools.chain.from_iterable(c["values"][i] for c in chunks))
@@ -137,6 +141,8 @@ def committed_rows(rows: list, columns: dict[str, list], handlers: list[str]) ->
             out[table] = _sorted_rows(chunks, handlers)
         else:
             out[table] = RowsColumns(some.table.take(pa.array(order)))
+    if rows or slow:
+        out.update(emitted_rows(rows, slow, handlers))
     return out
 
 

@@ -198,9 +198,8 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         wide=wide,
         python_keys=frozenset(c for c, _, _ in python_keys),
         forward_pks=tuple(pks) if wide is not None else (),
-        # A checkpoint's commits see every close waiting and every add made by their end.
-        closes_once=frozenset() if one_run(rep) else closes_once(program),
-        folds=frozenset() if one_run(rep) else folded_counts(program),
+        closes_once=closes_once(program),
+        folds=folded_counts(program),
         zips=zips,
         local=local,
         values_dir=_values_dir() if local and zips else None,

@@ -134,7 +134,9 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         rt.apply_due(ends.bounds[j][0])
         out.extend(future_rows(rt.future, names_of, j))
         if type(rt) is _Shipping:
+            rt.send_folded()  # a window's adds up to the end, summed (more may follow)
             out.extend(unhandled_rows(rt.unhandled, ends.bounds[j], j))
+            out.extend(rt.closes_waiting(ends.bounds[j], j))
         made = rt.made if type(rt) is _Shipping else 0
         out.append(state_row(j, compiled.stores, spec.finals, made))
 
@@ -169,6 +171,8 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
                     cross()
                 rows = rows[start:]
             run_batch(rows)
+            if ends is not None and type(rt) is _Shipping and rt.dropped:
+                rt.passed(rt.event[1])
             events += batch.num_rows
             if packer is not None:
                 yield from packer.add(batch, _forwarded(batch, values, served))
@@ -251,6 +255,8 @@ class _Shipping(Routing):
         self.sent_once: set = set()  # window closes sent (see ``schedule``)
         self.folded: dict = {}  # (state, key) -> [sum, position of the last add] (``_fold``)
         self.unhandled: list = []  # scheduled for kinds no pass handles (``_boundaries``)
+        self.dropped: list = []  # closes not sent, for a checkpoint (``closes_waiting``)
+        self.once_fields: dict = {}  # the fields of each close sent, for the same
 
     # The generated loop names the handler before each run: a new run starts its count.
     @property
@@ -343,8 +349,13 @@ class _Shipping(Routing):
             once = (kind, at, *fields.values())
             try:
                 if once in self.sent_once:
+                    if self.spec.bounds:  # a checkpoint holds it until its time
+                        # Small: one of these per add, until the window's time passes.
+                        self.dropped.append((at, ev[1], ev[0], self.hidx, self.calls, seq, once))
                     return
                 self.sent_once.add(once)
+                if self.spec.bounds:
+                    self.once_fields[once] = fields
             except TypeError:  # an unhashable field: send it
                 pass
         position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
@@ -356,6 +367,24 @@ class _Shipping(Routing):
             self.out.append(
                 (SCHED, target, self._to(target, kind, at, root, seq, fields), position, payload)
             )
+
+    def closes_waiting(self, end: tuple, epoch: int) -> list[tuple]:
+        """The closes not sent (one of identical ones was) that wait at a checkpoint's
+        ``end``, as ``CARRY`` rows of ``epoch``: a serial checkpoint holds each of them."""
+        near = []
+        for at, t, lsn, hidx, calls, seq, once in self.dropped:
+            if at >= end[0]:
+                blob = dumps((once[0], self.once_fields[once], lsn, seq))
+                rb = RUN_HEAD.pack(t + SIGN, PH_LOG, lsn + SIGN) + U32x2.pack(hidx, calls)
+                near.append(((at, PH_SCHED, 0, rb), blob))
+        self.passed(end[0] + 1)
+        return unhandled_rows(near, end, epoch)
+
+    def passed(self, t: int) -> None:
+        """Forget the closes not sent whose time is before ``t``: no later checkpoint's end
+        can hold them (an end comes at or after the events already run)."""
+        if self.dropped and self.dropped[0][0] < t:
+            self.dropped = [entry for entry in self.dropped if entry[0] >= t]
 
     def _to(self, target: int, kind: str, at: int, root: int, seq: int, fields: dict) -> str:
         """The partition value of a scheduled event in pass ``target``."""
