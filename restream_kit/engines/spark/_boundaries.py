@@ -16,8 +16,10 @@ reports together into one commit per epoch:
   Such a row arrives after the end, so the task reports it when it reads it, for every end
   it was in flight at. Its run is the head of its ``sub`` (a run's bytes start with its
   position, ``RUN_HEAD``);
-- the events it scheduled for a kind that no pass handles: nothing runs them, but the serial
-  engine's checkpoint holds each until its time.
+- the events it scheduled for a kind that no pass handles (nothing runs them), and the window
+  closes an inlined loop did not send (one of identical ones is, ``_window_shapes``): the
+  serial engine's checkpoint holds each until its time. Its windows' adds summed so far go
+  out at each end, so that the closing pass holds them there.
 
 Before it reports, a task runs what is due before the epoch's last event, unless that event
 ran in this task (what its own run made still waits, as in a serial replay): what the task
