@@ -621,33 +621,26 @@ def load_value(directory: Path, stem: str) -> Any:
         with pa.memory_map(str(directory / name)) as source:
             return pa.ipc.open_file(source).read_all()
 
-    def store(payload: Any) -> dict:
-        name, arity = payload
+    def built(name: Any, build: Any, *args: Any) -> Any:
+        try:
+            return build(arrow(name), *args)
+        except ValueError as exc:  # a table that is not what its tag says: damaged or not ours
+            raise values.ValueCodecError(f"{name}: {exc}") from None
+
+    def keyed(payload: Any, build: Any) -> Any:
+        name, arity = payload  # (a store's or timed writes' key shape: see _arrow_stores)
         if arity is not None and (type(arity) is not int or arity < 1):
-            raise values.ValueCodecError(f"bad store key shape {arity!r}")
-        try:
-            return store_from_table(arrow(name), arity)
-        except ValueError as exc:  # a table that is not a store: damaged or not ours
-            raise values.ValueCodecError(f"{name}: {exc}") from None
+            raise values.ValueCodecError(f"bad key shape {arity!r}")
+        return built(name, build, arity)
 
-    def future(payload: Any) -> list:
-        name, arity = payload
-        if arity is not None and (type(arity) is not int or arity < 1):
-            raise values.ValueCodecError(f"bad timed write key shape {arity!r}")
-        try:
-            return future_from_table(arrow(name), arity)
-        except ValueError as exc:  # a table that is not timed writes: damaged or not ours
-            raise values.ValueCodecError(f"{name}: {exc}") from None
-
-    def rows(name: Any) -> list:
-        try:
-            return rows_from_table(arrow(name))
-        except ValueError as exc:  # a table that is not rows: damaged or not ours
-            raise values.ValueCodecError(f"{name}: {exc}") from None
-
+    decoders = {
+        "arrow": arrow,
+        "store": lambda payload: keyed(payload, store_from_table),
+        "future": lambda payload: keyed(payload, future_from_table),
+        "rows": lambda name: built(name, rows_from_table),
+    }
     try:
         data = path.read_bytes()
-        decoders = {"arrow": arrow, "store": store, "rows": rows, "future": future}
         return values.loads(data, {**decoders, **_DECODERS})
     except (OSError, values.ValueCodecError) as exc:
         raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from None

@@ -326,6 +326,22 @@ def test_a_cancelled_prefix_replay_on_the_cluster_drops_its_cached_events(
     assert not _left_cached(cluster_session, before)
 
 
+def _checkpointed_on(cluster, name: str, private_log, tmp_path) -> tuple:
+    """Program ``name`` over the private log in five epochs, checkpointed by the serial
+    engine and on the cluster: the cluster's result (the serial one's, each parallel stage
+    split) and both checkpoints."""
+    log = rk.Log(private_log)
+    program = rk.Program.from_file(PROGRAMS[name])
+    serial_ck, spark_ck = tmp_path / "serial", tmp_path / "spark"
+    want = rk.replay(program, log, epoch=10_000, checkpoint=serial_ck)
+    got = rk.replay(
+        program, log, engine="spark", master=cluster.master, epoch=10_000, checkpoint=spark_ck
+    )
+    assert_same_result(got, want)
+    assert_parallel_stages_split(got)
+    return got, serial_ck, spark_ck
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
 def test_a_checkpointed_prefix_replay_on_the_cluster_commits_the_serial_engines_epochs(
@@ -335,16 +351,7 @@ def test_a_checkpointed_prefix_replay_on_the_cluster_commits_the_serial_engines_
     that cannot read the log, and each epoch committed is the serial engine's."""
     from restream_kit.io import checkpoint
 
-    log = rk.Log(private_log)
-    program = rk.Program.from_file(PROGRAMS["antispam"])
-    serial_ck, spark_ck = tmp_path / "serial", tmp_path / "spark"
-    want = rk.replay(program, log, epoch=10_000, checkpoint=serial_ck)
-    got = rk.replay(
-        program, log, engine="spark", master=test_cluster.master, epoch=10_000,
-        checkpoint=spark_ck,
-    )  # fmt: skip
-    assert_same_result(got, want)
-    assert_parallel_stages_split(got)
+    got, serial_ck, spark_ck = _checkpointed_on(test_cluster, "antispam", private_log, tmp_path)
     assert all(_tasks(what) < 5 for what in got.metrics.path.values()), got.metrics.path
     for k in range(5):
         a, b = checkpoint.read(serial_ck, k), checkpoint.read(spark_ck, k)
@@ -361,16 +368,7 @@ def test_a_checkpointed_pass_replay_on_the_cluster_commits_the_serial_engines_ep
     committed epoch (state, what waits, rows) is the serial engine's."""
     from restream_kit.io import checkpoint
 
-    log = rk.Log(private_log)
-    program = rk.Program.from_file(PROGRAMS["windows"])
-    serial_ck, spark_ck = tmp_path / "serial", tmp_path / "spark"
-    want = rk.replay(program, log, epoch=10_000, checkpoint=serial_ck)
-    got = rk.replay(
-        program, log, engine="spark", master=test_cluster.master, epoch=10_000,
-        checkpoint=spark_ck,
-    )  # fmt: skip
-    assert_same_result(got, want)
-    assert_parallel_stages_split(got)
+    got, serial_ck, spark_ck = _checkpointed_on(test_cluster, "windows", private_log, tmp_path)
     assert all("5 epochs' ends committed" in what for what in got.metrics.path.values())
     for k in range(5):
         a, b = checkpoint.read(serial_ck, k), checkpoint.read(spark_ck, k)

@@ -117,17 +117,45 @@ def test_store_columns_keep_nulls_nan_and_signed_zero():
     assert math.copysign(1, back[2]) == -1
 
 
-def test_a_table_that_is_not_a_store_is_refused_in_one_line(tmp_path):
-    checkpoint.save_value(
-        tmp_path, "state", {"stores": {"s": dict.fromkeys(range(MIN_KEYS), 1)}}, "s"
-    )
-    # Someone else's table under the store's name: a list column, not k0.., v.
-    with pa.OSFile(str(tmp_path / "state-0.arrow"), "wb") as sink:
-        table = pa.table({"x": [[1]]})
-        with pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-    with pytest.raises(checkpoint.CheckpointError, match="state-0.arrow"):
-        checkpoint.load_value(tmp_path, "state")
+def test_a_table_that_is_not_what_its_tag_says_is_refused_in_one_line(tmp_path):
+    """Someone else's table under the name of a store's, timed writes' or rows' file."""
+    n = MIN_KEYS
+    for stem, value in [
+        ("state", {"stores": {"s": dict.fromkeys(range(n), 1)}}),
+        ("state", {"stores": {}, "future": [(i, i, "s", "add", f"k{i}", 1) for i in range(n)]}),
+        ("rows", {"out": [(i, i, "h", 0, {"a": i}) for i in range(n)]}),
+    ]:
+        for old in tmp_path.iterdir():
+            old.unlink()
+        checkpoint.save_value(tmp_path, stem, value, stem)
+        with pa.OSFile(str(tmp_path / f"{stem}-0.arrow"), "wb") as sink:
+            table = pa.table({"x": [[1]]})  # a list column: none of theirs
+            with pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+        with pytest.raises(checkpoint.CheckpointError, match=f"{stem}-0.arrow"):
+            checkpoint.load_value(tmp_path, stem)
+
+
+def test_many_timed_writes_go_to_an_arrow_file_and_read_back_the_same(tmp_path):
+    """Timed writes waiting (``(at, n, state, op, key, arg)``) of plain keys and arguments,
+    tuple keys and deletes included; a merge function keeps them JSON."""
+    n = MIN_KEYS
+    future = [
+        (1000 + i // 3, i, "s", "del" if i % 5 == 0 else "add", (f"u{i % 7}", i), None if i % 5 == 0 else -1)
+        for i in range(n)
+    ]  # fmt: skip
+    state = {"stores": {}, "future": future, "order": n}
+    checkpoint.save_value(tmp_path, "state", state, "the state")
+    assert sorted(p.name for p in tmp_path.glob("state-*.arrow")) == ["state-0.arrow"]
+    back = checkpoint.load_value(tmp_path, "state")["future"]
+    assert [tuple(map(typed, w)) for w in back] == [tuple(map(typed, w)) for w in future]
+    mixed = [(1, i, "s", "add", i, 1 if i % 2 else 1.5) for i in range(n)]  # ints and floats
+    for old in tmp_path.iterdir():
+        old.unlink()
+    checkpoint.save_value(tmp_path, "state", {"future": mixed}, "the state")
+    assert not list(tmp_path.glob("state-*.arrow"))
+    back = checkpoint.load_value(tmp_path, "state")["future"]
+    assert [tuple(map(typed, w)) for w in back] == [tuple(map(typed, w)) for w in mixed]
 
 
 def typed_rows(rows):
@@ -172,14 +200,3 @@ def test_rows_of_one_shape_go_to_an_arrow_file_and_others_stay_json(tmp_path):
         assert typed_rows(back[name]) == typed_rows(rows), name
     assert math.copysign(1, back["plain"][0][4]["c"]) == -1
     assert rows_from_table(rows_columns(plain)) == plain
-
-
-def test_a_table_that_is_not_rows_is_refused_in_one_line(tmp_path):
-    rows = [(i, i, "h", 0, {"a": i}) for i in range(MIN_KEYS)]
-    checkpoint.save_value(tmp_path, "rows", {"out": rows}, "the output rows")
-    with pa.OSFile(str(tmp_path / "rows-0.arrow"), "wb") as sink:
-        table = pa.table({"x": [[1]]})
-        with pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-    with pytest.raises(checkpoint.CheckpointError, match="rows-0.arrow"):
-        checkpoint.load_value(tmp_path, "rows")
