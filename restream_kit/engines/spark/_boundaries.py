@@ -39,6 +39,7 @@ from ._pass_rows import (
     RUN_HEAD,
     SIGN,
     SNAP,
+    TAG_MANY,
     TAG_SCHED,
     TAG_WRITE,
     U32x2,
@@ -54,12 +55,7 @@ __all__ = [
     "made_bytes",
     "unhandled_rows",
     "by_epoch",
-    "TAG_MANY",
 ]
-
-#: A ``CARRY`` row's tag for a batch: many entries of one task and epoch in one blob, each
-#: ``(tag, position, value)`` with its value unpickled (one pickle for all of them).
-TAG_MANY = 7
 
 _NOWHERE = (0, 0, 0, b"")
 

@@ -36,7 +36,6 @@ from ...model.errors import RestreamError
 from ...model.program import Program
 from ..serial import MAX_FLUSH, quarantine_warning
 from . import _pass_rows as W
-from ._boundaries import TAG_MANY
 from ._emitted import emitted_tables, unpack_emitted
 from ._local_arrangement import local_arrangement, marker_frame, partition_of
 from ._pass_setup import (
@@ -571,7 +570,7 @@ def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
             ran.pending.append((position, blob))
         elif kind == W.CARRY:
             tag, epoch = W.carry_parts(dest)
-            if tag == TAG_MANY:  # a task's entries at one end, in one blob
+            if tag == W.TAG_MANY:  # a task's entries at one end, in one blob
                 ran.carried.setdefault(epoch, []).extend(pickle.loads(blob))
             else:
                 ran.carried.setdefault(epoch, []).append((tag, position, blob))

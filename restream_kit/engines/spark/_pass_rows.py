@@ -52,6 +52,7 @@ __all__ = [
     "TAG_WRITE",
     "TAG_SCHED",
     "TAG_VERS",
+    "TAG_MANY",
     "VERS",
     "SNAP",
     "position_bytes",
@@ -76,6 +77,11 @@ def position_bytes(pos: tuple) -> bytes:
     """A position as bytes that compare as the position does (a run's bytes extend them)."""
     t, ph, o, sub = pos
     return RUN_HEAD.pack(t + SIGN, ph, o + SIGN) + sub
+
+
+#: A ``CARRY`` row's tag for a batch: many entries of one task and epoch in one blob, each
+#: ``(tag, position, value)`` with its value unpickled (one pickle for all of them).
+TAG_MANY = 7
 
 
 def carry_dest(tag: int, epoch: int = 0) -> int:

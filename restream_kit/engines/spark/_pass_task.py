@@ -440,9 +440,8 @@ class PassTask:
                 for i in range(n):
                     pos = (ts[i], ph[i], order[i], sub[i] or b"")
                     tag = tags[i]
-                    if ends is not None and pos[:3] > ends.next:
-                        while pos[:3] > ends.next:
-                            cross()
+                    while ends is not None and pos[:3] > ends.next:
+                        cross()
                     if ends is not None and ends.passed:
                         ends.in_flight(rt.out, tag, None, pos, payload[i])
                     if epoch_end is not None and pos[:3] > epoch_end:

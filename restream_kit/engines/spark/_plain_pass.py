@@ -125,14 +125,14 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     make = event_type(columns) if named else None
     events = 0
     out: list = []
-    names_of = {id(d): name for name, d in stores.items()}
+    state_names = {id(d): name for name, d in stores.items()}
 
     def cross() -> None:
         """Report the next epoch's end (``_boundaries``): what is due by its last event
         applied, the states held here as they stand, the timed writes still waiting."""
         j = ends.passing()
         rt.apply_due(ends.bounds[j][0])
-        out.extend(future_rows(rt.future, names_of, j))
+        out.extend(future_rows(rt.future, state_names, j))
         if type(rt) is _Shipping:
             rt.send_folded()  # a window's adds up to the end, summed (more may follow)
             out.extend(unhandled_rows(rt.unhandled, ends.bounds[j], j))
@@ -193,11 +193,11 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         return
     # Later ones apply only if an event after the log (scheduled elsewhere) comes at or after
     # their time: the driver decides, as for the other passes' (``PEND``).
-    names = {id(d): name for name, d in stores.items()}
     for at, order, d, _default, op, key, arg in sorted(rt.future, key=lambda f: f[:2]):
         what = ("del",) if op == "delete" else (op, arg)
         sub = made_bytes(order) if type(order) is tuple else U32.pack(order)  # (see _MadeBy)
-        out.append((PEND, -1, None, (at, PH_TIMED, 0, sub), dumps((names[id(d)], key, what))))
+        blob = dumps((state_names[id(d)], key, what))
+        out.append((PEND, -1, None, (at, PH_TIMED, 0, sub), blob))
     if ends is None:
         out += pack_emitted(rt.rows, number)
     else:  # each epoch's rows apart, for its commit
