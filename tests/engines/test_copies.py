@@ -202,7 +202,11 @@ def test_copy_passes_equal_serial_and_spread_their_events(name, epoch, spark_ses
     assert copies, "no stage holds a copy"
     for stage, what in got.metrics.path.items():
         # (a pass by log order keeps the log frame's partitions: their number is Spark's)
-        tasks = re.fullmatch(r"parallel over \d+ partitions.* \((\d+) tasks\)", what)
+        # (with a checkpoint, what each pass's tasks report at the epochs' ends follows)
+        committed = ", its state at each of the \\d+ epochs' ends committed to the checkpoint"
+        tasks = re.fullmatch(
+            rf"parallel over \d+ partitions.* \((\d+) tasks\)({committed if epoch else ''})", what
+        )
         assert tasks and int(tasks[1]) >= 2, (stage, what)
         if stage in copies:
             assert f"{' and '.join(copies[stage])} copied whole to each" in what, what
