@@ -66,15 +66,22 @@ class Ends:
     def __init__(self, bounds: tuple):
         self.bounds = list(bounds)
         self.passed = 0
-        # Every position compares below this once every end is passed.
-        self.next = self.bounds[0] if self.bounds else (float("inf"),)
+        self._aim()
+
+    def _aim(self) -> None:
+        """The next end's position and lsn; once every end is passed, ones that every
+        position and every lsn compare below."""
+        if self.passed < len(self.bounds):
+            self.next = self.bounds[self.passed]
+            self.next_lsn = self.next[2]
+        else:
+            self.next, self.next_lsn = (float("inf"),), 1 << 63
 
     def passing(self) -> int:
         """Pass the next end; its epoch."""
         j = self.passed
         self.passed += 1
-        bounds = self.bounds
-        self.next = bounds[self.passed] if self.passed < len(bounds) else (float("inf"),)
+        self._aim()
         return j
 
     def in_flight(self, out: list, tag: int, pk: Any, pos: tuple, payload: bytes) -> None:

@@ -366,8 +366,7 @@ class PassTask:
         # A checkpoint's epochs' ends, reported as this task passes them (``_boundaries``).
         ends = Ends(spec.bounds) if spec.bounds else None
         marks: list[int] = []  # the emitted rows before each end
-        never = 1 << 63
-        next_lsn = ends.next[2] if ends is not None else never
+        next_lsn = ends.next_lsn if ends is not None else 1 << 63  # (log events: by lsn)
 
         def cross() -> int:
             """Report the next epoch's end: what the serial engine's checkpoint holds there."""
@@ -381,7 +380,7 @@ class PassTask:
             rt.out.extend(waiting_rows(rt.heap, rt.per_root, j))
             rt.out.extend(unhandled_rows(rt.unhandled, end, j))
             rt.out.append(state_row(j, stores, spec.finals, rt.scheduled))
-            return ends.next[2] if ends.passed < len(ends.bounds) else never
+            return ends.next_lsn
 
         try:
             for batch in batches:

@@ -164,8 +164,8 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
                 # Up to each epoch's end passed in this batch, then report it.
                 lsn = batch.column("lsn").to_numpy()
                 start = 0
-                while ends.passed < len(ends.bounds) and lsn[-1] > ends.next[2]:
-                    cut = int(np.searchsorted(lsn, ends.next[2], side="right"))
+                while lsn[-1] > ends.next_lsn:
+                    cut = int(np.searchsorted(lsn, ends.next_lsn, side="right"))
                     run_batch(rows[start:cut])
                     start = cut
                     cross()
