@@ -130,28 +130,46 @@ def test_a_checkpoint_run_once_over_the_log_commits_the_serial_engines_epochs(
 
 @settings(max_examples=CHECKPOINT_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=spark_cases(), cut=st.integers(min_value=1, max_value=4))
-def test_checkpointed_spark_replays_and_their_resumes_equal_the_serial_engine(
+def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
     case, cut, spark_session, tmp_path_factory
 ):
-    """Epoch by epoch on the pass path (state, timed writes and scheduled events carried
-    across epochs), then resumed from an earlier epoch: the serial engine's result."""
+    """A Spark replay resumed after its first committed epoch, or started from it, runs the
+    rest of the log once, its passes fed that epoch's state (values, timed writes and
+    scheduled events waiting): its result and every epoch it commits are the serial
+    engine's."""
     import json
+
+    from restream_kit.io import checkpoint
 
     source, log, _epoch, _path = case
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
-    want = rk.replay(program, the_log)
-    ck = tmp_path_factory.mktemp("ck") / "ck"
+    root = tmp_path_factory.mktemp("ck")
+    want = rk.replay(program, the_log, epoch=cut, checkpoint=root / "serial")
+    ck = root / "spark"
     options = dict(engine="spark", partitions=2, epoch=cut, checkpoint=ck)
     got = rk.replay(program, the_log, **options)
     assert_same_result(got, want)
-    assert_ran_as_planned(program, got)
     manifest = json.loads((ck / "manifest.json").read_text())
     assert manifest["state_format"] == "serial"
-    if len(manifest["epochs"]) > 1:
-        # As if killed after the first epoch committed.
-        manifest["epochs"], manifest["complete"] = manifest["epochs"][:1], False
-        (ck / "manifest.json").write_text(json.dumps(manifest))
-        resumed = rk.replay(program, the_log, **options, resume=True)
-        assert resumed.resumed_from_epoch == 1
-        assert_same_result(resumed, want)
+    epochs = len(manifest["epochs"])
+    if epochs < 2:
+        return
+    # As if killed after the first epoch committed.
+    manifest["epochs"], manifest["complete"] = manifest["epochs"][:1], False
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+    resumed = rk.replay(program, the_log, **options, resume=True)
+    assert resumed.resumed_from_epoch == 1
+    assert_same_result(resumed, want)
+    assert_ran_as_planned(program, resumed)
+    for k in range(1, epochs):
+        a, b = checkpoint.read(root / "serial", k), checkpoint.read(ck, k)
+        assert (a.done, a.state["stores"]) == (b.done, b.state["stores"]), f"epoch {k}"
+        if k < epochs - 1:  # (the last holds what waits after the log: not compared)
+            assert waiting(a.state) == waiting(b.state), f"epoch {k}: waiting"
+        rows = [checkpoint.load_value(d / f"epoch-{k:06d}", "rows") for d in (root / "serial", ck)]
+        assert rows[0] == rows[1], f"epoch {k}: rows"
+    # Started from the first epoch (of either engine's checkpoint): the serial engine's rest.
+    start = rk.replay(program, the_log, epoch=cut, start_from=(root / "serial", 0))
+    again = rk.replay(program, the_log, engine="spark", partitions=2, start_from=(ck, 0))
+    assert_same_result(again, start)

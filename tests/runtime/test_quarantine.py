@@ -213,3 +213,56 @@ def test_the_workbench_shows_the_quarantine(tmp_path):
         )
     )
     assert quiet.widget.layout.display == "none"
+
+
+def waiting(state: dict) -> list:
+    """A committed state's timed writes in the order they apply (the serial engine keeps
+    them as a heap), without the numbers each engine gives them its own way."""
+    return [w[:1] + w[2:] for w in sorted(state["future"], key=lambda w: w[:2])]
+
+
+@pytest.mark.parametrize("engine", ["spark"], indirect=True)
+def test_a_checkpointed_quarantine_on_spark_commits_the_serial_engines_epochs(engine, tmp_path):
+    """With ``on_error`` and a checkpoint, Spark runs its passes once over the log, in
+    parallel: every committed epoch (state, waiting timed writes, quarantined runs so far,
+    rows) is the serial engine's, and a resume from the first epoch ends as serial does."""
+    import json
+
+    from restream_kit.io import checkpoint
+
+    log = rk.Log(poison_log())
+    options = dict(on_error="quarantine", epoch=60)
+    want = rk.replay(PROGRAM, log, checkpoint=tmp_path / "serial", **options)
+    with pytest.warns(rk.RestreamWarning, match="rolled back"):
+        got = rk.replay(
+            PROGRAM, log, engine=engine, checkpoint=tmp_path / "spark", partitions=2, **options
+        )
+    _same(got, want)
+    assert all(
+        what.startswith("parallel over 2 partitions")
+        and what.endswith("each of the 4 epochs' ends committed to the checkpoint")
+        for what in got.metrics.path.values()
+    ), got.metrics.path
+    for k in range(4):
+        a, b = (checkpoint.read(tmp_path / d, k) for d in ("serial", "spark"))
+        assert a.state["stores"] == b.state["stores"], f"epoch {k}"
+        assert a.state["quarantined"] == b.state["quarantined"], f"epoch {k}"
+        assert len(a.state["quarantined"]) > 0 or k == 0
+        if k < 3:
+            assert waiting(a.state) == waiting(b.state), f"epoch {k}"
+        rows = [
+            checkpoint.load_value(tmp_path / d / f"epoch-{k:06d}", "rows")
+            for d in ("serial", "spark")
+        ]
+        assert rows[0] == rows[1], f"epoch {k}: rows"
+    # As if killed after epoch 0 committed: the resume ends with the serial engine's result.
+    ck = tmp_path / "spark"
+    m = json.loads((ck / "manifest.json").read_text())
+    m["epochs"], m["complete"] = m["epochs"][:1], False
+    (ck / "manifest.json").write_text(json.dumps(m))
+    with pytest.warns(rk.RestreamWarning, match="rolled back"):
+        resumed = rk.replay(
+            PROGRAM, log, engine=engine, checkpoint=ck, resume=True, partitions=2, **options
+        )
+    assert resumed.resumed_from_epoch == 1
+    _same(resumed, want)

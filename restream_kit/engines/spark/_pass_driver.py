@@ -156,7 +156,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         total = len(setup.log)
         rep.notify(ReplayStarted("spark", total, 1, _names(pp), setup.log.span_ms))
         rep.notify(EpochStarted(0, total))
-        ran = run_jobs(setup, setup.df, None, None, (0, total), total)
+        ran = run_jobs(setup, setup.df, None, (0, total), total)
         rep.passes_ran = ran  # its history rows and last event (``_engine``, ``_history``)
     finally:
         if setup.values_dir is not None:
@@ -183,24 +183,22 @@ def run_jobs(
     setup: Setup,
     df: Any,
     carry: Any,
-    epoch_end: tuple | None,
     done_range: tuple[int, int],
     total: int,
     bounds: tuple = (),
 ) -> Ran:
     """One Spark job per pass over the log events of ``df``, with the rows of ``carry`` (the
-    state and waiting entries an epoch starts from, with their ``_rs_dest``); ``epoch_end``
-    the position of the epoch's last event (None: the log's end); ``bounds`` the ends of a
-    checkpoint's epochs, which every task reports as it passes them (``_boundaries``)."""
+    state and waiting entries a replay starts from, with their ``_rs_dest``); ``bounds`` the
+    ends of a checkpoint's epochs, which every task reports as it passes them
+    (``_boundaries``)."""
     rep, program, session, log = setup.rep, setup.program, setup.session, setup.log
     passes = setup.pp.passes
     partitions = setup.partitions
     home_partition = {p.index: p.partition for p in passes}
     log_cols = [quoted(c) for c in setup.columns]
-    epochs = epoch_end is not None or carry is not None
     ran = Ran(finals={name: {} for name in program.states})
     ran.last_event = log.last_ts  # (from Log.summary for a log read by Spark)
-    last_ts = ran.last_event if epoch_end is None else epoch_end[0]
+    last_ts = ran.last_event
     base, span = done_range[0], done_range[1] - done_range[0]
     outputs: list[Any] = []
     sent: dict[int, dict[int, list[str]]] = {}  # passes the driver arranged: values' files
@@ -215,7 +213,7 @@ def run_jobs(
             one_kind = None
             senders = [q for q in passes[: p.index] if p.index in q.sends]
             forwarding = setup.wide is not None
-            fed = (bool(senders) and not forwarding) or epochs
+            fed = (bool(senders) and not forwarding) or carry is not None
             raw = raw_key(p.partition, setup.events) if not fed else None
             kinds = setup.log_kinds[p.index]
             plain = _plain(setup, p, fed, kinds, forwarding)
@@ -365,7 +363,6 @@ def run_jobs(
                 # or any scheduling at all in a program (conservatively).
                 receives_writes=any(q.sends[p.index] == "writes" for q in senders),
                 last_ts=last_ts,
-                epoch_end=epoch_end,
                 bounds=bounds,
                 wide=setup.wide,
                 forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),

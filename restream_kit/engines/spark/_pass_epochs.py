@@ -24,6 +24,7 @@ from __future__ import annotations
 import operator
 import pickle
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -41,16 +42,17 @@ from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_rows as W
 from ._codec import encode_key
 from ._emitted import committed_rows, emitted_rows, emitted_tables
-from ._pass_driver import Ran, _names, apply_pending, handler_names, make_result, run_jobs
+from ._pass_driver import _names, apply_pending, handler_names, make_result, run_jobs
 from ._pass_rows import PH_LOG
-from ._pass_setup import Setup, one_run
+from ._pass_setup import Setup
 from ._passes import BY_KEY, ORDER, SINGLE
 from ._program_ref import key_function
 
 __all__ = ["run_checkpointed"]
 
 _FIRST = -(1 << 63)  # the position of a state row: before every event
-_RESTORED = b"\x00" * 8  # a restored entry's run bytes: before any run's (see _pass_task)
+# A restored entry's run: before any run (its bytes sort first, and name no real run).
+_RESTORED = bytes(W.RUN_HEAD.size)
 _CARRY_SCHEMA = pa.schema(
     [
         ("_rs_dest", pa.int32()),
@@ -66,109 +68,34 @@ _CARRY_SCHEMA = pa.schema(
 
 
 def run_checkpointed(setup: Setup) -> Result:
-    """Replay epoch by epoch, committing each epoch (``checkpoint``), continuing a committed
-    one (``resume``) or starting from one (``start_from``)."""
+    """Replay once over the log (what is left of it after the epoch a ``resume`` or a
+    ``start_from`` starts from), committing each epoch (``checkpoint``) from what the tasks
+    report at its end (``_boundaries``)."""
     rep, program, log = setup.rep, setup.program, setup.log
-    opts = rep.options
     ck, start = rep.open_checkpoint()
     total = len(log)
-    epochs = cut(log, opts.get("epoch"))
-    if start is None and one_run(rep):
-        return _one_run(setup, ck, epochs)
-    notes: list[str] = []
-    state: dict[str, Any] | None = None
-    per_table: dict[str, list] = {}
-    quarantined: list = []
-    done = 0
-    if start is not None:
-        notes, state = _restart(program, start)
-        done = start.done
-        for epoch_rows in start.rows if start.resumed else ():
-            for name, rows in epoch_rows.items():
-                per_table.setdefault(name, []).extend(rows)
-        if start.resumed:
-            quarantined = [
-                ((_FIRST, 0, i, b""), 0, row) for i, row in enumerate(state["quarantined"])
-            ]
-        epochs = [Epoch(e.index, max(e.start, done), e.stop) for e in epochs if e.stop > done]
-    rep.notify(ReplayStarted("spark", total, len(epochs), _names(setup.pp), log.span_ms))
-    lsn = log.table.column("lsn").to_pylist()
-    ts = log.table.column("ts").to_pylist()
-    ran = Ran(
-        finals={name: dict(state["stores"][name]) for name in program.states} if state else {}
-    )
-    scheduled = 0
-    before = 0  # scheduled before the restart: the serial engine counts them too
-    if start is not None:
-        # A serial checkpoint counts them per root; this engine keeps their total beside.
-        before = start.state.get("scheduled_total", sum(state["scheduled_per_root"].values()))
-    seconds: dict[str, float] = {}
-    task_events: dict[str, list[int]] = {}
-    for ep in epochs:
-        rep._check_cancel()
-        rep.notify(EpochStarted(ep.index, len(ep)))
-        epoch_started = time.perf_counter()
-        last = ep is epochs[-1]
-        events = setup.df.where(f"lsn >= {lsn[ep.start]} AND lsn <= {lsn[ep.stop - 1]}")
-        carry = _carry_frame(setup, state) if state is not None else None
-        epoch_end = None if last else (ts[ep.stop - 1], 2, lsn[ep.stop - 1])
-        ran = run_jobs(setup, events, carry, epoch_end, (ep.start, ep.stop), total)
-        if last:
-            apply_pending(program, ran)
-        scheduled += ran.scheduled
-        for stage, s in ran.stage_seconds.items():
-            seconds[stage] = seconds.get(stage, 0.0) + s
-        for stage, counts in ran.task_events.items():
-            summed = task_events.setdefault(stage, [])
-            summed.extend([0] * (len(counts) - len(summed)))
-            for i, count in enumerate(counts):
-                summed[i] += count
-        new_rows = emitted_rows(ran.emitted, ran.emitted_columns, handler_names(program))
-        for name, rows in new_rows.items():
-            per_table.setdefault(name, []).extend(rows)
-        quarantined.extend(sorted(ran.quarantined, key=lambda q: (q[0], q[1])))
-        state = _state_after(
-            program, ran.finals, ran.carried.get(0, []), [q[2] for q in quarantined]
-        )
-        state["scheduled_total"] = before + scheduled
-        if ck is not None:
-            ck.commit(ep.index, ep.stop, state, new_rows, last=last)
-        done = ep.stop
-        settled = None if last else ts[ep.stop - 1]
-        outputs = {name: build_table(name, rows) for name, rows in new_rows.items()}
-        elapsed = time.perf_counter() - epoch_started
-        rep.notify(EpochFinished(ep.index, done, elapsed, outputs, settled))
-        rep.notify(Progress(done, total, time.perf_counter() - setup.started))
-    # Scheduled events in all, as the serial engine counts them (those before a restart too).
-    ran.scheduled = scheduled + before
-    ran.stage_seconds = seconds
-    ran.task_events = task_events
-    tables = {name: build_table(name, rows) for name, rows in per_table.items()}
-    wall = time.perf_counter() - setup.started
-    rep.notify(ReplayFinished(total, wall))
-    replayed = total if start is None or start.resumed else total - start.done
-    result = make_result(setup, ran, tables, replayed, len(epochs), quarantined)
-    result.warnings[:0] = notes
-    if start is not None and start.resumed:
-        result.resumed_from_epoch = start.next_epoch
-    return result
-
-
-def _one_run(setup: Setup, ck: Any, epochs: list[Epoch]) -> Result:
-    """The passes once over the whole log, each task reporting its state at every epoch's end
-    (``_boundaries``); then each epoch committed in order, from the tasks' reports."""
-    rep, program, log = setup.rep, setup.program, setup.log
-    total = len(log)
+    epochs = cut(log, rep.options.get("epoch"))
+    begun = _Begun.of(program, start)
+    # Epochs from where the checkpoint stopped (it may have cut the log differently).
+    epochs = [
+        Epoch(e.index, max(e.start, begun.done), e.stop) for e in epochs if e.stop > begun.done
+    ]
     rep.notify(ReplayStarted("spark", total, len(epochs), _names(setup.pp), log.span_ms))
     lsn = log.table.column("lsn")
     ts = log.table.column("ts")
     ends = tuple((ts[e.stop - 1].as_py(), PH_LOG, lsn[e.stop - 1].as_py()) for e in epochs[:-1])
-    ran = run_jobs(setup, setup.df, None, None, (0, total), total, bounds=ends)
+    events, carry = setup.df, None
+    if begun.state is not None:
+        # The log after the start, and the start's state and waiting entries as rows.
+        events = events.where(f"lsn > {lsn[begun.done - 1].as_py()}")
+        carry = _carry_frame(setup, begun.state)
+    ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends)
     apply_pending(program, ran)
     if not ends:  # one epoch: its tasks emitted their rows as without a checkpoint
         ran.emitted_at[0] = (ran.emitted, ran.emitted_columns)
     names = handler_names(program)
-    seen: dict[str, None] = {}  # the tables emitted so far
+    quarantined = sorted(ran.quarantined, key=lambda q: (q[0], q[1]))
+    seen = dict.fromkeys(begun.rows)  # the tables emitted so far
     every: tuple[list, dict] = ([], {})  # all epochs' rows, for the tables
     for j, ep in enumerate(epochs):
         rep._check_cancel()
@@ -183,14 +110,17 @@ def _one_run(setup: Setup, ck: Any, epochs: list[Epoch]) -> Result:
         seen.update(dict.fromkeys(new_rows))
         # Every table emitted so far, as the serial engine commits them (empty: none now).
         new_rows = {name: new_rows.get(name, []) for name in seen}
+        failed = [q[2] for q in quarantined if last or q[0][:3] <= ends[j]]
         if last:
-            state = _state_after(program, ran.finals, [], [])
-            state["scheduled_total"] = ran.scheduled
+            state = _state_after(program, ran.finals, [], begun.quarantined + failed)
+            state["scheduled_total"] = begun.scheduled + ran.scheduled
         else:
             stores, made = ran.snapshots.get(j, ({}, 0))
             stores = {name: stores.get(name, {}) for name in program.states}
-            state = _state_after(program, stores, ran.carried.get(j, []), [])
-            state["scheduled_total"] = made
+            state = _state_after(
+                program, stores, ran.carried.get(j, []), begun.quarantined + failed
+            )
+            state["scheduled_total"] = begun.scheduled + made
         if ck is not None:
             ck.commit(ep.index, ep.stop, state, new_rows, last=last)
         outputs = emitted_tables(rows, columns, names)
@@ -198,16 +128,56 @@ def _one_run(setup: Setup, ck: Any, epochs: list[Epoch]) -> Result:
         elapsed = time.perf_counter() - committing
         rep.notify(EpochFinished(ep.index, ep.stop, elapsed, outputs, settled))
         rep.notify(Progress(ep.stop, total, time.perf_counter() - setup.started))
-    committed = (
-        f", its state at each of the {len(epochs)} epochs' ends committed to the checkpoint"
-        if ends
-        else ", its state committed to the checkpoint at the end"
-    )
-    for stage in ran.path:
-        ran.path[stage] += committed
+    if ck is not None:
+        committed = (
+            f", its state at each of the {len(epochs)} epochs' ends committed to the checkpoint"
+            if ends
+            else ", its state committed to the checkpoint at the end"
+        )
+        for stage in ran.path:
+            ran.path[stage] += committed
     tables = emitted_tables(*every, names)
+    if begun.rows:  # a resume's result has the rows committed before it too
+        now = emitted_rows(*every, names)
+        tables = {
+            name: build_table(name, begun.rows.get(name, []) + now.get(name, []))
+            for name in {**begun.rows, **now}
+        }
+    # Scheduled events in all, as the serial engine counts them (those before a start too).
+    ran.scheduled += begun.scheduled
     rep.notify(ReplayFinished(total, time.perf_counter() - setup.started))
-    return make_result(setup, ran, tables, total, len(epochs), [])
+    replayed = total if start is None or start.resumed else total - start.done
+    earlier = [((_FIRST, 0, i, b""), 0, row) for i, row in enumerate(begun.quarantined)]
+    result = make_result(setup, ran, tables, replayed, len(epochs), earlier + quarantined)
+    result.warnings[:0] = begun.notes
+    if start is not None and start.resumed:
+        result.resumed_from_epoch = start.next_epoch
+    return result
+
+
+@dataclass
+class _Begun:
+    """What a replay starts from: nothing, or a committed epoch's state (``start``)."""
+
+    notes: list = field(default_factory=list)  # a ``start_from``'s notes for the result
+    state: dict | None = None  # the serial engine's state, with live values (``_restart``)
+    done: int = 0  # the events before it
+    rows: dict = field(default_factory=dict)  # a resume's rows committed so far, per table
+    quarantined: list = field(default_factory=list)  # a resume's quarantined runs so far
+    scheduled: int = 0  # events scheduled before it (the serial engine counts them too)
+
+    @classmethod
+    def of(cls, program: Any, start: Any) -> _Begun:
+        if start is None:
+            return cls()
+        notes, state = _restart(program, start)
+        rows: dict[str, list] = {}
+        for epoch_rows in start.rows if start.resumed else ():
+            for name, some in epoch_rows.items():
+                rows.setdefault(name, []).extend(some)
+        # A serial checkpoint counts them per root; this engine keeps their total beside.
+        before = start.state.get("scheduled_total", sum(state["scheduled_per_root"].values()))
+        return cls(notes, state, start.done, rows, list(state["quarantined"]), before)
 
 
 def _restart(program: Any, start: Any) -> tuple[list[str], dict[str, Any]]:

@@ -147,9 +147,6 @@ class PassSpec:
     receives_writes: bool  # whether writes or scheduled events come from earlier passes
     receives: bool  # whether earlier passes send this one rows (probe values, writes, events)
     last_ts: int  # the log's last time: timed writes after it apply only before a later event
-    # Checkpointed replays: the position (ts, 2, lsn) of the epoch's last event, beyond which
-    # everything is carried to the next epoch (None: the last epoch, run to the log's end).
-    epoch_end: tuple | None = None
     # Checkpointed replays run as one pass over the log (``_boundaries``): the positions
     # (ts, 2, lsn) of every epoch's last event but the last epoch's, in order.
     bounds: tuple = ()

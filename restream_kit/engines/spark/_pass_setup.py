@@ -30,8 +30,7 @@ __all__ = [
     "raw_key",
     "classic",
     "local_master",
-    "one_run",
-    "epoch_by_epoch",
+    "starts_from_state",
 ]
 
 
@@ -249,23 +248,11 @@ def _values_dir() -> str:
     return tempfile.mkdtemp(dir=scratch_dir(), prefix="values-")
 
 
-def one_run(rep: Any) -> bool:
-    """Whether a checkpointed replay runs the passes once over the whole log, every task
-    reporting its state at each epoch's end (``_boundaries``): a checkpoint with nothing to
-    resume or start from, and no run to roll back."""
-    options = rep.options
-    if not options.get("checkpoint") or options.get("resume") or options.get("start_from"):
-        return False
-    return rep.on_error == "stop"
-
-
-def epoch_by_epoch(rep: Any) -> bool:
-    """Whether the passes run epoch by epoch (``_pass_epochs``), each fed the state it starts
-    from: a resume, a ``start_from``, or a checkpoint of runs that roll back."""
-    options = rep.options
-    if not any(options.get(k) for k in ("checkpoint", "resume", "start_from")):
-        return False
-    return not one_run(rep)
+def starts_from_state(rep: Any) -> bool:
+    """Whether a replay may start from a committed state (``resume``, ``start_from``): its
+    passes then take that state as rows (``_pass_epochs``), so the events go through Spark's
+    sort beside them, and every task runs the general runtime."""
+    return bool(rep.options.get("resume") or rep.options.get("start_from"))
 
 
 def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> dict:
@@ -276,7 +263,7 @@ def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> d
     from ._local_arrangement import use_local
     from ._zipped import takes_from_passes, zipped_passes
 
-    if epoch_by_epoch(rep):
+    if starts_from_state(rep):
         return {}
     if pp.schedules or pp.reason or rep.on_error != "stop" or events.pickled:
         return {}
@@ -311,7 +298,7 @@ def _forwards(rep: Any, pp: PassPlan) -> bool:
     carry the values it reads from pass to pass instead of meeting them in a sort."""
     if pp.schedules or pp.reason or rep.on_error != "stop":
         return False
-    if epoch_by_epoch(rep):
+    if starts_from_state(rep):
         return False
     passes = pp.passes
     if not any(p.serves for p in passes):

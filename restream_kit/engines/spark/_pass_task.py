@@ -7,13 +7,11 @@ just before their event), writes into a state held here (tag 2) and scheduled ev
 Its own timed writes and scheduled events wait in one heap, keyed by the same positions, so
 that they interleave with the incoming rows exactly as in a serial replay.
 
-A checkpointed replay runs the passes once over the whole log, and each task reports its
-state at every epoch's end as it passes it (``_boundaries``). A resumed one (or one started
-from a checkpoint, or rolling back runs) runs them epoch by epoch (``_pass_epochs``): a task
-then also gets the state it starts from (tag 4, before everything), and at the epoch's end it
-hands back, as ``CARRY`` rows, whatever lies beyond the epoch's last event: its timed writes
-and scheduled events still waiting, and the rows from earlier passes that come after that
-event.
+A checkpointed replay runs the passes once over the log, and each task reports its state at
+every epoch's end as it passes it (``_boundaries``). A resumed one (or one started from a
+checkpoint) gets the state it starts from as rows (``_pass_epochs``): the values of the states
+held here (tag 4, before everything), and the timed writes and scheduled events waiting
+there, at their positions.
 
 A position is ``(t, phase, o, sub)``: a log event is ``(ts, 2, row, b"")``; a scheduled event
 ``(at, 1, 0, run + i)`` and a timed write ``(at, 0, 0, run + i)``, where ``run`` is the bytes
@@ -43,7 +41,6 @@ from ._local_arrangement import local_batches
 from ._pass_rows import (
     BATCH_ROWS,
     BLOB_ROWS,
-    CARRY,
     EMIT,
     ERROR,
     FINAL,
@@ -308,7 +305,6 @@ class PassTask:
         make = event_type(spec.columns)
         slots = spec.slots
         last_ts = spec.last_ts
-        epoch_end = spec.epoch_end
         schema = out_schema(slots)
         probe_cols = {r: f"_rs_pk{r}" for r in serve_slots}
         events = 0
@@ -428,7 +424,6 @@ class PassTask:
                         yield out_batch(rt, schema, slots)
                     continue
                 payload = batch.column("_rs_b").to_pylist() if spec.receives else ()
-                pks = batch.column("_rs_pk").to_pylist() if epoch_end is not None else ()
                 qcols = {}
                 for slot, _s, _k, _h in spec.consumes:
                     qcols[slot] = (
@@ -443,11 +438,7 @@ class PassTask:
                         cross()
                     if ends is not None and ends.passed:
                         ends.in_flight(rt.out, tag, None, pos, payload[i])
-                    if epoch_end is not None and pos[:3] > epoch_end:
-                        # Beyond the epoch: the next one applies it (no log event is).
-                        rt.out.append((CARRY, tag, pks[i], pos, payload[i]))
-                        continue
-                    if tag == TAG_STATE:  # the state this epoch starts from
+                    if tag == TAG_STATE:  # the state the replay starts from
                         state, key, value = pickle.loads(payload[i])
                         dict.__setitem__(stores[state], key, value)
                         if recorder is not None:
@@ -512,35 +503,26 @@ class PassTask:
                 run_waiting()
             while ends is not None and ends.passed < len(ends.bounds):
                 cross()  # the ends after this task's last row
-            if epoch_end is not None:
-                # What is due before the epoch's last event runs here too (unless that event
-                # ran here: what its own run made waits); the rest goes to the next epoch.
-                if rt.pos[:3] != epoch_end:
-                    settle((*epoch_end, b""))
-                rt.out.extend(waiting_rows(rt.heap, rt.per_root))
-                rt.heap.clear()
-                rt.pending_sched = 0
-            else:
-                # After the log: timed writes up to its last time, then scheduled events,
-                # each after the timed writes before it; later timed writes go to the
-                # driver, which applies those due by the last event anywhere.
-                settle((last_ts, PH_LOG + 1))
-                flushed = 0
-                while rt.heap and rt.pending_sched:
-                    flushed += 1
-                    if flushed > spec.max_flush:
-                        raise RuntimeError(
-                            f"handlers kept scheduling events after the log ended (over "
-                            f"{spec.max_flush:,}); a timer that re-arms itself forever never "
-                            "lets the replay finish"
-                        )
-                    # One entry: a timed write (a scheduled event still follows it) or an event.
-                    settle((*rt.heap[0][0][:3], rt.heap[0][0][3] + b"\x00"))
-                if recorder is not None:
-                    recorder.waiting(rt.heap)
-                for pos, _n, _what, (_d, _default, key, op, state, _in) in sorted(rt.heap):
-                    blob = dumps((state, key, op))
-                    rt.out.append((PEND, -1, None, pos, blob))
+            # After the log: timed writes up to its last time, then scheduled events,
+            # each after the timed writes before it; later timed writes go to the
+            # driver, which applies those due by the last event anywhere.
+            settle((last_ts, PH_LOG + 1))
+            flushed = 0
+            while rt.heap and rt.pending_sched:
+                flushed += 1
+                if flushed > spec.max_flush:
+                    raise RuntimeError(
+                        f"handlers kept scheduling events after the log ended (over "
+                        f"{spec.max_flush:,}); a timer that re-arms itself forever never "
+                        "lets the replay finish"
+                    )
+                # One entry: a timed write (a scheduled event still follows it) or an event.
+                settle((*rt.heap[0][0][:3], rt.heap[0][0][3] + b"\x00"))
+            if recorder is not None:
+                recorder.waiting(rt.heap)
+            for pos, _n, _what, (_d, _default, key, op, state, _in) in sorted(rt.heap):
+                blob = dumps((state, key, op))
+                rt.out.append((PEND, -1, None, pos, blob))
         except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
             rt.out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
             yield out_batch(rt, schema, slots)
