@@ -15,6 +15,7 @@ __all__ = [
     "assert_same_result",
     "assert_ran_as_planned",
     "rows_of",
+    "waiting",
 ]
 
 #: Engines that need a cluster: they run tests/test_semantics.py and tests marked ``cluster``.
@@ -91,3 +92,12 @@ def assert_ran_as_planned(program: rk.Program, result: rk.Result) -> None:
 def rows_of(result: rk.Result, table: str) -> list[dict]:
     """A table's rows as dicts (empty when the table was never emitted)."""
     return result.tables[table].to_pylist() if table in result.tables else []
+
+
+def waiting(state: dict) -> tuple[list, list]:
+    """A committed state's timed writes and scheduled events in the order they apply,
+    without the numbers each engine gives them its own way (the serial engine keeps them as
+    heaps)."""
+    writes = sorted(state["future"], key=lambda w: w[:2])
+    events = sorted(state["scheduled"], key=lambda s: s[:2])
+    return [w[:1] + w[2:] for w in writes], [(s[0], vars(s[2])) for s in events]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from engine_matrix import assert_ran_as_planned, assert_same_result, rows_of
+from engine_matrix import assert_ran_as_planned, assert_same_result, rows_of, waiting
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from naive import events, programs, render, run_naive, spark_cases
@@ -78,14 +78,6 @@ def test_passes_the_driver_arranges_equal_the_serial_engine(case, spark_session)
 
 CHECKPOINT_EXAMPLES = int(os.environ.get("RESTREAM_CHECKPOINT_PROPERTY_EXAMPLES", "12"))
 COMMIT_EXAMPLES = int(os.environ.get("RESTREAM_COMMIT_PROPERTY_EXAMPLES", "30"))
-
-
-def waiting(state):
-    """A committed state's timed writes and scheduled events in the order they apply (each
-    engine numbers them its own way)."""
-    writes = sorted(state["future"], key=lambda w: w[:2])
-    events = sorted(state["scheduled"], key=lambda s: s[:2])
-    return [w[:1] + w[2:] for w in writes], [(s[0], vars(s[2])) for s in events]
 
 
 @settings(max_examples=COMMIT_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

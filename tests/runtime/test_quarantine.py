@@ -11,6 +11,7 @@ import random
 
 import pyarrow.parquet as pq
 import pytest
+from engine_matrix import waiting
 
 import restream_kit as rk
 from restream_kit.cli import main
@@ -213,12 +214,6 @@ def test_the_workbench_shows_the_quarantine(tmp_path):
         )
     )
     assert quiet.widget.layout.display == "none"
-
-
-def waiting(state: dict) -> list:
-    """A committed state's timed writes in the order they apply (the serial engine keeps
-    them as a heap), without the numbers each engine gives them its own way."""
-    return [w[:1] + w[2:] for w in sorted(state["future"], key=lambda w: w[:2])]
 
 
 @pytest.mark.parametrize("engine", ["spark"], indirect=True)

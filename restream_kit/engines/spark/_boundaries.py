@@ -144,7 +144,7 @@ def waiting_rows(heap: list, per_root: dict, epoch: int = 0) -> list[tuple]:
 
 
 def made_bytes(made_by: tuple) -> bytes:
-    """A plain task's timed write's ``order`` (``_plain_pass._MadeBy``: the time, lsn and
+    """A plain task's timed write's ``order`` (``_plain_pass.MadeBy``: the time, lsn and
     handler of the run that made it, and a count) as the ``sub`` of its position."""
     t, lsn, handler, count = made_by
     return RUN_HEAD.pack(t + SIGN, PH_LOG, lsn + SIGN) + U32x2.pack(handler, count)

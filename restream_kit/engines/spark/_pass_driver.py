@@ -143,6 +143,7 @@ class Ran:
     history: list = field(default_factory=list)  # blobs of recorded history values
     stage_seconds: dict[str, float] = field(default_factory=dict)
     task_events: dict[str, list[int]] = field(default_factory=dict)  # per stage, per task
+    looped: set = field(default_factory=set)  # stages whose tasks ran the serial engine's loop
 
 
 def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
@@ -431,6 +432,8 @@ def run_jobs(
                     else where_from + ", joined to the values read upstream by position in "
                     "each partition"
                 )
+            if rep.on_error != "stop" and p.stage in ran.looped:
+                carried += ", a run that raises undone by the serial engine's guarded loop"
             for stage in p.stages or (p.stage,):
                 ran.path[stage] = p.describe(n) + carried + (f" ({tasks} tasks)" if tasks else "")
             # (Over every epoch of a checkpoint run at once: ``_boundaries``.)
@@ -455,8 +458,8 @@ def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> b
     """Whether pass ``p`` runs the serial engine's inlined loop (``_plain_pass.run_plain``): it
     takes log events only, and sends on nothing but what that loop can send (probe values
     carried by forwarded events, writes into later passes' state, events scheduled for later
-    passes), with ``on_error`` stop."""
-    if fed or not kinds or setup.rep.on_error != "stop" or p.feeds:
+    passes); under ``on_error`` skip or quarantine, its guarded loop (``_shipping``)."""
+    if fed or not kinds or p.feeds:
         return False
     if (p.serves or p.consumes or p.probe_kinds) and not forwarding:
         return False
@@ -590,7 +593,9 @@ def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
             ran.finals[name].update(values)
         elif kind == W.STAT:
             tasks += 1
-            events, task_s, made, last_at = pickle.loads(blob)
+            events, task_s, made, last_at, *looped = pickle.loads(blob)
+            if looped:
+                ran.looped.add(stage)
             ran.task_events.setdefault(stage, []).append(events)
             busy += task_s
             ran.scheduled += made

@@ -265,7 +265,7 @@ def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> d
 
     if starts_from_state(rep):
         return {}
-    if pp.schedules or pp.reason or rep.on_error != "stop" or events.pickled:
+    if pp.schedules or pp.reason or events.pickled:
         return {}
     passes = pp.passes
     forwarding = _forwards(rep, pp)
@@ -296,9 +296,7 @@ def _forwards(rep: Any, pp: PassPlan) -> bool:
     """Whether the passes forward events (``_plain_pass.run_plain``): every pass runs handlers over
     log events only, and what crosses passes is only probe values, so that each event can
     carry the values it reads from pass to pass instead of meeting them in a sort."""
-    if pp.schedules or pp.reason or rep.on_error != "stop":
-        return False
-    if starts_from_state(rep):
+    if pp.schedules or pp.reason or starts_from_state(rep):
         return False
     passes = pp.passes
     if not any(p.serves for p in passes):

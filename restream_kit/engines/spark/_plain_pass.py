@@ -10,17 +10,16 @@ inlined, exactly as a serial replay runs them:
   pass puts each in its store just before the handler that reads it. No probe row, no sort
   by tag, no per-row join: the event carries its reads;
 - **writes into a later pass's state** (through :class:`BlindStore`) and **events scheduled
-  for later passes** go out as rows (:class:`_Shipping`, the serial runtime plus that).
+  for later passes** go out as rows (:class:`Shipping`, the serial runtime plus that).
 
 In a checkpointed replay the loop stops at each epoch's end to report its state there
 (``_boundaries``); its timed writes are then numbered by the runs that made them
-(:class:`_MadeBy`), so that the driver orders every task's as the serial engine made them.
+(:class:`MadeBy`), so that the driver orders every task's as the serial engine made them.
 """
 
 from __future__ import annotations
 
 import functools
-import heapq
 import pickle
 import time
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ import pyarrow as pa
 
 from ...compiler.compile import compile_program
 from ...model.program import Program
-from ..serial import RESERVED_FIELDS, ScheduledEvent, TimeTravelError, apply_write
+from ..serial import JournalDict, SerialRuntime
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._codec import MISSING
 from ._emitted import pack_emitted
@@ -41,24 +40,18 @@ from ._pass_rows import (
     FINAL,
     FWD,
     PEND,
-    PH_LOG,
-    PH_SCHED,
     PH_TIMED,
-    RUN_HEAD,
-    SCHED,
-    SIGN,
+    QUAR,
     STAT,
     U32,
     PassSpec,
-    Routing,
-    U32x2,
     dumps,
-    order_value,
     out_rows,
     probe_array,
 )
 from ._pass_stores import BlindStore
 from ._program_ref import column_values, event_type, key_function
+from ._shipping import MadeBy, Shipping, guarded_runtime
 from ._zipped import ValuePacker, unzip
 
 __all__ = ["run_plain"]
@@ -77,18 +70,24 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     each in its store just before the handler that reads it (``consumes``). No probe row, no
     sort by tag, no per-row join: the event carries its reads.
     """
-    from ..serial import SerialRuntime
-
     # A pass that writes into state later passes hold, or schedules events for them, sends
-    # those as rows (``_Shipping``); the rest of the loop is the serial engine's.
-    rt = _Shipping(spec, program) if spec.blind or spec.ships_events else SerialRuntime()
+    # those as rows (``Shipping``); the rest of the loop is the serial engine's. With
+    # ``on_error`` skip or quarantine, a run that raises is undone (``guarded_runtime``).
+    guarded = spec.on_error != "stop"
+    if guarded:
+        rt = guarded_runtime(spec, program)
+    elif spec.blind or spec.ships_events:
+        rt = Shipping(spec, program)
+    else:
+        rt = SerialRuntime()
+    ships = isinstance(rt, Shipping)
     number = {h.name: h.index for h in program.handlers}
     ends = Ends(spec.bounds) if spec.bounds else None
     if ends is not None:
-        if type(rt) is _Shipping:
-            rt._order = _MadeBy(rt, number)
+        if ships:
+            rt._order = MadeBy(rt, number)
         else:
-            rt.order = _MadeBy(rt, number)
+            rt.order = MadeBy(rt, number)
     names = [program.handlers[h].name for h in spec.handlers]
     consumed = sorted({slot for slot, _state, _key, _h in spec.consumes})
     # Probe columns come after the log's columns: the handlers' own indexes do not move.
@@ -98,7 +97,10 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     for _slot, _state, _key, _h, probe_kinds, _reader in spec.serves:
         kinds.update(dict.fromkeys(probe_kinds))
     stores: dict[str, dict] = {
-        name: BlindStore(rt, name) if name in spec.blind else {} for name in program.states
+        name: BlindStore(rt, name)
+        if name in spec.blind
+        else (JournalDict(rt.journal) if guarded else {})
+        for name in program.states
     }
     hooks, extra, served, keys_by_name = _probe_hooks(spec, program, columns, tuple(kinds), stores)
     history = None
@@ -118,6 +120,7 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         extra_globals={"_rs_run_scheduled": lambda t: None, **extra},
         only=names,
         hooks=hooks,
+        guarded=guarded,
     )
     run_batch = compiled.run_batch
     # A key function of a probe reads the event's columns by name.
@@ -133,11 +136,11 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         j = ends.passing()
         rt.apply_due(ends.bounds[j][0])
         out.extend(future_rows(rt.future, state_names, j))
-        if type(rt) is _Shipping:
+        if ships:
             rt.send_folded()  # a window's adds up to the end, summed (more may follow)
             out.extend(unhandled_rows(rt.unhandled, ends.bounds[j], j))
             out.extend(rt.closes_waiting(ends.bounds[j], j))
-        made = rt.made if type(rt) is _Shipping else 0
+        made = rt.made if ships else 0
         out.append(state_row(j, compiled.stores, spec.finals, made))
 
     if spec.zipped:
@@ -171,14 +174,14 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
                     cross()
                 rows = rows[start:]
             run_batch(rows)
-            if ends is not None and type(rt) is _Shipping and rt.dropped:
+            if ends is not None and ships and rt.dropped:
                 rt.passed(rt.event[1])
             events += batch.num_rows
             if packer is not None:
                 yield from packer.add(batch, _forwarded(batch, values, served))
             elif spec.forward:
                 yield _forwarded(batch, spec.wide, served)
-            if type(rt) is _Shipping and len(rt.out) >= BATCH_ROWS:
+            if ships and len(rt.out) >= BATCH_ROWS:
                 yield _shipped(rt, spec)
         while ends is not None and ends.passed < len(ends.bounds):
             cross()  # the ends after this partition's last event
@@ -195,7 +198,7 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     # their time: the driver decides, as for the other passes' (``PEND``).
     for at, order, d, _default, op, key, arg in sorted(rt.future, key=lambda f: f[:2]):
         what = ("del",) if op == "delete" else (op, arg)
-        sub = made_bytes(order) if type(order) is tuple else U32.pack(order)  # (see _MadeBy)
+        sub = made_bytes(order) if type(order) is tuple else U32.pack(order)  # (see MadeBy)
         blob = dumps((state_names[id(d)], key, what))
         out.append((PEND, -1, None, (at, PH_TIMED, 0, sub), blob))
     if ends is None:
@@ -208,280 +211,24 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         for j, some in sorted(parts.items()):
             out += pack_emitted(some, number, j)
     for name in spec.finals:
-        out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, compiled.stores[name]))))
+        values = compiled.stores[name]
+        values = dict(values) if guarded else values  # (a JournalDict: a plain dict travels)
+        out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, values))))
     if history is not None:
         out.append(history.row())
-    made, last_at = (rt.made, rt.last_at) if type(rt) is _Shipping else (0, None)
-    stat = (events, time.perf_counter() - started, made, last_at)
+    if guarded and rt.failed:
+        out.append((QUAR, -1, None, (0, 0, 0, b""), dumps(rt.failed)))
+    made, last_at = (rt.made, rt.last_at) if ships else (0, None)
+    # (Last: that the task ran the serial engine's loop, for ``metrics.path``.)
+    stat = (events, time.perf_counter() - started, made, last_at, True)
     out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
-    if type(rt) is _Shipping:
+    if ships:
         rt.send_folded()
         out[:0] = rt.out
     yield out_rows(out, spec)
 
 
-class _Shipping(Routing):
-    """The serial engine's runtime for a plain pass that sends rows on: writes into state a
-    later pass holds (through :class:`BlindStore`) and events scheduled for later passes go
-    out as rows at the positions the receiving passes sort by (see the module docstring),
-    everything else is the serial engine's own."""
-
-    def __init__(self, spec: PassSpec, program: Program):
-        from ..serial import SerialRuntime
-
-        self._serial = SerialRuntime()
-        self.rows = self._serial.rows
-        self.future = self._serial.future
-        self._order = self._serial.order
-        self.scheduled = self._serial.scheduled  # stays empty: no event is scheduled here
-        self.spec = spec
-        self.program = program
-        self.number = {h.name: h.index for h in program.handlers}
-        self.event: Any = None
-        self.seq = 0
-        self._handler = ""
-        self.hidx = 0
-        self.calls = 0
-        self.rb: bytes | None = None
-        self.write_pos = None
-        self.out: list = []
-        self.root: int | None = None  # the root event of the last ``schedule`` and its count
-        self.seq_of_root = 0
-        self.made = 0
-        self.last_at: int | None = None
-        self.pk_cache: dict = {}
-        self.home_keys: dict[int, Any] = {}
-        self.field_keys: dict[int, Any] = {}
-        self.sent_once: set = set()  # window closes sent (see ``schedule``)
-        self.folded: dict = {}  # (state, key) -> [sum, position of the last add] (``_fold``)
-        self.unhandled: list = []  # scheduled for kinds no pass handles (``_boundaries``)
-        self.dropped: list = []  # closes not sent, for a checkpoint (``closes_waiting``)
-        self.once_fields: dict = {}  # the fields of each close sent, for the same
-
-    # The generated loop names the handler before each run: a new run starts its count.
-    @property
-    def handler(self) -> str:
-        return self._handler
-
-    @handler.setter
-    def handler(self, name: str) -> None:
-        self._handler = name
-        self.hidx = self.number[name]
-        self.calls = 0
-        self.rb = None
-
-    def _run_bytes(self) -> bytes:
-        rb = self.rb
-        if rb is None:
-            ev = self.event
-            rb = self.rb = RUN_HEAD.pack(ev[1] + SIGN, PH_LOG, ev[0] + SIGN) + U32.pack(self.hidx)
-        return rb
-
-    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
-        now = self.event[1]
-        if type(d) is not BlindStore:  # the serial engine's write, inlined: it is hot
-            if at is None or at == now:
-                apply_write(d, default, op, key, arg)
-            elif at < now:
-                raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
-            else:
-                heapq.heappush(self.future, (at, next(self._order), d, default, op, key, arg))
-            return
-        if at is not None and at < now:
-            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
-        if d.state in self.spec.folds and op == "add" and (at is None or at == now):
-            self._fold(d.state, key, arg)
-            return
-        shipped = (
-            ("add", arg)
-            if op == "add"
-            else ("set", arg)
-            if op == "set"
-            else (("merge", arg) if op == "merge" else ("del",))
-        )
-        self.ship(d.state, key, shipped, None if at == now else at, self.spec.blind[d.state])
-
-    def _fold(self, state: str, key: Any, arg: int) -> None:
-        """Sum an add into its window's one write, sent at the last add's position
-        (``_window_shapes.folded_counts`` says why nothing sees the adds in between)."""
-        self.calls += 1
-        ev = self.event
-        slot = self.folded.get((state, key))
-        if slot is None:
-            self.folded[(state, key)] = [arg, ev[1], ev[0], self.hidx, self.calls]
-        else:
-            slot[0] += arg
-            slot[1:] = ev[1], ev[0], self.hidx, self.calls
-
-    def send_folded(self) -> None:
-        """The summed adds, one write per window, as :meth:`ship` would have sent the last."""
-        for (state, key), (total, t, lsn, hidx, calls) in self.folded.items():
-            position = (t, PH_LOG, lsn, U32x2.pack(hidx, calls))
-            self._send(state, key, ("add", total), position, self.spec.blind[state])
-        self.folded.clear()
-
-    def emit(self, table: str, **fields: Any) -> None:
-        ev = self.event
-        self.rows[table].append((ev[0], ev[1], self._handler, self.seq, fields))
-
-    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
-        ev = self.event
-        if at < ev[1]:
-            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
-        if not RESERVED_FIELDS.isdisjoint(fields):
-            clash = RESERVED_FIELDS & set(fields)
-            raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
-        # ``seq`` counts the events scheduled by one root event, and the events of a plain
-        # pass come one after the other: one counter, restarted by a new root.
-        root = ev[0]
-        if root == self.root:
-            self.seq_of_root += 1
-        else:
-            self.root, self.seq_of_root = root, 1
-        seq = self.seq_of_root
-        self.made += 1
-        if self.last_at is None or at > self.last_at:
-            self.last_at = at
-        self.calls += 1
-        if kind in self.spec.closes_once:
-            # Identical window closes: the first acts, the others find the window gone. A
-            # generated close's fields are always the same names in the same order.
-            once = (kind, at, *fields.values())
-            try:
-                if once in self.sent_once:
-                    if self.spec.bounds:  # a checkpoint holds it until its time
-                        # Small: one of these per add, until the window's time passes.
-                        self.dropped.append((at, ev[1], ev[0], self.hidx, self.calls, seq, once))
-                    return
-                self.sent_once.add(once)
-                if self.spec.bounds:
-                    self.once_fields[once] = fields
-            except TypeError:  # an unhashable field: send it
-                pass
-        position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
-        payload = dumps((kind, fields, root, seq))
-        targets = self.spec.kind_passes.get(kind, ())
-        if not targets and self.spec.bounds:  # a checkpoint holds it until its time
-            self.unhandled.append((position, payload))
-        for target in targets:
-            self.out.append(
-                (SCHED, target, self._to(target, kind, at, root, seq, fields), position, payload)
-            )
-
-    def closes_waiting(self, end: tuple, epoch: int) -> list[tuple]:
-        """The closes not sent (one of identical ones was) that wait at a checkpoint's
-        ``end``, as ``CARRY`` rows of ``epoch``: a serial checkpoint holds each of them."""
-        near = []
-        for at, t, lsn, hidx, calls, seq, once in self.dropped:
-            if at >= end[0]:
-                blob = dumps((once[0], self.once_fields[once], lsn, seq))
-                rb = RUN_HEAD.pack(t + SIGN, PH_LOG, lsn + SIGN) + U32x2.pack(hidx, calls)
-                near.append(((at, PH_SCHED, 0, rb), blob))
-        self.passed(end[0] + 1)
-        return unhandled_rows(near, end, epoch)
-
-    def passed(self, t: int) -> None:
-        """Forget the closes not sent whose time is before ``t``: no later checkpoint's end
-        can hold them (an end comes at or after the events already run)."""
-        if self.dropped and self.dropped[0][0] < t:
-            self.dropped = [entry for entry in self.dropped if entry[0] >= t]
-
-    def _to(self, target: int, kind: str, at: int, root: int, seq: int, fields: dict) -> str:
-        """The partition value of a scheduled event in pass ``target``."""
-        partition = self.spec.home_partition[target]
-        if partition == self.spec.single_key:
-            return "N"
-        if partition == self.spec.order_key:
-            return order_value(root)
-        fn = self.field_keys.get(target)
-        if fn is None:
-            fn = self.field_keys[target] = _fields_key_function(partition, self.program)
-        try:
-            key = fn(fields, kind, at, root, seq)
-        except _NotAField:  # an expression the fields alone cannot answer
-            key = key_function(partition, self.program)(ScheduledEvent(kind, at, root, seq, fields))
-        return self._pk(key)
-
-    def apply_due(self, t: int) -> None:
-        self._serial.apply_due(t)
-
-    def ship(self, state: str, key: Any, op: tuple, at: int | None, targets: tuple) -> None:
-        """A write for the passes that hold ``state`` (``targets``), at its position."""
-        self.calls += 1
-        if at is None:
-            ev = self.event
-            position = (ev[1], PH_LOG, ev[0], U32x2.pack(self.hidx, self.calls))
-        else:
-            position = (at, PH_TIMED, 0, self._run_bytes() + U32.pack(self.calls))
-        self._send(state, key, op, position, targets)
-
-    def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
-        """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
-        self.write_rows(key, position, dumps((state, key, op)), targets)
-
-
-class _MadeBy:
-    """The ``order`` of a plain task's timed writes in a checkpointed replay: the run that
-    made each (its event's time and lsn, the handler's number), then a count, which
-    ``_boundaries.made_bytes`` turns into the bytes of the general runtime's positions.
-    Waiting at an epoch's end, they sort among every task's as made."""
-
-    def __init__(self, rt: Any, number: dict[str, int]):
-        self.rt = rt
-        self.number = number
-        self.count = 0
-
-    def __iter__(self) -> _MadeBy:
-        return self
-
-    def __next__(self) -> tuple:
-        ev = self.rt.event
-        self.count += 1
-        return (ev[1], ev[0], self.number[self.rt.handler], self.count)
-
-
-class _NotAField(Exception):
-    """A key expression over a scheduled event that reads more than its fields."""
-
-
-def _fields_key_function(expr: str, program: Program) -> Any:
-    """A key expression over a scheduled event as a function of its fields, kind, time, root
-    and seq, so that routing it costs no event object: ``e.key`` becomes ``f["key"]``. An
-    expression that uses ``e`` otherwise raises :class:`_NotAField` when called."""
-    import ast
-
-    special = {"kind": "kind", "ts": "at", "lsn": "root", "seq": "seq"}
-    tree = ast.parse(expr, mode="eval")
-    plain = True
-
-    class Fields(ast.NodeTransformer):
-        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-            if isinstance(node.value, ast.Name) and node.value.id == "e":
-                if node.attr in special:
-                    return ast.copy_location(ast.Name(special[node.attr], ast.Load()), node)
-                sub = ast.Subscript(ast.Name("f", ast.Load()), ast.Constant(node.attr), ast.Load())
-                return ast.copy_location(sub, node)
-            return self.generic_visit(node)
-
-        def visit_Name(self, node: ast.Name) -> ast.AST:
-            nonlocal plain
-            if node.id == "e":
-                plain = False
-            return node
-
-    body = ast.fix_missing_locations(Fields().visit(tree)).body
-    if not plain:
-
-        def refuse(*_args: Any) -> Any:
-            raise _NotAField(expr)
-
-        return refuse
-    fn = key_function("0", program)  # the program's namespace, for helpers the key calls
-    source = f"lambda f, kind, at, root, seq: ({ast.unparse(body)})"
-    return eval(compile(source, f"<key of {program.name}>", "eval"), fn.__globals__)
-
-
-def _shipped(rt: _Shipping, spec: PassSpec) -> pa.RecordBatch:
+def _shipped(rt: Shipping, spec: PassSpec) -> pa.RecordBatch:
     rows, rt.out = rt.out, []
     return out_rows(rows, spec)
 

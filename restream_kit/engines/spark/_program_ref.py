@@ -9,6 +9,7 @@ Nothing here imports pyspark.
 
 from __future__ import annotations
 
+import linecache
 import pickle
 from collections import namedtuple
 from dataclasses import dataclass
@@ -46,6 +47,11 @@ def load_program(ref: ProgramRef) -> Program:
     if program is None:
         program = Program(ref.source, ref.filename, ref.name)
         _PROGRAMS[key] = program
+    else:
+        # Cells share a file name: the lines a quarantined run or an error quotes must be
+        # this program's, whichever program the worker loaded last.
+        source = ref.source
+        linecache.cache[ref.filename] = (len(source), None, source.splitlines(True), ref.filename)
     return program
 
 
