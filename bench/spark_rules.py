@@ -27,10 +27,12 @@ Every Spark result is compared with the serial one before timing. The report giv
 the time per stage, what ran (``metrics.path``) and the planner's predicted speedup.
 
 ``--checkpoint`` adds a third side: the Spark replay checkpointing 10 epochs, reported as its
-cost against the uncheckpointed Spark replay.
+cost against the uncheckpointed Spark replay. ``--resume`` adds another: a Spark replay
+resumed after the fifth of those 10 epochs (the second half of the log), against the same.
+``--on-error skip|quarantine`` runs every side with that ``on_error``.
 
 ``python -m bench spark-rules [--events N] [--rules a,b] [--runs R] [--master URL]
-[--no-cold] [--checkpoint] [--out JSON]``
+[--no-cold] [--checkpoint] [--resume] [--on-error MODE] [--out JSON]``
 """
 
 from __future__ import annotations
@@ -71,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time Spark with --checkpoint (10 epochs), against Spark without it",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="also time a Spark resume after 5 of 10 checkpointed epochs",
+    )
+    parser.add_argument(
+        "--on-error", default="stop", choices=("stop", "skip", "quarantine"), help="on_error"
+    )
     args = parser.parse_args(argv)
     rules = [r for r in args.rules.split(",") if r]
     unknown = [r for r in rules if r not in RULES]
@@ -80,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
 
     log_path = _ensure_log(args.events, Path(args.log) if args.log else None)
     report = {"events": args.events, "master": args.master, "log": str(log_path), "rules": {}}
-    warm = _warm(log_path, rules, args.runs, args.master, args.checkpoint)
+    report["on_error"] = args.on_error
+    sides = ["checkpointed"] * args.checkpoint + ["resumed"] * args.resume
+    warm = _warm(log_path, rules, args.runs, args.master, sides, args.on_error)
     if not args.master.startswith("local"):
         # The warm session holds the cluster's cores: a whole-process run needs them.
         from restream_kit.engines.spark import stop_session
@@ -97,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _warm(log_path: Path, rules: list[str], runs: int, master: str, ck: bool = False) -> dict:
-    """Warm session: both engines in this process, the log loaded and Spark up."""
+def _warm(
+    log_path: Path, rules: list[str], runs: int, master: str, more: list, on_error: str
+) -> dict:
+    """Warm session: both engines in this process, the log loaded and Spark up; ``more``
+    sides (``checkpointed``, ``resumed``) timed beside the uncheckpointed Spark replay."""
     import restream_kit as rk
     from restream_kit.planner import plan
 
@@ -107,36 +122,46 @@ def _warm(log_path: Path, rules: list[str], runs: int, master: str, ck: bool = F
     out = {}
     for rule in rules:
         program = rk.Program.from_file(RULES[rule])
-        want = rk.replay(program, log)
-        got = rk.replay(program, log, engine="spark", master=master)  # warms the session
+        want = rk.replay(program, log, on_error=on_error)
+        spark = dict(engine="spark", master=master, on_error=on_error)
+        got = rk.replay(program, log, **spark)  # warms the session
         _same(got, want, rule)
-        times: dict[str, list[float]] = {"serial": [], "spark": []}
-        sides = ["serial", "spark"] + (["checkpointed"] if ck else [])
-        if ck:
-            times["checkpointed"] = []
+        sides = ["serial", "spark", *more]
+        times: dict[str, list[float]] = {side: [] for side in sides}
+        epoch = max(1, len(log) // 10)
         stages = []
+        half = tempfile.TemporaryDirectory() if "resumed" in more else None
+        if half is not None:  # five epochs of ten committed, as if killed then
+            ck = Path(half.name) / "ck"
+            rk.replay(program, log, **spark, checkpoint=ck, epoch=epoch)
+            manifest = json.loads((ck / "manifest.json").read_text())
+            manifest["epochs"], manifest["complete"] = manifest["epochs"][:5], False
         for i in range(runs):
             for side in sides if i % 2 == 0 else sides[::-1]:
                 started = time.perf_counter()
                 if side == "serial":
-                    rk.replay(program, log)
+                    rk.replay(program, log, on_error=on_error)
                 elif side == "checkpointed":
                     with tempfile.TemporaryDirectory() as tmp:
                         done = rk.replay(
-                            program,
-                            log,
-                            engine="spark",
-                            master=master,
-                            checkpoint=Path(tmp) / "ck",
-                            epoch=max(1, len(log) // 10),
+                            program, log, **spark, checkpoint=Path(tmp) / "ck", epoch=epoch
                         )
                         times[side].append(time.perf_counter() - started)
                     _same(done, want, rule)
                     continue
+                elif side == "resumed":
+                    (ck / "manifest.json").write_text(json.dumps(manifest))
+                    started = time.perf_counter()
+                    done = rk.replay(program, log, **spark, checkpoint=ck, epoch=epoch, resume=True)
+                    times[side].append(time.perf_counter() - started)
+                    _same(done, want, rule)
+                    continue
                 else:
-                    result = rk.replay(program, log, engine="spark", master=master)
+                    result = rk.replay(program, log, **spark)
                     stages.append(result.metrics.stages)
                 times[side].append(time.perf_counter() - started)
+        if half is not None:
+            half.cleanup()
         med = {side: statistics.median(ts) for side, ts in times.items()}
         the_plan = plan(program, log, allow_nondeterminism=True)
         predicted = the_plan.data.speedup(2) if the_plan.data is not None else None
@@ -151,19 +176,27 @@ def _warm(log_path: Path, rules: list[str], runs: int, master: str, ck: bool = F
             "predicted_speedup_2": predicted,
             "runs": times,
         }
-        if ck:
+        if "checkpointed" in more:
             row["checkpointed_s"] = med["checkpointed"]
             row["checkpoint_cost"] = med["checkpointed"] / med["spark"]
+        if "resumed" in more:
+            row["resumed_s"] = med["resumed"]
+            row["resume_cost"] = med["resumed"] / med["spark"]
         out[rule] = row
         print(
             f"warm {rule:<9} serial {med['serial']:7.2f} s  spark {med['spark']:7.2f} s  "
             f"ratio {row['ratio']:5.2f}x  ({row['spark_events_per_s']:,.0f} events/s; "
             f"predicted {predicted if predicted is None else round(predicted, 2)}x)"
         )
-        if ck:
+        if "checkpointed" in more:
             print(
                 f"    with --checkpoint (10 epochs): {med['checkpointed']:.2f} s, "
                 f"{row['checkpoint_cost']:.2f}x the uncheckpointed Spark replay"
+            )
+        if "resumed" in more:
+            print(
+                f"    resumed after 5 of 10 epochs: {med['resumed']:.2f} s, "
+                f"{row['resume_cost']:.2f}x the uncheckpointed Spark replay of the whole log"
             )
         for stage, what in got.metrics.path.items():
             # A stage that runs inside another's pass is timed under the pass's name.

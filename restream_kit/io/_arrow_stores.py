@@ -27,6 +27,7 @@ __all__ = [
     "MIN_KEYS",
     "store_columns",
     "store_from_table",
+    "StoreColumns",
     "RowsColumns",
     "rows_columns",
     "rows_of_columns",
@@ -92,6 +93,15 @@ def _key_parts(flat: list, arity: int) -> list | None:
         at = np.arange(len(flat), dtype=np.int64)
         return [whole.take(at[i::arity]) for i in range(arity)]
     return [_column(flat[i::arity]) for i in range(arity)]
+
+
+@dataclass
+class StoreColumns:
+    """A state store already in :func:`store_columns`' layout (``k0.., v`` and the key
+    shape), from an engine that keeps it as columns: committed as it is."""
+
+    table: pa.Table
+    arity: int | None
 
 
 def store_from_table(table: pa.Table, arity: int | None) -> dict:

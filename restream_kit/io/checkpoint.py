@@ -52,6 +52,7 @@ from ..model import values
 from ..model.errors import RestreamError
 from ._arrow_stores import (
     RowsColumns,
+    StoreColumns,
     future_columns,
     future_from_table,
     rows_columns,
@@ -665,6 +666,9 @@ def _with_store_tables(value: Any) -> Any:
         return value
     swapped = {}
     for name, store in stores.items():
+        if type(store) is StoreColumns:  # columns already: committed as they are
+            swapped[name] = _StoreTable(store.table, store.arity)
+            continue
         columns = store_columns(store) if type(store) is dict else None
         swapped[name] = store if columns is None else _StoreTable(*columns)
     value = {**value, "stores": swapped}

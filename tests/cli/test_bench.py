@@ -91,6 +91,26 @@ def test_spark_rules_quick_run(tmp_path):
         assert any(stage.endswith("(tasks, summed)") for stage in warm["stage_s"])
 
 
+def test_spark_rules_times_resumes_and_on_error(tmp_path):
+    """``--resume`` and ``--on-error``: a resume after half the checkpointed epochs, checked
+    equal to serial, and every side guarded, the passes in the serial engine's guarded loop."""
+    out = tmp_path / "spark_rules.json"
+    command = [
+        sys.executable, "-m", "bench", "spark-rules", "--events", "3000", "--runs", "1",
+        "--rules", "ordinary", "--no-cold", "--checkpoint", "--resume", "--on-error", "skip",
+        "--log", str(tmp_path / "social_3000.parquet"), "--out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["on_error"] == "skip"
+    warm = results["rules"]["ordinary"]["warm"]
+    assert warm["checkpoint_cost"] > 0 and warm["resume_cost"] > 0
+    assert all("guarded loop" in what for what in warm["path"].values()), warm["path"]
+    assert "resumed after 5 of 10 epochs" in proc.stdout
+
+
 def test_hand_job_quick_run(tmp_path):
     """The engine against the hand-written job: all three sides agree, and it reports both
     ratios and what ran."""

@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from engine_matrix import assert_ran_as_planned, assert_same_result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import restream_kit as rk
 from restream_kit.io import checkpoint
@@ -243,3 +245,63 @@ def test_a_checkpoint_directory_in_use_is_refused_before_any_round(
     with pytest.raises(checkpoint.CheckpointError, match="already holds"):
         rk.replay(program, logs["social"], **SPARK, epoch=10_000, checkpoint=ck, observer=rec)
     assert not rec.events
+
+
+# -- a big state's columns, folded epoch by epoch ------------------------------------------------
+
+_KEYS = st.one_of(st.integers(-3, 40), st.text("ab", max_size=2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(["merge", "set"]),
+    tuple_key=st.booleans(),
+    floats=st.booleans(),
+    epochs=st.lists(
+        st.lists(st.tuples(st.integers(0, 700), st.integers(-5, 5), st.booleans()), max_size=60),
+        min_size=1,
+        max_size=5,
+    ),
+    start=st.integers(0, 900),
+)
+def test_a_big_states_columns_fold_as_its_dict_does(kind, tuple_key, floats, epochs, start):
+    """``_prefix_commits._Columns`` folds each epoch's delta as ``_apply`` folds the dict:
+    committed, its columns read back as the dict, in the dict's order, types included."""
+    import polars as pl
+
+    from restream_kit.compiler.lower import LoweredState
+    from restream_kit.engines.spark._prefix_commits import DELTA_CHUNK, _apply, _Columns
+    from restream_kit.io._arrow_stores import MIN_KEYS, store_from_table
+
+    arity = 2 if tuple_key else 1
+    info = LoweredState("s", kind, 3 if kind == "merge" else None, tuple_key, arity, 0, "int")
+
+    def key(k: int):
+        return (k % 7, f"k{k}") if tuple_key else k
+
+    def value(v: int):
+        return v + 0.5 if floats and kind == "set" else v
+
+    store = {key(k): value(k) if kind == "set" else 3 + k for k in range(start)}
+    columns = _Columns(info, dict(store))
+    for changes in epochs:
+        seen = dict.fromkeys(k for k, _v, _d in changes)  # a delta has each key once
+        rows = [next(c for c in changes if c[0] == k) for k in seen]
+        keys = [key(k) for k, _v, _d in rows]
+        parts = list(zip(*keys)) if tuple_key else [keys]
+        data = {f"k{i}": list(p) for i, p in enumerate(parts)} if rows else {}
+        if not rows:
+            continue
+        data["v"] = [value(v) for _k, v, _d in rows]
+        if kind != "merge":
+            data["_del"] = [d for _k, _v, d in rows]
+        delta = pl.DataFrame(data).with_columns(pl.lit(0, dtype=pl.Int32).alias(DELTA_CHUNK))
+        _apply(store, delta, info)
+        columns.fold(delta)
+        made = columns.committed()
+        if made is None:
+            assert len(store) < MIN_KEYS or not columns.usable
+            continue
+        back = store_from_table(made.table, made.arity)
+        assert list(back.items()) == list(store.items())
+        assert [type(v) for v in back.values()] == [type(v) for v in store.values()]

@@ -1,8 +1,8 @@
 """A checkpoint's epochs' ends inside one run over the whole log.
 
-A checkpointed replay (``checkpoint=``, nothing to resume or start from) runs its passes once
-over the whole log, as a replay without a checkpoint does: arranged, in the serial engine's
-inlined loop where it can. Each task reports, at the end of every epoch but the last
+A checkpointed replay runs its passes once over the whole log (a resumed one, or one started
+from a checkpoint, over the rest of it), as a replay without a checkpoint does: arranged, in
+the serial engine's inlined loop where it can. Each task reports, at the end of every epoch but the last
 (``PassSpec.bounds``: the position of the epoch's last log event), what the serial engine's
 checkpoint holds of its partition there, and the driver (``_pass_epochs``) puts the tasks'
 reports together into one commit per epoch:
@@ -22,8 +22,7 @@ reports together into one commit per epoch:
   out at each end, so that the closing pass holds them there.
 
 Before it reports, a task runs what is due before the epoch's last event, unless that event
-ran in this task (what its own run made still waits, as in a serial replay): what the task
-that ran epoch by epoch did at an epoch's end (``_pass_task``).
+ran in this task (what its own run made still waits, as in a serial replay).
 """
 
 from __future__ import annotations

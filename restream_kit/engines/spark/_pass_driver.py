@@ -131,7 +131,7 @@ class Ran:
     finals: dict[str, dict] = field(default_factory=dict)
     pending: list = field(default_factory=list)  # timed writes after the log's end
     quarantined: list = field(default_factory=list)
-    # (tag, position, blob) beyond an epoch's end, per epoch (0 when run epoch by epoch).
+    # (tag, position, blob) waiting at each epoch's end, per epoch (``_boundaries``).
     carried: dict[int, list] = field(default_factory=dict)
     # A checkpoint's epochs' ends in one run (``_boundaries``): per epoch, the states' values
     # and the events scheduled so far, summed over the tasks; and each epoch's emitted rows.

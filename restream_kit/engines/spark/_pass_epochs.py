@@ -1,22 +1,20 @@
-"""Checkpointed replays on the pass path: the state after each epoch is committed in the
-serial engine's checkpoint format (JSON and Arrow, no pickles).
+"""Checkpointed, resumed and ``start_from`` replays on the pass path: the state after each
+epoch is committed in the serial engine's checkpoint format (JSON and Arrow, no pickles).
 
-A checkpoint with nothing to resume or start from runs the passes once over the whole log, as
-a replay without one does, and every task reports its state at each epoch's end as it passes
-it (``_boundaries``): the driver puts the tasks' reports together and commits them epoch by
-epoch once the passes are done (:func:`_one_run`).
+The passes run once over the log, as a replay without a checkpoint does, and every task
+reports its state at each epoch's end as it passes it (``_boundaries``): the driver puts the
+tasks' reports together and commits them epoch by epoch once the passes are done
+(:func:`run_checkpointed`). Each epoch's state is the serial engine's: each state's values
+(reported by the passes that hold it), the timed writes and scheduled events still waiting
+(the tasks' ``CARRY`` rows, numbered in position order, as the serial engine numbers them by
+creation), each root event's count of scheduled events, and the runs quarantined so far.
 
-A resume, a ``start_from`` or a checkpoint of runs that roll back (``on_error``) runs the
-passes epoch by epoch. Between two epochs everything goes through the driver as the serial engine's state
-(:func:`restream_kit.checkpoint.serial_state`'s form): each state's values (reported by the
-pass that holds it), the timed writes and scheduled events still waiting (the tasks' ``CARRY``
-rows, numbered in position order, as the serial engine numbers them by creation) and each root
-event's count of scheduled events. That state is committed, then turned back into rows for the
-next epoch's passes: a state's values go to every pass that holds it (tag ``TAG_STATE``,
-before everything), a timed write to the holders of its state and a scheduled event to the
-passes of its kind, at positions that sort before whatever the next epoch makes at the same
-time. A resume or ``start_from`` turns a committed state into rows the same way, so a serial
-engine's checkpoint can start a Spark replay and the other way round.
+A resume or a ``start_from`` runs once over the log's events after the committed epoch, its
+passes fed that epoch's state as rows (:func:`_carry_frame`): a state's values go to every
+pass that holds it (tag ``TAG_STATE``, before everything), a timed write to the holders of its
+state and a scheduled event to the passes of its kind, at positions that sort before whatever
+a run makes at the same time. So a serial engine's checkpoint can start a Spark replay and
+the other way round.
 """
 
 from __future__ import annotations
