@@ -27,6 +27,7 @@ ran in this task (what its own run made still waits, as in a serial replay).
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left, bisect_right
 from typing import Any
 
@@ -146,14 +147,19 @@ def made_bytes(made_by: tuple) -> bytes:
     """A plain task's timed write's ``order`` (``_plain_pass.MadeBy``: the time, lsn and
     handler of the run that made it, and a count) as the ``sub`` of its position."""
     t, lsn, handler, count = made_by
-    return RUN_HEAD.pack(t + SIGN, PH_LOG, lsn + SIGN) + U32x2.pack(handler, count)
+    return _MADE.pack(t + SIGN, PH_LOG, lsn + SIGN, handler, count)
+
+
+#: A run's head (``RUN_HEAD``) and a handler's number and count (``U32x2``), in one.
+_MADE = struct.Struct(RUN_HEAD.format + U32x2.format[1:])
 
 
 def future_rows(future: list, names: dict, epoch: int) -> list[tuple]:
     """A plain task's timed writes still waiting (the serial runtime's ``future``, numbered
     by the runs that made them, ``_plain_pass``), as a ``CARRY`` row of ``epoch``."""
     entries = []
-    for at, made_by, d, _default, op, key, arg in sorted(future, key=lambda f: f[:2]):
+    # (No two entries share an order: they sort by time and order alone.)
+    for at, made_by, d, _default, op, key, arg in sorted(future):
         what = ("del",) if op == "delete" else (op, arg)
         entries.append(
             (TAG_WRITE, (at, PH_TIMED, 0, made_bytes(made_by)), (names[id(d)], key, what))

@@ -51,7 +51,7 @@ from ._pass_rows import (
 )
 from ._pass_stores import BlindStore
 from ._program_ref import column_values, event_type, key_function
-from ._shipping import MadeBy, Shipping, guarded_runtime
+from ._shipping import MadeBy, MadeByRuntime, Shipping, guarded_runtime
 from ._zipped import ValuePacker, unzip
 
 __all__ = ["run_plain"]
@@ -74,16 +74,16 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     # those as rows (``Shipping``); the rest of the loop is the serial engine's. With
     # ``on_error`` skip or quarantine, a run that raises is undone (``guarded_runtime``).
     guarded = spec.on_error != "stop"
+    number = {h.name: h.index for h in program.handlers}
+    ends = Ends(spec.bounds) if spec.bounds else None
     if guarded:
         rt = guarded_runtime(spec, program)
     elif spec.blind or spec.ships_events:
         rt = Shipping(spec, program)
     else:
-        rt = SerialRuntime()
+        rt = MadeByRuntime(number) if ends is not None else SerialRuntime()
     ships = isinstance(rt, Shipping)
-    number = {h.name: h.index for h in program.handlers}
-    ends = Ends(spec.bounds) if spec.bounds else None
-    if ends is not None:
+    if ends is not None and type(rt) is not MadeByRuntime:
         if ships:
             rt._order = MadeBy(rt, number)
         else:
