@@ -161,6 +161,10 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
             assert waiting(a.state) == waiting(b.state), f"epoch {k}: waiting"
         rows = [checkpoint.load_value(d / f"epoch-{k:06d}", "rows") for d in (root / "serial", ck)]
         assert rows[0] == rows[1], f"epoch {k}: rows"
+    # Resumed again, complete: nothing is left to run, and the result is the same.
+    again = rk.replay(program, the_log, **options, resume=True)
+    assert (again.resumed_from_epoch, again.metrics.epochs) == (epochs, 0)
+    assert_same_result(again, want)
     # Started from the first epoch (of either engine's checkpoint): the serial engine's rest.
     start = rk.replay(program, the_log, epoch=cut, start_from=(root / "serial", 0))
     again = rk.replay(program, the_log, engine="spark", partitions=2, start_from=(ck, 0))

@@ -40,7 +40,7 @@ from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_rows as W
 from ._codec import encode_key
 from ._emitted import committed_rows, emitted_rows, emitted_tables
-from ._pass_driver import _names, apply_pending, handler_names, make_result, run_jobs
+from ._pass_driver import Ran, _names, apply_pending, handler_names, make_result, run_jobs
 from ._pass_rows import PH_LOG
 from ._pass_setup import Setup
 from ._passes import BY_KEY, ORDER, SINGLE
@@ -87,7 +87,10 @@ def run_checkpointed(setup: Setup) -> Result:
         # The log after the start, and the start's state and waiting entries as rows.
         events = events.where(f"lsn > {lsn[begun.done - 1].as_py()}")
         carry = _carry_frame(setup, begun.state)
-    ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends)
+    if epochs:
+        ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends)
+    else:  # a complete checkpoint resumed: nothing is left to run
+        ran = Ran(finals={name: dict(begun.state["stores"][name]) for name in program.states})
     apply_pending(program, ran)
     if not ends:  # one epoch: its tasks emitted their rows as without a checkpoint
         ran.emitted_at[0] = (ran.emitted, ran.emitted_columns)
