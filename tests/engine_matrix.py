@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import restream_kit as rk
@@ -16,6 +18,7 @@ __all__ = [
     "assert_ran_as_planned",
     "rows_of",
     "waiting",
+    "assert_same_commits",
 ]
 
 #: Engines that need a cluster: they run tests/test_semantics.py and tests marked ``cluster``.
@@ -101,3 +104,21 @@ def waiting(state: dict) -> tuple[list, list]:
     writes = sorted(state["future"], key=lambda w: w[:2])
     events = sorted(state["scheduled"], key=lambda s: s[:2])
     return [w[:1] + w[2:] for w in writes], [(s[0], vars(s[2])) for s in events]
+
+
+def assert_same_commits(want_dir, got_dir, epochs: range) -> None:
+    """Each committed epoch of ``epochs`` in checkpoint ``got_dir`` is the one in ``want_dir``
+    (the serial engine's): events done, state, quarantined runs, rows, and the timed writes
+    and scheduled events waiting (but at the last epoch, which holds what waits after the
+    log: each engine keeps its own)."""
+    from restream_kit.io import checkpoint
+
+    last = json.loads((want_dir / "manifest.json").read_text())["epochs"][-1]["epoch"]
+    for k in epochs:
+        a, b = checkpoint.read(want_dir, k), checkpoint.read(got_dir, k)
+        assert (a.done, a.state["stores"]) == (b.done, b.state["stores"]), f"epoch {k}"
+        assert a.state["quarantined"] == b.state["quarantined"], f"epoch {k}: quarantined"
+        if k < last:
+            assert waiting(a.state) == waiting(b.state), f"epoch {k}: waiting"
+        rows = [checkpoint.load_value(d / f"epoch-{k:06d}", "rows") for d in (want_dir, got_dir)]
+        assert rows[0] == rows[1], f"epoch {k}: rows"

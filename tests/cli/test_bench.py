@@ -70,20 +70,25 @@ def test_spark_vs_serial_quick_run(tmp_path):
     assert isinstance(results["speed_ok"], bool) and results["memory_ok"] is True
 
 
-def test_spark_rules_quick_run(tmp_path):
-    """The rules benchmark end to end, warm and cold, on a small log: both engines agree on
-    every rule (an ordinary one and a broadcast read), and it reports the ratio, what ran
-    and the time per stage."""
+def spark_rules(tmp_path, *args) -> tuple[dict, str]:
+    """``python -m bench spark-rules`` on a 3,000-event log, one run a side: its JSON report
+    and what it printed."""
     out = tmp_path / "spark_rules.json"
     command = [
-        sys.executable, "-m", "bench", "spark-rules",
-        "--events", "3000", "--runs", "1", "--rules", "ordinary,teams",
-        "--log", str(tmp_path / "social_3000.parquet"), "--out", str(out),
+        sys.executable, "-m", "bench", "spark-rules", "--events", "3000", "--runs", "1",
+        "--log", str(tmp_path / "social_3000.parquet"), "--out", str(out), *args,
     ]  # fmt: skip
     env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_spark_rules_quick_run(tmp_path):
+    """The rules benchmark end to end, warm and cold, on a small log: both engines agree on
+    every rule (an ordinary one and a broadcast read), and it reports the ratio, what ran
+    and the time per stage."""
+    results, _out = spark_rules(tmp_path, "--rules", "ordinary,teams")
     for rule in ("ordinary", "teams"):
         warm, cold = results["rules"][rule]["warm"], results["rules"][rule]["cold"]
         assert warm["ratio"] > 0 and cold["ratio"] > 0 and cold["spark_first_process_s"] > 0
@@ -94,21 +99,15 @@ def test_spark_rules_quick_run(tmp_path):
 def test_spark_rules_times_resumes_and_on_error(tmp_path):
     """``--resume`` and ``--on-error``: a resume after half the checkpointed epochs, checked
     equal to serial, and every side guarded, the passes in the serial engine's guarded loop."""
-    out = tmp_path / "spark_rules.json"
-    command = [
-        sys.executable, "-m", "bench", "spark-rules", "--events", "3000", "--runs", "1",
-        "--rules", "ordinary", "--no-cold", "--checkpoint", "--resume", "--on-error", "skip",
-        "--log", str(tmp_path / "social_3000.parquet"), "--out", str(out),
-    ]  # fmt: skip
-    env = dict(os.environ, RESTREAM_HOME=str(tmp_path / ".restream"))
-    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())
+    results, printed = spark_rules(
+        tmp_path, "--rules", "ordinary", "--no-cold", "--checkpoint", "--resume",
+        "--on-error", "skip",
+    )  # fmt: skip
     assert results["on_error"] == "skip"
     warm = results["rules"]["ordinary"]["warm"]
     assert warm["checkpoint_cost"] > 0 and warm["resume_cost"] > 0
     assert all("guarded loop" in what for what in warm["path"].values()), warm["path"]
-    assert "resumed after 5 of 10 epochs" in proc.stdout
+    assert "resumed after 5 of 10 epochs" in printed
 
 
 def test_hand_job_quick_run(tmp_path):

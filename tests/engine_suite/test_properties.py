@@ -6,7 +6,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from engine_matrix import assert_ran_as_planned, assert_same_result, rows_of, waiting
+from engine_matrix import (
+    assert_ran_as_planned,
+    assert_same_commits,
+    assert_same_result,
+    rows_of,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from naive import events, programs, render, run_naive, spark_cases
@@ -93,7 +98,6 @@ def test_a_checkpoint_run_once_over_the_log_commits_the_serial_engines_epochs(
     from unittest import mock
 
     from restream_kit.engines.spark import _local_arrangement
-    from restream_kit.io import checkpoint
 
     source, log, _epoch, _path = case
     program = rk.Program.from_source(source, name="prop")
@@ -108,16 +112,9 @@ def test_a_checkpoint_run_once_over_the_log_commits_the_serial_engines_epochs(
     assert_same_result(got, want)
     assert_ran_as_planned(program, got)
     assert all("committed to the checkpoint" in what for what in got.metrics.path.values())
-    engines = ("serial", "spark")
     epochs = json.loads((root / "serial" / "manifest.json").read_text())["epochs"]
     assert len(json.loads((root / "spark" / "manifest.json").read_text())["epochs"]) == len(epochs)
-    for k in range(len(epochs)):
-        a, b = checkpoint.read(root / "serial", k), checkpoint.read(root / "spark", k)
-        assert (a.done, a.state["stores"]) == (b.done, b.state["stores"]), f"epoch {k}"
-        if k < len(epochs) - 1:  # (the last holds what waits after the log: not compared)
-            assert waiting(a.state) == waiting(b.state), f"epoch {k}: waiting"
-        rows = [checkpoint.load_value(root / d / f"epoch-{k:06d}", "rows") for d in engines]
-        assert rows[0] == rows[1], f"epoch {k}: rows"
+    assert_same_commits(root / "serial", root / "spark", range(len(epochs)))
 
 
 @settings(max_examples=CHECKPOINT_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -130,8 +127,6 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
     scheduled events waiting): its result and every epoch it commits are the serial
     engine's."""
     import json
-
-    from restream_kit.io import checkpoint
 
     source, log, _epoch, _path = case
     program = rk.Program.from_source(source, name="prop")
@@ -154,13 +149,7 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
     assert resumed.resumed_from_epoch == 1
     assert_same_result(resumed, want)
     assert_ran_as_planned(program, resumed)
-    for k in range(1, epochs):
-        a, b = checkpoint.read(root / "serial", k), checkpoint.read(ck, k)
-        assert (a.done, a.state["stores"]) == (b.done, b.state["stores"]), f"epoch {k}"
-        if k < epochs - 1:  # (the last holds what waits after the log: not compared)
-            assert waiting(a.state) == waiting(b.state), f"epoch {k}: waiting"
-        rows = [checkpoint.load_value(d / f"epoch-{k:06d}", "rows") for d in (root / "serial", ck)]
-        assert rows[0] == rows[1], f"epoch {k}: rows"
+    assert_same_commits(root / "serial", ck, range(1, epochs))
     # Resumed again, complete: nothing is left to run, and the result is the same.
     again = rk.replay(program, the_log, **options, resume=True)
     assert (again.resumed_from_epoch, again.metrics.epochs) == (epochs, 0)

@@ -30,7 +30,6 @@ __all__ = [
     "raw_key",
     "classic",
     "local_master",
-    "starts_from_state",
 ]
 
 
@@ -248,7 +247,7 @@ def _values_dir() -> str:
     return tempfile.mkdtemp(dir=scratch_dir(), prefix="values-")
 
 
-def starts_from_state(rep: Any) -> bool:
+def _starts_from_state(rep: Any) -> bool:
     """Whether a replay may start from a committed state (``resume``, ``start_from``): its
     passes then take that state as rows (``_pass_epochs``), so the events go through Spark's
     sort beside them, and every task runs the general runtime."""
@@ -263,7 +262,7 @@ def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> d
     from ._local_arrangement import use_local
     from ._zipped import takes_from_passes, zipped_passes
 
-    if starts_from_state(rep):
+    if _starts_from_state(rep):
         return {}
     if pp.schedules or pp.reason or events.pickled:
         return {}
@@ -296,7 +295,7 @@ def _forwards(rep: Any, pp: PassPlan) -> bool:
     """Whether the passes forward events (``_plain_pass.run_plain``): every pass runs handlers over
     log events only, and what crosses passes is only probe values, so that each event can
     carry the values it reads from pass to pass instead of meeting them in a sort."""
-    if pp.schedules or pp.reason or starts_from_state(rep):
+    if pp.schedules or pp.reason or _starts_from_state(rep):
         return False
     passes = pp.passes
     if not any(p.serves for p in passes):
