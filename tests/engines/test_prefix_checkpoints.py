@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from unittest import mock
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import restream_kit as rk
+from restream_kit.engines.spark import _prefix_commits
 from restream_kit.io import checkpoint
 from restream_kit.io.progress import EpochFinished, Recorder
 
@@ -128,7 +130,9 @@ def test_each_committed_epoch_is_the_serial_engines(case, logs, root, tmp_path, 
     serial_ck, spark_ck = tmp_path / "serial", tmp_path / "spark"
     want = rk.replay(program, log, epoch=epoch, checkpoint=serial_ck)
     rec = Recorder()
-    got = rk.replay(program, log, **SPARK, epoch=epoch, checkpoint=spark_ck, observer=rec)
+    # A state of 1,000 keys or more is kept as columns through the epochs (``_Kept``).
+    with mock.patch.object(_prefix_commits, "COLUMN_KEYS", 1000):
+        got = rk.replay(program, log, **SPARK, epoch=epoch, checkpoint=spark_ck, observer=rec)
     n = len(json.loads((serial_ck / "manifest.json").read_text())["epochs"])
     assert n >= 5
     assert_lowered_and_committed(got, n)
@@ -158,6 +162,7 @@ def test_each_committed_epoch_is_the_serial_engines(case, logs, root, tmp_path, 
     else:
         # The big store went to an Arrow file, and reads back the same.
         assert list((spark_ck / "epoch-000004").glob("state-*.arrow"))
+        assert max(map(len, got.state.values())) > 1000  # (so it went as columns)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -258,20 +263,25 @@ _KEYS = st.one_of(st.integers(-3, 40), st.text("ab", max_size=2))
     tuple_key=st.booleans(),
     floats=st.booleans(),
     epochs=st.lists(
-        st.lists(st.tuples(st.integers(0, 700), st.integers(-5, 5), st.booleans()), max_size=60),
+        st.lists(st.tuples(st.integers(0, 90), st.integers(-5, 5), st.booleans()), max_size=40),
         min_size=1,
-        max_size=5,
+        max_size=6,
     ),
-    start=st.integers(0, 900),
+    start=st.integers(0, 60),
 )
 def test_a_big_states_columns_fold_as_its_dict_does(kind, tuple_key, floats, epochs, start):
-    """``_prefix_commits._Columns`` folds each epoch's delta as ``_apply`` folds the dict:
-    committed, its columns read back as the dict, in the dict's order, types included."""
+    """``_prefix_commits._Kept`` keeps a state as a dict, then (from ``COLUMN_KEYS`` keys,
+    40 here) as columns folded with each epoch's delta: every commit reads back as the dict
+    ``_apply`` folds, in its order, types included, and so does the final value."""
+    from unittest import mock
+
     import polars as pl
 
     from restream_kit.compiler.lower import LoweredState
-    from restream_kit.engines.spark._prefix_commits import DELTA_CHUNK, _apply, _Columns
-    from restream_kit.io._arrow_stores import MIN_KEYS, store_from_table
+    from restream_kit.engines.spark import _prefix_commits
+    from restream_kit.engines.spark._prefix_commits import DELTA_CHUNK, _apply, _Kept
+    from restream_kit.io import _arrow_stores
+    from restream_kit.io._arrow_stores import StoreColumns, store_from_table
 
     arity = 2 if tuple_key else 1
     info = LoweredState("s", kind, 3 if kind == "merge" else None, tuple_key, arity, 0, "int")
@@ -282,26 +292,39 @@ def test_a_big_states_columns_fold_as_its_dict_does(kind, tuple_key, floats, epo
     def value(v: int):
         return v + 0.5 if floats and kind == "set" else v
 
+    def same(got: dict, want: dict) -> None:
+        assert list(got.items()) == list(want.items())
+        assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
+
     store = {key(k): value(k) if kind == "set" else 3 + k for k in range(start)}
-    columns = _Columns(info, dict(store))
-    for changes in epochs:
-        seen = dict.fromkeys(k for k, _v, _d in changes)  # a delta has each key once
-        rows = [next(c for c in changes if c[0] == k) for k in seen]
-        keys = [key(k) for k, _v, _d in rows]
-        parts = list(zip(*keys)) if tuple_key else [keys]
-        data = {f"k{i}": list(p) for i, p in enumerate(parts)} if rows else {}
-        if not rows:
-            continue
-        data["v"] = [value(v) for _k, v, _d in rows]
-        if kind != "merge":
-            data["_del"] = [d for _k, _v, d in rows]
-        delta = pl.DataFrame(data).with_columns(pl.lit(0, dtype=pl.Int32).alias(DELTA_CHUNK))
-        _apply(store, delta, info)
-        columns.fold(delta)
-        made = columns.committed()
-        if made is None:
-            assert len(store) < MIN_KEYS or not columns.usable
-            continue
-        back = store_from_table(made.table, made.arity)
-        assert list(back.items()) == list(store.items())
-        assert [type(v) for v in back.values()] == [type(v) for v in store.values()]
+    columns_seen = False
+    with (
+        mock.patch.object(_prefix_commits, "COLUMN_KEYS", 40),
+        mock.patch.object(_arrow_stores, "MIN_KEYS", 0),
+    ):
+        kept = _Kept(info, dict(store))
+        for changes in epochs:
+            firsts = {}
+            for k, v, d in changes:  # a delta has each key once
+                firsts.setdefault(k, (k, v, d))
+            if not firsts:
+                continue
+            rows = list(firsts.values())
+            keys = [key(k) for k, _v, _d in rows]
+            parts = list(zip(*keys)) if tuple_key else [keys]
+            data = {f"k{i}": list(p) for i, p in enumerate(parts)}
+            data["v"] = [value(v) for _k, v, _d in rows]
+            if kind != "merge":
+                data["_del"] = [d for _k, _v, d in rows]
+            delta = pl.DataFrame(data).with_columns(pl.lit(0, dtype=pl.Int32).alias(DELTA_CHUNK))
+            _apply(store, delta, info)
+            kept.fold(delta)
+            made = kept.committed()
+            if type(made) is StoreColumns:
+                columns_seen = True
+                same(store_from_table(made.table, made.arity), store)
+            else:
+                same(made, store)
+        same(kept.final(), store)
+    if len(store) >= 60:
+        assert columns_seen

@@ -18,9 +18,9 @@ the delta of an epoch before every other (chunk -1), and the epochs after it run
 
 A commit writes the dicts as they are (the next epoch's changes come after it returns), so
 nothing is copied; the last epoch's dicts are the replay's final state. A big state is also
-kept as columns (:class:`_Columns`), folded with polars joins epoch by epoch, and committed
-as those columns: walking a dict of 144,000 tuple keys into columns at every commit cost most
-of a checkpoint's time.
+kept as columns (:class:`_Kept`), folded with polars joins epoch by epoch, and committed
+as those columns, and made a dict once at the end: walking a dict of 144,000 tuple keys into
+columns at every commit cost most of a checkpoint's time.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import polars as pl
 import pyarrow as pa
 
 from ...compiler.lower import Lowered
-from ...io._arrow_stores import MIN_KEYS, StoreColumns, store_columns
+from ...io._arrow_stores import StoreColumns, store_columns, store_from_table
 from ...io.checkpoint import Checkpointer, Start, state_declarations
 from ...io.epochs import Epoch, cut
 from ...io.progress import EpochFinished, EpochStarted
@@ -75,7 +75,7 @@ def commit_epochs(
             stores[name] = dict(values)
         for rows in start.rows:
             tables.update(dict.fromkeys(rows))
-    columns = {name: _Columns(low.states[name], stores[name]) for name in by_chunk}
+    kept = {name: _Kept(low.states[name], stores[name]) for name in by_chunk}
     committed = {}
     for ep in epochs:
         if check_cancel is not None:
@@ -86,14 +86,15 @@ def commit_epochs(
         for name, parts in by_chunk.items():
             frame = parts.get(chunk)
             if frame is not None:
-                _apply(stores[name], frame, low.states[name])
-                columns[name].fold(frame)
+                kept[name].fold(frame)
         new_rows = rows_by_chunk.get(chunk, {})
         tables.update(dict.fromkeys(new_rows))
-        as_columns = {name: c.committed() for name, c in columns.items()}
         state = {
             "states": declared,
-            "stores": {name: as_columns.get(name) or store for name, store in stores.items()},
+            "stores": {
+                name: kept[name].committed() if name in kept else store
+                for name, store in stores.items()
+            },
             "future": [],
             "scheduled": [],
             "order": 0,
@@ -106,7 +107,9 @@ def commit_epochs(
         outputs = per_epoch.get(chunk, {}) if chunk is not None else {}
         # Every event of the log has run: all rows are final.
         notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
-    return stores, committed
+    return {
+        name: kept[name].final() if name in kept else store for name, store in stores.items()
+    }, committed
 
 
 def remaining(epochs: list[Epoch], start: Start | None) -> list[Epoch]:
@@ -198,73 +201,93 @@ def _apply(store: dict, delta: pl.DataFrame, info: Any) -> None:
             store[key] = v
 
 
-class _Columns:
-    """A state's value as columns ``k0.., v`` (a polars frame), folded with each epoch's
-    delta as :func:`_apply` folds its dict (new keys after the others, in the delta's order;
-    a deleted key gone), so that a commit writes them as they are (``StoreColumns``). Given
-    up, for the dict, when a fold would change a column's type."""
+#: From how many keys a state is kept as columns instead of a dict (``_Kept``): below it, a
+#: commit walks the dict faster than polars joins fold its columns.
+COLUMN_KEYS = 20_000
+
+
+class _Kept:
+    """One state's value through the epochs: a dict, as :func:`_apply` folds it, until it
+    holds :data:`COLUMN_KEYS` keys; from then on columns ``k0.., v`` (a polars frame) folded
+    with each epoch's delta as the dict would be (new keys after the others, in the delta's
+    order; a deleted key gone), committed as they are (``StoreColumns``) and made a dict once,
+    at the end. A fold that would change a column's type goes back to the dict."""
 
     def __init__(self, info: Any, start: dict):
         self.info = info
         self.keys = [f"k{i}" for i in range(info.arity)]
+        self.store: dict | None = start
         self.frame: pl.DataFrame | None = None
-        self.usable = True
-        if start:  # (the dict changes as the epochs fold: its columns now)
-            made = store_columns(start)
-            if made is None:
-                self.usable = False
-            else:
-                self.frame = pl.from_arrow(made[0])
+        self.columns_fit = True  # (false once a store would not make columns)
+        self._to_columns()
 
     def fold(self, delta: pl.DataFrame) -> None:
-        if not self.usable:
-            return
-        keys, merge = self.keys, self.info.kind == "merge"
-        frame = self.frame
-        change = delta.select(*keys, pl.col("v").alias("_dv"), *([] if merge else ["_del"]))
-        if merge:  # a delta sums the epoch's merges: the first starts from the default
-            fresh = (pl.lit(self.info.default) + pl.col("_dv")).alias("v")
-            if frame is None:
-                self.frame = change.select(*keys, fresh)
+        if self.frame is not None:
+            folded = self._folded(self.frame, delta)
+            if folded is not None:
+                self.frame = folded
                 return
+            self.store, self.frame, self.columns_fit = self.final(), None, False
+        _apply(self.store, delta, self.info)
+        self._to_columns()
+
+    def committed(self) -> dict | StoreColumns:
+        """What a commit writes: the dict, or the columns as they are."""
+        if self.frame is None:
+            return self.store
+        return StoreColumns(self._table(), self.info.arity if self.info.tuple_key else None)
+
+    def final(self) -> dict:
+        """The value as the dict the serial engine holds (made once from the columns)."""
+        if self.frame is None:
+            return self.store
+        return store_from_table(self._table(), self.info.arity if self.info.tuple_key else None)
+
+    def _to_columns(self) -> None:
+        if not self.columns_fit or self.store is None or len(self.store) < COLUMN_KEYS:
+            return
+        made = store_columns(self.store)
+        if made is None or any(_ARROW.get(t) is None for t in _dtypes(made[0])):
+            self.columns_fit = False
+            return
+        self.frame, self.store = pl.from_arrow(made[0]), None
+
+    def _table(self) -> pa.Table:
+        arrays = [
+            self.frame.get_column(name).to_arrow().cast(_ARROW[dtype.base_type()])
+            for name, dtype in self.frame.schema.items()
+        ]
+        return pa.Table.from_arrays(arrays, names=[*self.keys, "v"])
+
+    def _folded(self, frame: pl.DataFrame, delta: pl.DataFrame) -> pl.DataFrame | None:
+        """``frame`` with ``delta`` folded in, or None when that would change a column's type
+        (an int column taking floats) or the keys' types differ."""
+        keys, merge = self.keys, self.info.kind == "merge"
+        change = delta.select(*keys, pl.col("v").alias("_dv"), *([] if merge else ["_del"]))
+        try:
             old = frame.join(change, on=keys, how="left", maintain_order="left")
-            old = old.select(*keys, (pl.col("v") + pl.col("_dv").fill_null(0)).alias("v"))
             new = change.join(frame.select(keys), on=keys, how="anti", maintain_order="left")
-            new = new.select(*keys, fresh)
+        except pl.exceptions.PolarsError:
+            return None
+        if merge:  # a delta sums the epoch's merges: the first starts from the default
+            old = old.select(*keys, (pl.col("v") + pl.col("_dv").fill_null(0)).alias("v"))
+            new = new.select(*keys, (pl.lit(self.info.default) + pl.col("_dv")).alias("v"))
         else:
             kept = ~pl.col("_del")
-            if frame is None:
-                self.frame = change.filter(kept).select(*keys, pl.col("_dv").alias("v"))
-                return
-            old = frame.join(change, on=keys, how="left", maintain_order="left")
-            old = old.filter(pl.col("_del").is_null() | kept).select(
-                *keys,
-                pl.when(pl.col("_del").is_null())
-                .then(pl.col("v"))
-                .otherwise(pl.col("_dv"))
-                .alias("v"),
+            changed = pl.col("_del").is_not_null()
+            old = old.filter(~changed | kept).select(
+                *keys, pl.when(changed).then(pl.col("_dv")).otherwise(pl.col("v")).alias("v")
             )
-            new = change.join(frame.select(keys), on=keys, how="anti", maintain_order="left")
             new = new.filter(kept).select(*keys, pl.col("_dv").alias("v"))
-        if dict(old.schema) != dict(new.schema) and new.height and old.height:
-            self.usable, self.frame = False, None  # (an int column would take floats)
-            return
-        self.frame = pl.concat([old, new]) if new.height else old
-
-    def committed(self) -> StoreColumns | None:
-        """The columns to commit, or None: the dict then (small, or not columns)."""
-        frame = self.frame if self.usable else None
-        if frame is None or frame.height < MIN_KEYS:
+        schema = dict(frame.schema)
+        if dict(old.schema) != schema or (new.height and dict(new.schema) != schema):
             return None
-        arrays = []
-        for name, dtype in frame.schema.items():
-            arrow = _ARROW.get(dtype.base_type())
-            if arrow is None:
-                self.usable, self.frame = False, None
-                return None
-            arrays.append(frame.get_column(name).to_arrow().cast(arrow))
-        table = pa.Table.from_arrays(arrays, names=[*self.keys, "v"])
-        return StoreColumns(table, self.info.arity if self.info.tuple_key else None)
+        return pl.concat([old, new]) if new.height else old
+
+
+def _dtypes(table: pa.Table) -> list:
+    """The polars types a table's columns become."""
+    return [t.base_type() for t in pl.from_arrow(table.slice(0, 0)).schema.values()]
 
 
 _ARROW = {
