@@ -17,9 +17,9 @@ A resume of the same program continues here too (``start_deltas``): the committe
 the delta of an epoch before every other (chunk -1), and the epochs after it run as usual.
 
 A commit writes the dicts as they are (the next epoch's changes come after it returns), so
-nothing is copied; the last epoch's dicts are the replay's final state. A big state is also
-kept as columns (:class:`_Kept`), folded with polars joins epoch by epoch, and committed
-as those columns, and made a dict once at the end: walking a dict of 144,000 tuple keys into
+nothing is copied; the last epoch's dicts are the replay's final state. A big state is kept
+as columns instead (:class:`_Kept`), folded with polars joins epoch by epoch, committed as
+those columns, and made a dict once at the end: walking a dict of 144,000 tuple keys into
 columns at every commit cost most of a checkpoint's time.
 """
 
