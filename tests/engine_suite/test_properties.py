@@ -118,15 +118,19 @@ def test_a_checkpoint_run_once_over_the_log_commits_the_serial_engines_epochs(
 
 
 @settings(max_examples=CHECKPOINT_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(case=spark_cases(), cut=st.integers(min_value=1, max_value=4))
+@given(case=spark_cases(), cut=st.integers(min_value=1, max_value=4), arranged=st.booleans())
 def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
-    case, cut, spark_session, tmp_path_factory
+    case, cut, arranged, spark_session, tmp_path_factory
 ):
     """A Spark replay resumed after its first committed epoch, or started from it, runs the
     rest of the log once, its passes fed that epoch's state (values, timed writes and
-    scheduled events waiting): its result and every epoch it commits are the serial
-    engine's."""
+    scheduled events waiting), as rows or, where the driver arranges the events
+    (``arranged``: every log counts as large), each task its partition's share: its result
+    and every epoch it commits are the serial engine's."""
     import json
+    from unittest import mock
+
+    from restream_kit.engines.spark import _local_arrangement
 
     source, log, _epoch, _path = case
     program = rk.Program.from_source(source, name="prop")
@@ -135,7 +139,9 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
     want = rk.replay(program, the_log, epoch=cut, checkpoint=root / "serial")
     ck = root / "spark"
     options = dict(engine="spark", partitions=2, epoch=cut, checkpoint=ck)
-    got = rk.replay(program, the_log, **options)
+    large = mock.patch.object(_local_arrangement, "LOCAL_ROWS", 0 if arranged else 10**9)
+    with large:
+        got = rk.replay(program, the_log, **options)
     assert_same_result(got, want)
     manifest = json.loads((ck / "manifest.json").read_text())
     assert manifest["state_format"] == "serial"
@@ -145,16 +151,23 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
     # As if killed after the first epoch committed.
     manifest["epochs"], manifest["complete"] = manifest["epochs"][:1], False
     (ck / "manifest.json").write_text(json.dumps(manifest))
-    resumed = rk.replay(program, the_log, **options, resume=True)
+    with large:
+        resumed = rk.replay(program, the_log, **options, resume=True)
     assert resumed.resumed_from_epoch == 1
     assert_same_result(resumed, want)
     assert_ran_as_planned(program, resumed)
     assert_same_commits(root / "serial", ck, range(1, epochs))
+    # Where the driver arranged the events, its tasks started from their shares.
+    paths = resumed.metrics.path.values()
+    dealt = all("share of the state" in what for what in paths)
+    assert dealt == (arranged and any("arranged by the driver" in what for what in paths))
     # Resumed again, complete: nothing is left to run, and the result is the same.
-    again = rk.replay(program, the_log, **options, resume=True)
+    with large:
+        again = rk.replay(program, the_log, **options, resume=True)
     assert (again.resumed_from_epoch, again.metrics.epochs) == (epochs, 0)
     assert_same_result(again, want)
     # Started from the first epoch (of either engine's checkpoint): the serial engine's rest.
     start = rk.replay(program, the_log, epoch=cut, start_from=(root / "serial", 0))
-    again = rk.replay(program, the_log, engine="spark", partitions=2, start_from=(ck, 0))
+    with large:
+        again = rk.replay(program, the_log, engine="spark", partitions=2, start_from=(ck, 0))
     assert_same_result(again, start)

@@ -8,7 +8,9 @@ the serial engine, and against what ran.
 from __future__ import annotations
 
 import os
+import pickle
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -169,14 +171,24 @@ def test_a_task_takes_its_marker_its_partitions_values_and_its_events(tmp_path):
     def markers(*marks):
         return [pa.record_batch([pa.array(marks, pa.int32())], names=[local.MARK])]
 
-    got = list(local.local_batches(where, iter(markers(1))))
+    assert local.local_part(iter(markers(1))) == 1
+    got = list(local.local_batches(where, 1))
     assert got[0].column(VALUES).to_pylist() == [b"packed values"]
     assert [b.column("lsn").to_pylist() for b in got[1:]] == [[3]]
-    got = list(local.local_batches(where, iter(markers(0))))
+    got = list(local.local_batches(where, 0))
     assert [b.column("lsn").to_pylist() for b in got] == [[0, 1, 2]]
     for wrong in (markers(0, 1), markers(), []):
         with pytest.raises(ZipError):
-            list(local.local_batches(where, iter(wrong)))
+            local.local_part(iter(wrong))
+    # A replay from a committed epoch: the events after its last, and each partition's share.
+    share = tmp_path / "start-0-0.bin"
+    share.write_bytes(pickle.dumps({"stores": {"n": {"a": 1}}, "future": []}))
+    started = replace(where, after=1, starts=(str(share), ""))
+    assert [b.column("lsn").to_pylist() for b in local.local_batches(started, 0)] == [[2]]
+    assert [b.column("lsn").to_pylist() for b in list(local.local_batches(started, 1))[1:]] == [[3]]
+    assert local.local_start(started, 0)["stores"] == {"n": {"a": 1}}
+    assert local.local_start(started, 1) is None
+    assert local.local_start(where, 0) is None
 
 
 def test_markers_put_one_row_in_each_partition_with_no_shuffle(spark_session):

@@ -107,6 +107,7 @@ class _Replay:
         self.history, self.history_note = _history_of(program, log, options, self.on_error)
         self.history_why: str | None = None
         self.opened: tuple[Any, Any] | None = None  # (checkpointer, start), once opened
+        self.begun: Any = None  # the pass path's start, made once (``_pass_epochs._begun``)
         self.job_group = f"restream-{id(self):x}-{time.monotonic_ns()}"
         if self.cancel is not None:
             self.cancel.on_cancel(self._interrupt)

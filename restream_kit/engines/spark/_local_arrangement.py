@@ -44,6 +44,8 @@ __all__ = [
     "LocalInput",
     "local_arrangement",
     "local_batches",
+    "local_part",
+    "local_start",
     "marker_frame",
     "partition_of",
     "use_local",
@@ -68,6 +70,10 @@ class LocalInput:
     batches: tuple[tuple[int, int], ...]  # partition -> [first, stop) record batches
     # partition -> the files of values earlier passes sent it (``_zipped.ValuePacker``)
     values: tuple[tuple[str, ...], ...] = ()
+    # A replay from a committed epoch (``_start_shares``): the lsn of the last event before
+    # it, and per partition the file of its share of the start state ("" for none).
+    after: int | None = None
+    starts: tuple[str, ...] = ()
 
 
 def use_local(session: Any, events: Any, rows: int, by_columns: list[list[str]]) -> bool:
@@ -217,16 +223,34 @@ def marker_frame(session: Any, n: int) -> Any:
     return session.range(0, n, 1, n).selectExpr(f"CAST(id AS INT) AS {MARK}")
 
 
-def local_batches(local: LocalInput, batches: Iterator[pa.RecordBatch]) -> Iterator:
-    """A driver-arranged pass's input in a task: the values earlier passes sent its
-    partition (packed, as ``_zipped.unzip`` takes them), then its events from the file. Its
-    input rows are markers: exactly one, or the task fails."""
-    from ._zipped import VALUES, ZipError
+def local_part(batches: Iterator[pa.RecordBatch]) -> int:
+    """A driver-arranged pass's partition in a task, from its input: marker rows, exactly
+    one, or the task fails."""
+    from ._zipped import ZipError
 
     marks = [m for b in batches for m in b.column(MARK).to_pylist()]
     if len(marks) != 1:
         raise ZipError(f"a task of a driver-arranged pass got {len(marks)} markers: {marks}")
-    (part,) = marks
+    return marks[0]
+
+
+def local_start(local: LocalInput, part: int) -> dict | None:
+    """Partition ``part``'s share of the state its replay starts from (``_start_shares``)."""
+    import pickle
+
+    path = local.starts[part] if local.starts else ""
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return pickle.loads(f.read())
+
+
+def local_batches(local: LocalInput, part: int) -> Iterator:
+    """A driver-arranged pass's input in a task (partition ``part``): the values earlier
+    passes sent it (packed, as ``_zipped.unzip`` takes them), then its events from the
+    file, those after ``local.after`` only."""
+    from ._zipped import VALUES
+
     sent = local.values[part] if local.values else ()
     if sent:
         blobs = []
@@ -238,4 +262,10 @@ def local_batches(local: LocalInput, batches: Iterator[pa.RecordBatch]) -> Itera
     with pa.memory_map(local.path) as source:
         reader = pa.ipc.open_file(source)
         for i in range(first, stop):
-            yield reader.get_batch(i)
+            batch = reader.get_batch(i)
+            if local.after is not None:
+                lsn = batch.column("lsn").to_numpy()  # (increasing: log order)
+                if not len(lsn) or lsn[-1] <= local.after:
+                    continue
+                batch = batch.slice(int(np.searchsorted(lsn, local.after, side="right")))
+            yield batch

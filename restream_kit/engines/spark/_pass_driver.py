@@ -148,11 +148,15 @@ class Ran:
 
 def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
     """Replay with the passes of ``pp`` (``rep`` is the engine's ``_Replay``)."""
-    setup = prepare(rep, pp, started, events)
-    try:
-        if any(rep.options.get(k) for k in ("checkpoint", "resume", "start_from")):
-            from ._pass_epochs import run_checkpointed
+    checkpointing = any(rep.options.get(k) for k in ("checkpoint", "resume", "start_from"))
+    start = None
+    if checkpointing:
+        from ._pass_epochs import run_checkpointed, start_state
 
+        start = start_state(rep)
+    setup = prepare(rep, pp, started, events, start)
+    try:
+        if checkpointing:
             return run_checkpointed(setup)
         total = len(setup.log)
         rep.notify(ReplayStarted("spark", total, 1, _names(pp), setup.log.span_ms))
@@ -187,11 +191,13 @@ def run_jobs(
     done_range: tuple[int, int],
     total: int,
     bounds: tuple = (),
+    starts: Any = None,
 ) -> Ran:
     """One Spark job per pass over the log events of ``df``, with the rows of ``carry`` (the
     state and waiting entries a replay starts from, with their ``_rs_dest``); ``bounds`` the
     ends of a checkpoint's epochs, which every task reports as it passes them
-    (``_boundaries``)."""
+    (``_boundaries``). Passes the driver arranged take the start as ``starts`` instead
+    (``_start_shares``): each task its partition's share and its events after it."""
     rep, program, session, log = setup.rep, setup.program, setup.session, setup.log
     passes = setup.pp.passes
     partitions = setup.partitions
@@ -224,6 +230,10 @@ def run_jobs(
             local = None  # where its tasks read their events, when the driver arranged them
             if p.index in setup.local:
                 local, rows = _local_input(setup, sent.get(p.index, {}), p, n)
+                if starts is not None:
+                    local = replace(
+                        local, after=starts.after, starts=starts.shares.get(p.index, ())
+                    )
                 zipped = rows if p.index in setup.zips else None
                 if len(kinds) == 1 and plain:
                     one_kind = kinds[0]

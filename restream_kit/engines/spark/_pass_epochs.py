@@ -45,8 +45,9 @@ from ._pass_rows import PH_LOG
 from ._pass_setup import Setup
 from ._passes import BY_KEY, ORDER, SINGLE
 from ._program_ref import key_function
+from ._start_shares import deal
 
-__all__ = ["run_checkpointed"]
+__all__ = ["run_checkpointed", "start_state"]
 
 _FIRST = -(1 << 63)  # the position of a state row: before every event
 # A restored entry's run: before any run (its bytes sort first, and name no real run).
@@ -65,6 +66,19 @@ _CARRY_SCHEMA = pa.schema(
 )
 
 
+def start_state(rep: Any) -> dict | None:
+    """The state a ``resume`` or a ``start_from`` starts from, with live values (None
+    without one): the setup deals it to the driver's partitions where it can
+    (``_start_shares``)."""
+    return _begun(rep).state
+
+
+def _begun(rep: Any) -> _Begun:
+    if rep.begun is None:  # (made once per replay: it may be large)
+        rep.begun = _Begun.of(rep.program, rep.open_checkpoint()[1])
+    return rep.begun
+
+
 def run_checkpointed(setup: Setup) -> Result:
     """Replay once over the log (what is left of it after the epoch a ``resume`` or a
     ``start_from`` starts from), committing each epoch (``checkpoint``) from what the tasks
@@ -73,7 +87,7 @@ def run_checkpointed(setup: Setup) -> Result:
     ck, start = rep.open_checkpoint()
     total = len(log)
     epochs = cut(log, rep.options.get("epoch"))
-    begun = _Begun.of(program, start)
+    begun = _begun(rep)
     # Epochs from where the checkpoint stopped (it may have cut the log differently).
     epochs = [
         Epoch(e.index, max(e.start, begun.done), e.stop) for e in epochs if e.stop > begun.done
@@ -82,15 +96,21 @@ def run_checkpointed(setup: Setup) -> Result:
     lsn = log.table.column("lsn")
     ts = log.table.column("ts")
     ends = tuple((ts[e.stop - 1].as_py(), PH_LOG, lsn[e.stop - 1].as_py()) for e in epochs[:-1])
-    events, carry = setup.df, None
+    events, carry, starts = setup.df, None, None
     if begun.state is not None:
-        # The log after the start, and the start's state and waiting entries as rows.
-        events = events.where(f"lsn > {lsn[begun.done - 1].as_py()}")
-        carry = _carry_frame(setup, begun.state)
+        after = lsn[begun.done - 1].as_py()
+        if setup.local:  # each task's share of the start, beside its events after it
+            starts = deal(setup, begun.state, after, setup.partitions)
+        else:  # the log after the start, and the start's state and waiting entries as rows
+            events = events.where(f"lsn > {after}")
+            carry = _carry_frame(setup, begun.state)
     if epochs:
-        ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends)
+        ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends, starts=starts)
     else:  # a complete checkpoint resumed: nothing is left to run
         ran = Ran(finals={name: dict(begun.state["stores"][name]) for name in program.states})
+    if starts is not None:
+        for stage in ran.path:
+            ran.path[stage] += ", each task started from its partition's share of the state"
     apply_pending(program, ran)
     if not ends:  # one epoch: its tasks emitted their rows as without a checkpoint
         ran.emitted_at[0] = (ran.emitted, ran.emitted_columns)
@@ -139,11 +159,7 @@ def run_checkpointed(setup: Setup) -> Result:
             ran.path[stage] += committed
     tables = emitted_tables(*every, names)
     if begun.rows:  # a resume's result has the rows committed before it too
-        now = emitted_rows(*every, names)
-        tables = {
-            name: build_table(name, begun.rows.get(name, []) + now.get(name, []))
-            for name in {**begun.rows, **now}
-        }
+        tables = _with_committed(begun.rows, tables, every, names)
     # Scheduled events in all, as the serial engine counts them (those before a start too).
     ran.scheduled += begun.scheduled
     rep.notify(ReplayFinished(total, time.perf_counter() - setup.started))
@@ -154,6 +170,27 @@ def run_checkpointed(setup: Setup) -> Result:
     if start is not None and start.resumed:
         result.resumed_from_epoch = start.next_epoch
     return result
+
+
+def _with_committed(committed: dict, tables: dict, every: tuple, names: list) -> dict:
+    """A resume's tables: the rows committed before it, then its own (``tables``, made of
+    ``every``), as ``build_table`` makes them of all the rows together. The two parts are
+    joined as tables where they have one schema (``build_table`` infers each column's type
+    from its values: the same for both parts then); else the rows are made again, all of
+    them, into each table."""
+    joined: dict = {}
+    rows_now = None
+    for name in {**committed, **tables}:
+        before = build_table(name, committed[name]) if name in committed else None
+        now = tables.get(name)
+        if before is None or now is None or before.schema == now.schema:
+            parts = [t for t in (before, now) if t is not None]
+            joined[name] = pa.concat_tables(parts).combine_chunks()
+            continue
+        if rows_now is None:
+            rows_now = emitted_rows(*every, names)
+        joined[name] = build_table(name, committed[name] + rows_now.get(name, []))
+    return joined
 
 
 @dataclass

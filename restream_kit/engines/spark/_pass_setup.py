@@ -30,6 +30,7 @@ __all__ = [
     "raw_key",
     "classic",
     "local_master",
+    "replay_dir",
 ]
 
 
@@ -81,9 +82,12 @@ class Setup:
     values_dir: str | None = None
 
 
-def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
+def prepare(
+    rep: Any, pp: PassPlan, started: float, events: Any, start: dict | None = None
+) -> Setup:
     """The log's DataFrame (kept for the next replay of the same log in this session), with
-    every pass's partition value, and what the pass jobs share."""
+    every pass's partition value, and what the pass jobs share; ``start`` the state a resume
+    or a ``start_from`` starts from (``_pass_epochs._Begun.state``), if any."""
     from ._events import prepare_events as _prepare
     from ._keys import jvm_key
 
@@ -99,7 +103,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
     # The kinds each pass takes from the log: a kind only ever scheduled costs no log scan.
     present = set(log.kinds)
     log_kinds = {p.index: tuple(k for k in p.event_kinds if k in present) for p in passes}
-    local = _arranged_locally(rep, pp, events, log_kinds)
+    local = _arranged_locally(rep, pp, events, log_kinds, start)
     # Passes whose events the driver arranges read no frame of the log.
     df = None if local else _log_frame(session, log, events)
     persisted = []
@@ -141,7 +145,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
     columns = events.columns if rep.on_error != "stop" else _used_columns(program, events.columns)
     wide = None
     pks: list[str] = []
-    if _forwards(rep, pp):
+    if _forwards(rep, pp) and (start is None or local):
         # The events travel from pass to pass with the probe values they pick up: every
         # pass's output has room for them (their columns and their partition values).
         # Partition values travel only for passes partitioned by more than plain columns
@@ -200,7 +204,7 @@ def prepare(rep: Any, pp: PassPlan, started: float, events: Any) -> Setup:
         folds=folded_counts(program),
         zips=zips,
         local=local,
-        values_dir=_values_dir() if local and zips else None,
+        values_dir=replay_dir() if local and zips else None,
         spread={
             p.index: ("N",) if p.partition == SINGLE else spread_values(session, partitions)
             for p in passes
@@ -237,9 +241,9 @@ def spread_values(session: Any, n: int) -> tuple[str, ...]:
     return _SPREAD[key]
 
 
-def _values_dir() -> str:
-    """A private directory of the kernel's scratch for one replay's values (removed when it
-    ends, ``_pass_driver.run_passes``)."""
+def replay_dir() -> str:
+    """A private directory of the kernel's scratch for one replay's values and start shares
+    (removed when it ends, ``_pass_driver.run_passes``)."""
     import tempfile
 
     from ...io.log import scratch_dir
@@ -247,22 +251,20 @@ def _values_dir() -> str:
     return tempfile.mkdtemp(dir=scratch_dir(), prefix="values-")
 
 
-def _starts_from_state(rep: Any) -> bool:
-    """Whether a replay may start from a committed state (``resume``, ``start_from``): its
-    passes then take that state as rows (``_pass_epochs``), so the events go through Spark's
-    sort beside them, and every task runs the general runtime."""
-    return bool(rep.options.get("resume") or rep.options.get("start_from"))
-
-
-def _arranged_locally(rep: Any, pp: PassPlan, events: Any, log_kinds: dict) -> dict:
+def _arranged_locally(
+    rep: Any, pp: PassPlan, events: Any, log_kinds: dict, start: dict | None
+) -> dict:
     """The passes whose events the driver arranges (``_local_arrangement``), each with the
     columns it is partitioned by; empty unless every pass with log events can: on a local
     master, a large log of the kernel's, passes of the serial engine's loop over log events
-    only, each partitioned by plain columns, and a pass taking events from another zipped."""
+    only, each partitioned by plain columns, and a pass taking events from another zipped.
+    A replay from a ``start`` state needs it dealt to their partitions (``_start_shares``);
+    otherwise its passes take it as rows through Spark's sort, in the general task."""
     from ._local_arrangement import use_local
+    from ._start_shares import dealable
     from ._zipped import takes_from_passes, zipped_passes
 
-    if _starts_from_state(rep):
+    if not dealable(pp, log_kinds, start):
         return {}
     if pp.schedules or pp.reason or events.pickled:
         return {}
@@ -295,7 +297,7 @@ def _forwards(rep: Any, pp: PassPlan) -> bool:
     """Whether the passes forward events (``_plain_pass.run_plain``): every pass runs handlers over
     log events only, and what crosses passes is only probe values, so that each event can
     carry the values it reads from pass to pass instead of meeting them in a sort."""
-    if pp.schedules or pp.reason or _starts_from_state(rep):
+    if pp.schedules or pp.reason:
         return False
     passes = pp.passes
     if not any(p.serves for p in passes):

@@ -37,7 +37,7 @@ from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravel
 from ._boundaries import Ends, state_row, unhandled_rows, waiting_rows
 from ._copies import CopyFeed, VersionRecorder
 from ._faults import inject_fault
-from ._local_arrangement import local_batches
+from ._local_arrangement import local_batches, local_part, local_start
 from ._pass_rows import (
     BATCH_ROWS,
     BLOB_ROWS,
@@ -250,13 +250,18 @@ class PassTask:
         inject_fault(f"pass{spec.index}")
         started = time.perf_counter()
         program = load_program(spec.program)
+        start = None  # its share of the state a replay starts from (``_start_shares``)
         if spec.local is not None:  # arranged by the driver: its events from a file
-            batches = local_batches(spec.local, batches)
+            part = local_part(batches)
+            start = local_start(spec.local, part)
+            batches = local_batches(spec.local, part)
         if spec.packed:
             batches = unpacked(batches)
         if spec.plain:
-            yield from run_plain(spec, program, batches, started)
+            yield from run_plain(spec, program, batches, started, start)
             return
+        if start is not None:
+            raise RuntimeError(f"pass {spec.index} got a start state but runs no plain loop")
         rt = _Runtime(spec, program)
         stores: dict[str, dict] = {}
         for name in program.states:

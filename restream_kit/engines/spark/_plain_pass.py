@@ -20,6 +20,8 @@ In a checkpointed replay the loop stops at each epoch's end to report its state 
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import pickle
 import time
 from collections.abc import Iterator
@@ -42,6 +44,7 @@ from ._pass_rows import (
     PEND,
     PH_TIMED,
     QUAR,
+    SIGN,
     STAT,
     U32,
     PassSpec,
@@ -57,7 +60,9 @@ from ._zipped import ValuePacker, unzip
 __all__ = ["run_plain"]
 
 
-def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) -> Iterator:
+def run_plain(
+    spec: PassSpec, program: Program, batches: Any, started: float, start: dict | None = None
+) -> Iterator:
     """A pass that only runs handlers over log events (no row from or for another pass but
     probe values, no scheduled event in the whole program): the serial engine's generated
     loop, with the handler bodies inlined, over the partition. Its rows' positions are
@@ -69,6 +74,9 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
     probe columns; a reading pass gets the events with the values of earlier passes and puts
     each in its store just before the handler that reads it (``consumes``). No probe row, no
     sort by tag, no per-row join: the event carries its reads.
+
+    A replay from a committed epoch gives the task its partition's share of that state
+    (``start``, ``_start_shares``): its states' values, and its timed writes still waiting.
     """
     # A pass that writes into state later passes hold, or schedules events for them, sends
     # those as rows (``Shipping``); the rest of the loop is the serial engine's. With
@@ -102,6 +110,8 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         else (JournalDict(rt.journal) if guarded else {})
         for name in program.states
     }
+    if start is not None:
+        _restore(start, rt, stores, program, made=ends is not None)
     hooks, extra, served, keys_by_name = _probe_hooks(spec, program, columns, tuple(kinds), stores)
     history = None
     if spec.history:  # the run's history: the serial engine's hooks, with positions
@@ -226,6 +236,24 @@ def run_plain(spec: PassSpec, program: Program, batches: Any, started: float) ->
         rt.send_folded()
         out[:0] = rt.out
     yield out_rows(out, spec)
+
+
+def _restore(start: dict, rt: Any, stores: dict, program: Program, made: bool) -> None:
+    """A partition's share of a start state in its stores and the runtime's waiting timed
+    writes. A restored write comes before whatever a run makes for the same time, as in
+    the serial engine (made first): numbered first, or, where timed writes are numbered by
+    the runs that made them (``made``), by no run (``_boundaries.made_bytes`` packs zeros)."""
+    for name, values in start["stores"].items():
+        dict.update(stores[name], values)  # (a JournalDict: nothing to undo)
+    future = start["future"]
+    if future and isinstance(rt, Shipping):
+        raise RuntimeError("a plain pass that ships rows cannot start from a state")
+    for at, number, name, op, key, arg in future:
+        order = (-SIGN, -SIGN, 0, number) if made else number
+        default = program.states[name].default
+        heapq.heappush(rt.future, (at, order, stores[name], default, op, key, arg))
+    if future and not made:
+        rt.order = itertools.count(future[-1][1] + 1)  # (numbered in the serial order)
 
 
 def _shipped(rt: Shipping, spec: PassSpec) -> pa.RecordBatch:

@@ -219,6 +219,7 @@ class _Kept:
         self.store: dict | None = start
         self.frame: pl.DataFrame | None = None
         self.columns_fit = True  # (false once a store would not make columns)
+        self._made: tuple = (None, None)  # (frame, its Arrow table): see ``_table``
         self._to_columns()
 
     def fold(self, delta: pl.DataFrame) -> None:
@@ -253,11 +254,15 @@ class _Kept:
         self.frame, self.store = pl.from_arrow(made[0]), None
 
     def _table(self) -> pa.Table:
-        arrays = [
-            self.frame.get_column(name).to_arrow().cast(_ARROW[dtype.base_type()])
-            for name, dtype in self.frame.schema.items()
-        ]
-        return pa.Table.from_arrays(arrays, names=[*self.keys, "v"])
+        """The columns as Arrow, made once per fold (the last epoch's commit and the final
+        dict read the same)."""
+        if self._made[0] is not self.frame:
+            arrays = [
+                self.frame.get_column(name).to_arrow().cast(_ARROW[dtype.base_type()])
+                for name, dtype in self.frame.schema.items()
+            ]
+            self._made = (self.frame, pa.Table.from_arrays(arrays, names=[*self.keys, "v"]))
+        return self._made[1]
 
     def _folded(self, frame: pl.DataFrame, delta: pl.DataFrame) -> pl.DataFrame | None:
         """``frame`` with ``delta`` folded in, or None when that would change a column's type

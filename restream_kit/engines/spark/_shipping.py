@@ -341,9 +341,9 @@ def _fields_key_function(expr: str, program: Program) -> Any:
 
 def guarded_runtime(spec: PassSpec, program: Program) -> Any:
     """The runtime of a plain pass under ``on_error`` skip or quarantine."""
-    number = {h.name: h.index for h in program.handlers}
     if spec.blind or spec.ships_events:
-        return GuardedShipping(spec, program, number)
+        return GuardedShipping(spec, program)  # (numbers handlers as ``Shipping`` does)
+    number = {h.name: h.index for h in program.handlers}
     return GuardedSerial(program.filename, spec.columns, number)
 
 
@@ -401,7 +401,7 @@ class GuardedShipping(Shipping):
     undone (store changes through the journal, and the rows, timed writes, scheduled events
     and window adds it made since its marks) and kept with its position in ``failed``."""
 
-    def __init__(self, spec: PassSpec, program: Program, number: dict[str, int]):
+    def __init__(self, spec: PassSpec, program: Program):
         super().__init__(spec, program)
         self.journal = _RunJournal(self)
         self.sent_once = _JournalSet(self.journal)

@@ -1,0 +1,130 @@
+"""A resume and a ``start_from`` in the serial engine's loop, on the driver's arrangement.
+
+Where the driver arranges the passes' events (``_local_arrangement``), a replay from a
+committed epoch keeps that arrangement: each task gets its partition's share of the start
+state (values, timed writes still waiting) and its events after the start
+(``_start_shares``). Its result and every epoch it commits must be the serial engine's, and
+``metrics.path`` must say that the tasks started from their shares.
+"""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+import pytest
+from engine_matrix import assert_ran_as_planned, assert_same_commits, waiting
+
+import restream_kit as rk
+from restream_kit.engines.spark import _local_arrangement
+from restream_kit.io import checkpoint
+
+SMALL = "sample_data/social_small.parquet"  # 50,000 events over 7 hours
+EPOCH = 12_500  # four epochs
+
+# The bench's ordinary rule, with a key deleted now and then (a share's key that its task
+# deletes must be gone from the result), and, under ``on_error``, a run raising now and then.
+RULE = """\
+from restream_kit import emit, hours, on, state
+
+rate = state.Map(default=0.0)
+ip_hour = state.Counter()
+
+
+@on("message")
+def sender_rate(e):
+    rate[e.src] = 0.95 * rate[e.src] + (0.05 if e.has_email else 0.0)
+    if e.dst % 61 == 3:
+        del rate[e.src]
+    RAISE
+
+
+@on("message")
+def ip_window(e):
+    ip_hour[e.ip] += 1
+    ip_hour.add(e.ip, -1, at=e.ts + hours(1))
+
+
+@on("message")
+def suspicious(e):
+    if rate.get(e.src, 0.0) > 0.1 and ip_hour[e.ip] > 3:
+        emit("suspicious", sender=e.src, ip=e.ip, rate=round(rate[e.src], 4))
+"""
+
+
+def _program(on_error: str) -> rk.Program:
+    raising = 'if e.dst % 97 == 5:\n        raise ValueError("bad dst")'
+    source = RULE.replace("RAISE", raising if on_error != "stop" else "pass")
+    return rk.Program.from_source(source, name="shares")
+
+
+def _same(got: rk.Result, want: rk.Result) -> None:
+    assert sorted(got.tables) == sorted(want.tables)
+    for name in want.tables:
+        assert got.tables[name].to_pylist() == want.tables[name].to_pylist(), name
+    assert got.state == want.state
+    if want.quarantine is not None:
+        assert got.quarantine.to_pylist() == want.quarantine.to_pylist()
+
+
+def _dealt(result: rk.Result) -> None:
+    """Every stage ran over two tasks arranged by the driver, started from their shares."""
+    for stage, what in result.metrics.path.items():
+        assert "arranged by the driver" in what, (stage, what)
+        assert "share of the state" in what, (stage, what)
+        assert "(2 tasks)" in what, (stage, what)
+
+
+@pytest.mark.parametrize("on_error", ["stop", "quarantine"])
+def test_a_resume_starts_each_task_from_its_share(on_error, spark_session, tmp_path):
+    """A checkpoint, as if killed after two of its four epochs, resumed: the rest of the log
+    once, in the serial engine's loop, every epoch committed as the serial engine does."""
+    log = rk.Log(SMALL)
+    program = _program(on_error)
+    options = dict(epoch=EPOCH, on_error=on_error)
+    want = rk.replay(program, log, checkpoint=tmp_path / "serial", **options)
+    if on_error != "stop":
+        assert want.quarantine.num_rows > 0
+    # The start holds timed writes still waiting, and keys no later event has.
+    start = checkpoint.read(tmp_path / "serial", 1)
+    assert waiting(start.state)[0]
+    later = set(log.table.column("src").to_pylist()[start.done :])
+    assert set(start.state["stores"]["rate"]) - later
+    ck = tmp_path / "spark"
+    spark = dict(engine="spark", partitions=2, checkpoint=ck, **options)
+    with mock.patch.object(_local_arrangement, "LOCAL_ROWS", 0):
+        _same(rk.replay(program, log, **spark), want)
+        manifest = json.loads((ck / "manifest.json").read_text())
+        manifest["epochs"], manifest["complete"] = manifest["epochs"][:2], False
+        (ck / "manifest.json").write_text(json.dumps(manifest))
+        got = rk.replay(program, log, **spark, resume=True)
+    assert got.resumed_from_epoch == 2
+    _same(got, want)
+    assert_ran_as_planned(program, got)
+    _dealt(got)
+    assert_same_commits(tmp_path / "serial", ck, range(2, 4))
+
+
+@pytest.mark.parametrize("epoch", [0, 2])
+def test_a_start_from_starts_each_task_from_its_share(epoch, spark_session, tmp_path):
+    """Started from a committed epoch, with and without a checkpoint of its own: the serial
+    engine's rest of the log."""
+    log = rk.Log(SMALL)
+    program = _program("stop")
+    rk.replay(program, log, epoch=EPOCH, checkpoint=tmp_path / "serial")
+    start = (tmp_path / "serial", epoch)
+    want = rk.replay(program, log, start_from=start, epoch=EPOCH, checkpoint=tmp_path / "want")
+    with mock.patch.object(_local_arrangement, "LOCAL_ROWS", 0):
+        got = rk.replay(program, log, engine="spark", partitions=2, start_from=start)
+        _same(got, want)
+        _dealt(got)
+        ck = tmp_path / "got"
+        got = rk.replay(
+            program, log, engine="spark", partitions=2, start_from=start, epoch=EPOCH,
+            checkpoint=ck,
+        )  # fmt: skip
+    _same(got, want)
+    _dealt(got)
+    epochs = [e["epoch"] for e in json.loads((ck / "manifest.json").read_text())["epochs"]]
+    assert epochs == list(range(epoch + 1, 4))
+    assert_same_commits(tmp_path / "want", ck, epochs)
