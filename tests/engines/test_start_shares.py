@@ -1,15 +1,18 @@
-"""A resume and a ``start_from`` in the serial engine's loop, on the driver's arrangement.
+"""A resume and a ``start_from`` in the serial engine's loop.
 
 Where the driver arranges the passes' events (``_local_arrangement``), a replay from a
 committed epoch keeps that arrangement: each task gets its partition's share of the start
 state (values, timed writes still waiting) and its events after the start
-(``_start_shares``). Its result and every epoch it commits must be the serial engine's, and
-``metrics.path`` must say that the tasks started from their shares.
+(``_start_shares``). Where Spark shuffles the events (the windows: scheduled closes), a
+pass fed by nothing but the start gets its share as rows before its events. Its result
+and every epoch it commits must be the serial engine's, and ``metrics.path`` must say that
+the tasks started from their shares.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -128,3 +131,51 @@ def test_a_start_from_starts_each_task_from_its_share(epoch, spark_session, tmp_
     epochs = [e["epoch"] for e in json.loads((ck / "manifest.json").read_text())["epochs"]]
     assert epochs == list(range(epoch + 1, 4))
     assert_same_commits(tmp_path / "want", ck, epochs)
+
+
+# The bench's windows (tumbling closes scheduled, a sliding count by timed writes), raising
+# after its adds now and then under ``on_error``.
+WINDOWS = (Path(__file__).resolve().parents[2] / "bench" / "programs" / "windows.py").read_text()
+
+
+@pytest.mark.parametrize("on_error", ["stop", "quarantine"])
+def test_a_shuffled_pass_takes_its_share_as_rows(on_error, spark_session, tmp_path):
+    """The windows' adding pass, its events shuffled by Spark, keeps the serial engine's
+    loop on a resume and a ``start_from``: its share of the start (the sliding counts and
+    their timed writes) comes as rows before its events; the closing pass takes the rest
+    (the tumbling counts, the closes waiting) as rows in the general task."""
+    log = rk.Log(SMALL)
+    source = WINDOWS
+    if on_error != "stop":
+        source = source.replace(
+            "    if per_ip.value(e.ip) > 30:",
+            '    if e.dst % 31 == 4:\n        raise ValueError("after the adds")\n'
+            "    if per_ip.value(e.ip) > 30:",
+        )
+        assert "after the adds" in source
+    program = rk.Program.from_source(source, name="windows")
+    options = dict(epoch=EPOCH, on_error=on_error)
+    want = rk.replay(program, log, checkpoint=tmp_path / "serial", **options)
+    start = checkpoint.read(tmp_path / "serial", 1)
+    assert waiting(start.state)[0] and waiting(start.state)[1]  # timed writes, closes
+    ck = tmp_path / "spark"
+    spark = dict(engine="spark", partitions=2, checkpoint=ck, **options)
+    _same(rk.replay(program, log, **spark), want)
+    manifest = json.loads((ck / "manifest.json").read_text())
+    manifest["epochs"], manifest["complete"] = manifest["epochs"][:2], False
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+    got = rk.replay(program, log, **spark, resume=True)
+    _same(got, want)
+    assert_ran_as_planned(program, got)
+    assert_same_commits(tmp_path / "serial", ck, range(2, 4))
+    track = got.metrics.path["track"]
+    assert "share of the state" in track and "(2 tasks)" in track, track
+    assert "share of the state" not in got.metrics.path["per_sender__close"]
+    # Started from the serial engine's second epoch: the serial engine's rest.
+    start_from = (tmp_path / "serial", 1)
+    want = rk.replay(program, log, start_from=start_from, on_error=on_error)
+    got = rk.replay(
+        program, log, engine="spark", partitions=2, start_from=start_from, on_error=on_error
+    )
+    _same(got, want)
+    assert "share of the state" in got.metrics.path["track"]

@@ -51,6 +51,7 @@ from ._pass_setup import (
 from ._pass_stores import apply_op
 from ._pass_task import PassTask
 from ._passes import ORDER, SINGLE, PassPlan
+from ._start_shares import share_frame, shares_rows
 from ._zipped import PART, VALUES, sources, takes_from_passes, zip_targets
 
 __all__ = ["run_passes", "run_jobs", "Ran"]
@@ -220,9 +221,13 @@ def run_jobs(
             one_kind = None
             senders = [q for q in passes[: p.index] if p.index in q.sends]
             forwarding = setup.wide is not None
-            fed = (bool(senders) and not forwarding) or carry is not None
-            raw = raw_key(p.partition, setup.events) if not fed else None
             kinds = setup.log_kinds[p.index]
+            fed_by_passes = bool(senders) and not forwarding
+            # A replay from a start state: a pass fed by nothing else keeps the serial
+            # engine's loop, its share of the start as rows before its events.
+            shared, share = _share(setup, p, starts, fed_by_passes, kinds, forwarding)
+            fed = fed_by_passes or (carry is not None and not shared)
+            raw = raw_key(p.partition, setup.events) if not fed else None
             plain = _plain(setup, p, fed, kinds, forwarding)
             n = 1 if p.partition == SINGLE else partitions
             zipped = None
@@ -296,12 +301,14 @@ def run_jobs(
                         *[f"_rs_q{c}{s}" for s in consumed for c in "ldb"],
                     )
                 )
-            if carry is not None:
+            if carry is not None and not shared:
                 parts.append(
                     carry.where(f"_rs_dest = {p.index}").selectExpr(
                         *_POS, "_rs_tag", "_rs_pk", "_rs_b"
                     )
                 )
+            if share is not None:
+                parts.append(share)
             if not parts:
                 # Nothing reaches this pass (its kinds are not in the log, and no earlier pass
                 # sends it anything): no job, and the path says why it ran no task.
@@ -338,8 +345,10 @@ def run_jobs(
                 else:
                     rows = rows.repartition(n, *(raw or ["_rs_pk"]))
                 rows = rows.sortWithinPartitions("ts", "lsn")
-                if not setup.python_keys and not (
-                    forwarding and any(sources(passes, p, setup.log_kinds))
+                if (
+                    not setup.python_keys
+                    and share is None
+                    and not (forwarding and any(sources(passes, p, setup.log_kinds)))
                 ):
                     # From the log alone, and partition values from SQL: the same next time.
                     rows, packed = arranged(setup, rows)
@@ -386,6 +395,7 @@ def run_jobs(
                 },
                 values_dir=setup.values_dir,
                 local=local,
+                shares=share is not None,
                 zipped=zipped is not None,
                 packed=packed,
                 copies=p.copies,
@@ -442,6 +452,8 @@ def run_jobs(
                     else where_from + ", joined to the values read upstream by position in "
                     "each partition"
                 )
+            if share is not None or (starts is not None and p.index in starts.shares):
+                carried += ", each task started from its partition's share of the state"
             if rep.on_error != "stop" and p.stage in ran.looped:
                 carried += ", a run that raises undone by the serial engine's guarded loop"
             for stage in p.stages or (p.stage,):
@@ -462,6 +474,22 @@ def run_jobs(
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
     return ran
+
+
+def _share(
+    setup: Setup, p: Any, starts: Any, fed: bool, kinds: tuple, forwarding: bool
+) -> tuple[bool, Any]:
+    """Whether pass ``p`` of a replay from a start state, where Spark shuffles its events,
+    takes its share of the start as rows before them (``_start_shares.share_frame``) and
+    keeps the serial engine's loop, and those rows (None: it has no share)."""
+    if starts is None or starts.state is None or p.index in setup.local:
+        return False, None
+    if not _plain(setup, p, fed, kinds, forwarding) or not shares_rows(setup.pp, p, starts.state):
+        return False, None
+    try:
+        return True, share_frame(setup, p, starts.state, raw_key(p.partition, setup.events))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return False, None  # a key not of its columns' types: the rows of the general task
 
 
 def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> bool:

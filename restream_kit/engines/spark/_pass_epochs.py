@@ -45,7 +45,7 @@ from ._pass_rows import PH_LOG
 from ._pass_setup import Setup
 from ._passes import BY_KEY, ORDER, SINGLE
 from ._program_ref import key_function
-from ._start_shares import deal
+from ._start_shares import Starts, deal
 
 __all__ = ["run_checkpointed", "start_state"]
 
@@ -104,13 +104,11 @@ def run_checkpointed(setup: Setup) -> Result:
         else:  # the log after the start, and the start's state and waiting entries as rows
             events = events.where(f"lsn > {after}")
             carry = _carry_frame(setup, begun.state)
+            starts = Starts(after, state=begun.state)  # (a share each: ``_start_shares``)
     if epochs:
         ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends, starts=starts)
     else:  # a complete checkpoint resumed: nothing is left to run
         ran = Ran(finals={name: dict(begun.state["stores"][name]) for name in program.states})
-    if starts is not None:
-        for stage in ran.path:
-            ran.path[stage] += ", each task started from its partition's share of the state"
     apply_pending(program, ran)
     if not ends:  # one epoch: its tasks emitted their rows as without a checkpoint
         ran.emitted_at[0] = (ran.emitted, ran.emitted_columns)

@@ -162,6 +162,7 @@ class PassSpec:
     # Passes arranged by the driver (``_local_arrangement``): where this one's tasks read
     # their events and the values sent to them, and where they write the values they send.
     local: Any = None
+    shares: bool = False  # its share of a start state comes as rows first (``_start_shares``)
     values_dir: str | None = None
     packed: bool = False  # its events come packed as Arrow IPC (``_pass_setup.arranged``)
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)

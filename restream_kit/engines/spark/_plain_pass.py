@@ -55,6 +55,7 @@ from ._pass_rows import (
 from ._pass_stores import BlindStore
 from ._program_ref import column_values, event_type, key_function
 from ._shipping import MadeBy, MadeByRuntime, Shipping, guarded_runtime
+from ._start_shares import taken_start
 from ._zipped import ValuePacker, unzip
 
 __all__ = ["run_plain"]
@@ -76,8 +77,11 @@ def run_plain(
     sort by tag, no per-row join: the event carries its reads.
 
     A replay from a committed epoch gives the task its partition's share of that state
-    (``start``, ``_start_shares``): its states' values, and its timed writes still waiting.
+    (``start``, or as rows before its events, ``spec.shares``: ``_start_shares``): its
+    states' values, and its timed writes still waiting.
     """
+    if spec.shares:
+        batches, start = taken_start(batches)
     # A pass that writes into state later passes hold, or schedules events for them, sends
     # those as rows (``Shipping``); the rest of the loop is the serial engine's. With
     # ``on_error`` skip or quarantine, a run that raises is undone (``guarded_runtime``).
@@ -246,14 +250,16 @@ def _restore(start: dict, rt: Any, stores: dict, program: Program, made: bool) -
     for name, values in start["stores"].items():
         dict.update(stores[name], values)  # (a JournalDict: nothing to undo)
     future = start["future"]
-    if future and isinstance(rt, Shipping):
-        raise RuntimeError("a plain pass that ships rows cannot start from a state")
     for at, number, name, op, key, arg in future:
         order = (-SIGN, -SIGN, 0, number) if made else number
         default = program.states[name].default
         heapq.heappush(rt.future, (at, order, stores[name], default, op, key, arg))
     if future and not made:
-        rt.order = itertools.count(future[-1][1] + 1)  # (numbered in the serial order)
+        later = itertools.count(future[-1][1] + 1)  # (numbered in the serial order)
+        if isinstance(rt, Shipping):
+            rt._order = later
+        else:
+            rt.order = later
 
 
 def _shipped(rt: Shipping, spec: PassSpec) -> pa.RecordBatch:

@@ -16,7 +16,14 @@ a file of the replay's own scratch directory (:func:`deal`):
 A state held by a pass with no log event, scheduled events waiting (a ``start_from`` of a
 program that schedules), or a state read through copies cannot be dealt so (:func:`dealable`
 says): such a replay takes the start state as rows through Spark's sort
-(``_pass_epochs._carry_frame``) in the general task.
+(``_pass_epochs._carry_frame``).
+
+Where Spark shuffles the events, a pass that runs the serial engine's loop keeps it too
+when nothing but the start feeds it (:func:`shares_rows`): its share goes as rows keyed as
+its events are (its partition columns, or its partition value), which Spark's repartition
+sends where the key's events go and its sort puts before them (:func:`share_frame`); the
+task takes them off the front of its partition (``_plain_pass``). Other passes take the
+start as rows in the general task.
 """
 
 from __future__ import annotations
@@ -29,16 +36,22 @@ from typing import Any
 from . import _pass_rows as W
 from ._local_arrangement import partition_of
 
-__all__ = ["Starts", "dealable", "deal"]
+__all__ = ["Starts", "dealable", "deal", "shares_rows", "share_frame", "taken_start", "SHARE"]
+
+#: The column of a share row's entry (null on events): see :func:`share_frame`.
+SHARE = "_rs_share"
+_FIRST = -(1 << 63)  # a share row's time: before every event
 
 
 @dataclass(frozen=True)
 class Starts:
     """Where a replay's tasks start: after the log event ``after`` (its lsn), each with its
-    partition's share of the start state (pass -> a file per partition, ``""`` for none)."""
+    partition's share of the start state (pass -> a file per partition, ``""`` for none);
+    or, where Spark shuffles the events, the ``state`` itself, for :func:`share_frame`."""
 
     after: int
     shares: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    state: dict | None = None
 
 
 def dealable(pp: Any, log_kinds: dict, state: dict | None) -> bool:
@@ -108,3 +121,80 @@ def _key_partitions(setup: Any, p: Any, n: int) -> dict:
     tupled = isinstance(ast.parse(p.partition, mode="eval").body, ast.Tuple)
     keys = list(zip(*columns)) if tupled else columns[0]
     return dict(zip(keys, frame.get_column("_rs_part").to_list()))
+
+
+def shares_rows(pp: Any, p: Any, state: dict) -> bool:
+    """Whether pass ``p``, fed by nothing but the start, takes its share as rows before its
+    events (:func:`share_frame`) and keeps the serial engine's loop: it is partitioned by a
+    key, and no scheduled event of the start is of a kind it handles (its loop runs log
+    events only)."""
+    from ._passes import BY_KEY, ORDER, SINGLE
+
+    if p.partition in (ORDER, SINGLE, BY_KEY) or p.copies or p.versions_to:
+        return False
+    mine = {kind for kind, targets in pp.kind_passes.items() if p.index in targets}
+    return not any(ev.kind in mine for _at, _n, ev in state["scheduled"])
+
+
+def share_frame(setup: Any, p: Any, state: dict, raw: list[str] | None) -> Any:
+    """Pass ``p``'s share of ``state`` as rows keyed as its events are: by the columns
+    ``raw`` (a key's value in each), or else by its partition value ``_rs_pk``; each with
+    its entry (:data:`SHARE`: a state's value, or a timed write with its serial number),
+    first in time (``ts``) and in the serial order (``lsn``). None when it has none."""
+    import pyarrow as pa
+
+    from ._codec import encode_key
+    from ._pass_setup import unquoted
+
+    entries = []
+    for name in p.homes:
+        for key, value in state["stores"].get(name, {}).items():
+            entries.append((key, ("value", name, key, value)))
+    for number, (at, _n, name, op, key, arg) in enumerate(state["future"]):
+        if name in p.homes:
+            entries.append((key, ("write", at, number, name, op, key, arg)))
+    if not entries:
+        return None
+    columns: dict[str, Any] = {}
+    if raw is None:
+        columns["_rs_pk"] = pa.array([encode_key(key) for key, _e in entries], pa.string())
+    else:
+        names = [unquoted(c) for c in raw]
+        tupled = isinstance(ast.parse(p.partition, mode="eval").body, ast.Tuple)
+        for i, name in enumerate(names):
+            values = [key[i] if tupled else key for key, _e in entries]
+            columns[name] = pa.array(values, setup.events.types[name])
+    columns["ts"] = pa.array([_FIRST] * len(entries), pa.int64())
+    columns["lsn"] = pa.array(range(len(entries)), pa.int64())
+    columns[SHARE] = pa.array([W.dumps(e) for _key, e in entries], pa.binary())
+    return setup.session.createDataFrame(pa.table(columns))
+
+
+def taken_start(batches: Any) -> tuple[Any, dict]:
+    """In a task of a pass given its share as rows (:func:`share_frame`): the share, taken
+    off the front of its partition, as a start (``{"stores": .., "future": ..}``), and the
+    events after it. A share row after an event fails the task: the sort was lost."""
+    import itertools
+    import pickle
+
+    it = iter(batches)
+    entries: list = []
+    rest: Any = iter(())
+    for batch in it:
+        column = batch.column(SHARE)
+        k = batch.num_rows - column.null_count
+        if column.slice(k).null_count != batch.num_rows - k:
+            raise RuntimeError("a share of the start state came after an event")
+        entries += [pickle.loads(b) for b in column.slice(0, k).to_pylist()]
+        if k < batch.num_rows:
+            rest = itertools.chain([batch.slice(k)], it)
+            break
+    start: dict = {"stores": {}, "future": []}
+    for entry in entries:
+        if entry[0] == "value":
+            _what, name, key, value = entry
+            start["stores"].setdefault(name, {})[key] = value
+        else:
+            start["future"].append(entry[1:])
+    start["future"].sort(key=lambda w: w[1])  # (at, number, ...): the serial order
+    return rest, start
