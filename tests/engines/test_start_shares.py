@@ -25,34 +25,19 @@ from restream_kit.io import checkpoint
 SMALL = "sample_data/social_small.parquet"  # 50,000 events over 7 hours
 EPOCH = 12_500  # four epochs
 
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "programs"
 # The bench's ordinary rule, with a key deleted now and then (a share's key that its task
 # deletes must be gone from the result), and, under ``on_error``, a run raising now and then.
-RULE = """\
-from restream_kit import emit, hours, on, state
-
-rate = state.Map(default=0.0)
-ip_hour = state.Counter()
-
-
-@on("message")
-def sender_rate(e):
-    rate[e.src] = 0.95 * rate[e.src] + (0.05 if e.has_email else 0.0)
-    if e.dst % 61 == 3:
-        del rate[e.src]
-    RAISE
-
-
-@on("message")
-def ip_window(e):
-    ip_hour[e.ip] += 1
-    ip_hour.add(e.ip, -1, at=e.ts + hours(1))
-
-
-@on("message")
-def suspicious(e):
-    if rate.get(e.src, 0.0) > 0.1 and ip_hour[e.ip] > 3:
-        emit("suspicious", sender=e.src, ip=e.ip, rate=round(rate[e.src], 4))
-"""
+RULE = (
+    (BENCH / "ordinary.py")
+    .read_text()
+    .replace(
+        "    rate[e.src] = smooth(rate[e.src], 1.0 if e.has_email else 0.0)\n",
+        "    rate[e.src] = smooth(rate[e.src], 1.0 if e.has_email else 0.0)\n"
+        "    if e.dst % 61 == 3:\n        del rate[e.src]\n    RAISE\n",
+    )
+)
+assert "RAISE" in RULE
 
 
 def _program(on_error: str) -> rk.Program:
@@ -135,7 +120,7 @@ def test_a_start_from_starts_each_task_from_its_share(epoch, spark_session, tmp_
 
 # The bench's windows (tumbling closes scheduled, a sliding count by timed writes), raising
 # after its adds now and then under ``on_error``.
-WINDOWS = (Path(__file__).resolve().parents[2] / "bench" / "programs" / "windows.py").read_text()
+WINDOWS = (BENCH / "windows.py").read_text()
 
 
 @pytest.mark.parametrize("on_error", ["stop", "quarantine"])
