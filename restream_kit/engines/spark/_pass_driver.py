@@ -197,8 +197,9 @@ def run_jobs(
     """One Spark job per pass over the log events of ``df``, with the rows of ``carry`` (the
     state and waiting entries a replay starts from, with their ``_rs_dest``); ``bounds`` the
     ends of a checkpoint's epochs, which every task reports as it passes them
-    (``_boundaries``). Passes the driver arranged take the start as ``starts`` instead
-    (``_start_shares``): each task its partition's share and its events after it."""
+    (``_boundaries``). A pass that runs the serial engine's loop takes its share of the
+    start from ``starts`` instead (``_start_shares``): a file per partition where the driver
+    arranged its events, else rows before its events."""
     rep, program, session, log = setup.rep, setup.program, setup.session, setup.log
     passes = setup.pp.passes
     partitions = setup.partitions

@@ -259,7 +259,7 @@ def _arranged_locally(
     master, a large log of the kernel's, passes of the serial engine's loop over log events
     only, each partitioned by plain columns, and a pass taking events from another zipped.
     A replay from a ``start`` state needs it dealt to their partitions (``_start_shares``);
-    otherwise its passes take it as rows through Spark's sort, in the general task."""
+    otherwise its passes take it as rows through Spark's sort."""
     from ._local_arrangement import use_local
     from ._start_shares import dealable
     from ._zipped import takes_from_passes, zipped_passes
