@@ -11,6 +11,7 @@ through a cached DataFrame.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from engine_matrix import assert_ran_as_planned, assert_same_result
+from engine_matrix import assert_ran_as_planned, assert_same_commits, assert_same_result
 
 import restream_kit as rk
 
@@ -380,6 +381,19 @@ def test_a_checkpointed_pass_replay_on_the_cluster_commits_the_serial_engines_ep
                 assert [repr(e) for e in mine] == [repr(e) for e in theirs], (k, part)
         rows = [checkpoint.load_value(d / f"epoch-{k:06d}", "rows") for d in (serial_ck, spark_ck)]
         assert rows[0] == rows[1], f"epoch {k}: rows"
+    # Resumed on the cluster as if killed after two epochs: the adding pass keeps the serial
+    # engine's loop, its share of the start going to the workers as rows (``_start_shares``).
+    manifest = json.loads((spark_ck / "manifest.json").read_text())
+    manifest["epochs"], manifest["complete"] = manifest["epochs"][:2], False
+    (spark_ck / "manifest.json").write_text(json.dumps(manifest))
+    resumed = rk.replay(
+        rk.Program.from_file(PROGRAMS["windows"]), rk.Log(private_log), engine="spark",
+        master=test_cluster.master, epoch=10_000, checkpoint=spark_ck, resume=True,
+    )  # fmt: skip
+    assert resumed.resumed_from_epoch == 2
+    assert_same_result(resumed, got)
+    assert "share of the state" in resumed.metrics.path["track"], resumed.metrics.path
+    assert_same_commits(serial_ck, spark_ck, range(2, 5))
 
 
 def test_the_layout_says_which_path_each_master_takes():

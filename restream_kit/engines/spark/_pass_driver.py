@@ -54,7 +54,7 @@ from ._passes import ORDER, SINGLE, PassPlan
 from ._start_shares import share_frame, shares_rows
 from ._zipped import PART, VALUES, sources, takes_from_passes, zip_targets
 
-__all__ = ["run_passes", "run_jobs", "Ran"]
+__all__ = ["run_passes", "run_jobs", "shared_passes", "Ran"]
 
 _POS = ("_rs_t", "_rs_ph", "_rs_o", "_rs_sub")
 
@@ -226,7 +226,8 @@ def run_jobs(
             fed_by_passes = bool(senders) and not forwarding
             # A replay from a start state: a pass fed by nothing else keeps the serial
             # engine's loop, its share of the start as rows before its events.
-            shared, share = _share(setup, p, starts, fed_by_passes, kinds, forwarding)
+            shared = starts is not None and p.index in starts.frames
+            share = starts.frames[p.index] if shared else None
             fed = fed_by_passes or (carry is not None and not shared)
             raw = raw_key(p.partition, setup.events) if not fed else None
             plain = _plain(setup, p, fed, kinds, forwarding)
@@ -477,20 +478,25 @@ def run_jobs(
     return ran
 
 
-def _share(
-    setup: Setup, p: Any, starts: Any, fed: bool, kinds: tuple, forwarding: bool
-) -> tuple[bool, Any]:
-    """Whether pass ``p`` of a replay from a start state, where Spark shuffles its events,
-    takes its share of the start as rows before them (``_start_shares.share_frame``) and
-    keeps the serial engine's loop, and those rows (None: it has no share)."""
-    if starts is None or starts.state is None or p.index in setup.local:
-        return False, None
-    if not _plain(setup, p, fed, kinds, forwarding) or not shares_rows(setup.pp, p, starts.state):
-        return False, None
-    try:
-        return True, share_frame(setup, p, starts.state, raw_key(p.partition, setup.events))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        return False, None  # a key not of its columns' types: the rows of the general task
+def shared_passes(setup: Setup, state: dict) -> dict[int, Any]:
+    """The passes of a replay from ``state``, their events shuffled by Spark, that take their
+    share of it as rows before their events and keep the serial engine's loop
+    (``_start_shares``): fed by nothing else, and running that loop. Each with those rows
+    (None: it has no share)."""
+    passes = setup.pp.passes
+    forwarding = setup.wide is not None
+    found: dict[int, Any] = {}
+    for p in passes:
+        if p.index in setup.local or not shares_rows(setup.pp, p, state):
+            continue
+        fed = any(p.index in q.sends for q in passes[: p.index]) and not forwarding
+        if not _plain(setup, p, fed, setup.log_kinds[p.index], forwarding):
+            continue
+        try:
+            found[p.index] = share_frame(setup, p, state, raw_key(p.partition, setup.events))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            continue  # a key not of its columns' types: its share goes as the others' rows
+    return found
 
 
 def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> bool:

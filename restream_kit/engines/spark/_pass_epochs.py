@@ -40,7 +40,15 @@ from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_rows as W
 from ._codec import encode_key
 from ._emitted import committed_rows, emitted_rows, emitted_tables
-from ._pass_driver import Ran, _names, apply_pending, handler_names, make_result, run_jobs
+from ._pass_driver import (
+    Ran,
+    _names,
+    apply_pending,
+    handler_names,
+    make_result,
+    run_jobs,
+    shared_passes,
+)
 from ._pass_rows import PH_LOG
 from ._pass_setup import Setup
 from ._passes import BY_KEY, ORDER, SINGLE
@@ -103,8 +111,9 @@ def run_checkpointed(setup: Setup) -> Result:
             starts = deal(setup, begun.state, after, setup.partitions)
         else:  # the log after the start, and the start's state and waiting entries as rows
             events = events.where(f"lsn > {after}")
-            carry = _carry_frame(setup, begun.state)
-            starts = Starts(after, state=begun.state)  # (a share each: ``_start_shares``)
+            frames = shared_passes(setup, begun.state)  # (a share each: ``_start_shares``)
+            carry = _carry_frame(setup, begun.state, skip=frozenset(frames))
+            starts = Starts(after, frames=frames)
     if epochs:
         ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends, starts=starts)
     else:  # a complete checkpoint resumed: nothing is left to run
@@ -296,11 +305,15 @@ def _pass_op(op: str, arg: Any) -> tuple:
     return ("del",) if op == "del" else (op, arg)
 
 
-def _carry_frame(setup: Setup, state: dict[str, Any]) -> Any:
-    """The rows an epoch starts from (see the module docstring), as a DataFrame."""
+def _carry_frame(setup: Setup, state: dict[str, Any], skip: frozenset = frozenset()) -> Any:
+    """The rows an epoch starts from (see the module docstring), as a DataFrame; none for
+    the passes ``skip`` (they take their shares as rows of their own: ``_start_shares``)."""
     pp, program = setup.pp, setup.program
     # (A pass holding copies of a state gets them from its versions, made by a holder.)
-    holders = {name: [p for p in pp.passes if name in p.homes] for name in program.states}
+    holders = {
+        name: [p for p in pp.passes if name in p.homes and p.index not in skip]
+        for name in program.states
+    }
     rows: list[tuple] = []
 
     def pk(partition: str, key: Any) -> str:

@@ -46,12 +46,13 @@ _FIRST = -(1 << 63)  # a share row's time: before every event
 @dataclass(frozen=True)
 class Starts:
     """Where a replay's tasks start: after the log event ``after`` (its lsn), each with its
-    partition's share of the start state (pass -> a file per partition, ``""`` for none);
-    or, where Spark shuffles the events, the ``state`` itself, for :func:`share_frame`."""
+    partition's share of the start state: pass -> a file per partition (``""`` for none)
+    where the driver arranges the events, or else pass -> its rows (:func:`share_frame`;
+    None for none)."""
 
     after: int
     shares: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    state: dict | None = None
+    frames: dict[int, Any] = field(default_factory=dict)
 
 
 def dealable(pp: Any, log_kinds: dict, state: dict | None) -> bool:
