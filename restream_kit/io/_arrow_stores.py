@@ -33,6 +33,8 @@ __all__ = [
     "rows_of_columns",
     "rows_from_table",
     "future_columns",
+    "future_parts_columns",
+    "FutureColumns",
     "future_from_table",
 ]
 
@@ -191,7 +193,14 @@ def future_columns(future: list) -> tuple[pa.Table, int | None] | None:
     when they must stay JSON (a merge function, mixed types, few of them)."""
     if len(future) < MIN_KEYS or set(map(type, future)) != {tuple} or set(map(len, future)) != {6}:
         return None
-    parts = list(zip(*future))
+    return future_parts_columns(list(zip(*future)))
+
+
+def future_parts_columns(parts: list) -> tuple[pa.Table, int | None] | None:
+    """:func:`future_columns` of timed writes given as their six fields' sequences (``at``,
+    ``n``, ``state``, ``op``, ``key``, ``arg``), each in the writes' order."""
+    if len(parts[0]) < MIN_KEYS:
+        return None
     keys = list(parts[4])
     if type(keys[0]) is tuple:
         arity = len(keys[0])
@@ -208,6 +217,16 @@ def future_columns(future: list) -> tuple[pa.Table, int | None] | None:
     if any(c is None for c in columns.values()) or columns["at"].type != pa.int64():
         return None
     return pa.table(columns), arity
+
+
+@dataclass
+class FutureColumns:
+    """Timed writes already in :func:`future_columns`' layout (``at, n, state, op, k0..,
+    arg`` and the key shape), from an engine that makes them as columns: committed as they
+    are."""
+
+    table: pa.Table
+    arity: int | None
 
 
 def future_from_table(table: pa.Table, arity: int | None) -> list:

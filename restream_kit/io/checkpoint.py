@@ -51,6 +51,7 @@ from typing import Any
 from ..model import values
 from ..model.errors import RestreamError
 from ._arrow_stores import (
+    FutureColumns,
     RowsColumns,
     StoreColumns,
     future_columns,
@@ -673,6 +674,9 @@ def _with_store_tables(value: Any) -> Any:
         swapped[name] = store if columns is None else _StoreTable(*columns)
     value = {**value, "stores": swapped}
     future = value.get("future")
+    if type(future) is FutureColumns:  # columns already: committed as they are
+        value["future"] = _FutureTable(future.table, future.arity)
+        return value
     columns = future_columns(future) if type(future) is list else None
     if columns is not None:
         value["future"] = _FutureTable(*columns)

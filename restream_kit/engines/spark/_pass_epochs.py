@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...io._arrow_stores import MIN_KEYS, FutureColumns, future_parts_columns
 from ...io.checkpoint import (
     CheckpointError,
     check_states,
@@ -259,12 +260,25 @@ def _state_after(program: Any, finals: dict, carried: list, quarantined: list) -
     states' values (``finals``) and the entries they carried (``(tag, position, blob)``, each
     once: a write that several passes hold and an event that several passes handle come back
     from each of them)."""
+    entries = sorted(carried, key=_BY_POSITION)
+    if len(entries) >= MIN_KEYS and {entry[0] for entry in entries} == {W.TAG_WRITE}:
+        # Timed writes only (the common case), many: made as columns for the commit.
+        future, n = _writes_as_columns(entries)
+        return {
+            "states": state_declarations(program),
+            "stores": {name: dict(values) for name, values in finals.items()},
+            "future": future,
+            "scheduled": [],
+            "order": n,
+            "scheduled_per_root": {},
+            "quarantined": quarantined,
+        }
     future: list = []
     scheduled: list = []
     per_root: dict[int, int] = {}
     last = None
     n = 0
-    for tag, pos, blob in sorted(carried, key=_BY_POSITION):
+    for tag, pos, blob in entries:
         if (pos, tag) == last:  # (the same entry from another pass: sorted next to it)
             continue
         last = (pos, tag)
@@ -290,6 +304,36 @@ def _state_after(program: Any, finals: dict, carried: list, quarantined: list) -
 
 
 _BY_POSITION = operator.itemgetter(1, 0)
+
+
+def _writes_as_columns(entries: list) -> tuple[Any, int]:
+    """Timed writes carried at an end (``(tag, position, blob)``, sorted by position), each
+    once, as the serial engine's state holds them, numbered in that order: as columns for
+    the commit (``FutureColumns``) where they fit, else as its tuples. Also how many."""
+    at: list = []
+    states: list = []
+    ops: list = []
+    keys: list = []
+    args: list = []
+    last = None
+    for _tag, pos, blob in entries:
+        if pos == last:  # (the same write from another pass: sorted next to it)
+            continue
+        last = pos
+        name, key, op = pickle.loads(blob) if type(blob) is bytes else blob
+        at.append(pos[0])
+        states.append(name)
+        keys.append(key)
+        if op[0] in ("add", "set", "merge"):
+            ops.append(op[0])
+            args.append(op[1])
+        else:
+            ops.append(_serial_op(op, name, key)[0])
+            args.append(None)
+    n = len(at)
+    parts = [at, range(n), states, ops, keys, args]
+    made = future_parts_columns(parts)
+    return (FutureColumns(*made) if made is not None else list(zip(*parts))), n
 
 
 def _serial_op(op: tuple, state: str, key: Any) -> tuple[str, Any, Any]:
