@@ -255,7 +255,7 @@ def _restore(start: dict, rt: Any, stores: dict, program: Program, made: bool) -
         default = program.states[name].default
         heapq.heappush(rt.future, (at, order, stores[name], default, op, key, arg))
     if future and not made:
-        later = itertools.count(future[-1][1] + 1)  # (numbered in the serial order)
+        later = itertools.count(max(w[1] for w in future) + 1)  # (after the serial numbers)
         if isinstance(rt, Shipping):
             rt._order = later
         else:

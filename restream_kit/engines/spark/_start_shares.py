@@ -75,7 +75,7 @@ def deal(setup: Any, state: dict, after: int, n: int) -> Starts:
 
         setup.values_dir = replay_dir()
     waiting: dict[str, list] = {}
-    for number, (at, _n, name, op, key, arg) in enumerate(state["future"]):
+    for at, number, name, op, key, arg in state["future"]:  # (a heap: numbered, not sorted)
         waiting.setdefault(name, []).append((at, number, op, key, arg))
     shares: dict[int, tuple[str, ...]] = {}
     for p in setup.pp.passes:
@@ -151,7 +151,7 @@ def share_frame(setup: Any, p: Any, state: dict, raw: list[str] | None) -> Any:
     for name in p.homes:
         for key, value in state["stores"].get(name, {}).items():
             entries.append((key, ("value", name, key, value)))
-    for number, (at, _n, name, op, key, arg) in enumerate(state["future"]):
+    for at, number, name, op, key, arg in state["future"]:  # (numbered by the serial engine)
         if name in p.homes:
             entries.append((key, ("write", at, number, name, op, key, arg)))
     if not entries:
