@@ -104,6 +104,11 @@ def deal(setup: Any, state: dict, after: int, n: int) -> Starts:
     return Starts(after, shares)
 
 
+def _tupled(partition: str) -> bool:
+    """Whether a pass's keys are tuples (its partition expression is one), not values."""
+    return isinstance(ast.parse(partition, mode="eval").body, ast.Tuple)
+
+
 def _key_partitions(setup: Any, p: Any, n: int) -> dict:
     """Pass ``p``'s keys in the log, each with its partition (the driver's dealing): a key
     as the handlers see it, a value or a tuple as the partition expression makes it."""
@@ -119,8 +124,7 @@ def _key_partitions(setup: Any, p: Any, n: int) -> dict:
         .unique(subset=by)
     )
     columns = [frame.get_column(c).to_list() for c in by]
-    tupled = isinstance(ast.parse(p.partition, mode="eval").body, ast.Tuple)
-    keys = list(zip(*columns)) if tupled else columns[0]
+    keys = list(zip(*columns)) if _tupled(p.partition) else columns[0]
     return dict(zip(keys, frame.get_column("_rs_part").to_list()))
 
 
@@ -161,7 +165,7 @@ def share_frame(setup: Any, p: Any, state: dict, raw: list[str] | None) -> Any:
         columns["_rs_pk"] = pa.array([encode_key(key) for key, _e in entries], pa.string())
     else:
         names = [unquoted(c) for c in raw]
-        tupled = isinstance(ast.parse(p.partition, mode="eval").body, ast.Tuple)
+        tupled = _tupled(p.partition)
         for i, name in enumerate(names):
             values = [key[i] if tupled else key for key, _e in entries]
             columns[name] = pa.array(values, setup.events.types[name])
