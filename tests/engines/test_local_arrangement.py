@@ -182,11 +182,11 @@ def test_a_task_takes_its_marker_its_partitions_values_and_its_events(tmp_path):
             local.local_part(iter(wrong))
     # A replay from a committed epoch: the events after its last, and each partition's share.
     share = tmp_path / "start-0-0.bin"
-    share.write_bytes(pickle.dumps({"stores": {"n": {"a": 1}}, "future": []}))
+    share.write_bytes(pickle.dumps([("value", "n", "a", 1)]))
     started = replace(where, after=1, starts=(str(share), ""))
     assert [b.column("lsn").to_pylist() for b in local.local_batches(started, 0)] == [[2]]
     assert [b.column("lsn").to_pylist() for b in list(local.local_batches(started, 1))[1:]] == [[3]]
-    assert local.local_start(started, 0)["stores"] == {"n": {"a": 1}}
+    assert local.local_start(started, 0) == [("value", "n", "a", 1)]
     assert local.local_start(started, 1) is None
     assert local.local_start(where, 0) is None
 

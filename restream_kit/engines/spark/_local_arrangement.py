@@ -234,8 +234,9 @@ def local_part(batches: Iterator[pa.RecordBatch]) -> int:
     return marks[0]
 
 
-def local_start(local: LocalInput, part: int) -> dict | None:
-    """Partition ``part``'s share of the state its replay starts from (``_start_shares``)."""
+def local_start(local: LocalInput, part: int) -> list | None:
+    """Partition ``part``'s share of the state its replay starts from, as its entries
+    (``_start_shares.start_of`` makes them a start)."""
     import pickle
 
     path = local.starts[part] if local.starts else ""

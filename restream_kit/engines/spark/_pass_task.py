@@ -71,6 +71,7 @@ from ._pass_stores import BlindStore, JournalStore, RecordingStore, apply_op
 from ._plain_pass import run_plain
 from ._program_ref import column_values as _column_values
 from ._program_ref import event_type, key_function, load_program
+from ._start_shares import start_of
 
 __all__ = ["PassTask"]
 
@@ -253,7 +254,8 @@ class PassTask:
         start = None  # its share of the state a replay starts from (``_start_shares``)
         if spec.local is not None:  # arranged by the driver: its events from a file
             part = local_part(batches)
-            start = local_start(spec.local, part)
+            share = local_start(spec.local, part)
+            start = None if share is None else start_of(share)
             batches = local_batches(spec.local, part)
         if spec.packed:
             batches = unpacked(batches)

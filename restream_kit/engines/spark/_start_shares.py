@@ -30,13 +30,23 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import _pass_rows as W
 from ._local_arrangement import partition_of
 
-__all__ = ["Starts", "dealable", "deal", "shares_rows", "share_frame", "taken_start", "SHARE"]
+__all__ = [
+    "Starts",
+    "dealable",
+    "deal",
+    "start_of",
+    "shares_rows",
+    "share_frame",
+    "taken_start",
+    "SHARE",
+]
 
 #: The column of a share row's entry (null on events): see :func:`share_frame`.
 SHARE = "_rs_share"
@@ -69,39 +79,56 @@ def dealable(pp: Any, log_kinds: dict, state: dict | None) -> bool:
 
 def deal(setup: Any, state: dict, after: int, n: int) -> Starts:
     """Each partition's share of ``state`` in every pass the driver arranged, written to the
-    replay's scratch directory (``setup.values_dir``, made here if the replay has none)."""
+    replay's scratch directory (``setup.values_dir``, made here if the replay has none) as
+    its entries (:func:`start_of` makes them a start again in the task)."""
     if setup.values_dir is None:
         from ._pass_setup import replay_dir
 
         setup.values_dir = replay_dir()
-    waiting: dict[str, list] = {}
-    for at, number, name, op, key, arg in state["future"]:  # (a heap: numbered, not sorted)
-        waiting.setdefault(name, []).append((at, number, op, key, arg))
     shares: dict[int, tuple[str, ...]] = {}
     for p in setup.pp.passes:
-        if p.index not in setup.local:
-            continue
-        names = [name for name in p.homes if state["stores"].get(name) or waiting.get(name)]
-        if not names:
+        entries = list(_entries(p, state)) if p.index in setup.local else []
+        if not entries:
             continue
         where = _key_partitions(setup, p, n)
-        parts: list[dict] = [{"stores": {}, "future": []} for _ in range(n)]
-        for name in names:
-            for key, value in state["stores"].get(name, {}).items():
-                parts[where.get(key, 0)]["stores"].setdefault(name, {})[key] = value
-            for at, number, op, key, arg in waiting.get(name, ()):
-                parts[where.get(key, 0)]["future"].append((at, number, name, op, key, arg))
+        parts: list[list] = [[] for _ in range(n)]
+        for key, entry in entries:
+            parts[where.get(key, 0)].append(entry)
         paths = []
         for i, part in enumerate(parts):
-            if not part["stores"] and not part["future"]:
-                paths.append("")
-                continue
-            path = os.path.join(setup.values_dir, f"start-{p.index}-{i}.bin")
-            with open(path, "wb") as f:
-                f.write(W.dumps(part))
+            path = os.path.join(setup.values_dir, f"start-{p.index}-{i}.bin") if part else ""
+            if part:
+                with open(path, "wb") as f:
+                    f.write(W.dumps(part))
             paths.append(path)
         shares[p.index] = tuple(paths)
     return Starts(after, shares)
+
+
+def _entries(p: Any, state: dict) -> Iterator[tuple[Any, tuple]]:
+    """Pass ``p``'s entries of the start state, each with its key: a value of a state it
+    holds, ``("value", name, key, value)``, then a timed write still waiting on one,
+    ``("write", at, number, name, op, key, arg)``, numbered by the serial engine."""
+    for name in p.homes:
+        for key, value in state["stores"].get(name, {}).items():
+            yield key, ("value", name, key, value)
+    for at, number, name, op, key, arg in state["future"]:  # (a heap: numbered, not sorted)
+        if name in p.homes:
+            yield key, ("write", at, number, name, op, key, arg)
+
+
+def start_of(entries: list) -> dict:
+    """A task's start (``{"stores": .., "future": ..}``, as ``_plain_pass`` restores it)
+    from its share's entries (:func:`_entries`); the timed writes in the serial order."""
+    start: dict = {"stores": {}, "future": []}
+    for entry in entries:
+        if entry[0] == "value":
+            _what, name, key, value = entry
+            start["stores"].setdefault(name, {})[key] = value
+        else:
+            start["future"].append(entry[1:])
+    start["future"].sort(key=lambda w: w[1])  # (at, number, ...)
+    return start
 
 
 def _tupled(partition: str) -> bool:
@@ -151,13 +178,7 @@ def share_frame(setup: Any, p: Any, state: dict, raw: list[str] | None) -> Any:
     from ._codec import encode_key
     from ._pass_setup import unquoted
 
-    entries = []
-    for name in p.homes:
-        for key, value in state["stores"].get(name, {}).items():
-            entries.append((key, ("value", name, key, value)))
-    for at, number, name, op, key, arg in state["future"]:  # (numbered by the serial engine)
-        if name in p.homes:
-            entries.append((key, ("write", at, number, name, op, key, arg)))
+    entries = list(_entries(p, state))
     if not entries:
         return None
     columns: dict[str, Any] = {}
@@ -194,12 +215,4 @@ def taken_start(batches: Any) -> tuple[Any, dict]:
         if k < batch.num_rows:
             rest = itertools.chain([batch.slice(k)], it)
             break
-    start: dict = {"stores": {}, "future": []}
-    for entry in entries:
-        if entry[0] == "value":
-            _what, name, key, value = entry
-            start["stores"].setdefault(name, {})[key] = value
-        else:
-            start["future"].append(entry[1:])
-    start["future"].sort(key=lambda w: w[1])  # (at, number, ...): the serial order
-    return rest, start
+    return rest, start_of(entries)
