@@ -168,31 +168,39 @@ def test_a_shuffled_pass_takes_its_share_as_rows(on_error, spark_session, tmp_pa
 
 # Timed writes that do not commute, many at one time for one key: each event sets its IP's
 # value at the next two-hour mark from the log's start, then adds one there. Only their
-# order, the serial engine's, gives the right value where a mark's writes land.
+# order, the serial engine's, gives the right value where a mark's writes land. A count per
+# key besides must continue from the start's.
 ORDERED = """\
 from restream_kit import on, state
 
 last = state.Map(default=0)
+seen = state.Counter()  # (a start's count in the wrong partition would start again from 0)
 
 
 @on("message")
 def mark(e):
     at = T0 + ((e.ts - T0) // 7_200_000 + 1) * 7_200_000
-    last.set(e.ip, e.dst, at=at)
-    last.add(e.ip, 1, at=at)
+    last.set(KEY, e.dst, at=at)
+    last.add(KEY, 1, at=at)
+    seen[KEY] += 1
 """
 
 
+@pytest.mark.parametrize("key", ["e.ip", "(e.ip, e.src)"])
 @pytest.mark.parametrize("arranged", [True, False])
-def test_restored_timed_writes_keep_the_serial_engines_order(arranged, spark_session, tmp_path):
+def test_restored_timed_writes_keep_the_serial_engines_order(
+    arranged, key, spark_session, tmp_path
+):
     """A start whose waiting writes to one key at one time must apply in the serial
     engine's order, before the writes made after the start for that time: dealt to the
-    driver's partitions (``arranged``) or as rows. Three epochs: the start after the first
-    (2.5 hours in) holds writes for the 4-hour mark, and the second's commit (5 hours in)
-    holds what they left."""
+    driver's partitions (``arranged``) or as rows, keyed by a value or by a tuple (a share's
+    key matched as a tuple, or split into the partition's columns). Three epochs: the start
+    after the first (2.5 hours in) holds writes for the 4-hour mark, and the second's commit
+    (5 hours in) holds what they left."""
     log = rk.Log(SMALL)
     first = log.table.column("ts")[0].as_py()
-    program = rk.Program.from_source(ORDERED.replace("T0", str(first)), name="ordered")
+    source = ORDERED.replace("T0", str(first)).replace("KEY", key)
+    program = rk.Program.from_source(source, name="ordered")
     options = dict(epoch=17_000)
     rk.replay(program, log, checkpoint=tmp_path / "serial", **options)
     start_from = (tmp_path / "serial", 0)
@@ -209,3 +217,4 @@ def test_restored_timed_writes_keep_the_serial_engines_order(arranged, spark_ses
     assert_same_commits(tmp_path / "want", tmp_path / "got", [1, 2])
     assert "share of the state" in got.metrics.path["mark"], got.metrics.path
     assert ("arranged by the driver" in got.metrics.path["mark"]) == arranged
+    assert isinstance(next(iter(got.state["last"])), tuple) == (key != "e.ip")
