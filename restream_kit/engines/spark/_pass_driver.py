@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pickle
 import shutil
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,13 +30,14 @@ from ...io.progress import (
     StageFinished,
     StageStarted,
 )
-from ...io.result import Metrics, Result, quarantine_table
+from ...io.result import Result
 from ...model.errors import RestreamError
-from ...model.program import Program
-from ..serial import MAX_FLUSH, quarantine_warning
+from ..serial import MAX_FLUSH
 from . import _pass_rows as W
 from ._emitted import emitted_tables, unpack_emitted
+from ._job_watch import JobWatch
 from ._local_arrangement import local_arrangement, marker_frame, partition_of
+from ._pass_results import apply_pending, handler_names, make_result
 from ._pass_setup import (
     Setup,
     arranged,
@@ -48,7 +48,6 @@ from ._pass_setup import (
     raw_key,
     unquoted,
 )
-from ._pass_stores import apply_op
 from ._pass_task import PassTask
 from ._passes import ORDER, SINGLE, PassPlan
 from ._start_shares import share_frame, shares_rows
@@ -57,70 +56,6 @@ from ._zipped import PART, VALUES, sources, takes_from_passes, zip_targets
 __all__ = ["run_passes", "run_jobs", "shared_passes", "Ran"]
 
 _POS = ("_rs_t", "_rs_ph", "_rs_o", "_rs_sub")
-
-
-class _Watch:
-    """Reports progress from Spark's status tracker while a pass's job runs, and cancels the
-    job when ``cancelled()`` says so: a cancel that came after the last check but before the
-    job started found no job to cancel."""
-
-    def __init__(
-        self, session: Any, group: str, on_tasks: Any, every_s: float = 0.25, cancelled=None
-    ):
-        self.every_s, self.session, self.cancelled = every_s, session, cancelled
-        self.before: set[int] = set()
-        try:
-            self.tracker = session.sparkContext.statusTracker()
-        except Exception:  # noqa: BLE001 - Spark Connect has none: progress per pass only
-            self.tracker = None
-        self.group = group
-        self.on_tasks = on_tasks
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> _Watch:
-        if self.tracker is not None:
-            try:  # earlier passes' jobs share the group: count this pass's only
-                self.before = set(self.tracker.getJobIdsForGroup(self.group))
-            except Exception:  # noqa: BLE001
-                self.before = set()
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join(timeout=2)
-
-    def _loop(self) -> None:
-        seen = (-1, -1)
-        while not self.stop.wait(self.every_s):
-            try:
-                if self.cancelled is not None and self.cancelled():
-                    # Again at every poll: the job may not have been submitted yet.
-                    self.session.sparkContext.cancelJobGroup(self.group)
-                    continue
-                done = total = 0
-                for job in self.tracker.getJobIdsForGroup(self.group):
-                    if job in self.before:
-                        continue
-                    info = self.tracker.getJobInfo(job)
-                    if info is None:
-                        continue
-                    for sid in info.stageIds:
-                        stage = self.tracker.getStageInfo(sid)
-                        if stage is not None:
-                            done += stage.numCompletedTasks
-                            total += stage.numTasks
-                if (done, total) != seen and total:
-                    # Every task that finished since the last poll counts once: tasks that end
-                    # within one poll still move the progress a step each.
-                    first = seen[0] + 1 if seen[1] == total and seen[0] < done else done
-                    seen = (done, total)
-                    for finished in range(first, done + 1):
-                        self.on_tasks(finished, total)
-            except Exception:  # noqa: BLE001 - progress is best effort
-                pass
 
 
 @dataclass
@@ -419,7 +354,7 @@ def run_jobs(
                     Progress(at + share * done // tasks, total, time.perf_counter() - setup.started)
                 )
 
-            with _Watch(session, rep.job_group, on_tasks, cancelled=rep.cancelled):
+            with JobWatch(session, rep.job_group, on_tasks, cancelled=rep.cancelled):
                 if p.index == len(passes) - 1 or setup.local:
                     # The last pass: no later pass reads its rows, so one job computes them
                     # and brings them back. So with passes the driver arranged: what later
@@ -647,49 +582,6 @@ def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
             if last_at is not None:
                 ran.last_event = max(ran.last_event, last_at)
     return tasks, busy
-
-
-def apply_pending(program: Program, ran: Ran) -> None:
-    """Timed writes due after the log's end apply if an event at or after their time ran,
-    each once: a write waits in every pass that holds its state (the holder, and a pass
-    holding a copy of it), and each reports it; its position names it."""
-    for position, blob in sorted(set(ran.pending), key=lambda item: item[0]):
-        if position[0] <= ran.last_event:
-            state, key, op = pickle.loads(blob)
-            apply_op(ran.finals[state], program.states[state].default, key, op)
-
-
-def handler_names(program: Program) -> list[str]:
-    return [h.name for h in program.handlers]
-
-
-def make_result(
-    setup: Setup, ran: Ran, tables: dict, events: int, epochs: int, quarantined: list
-) -> Result:
-    """The replay's :class:`Result` from what the passes sent back."""
-    rep = setup.rep
-    wall = time.perf_counter() - setup.started
-    metrics = Metrics(
-        engine="spark",
-        events=events,
-        scheduled_events=ran.scheduled,
-        wall_s=wall,
-        span_ms=setup.log.span_ms,
-        rows={name: t.num_rows for name, t in tables.items()},
-        stages=ran.stage_seconds,
-        epochs=epochs,
-        path=ran.path,
-        task_events=ran.task_events,
-    )
-    result = Result(tables=tables, state=ran.finals, metrics=metrics)
-    if rep.on_error != "stop":
-        quarantined.sort(key=lambda q: (q[0], q[1]))
-        result.quarantine = quarantine_table(q[2] for q in quarantined)
-        result.on_error = rep.on_error
-        note = quarantine_warning(result.quarantine, rep.on_error)
-        if note:
-            result.warnings.append(note)
-    return result
 
 
 class _TaskError(RestreamError):

@@ -41,15 +41,8 @@ from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_rows as W
 from ._codec import encode_key
 from ._emitted import committed_rows, emitted_rows, emitted_tables
-from ._pass_driver import (
-    Ran,
-    _names,
-    apply_pending,
-    handler_names,
-    make_result,
-    run_jobs,
-    shared_passes,
-)
+from ._pass_driver import Ran, _names, run_jobs, shared_passes
+from ._pass_results import apply_pending, handler_names, make_result
 from ._pass_rows import PH_LOG
 from ._pass_setup import Setup
 from ._passes import BY_KEY, ORDER, SINGLE

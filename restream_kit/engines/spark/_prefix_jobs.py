@@ -29,7 +29,7 @@ class SparkEpochs:
     def __call__(
         self, task: PrefixTask, n: int, shipped: dict, on_tasks=None, events=None
     ) -> pa.Table:
-        from ._pass_driver import _Watch
+        from ._job_watch import JobWatch
 
         sc = getattr(self.session, "sparkContext", None)
         broadcast = sc.broadcast(shipped) if (sc is not None and shipped) else None
@@ -42,7 +42,7 @@ class SparkEpochs:
             if on_tasks is None or self.group is None:
                 blobs = job.collect()
             else:
-                with _Watch(
+                with JobWatch(
                     self.session, self.group, on_tasks, every_s=0.05, cancelled=self.cancelled
                 ):
                     blobs = job.collect()
