@@ -92,7 +92,43 @@ def late(e):
     emit("late", src=e.src, n=seen[e.src], last=last.get())
 """
 
-PROGRAMS = {"teams": TEAMS, "late": LATE}
+#: A copy reader that schedules nothing, so its pass runs by ranges of the log: the team's
+#: count read by the looked-up team, and a map read whole whose keys are deleted and come
+#: back (the order a copy holds them in shows in ``order``).
+RANGED = """
+from restream_kit import emit, on, state
+
+HOUR = 3_600_000
+team_of = state.Map(default=None)
+team_msgs = state.Counter()
+recent = state.Map(default=None)
+
+
+@on("friendship")
+def join(e):
+    team_of[e.src] = e.dst % 7
+
+
+@on("message")
+def charge(e):
+    team = team_of[e.src]
+    if team is not None:
+        team_msgs[team] += 1
+        team_msgs.add(team, -1, at=e.ts + HOUR)
+        recent[team] = e.src
+        if e.dst % 5 == 0:
+            del recent[team]
+
+
+@on("message")
+def report(e):
+    team = team_of[e.src]
+    if team is not None and team_msgs[team] > 3:
+        order = ",".join(str(t) for t in recent)
+        emit("busy_team", team=team, src=e.src, n=team_msgs[team], order=order)
+"""
+
+PROGRAMS = {"teams": TEAMS, "late": LATE, "ranged": RANGED}
 
 
 def social(n: int = 6000) -> rk.Log:
@@ -210,6 +246,47 @@ def test_copy_passes_equal_serial_and_spread_their_events(name, epoch, spark_ses
         assert tasks and int(tasks[1]) >= 2, (stage, what)
         if stage in copies:
             assert f"{' and '.join(copies[stage])} copied whole to each" in what, what
+            assert ("ranges of the log" in what) == (name == "ranged"), what
             # Its events spread over its tasks, not into one of them.
             busy = [n for n in got.metrics.task_events[stage] if n]
             assert len(busy) >= 2, (stage, got.metrics.task_events[stage])
+
+
+@pytest.mark.spark
+def test_a_copy_pass_by_ranges_resumes_and_starts_from_an_epoch(spark_session, tmp_path):
+    """A pass by ranges of the log, from a committed epoch: its ranges split the events after
+    the start, and each copy starts from the state at its range's start (the state the
+    replay starts from, then the versions after it)."""
+    import json
+
+    from restream_kit.io import checkpoint
+
+    p = _program("ranged")
+    log = social()
+    want = rk.replay(p, log, checkpoint=tmp_path / "serial", epoch=1500)
+    ck = tmp_path / "spark"
+    spark = dict(engine="spark", path="passes", partitions=3, checkpoint=ck, epoch=1500)
+    got = rk.replay(p, log, **spark)
+    assert_same_result(got, want)
+    # A state read whole keeps the serial engine's order of keys, in each commit and at the
+    # end (the folds' tasks each hold some of its keys).
+    for k in range(4):
+        serial, spark_ = (
+            checkpoint.read(d, k).state["stores"]["recent"] for d in (tmp_path / "serial", ck)
+        )
+        assert list(serial.items()) == list(spark_.items()), k
+    assert list(got.state["recent"].items()) == list(want.state["recent"].items())
+    manifest = json.loads((ck / "manifest.json").read_text())
+    manifest["epochs"], manifest["complete"] = manifest["epochs"][:2], False
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+    got = rk.replay(p, log, **spark, resume=True)
+    assert got.resumed_from_epoch == 2
+    assert_same_result(got, want)
+    assert "by 3 ranges of the log" in got.metrics.path["report"]
+    # Each range holds events after the start: every task of the reading pass ran some.
+    assert all(got.metrics.task_events["report"]), got.metrics.task_events
+    start = (tmp_path / "serial", 1)
+    want = rk.replay(p, log, start_from=start)
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3, start_from=start)
+    assert_same_result(got, want)
+    assert all(got.metrics.task_events["report"]), got.metrics.task_events

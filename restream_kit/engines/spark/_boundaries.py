@@ -113,11 +113,14 @@ def unhandled_rows(unhandled: list, end: tuple, epoch: int) -> list[tuple]:
     return rows
 
 
-def state_row(epoch: int, stores: dict, finals: tuple, made: int) -> tuple:
-    """A task's ``SNAP`` row at an epoch's end: the states it holds as they stand, and the
-    number of events it has scheduled so far."""
+def state_row(
+    epoch: int, stores: dict, finals: tuple, made: int, order: dict | None = None
+) -> tuple:
+    """A task's ``SNAP`` row at an epoch's end: the states it holds as they stand, the
+    number of events it has scheduled so far, and, from a fold recording versions, where its
+    keys came in (``_copies.VersionRecorder.order``)."""
     values = {name: dict(stores[name]) for name in finals}
-    return (SNAP, epoch, None, _NOWHERE, dumps((values, made)))
+    return (SNAP, epoch, None, _NOWHERE, dumps((values, made, order or {})))
 
 
 def _many(entries: list, epoch: int) -> list[tuple]:

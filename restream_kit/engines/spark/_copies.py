@@ -8,6 +8,11 @@ write's position: the state's *versions*, as in ReStream's multi-versioned state
 and each partition keeps a copy of the state that it brings up to the position of each run
 before the run (:class:`CopyFeed`): a plain dict, so whole reads (``len``, ``for k in m``)
 cost what they cost serially, and keys come in the serial engine's insertion order.
+
+A reading pass by log order that runs log events only is split into contiguous ranges of
+the log (``_pass_setup.copy_ranges``): each partition then needs only the state as of its
+range's start and the versions within its range, so that the versions are spread over the
+partitions instead of every partition applying all of them.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 from ._pass_rows import VERS, dumps, position_bytes
 from ._pass_stores import apply_op
 
-__all__ = ["Deleted", "VersionRecorder", "CopyFeed", "CHUNK"]
+__all__ = ["Deleted", "VersionRecorder", "CopyFeed", "in_serial_order", "CHUNK"]
 
 #: Versions per packed row.
 CHUNK = 65_536
@@ -38,12 +43,24 @@ class VersionRecorder:
         self.store = store
         self.default = default
         self.versions: list[tuple[bytes, Any, Any]] = []
+        # Each present key's position where it last came into the state: the serial
+        # engine's insertion order, which the driver restores over the folds' tasks.
+        self.inserted: dict = {}
 
     def applied(self, state: str, key: Any, pos: tuple) -> None:
         """After a write to ``state`` at ``pos``: the key's value now, if it is this state."""
         if state == self.state:
             value = dict.get(self.store, key, Deleted)
-            self.versions.append((position_bytes(pos), key, value))
+            at = position_bytes(pos)
+            self.versions.append((at, key, value))
+            if value is Deleted:
+                self.inserted.pop(key, None)
+            elif key not in self.inserted:
+                self.inserted[key] = at
+
+    def order(self) -> dict:
+        """``{state: {key: position it came in at}}``, for the driver (:func:`in_serial_order`)."""
+        return {self.state: dict(self.inserted)}
 
     def waiting(self, heap: list) -> None:
         """The versions of timed writes still waiting after the log (the driver applies those
@@ -59,14 +76,57 @@ class VersionRecorder:
             after[key] = scratch.get(key, Deleted)
             self.versions.append((position_bytes(pos), key, after[key]))
 
-    def rows(self, targets: tuple, spread: dict) -> list[tuple]:
-        """Packed rows of the versions: every chunk to every partition of each target."""
+    def rows(self, targets: tuple, spread: dict, ranges: dict) -> list[tuple]:
+        """Packed rows of the versions for each target pass: every chunk to every partition,
+        or, for a pass split into ranges of the log (``ranges``: its boundaries), to each
+        partition the state at its range's start and the versions within it."""
         rows = []
-        for start in range(0, len(self.versions), CHUNK):
-            blob = dumps((self.state, self.versions[start : start + CHUNK]))
-            for target in targets:
-                rows.extend((VERS, target, pk, _FIRST_POS, blob) for pk in spread[target])
+        for target in targets:
+            if target in ranges:
+                parts = self._ranged(ranges[target])
+            else:
+                parts = [self.versions] * len(spread[target])
+            for pk, versions in zip(spread[target], parts):
+                for start in range(0, len(versions), CHUNK):
+                    blob = dumps((self.state, versions[start : start + CHUNK]))
+                    rows.append((VERS, target, pk, _FIRST_POS, blob))
         return rows
+
+    def _ranged(self, bounds: tuple[bytes, ...]) -> list[list]:
+        """Per range of the log (``bounds``: the positions where ranges 1, 2, ... start):
+        the value of each present key as of the range's start, as a version at the position
+        where the key last came into the state (so that a copy's keys keep the serial
+        engine's insertion order), then the versions within the range. The versions are in
+        position order (the fold applies writes in that order)."""
+        present: dict = {}  # key -> [position it came in at, value]
+        parts: list[list] = [[]]
+        for version in self.versions:
+            pos, key, value = version
+            while len(parts) <= len(bounds) and pos >= bounds[len(parts) - 1]:
+                parts.append([(at, k, v) for k, (at, v) in present.items()])
+            parts[-1].append(version)
+            if value is Deleted:
+                present.pop(key, None)
+            elif key in present:
+                present[key][1] = value
+            else:
+                present[key] = [pos, value]
+        while len(parts) <= len(bounds):
+            parts.append([(at, k, v) for k, (at, v) in present.items()])
+        return parts
+
+
+def in_serial_order(stores: dict, orders: dict) -> None:
+    """Put each state of ``orders`` (``{state: {key: position}}``, from the folds' tasks) in
+    the serial engine's insertion order, in place: the tasks' values came merged task by
+    task, and a whole read after a resume from the checkpoint iterates them in this order."""
+    for name, where in orders.items():
+        values = stores.get(name)
+        if values:
+            stores[name] = dict(sorted(values.items(), key=lambda kv: where.get(kv[0], _LAST)))
+
+
+_LAST = b"\xff" * 64  # (a key no fold saw come in: after the others)
 
 
 class CopyFeed:

@@ -72,6 +72,9 @@ class Ran:
     # A checkpoint's epochs' ends in one run (``_boundaries``): per epoch, the states' values
     # and the events scheduled so far, summed over the tasks; and each epoch's emitted rows.
     snapshots: dict[int, list] = field(default_factory=dict)
+    # States read through copies: each key's position where it came in, from the folds'
+    # tasks, to restore the serial engine's order over the tasks (``_copies``).
+    orders: dict[str, dict] = field(default_factory=dict)
     emitted_at: dict[int, tuple[list, dict]] = field(default_factory=dict)
     scheduled: int = 0
     last_event: int | None = None
@@ -338,6 +341,7 @@ def run_jobs(
                 copies=p.copies,
                 versions_to=p.versions_to,
                 spread=setup.spread,
+                ranges=setup.ranges,
                 one_kind=one_kind,
                 closes_once=setup.closes_once,
                 folds=setup.folds,
@@ -388,6 +392,11 @@ def run_jobs(
                     if zipped is None
                     else where_from + ", joined to the values read upstream by position in "
                     "each partition"
+                )
+            if p.index in setup.ranges:
+                carried += (
+                    f", by {n} ranges of the log, each copy kept from the state at its range's"
+                    " start and the versions within the range"
                 )
             if share is not None or (starts is not None and p.index in starts.shares):
                 carried += ", each task started from its partition's share of the state"
@@ -555,11 +564,13 @@ def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
             else:
                 ran.carried.setdefault(epoch, []).append((tag, position, blob))
         elif kind == W.SNAP:
-            values, made = pickle.loads(blob)
-            snapshot = ran.snapshots.setdefault(dest, [{}, 0])
+            values, made, order = pickle.loads(blob)
+            snapshot = ran.snapshots.setdefault(dest, [{}, 0, {}])
             for name, some in values.items():
                 snapshot[0].setdefault(name, {}).update(some)
             snapshot[1] += made
+            for name, where in order.items():
+                snapshot[2].setdefault(name, {}).update(where)
         elif kind == W.HIST:
             ran.history.append(blob)
         elif kind == W.QUAR:
@@ -569,8 +580,11 @@ def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
         elif kind == W.EMIT:
             unpack_emitted(blob, ran.emitted, ran.emitted_columns)
         elif kind == W.FINAL:
-            name, values = pickle.loads(blob)
-            ran.finals[name].update(values)
+            name, values, *order = pickle.loads(blob)
+            if values is not None:
+                ran.finals[name].update(values)
+            if order:  # a fold's: where its keys came in
+                ran.orders.setdefault(name, {}).update(order[0])
         elif kind == W.STAT:
             tasks += 1
             events, task_s, made, last_at, *looped = pickle.loads(blob)

@@ -40,6 +40,7 @@ from ...io.result import Result, build_table
 from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
 from . import _pass_rows as W
 from ._codec import encode_key
+from ._copies import in_serial_order
 from ._emitted import committed_rows, emitted_rows, emitted_tables
 from ._pass_driver import Ran, _names, run_jobs, shared_passes
 from ._pass_results import apply_pending, handler_names, make_result
@@ -137,8 +138,9 @@ def run_checkpointed(setup: Setup) -> Result:
             state = _state_after(program, ran.finals, [], begun.quarantined + failed)
             state["scheduled_total"] = begun.scheduled + ran.scheduled
         else:
-            stores, made = ran.snapshots.get(j, ({}, 0))
+            stores, made, orders = ran.snapshots.get(j, ({}, 0, {}))
             stores = {name: stores.get(name, {}) for name in program.states}
+            in_serial_order(stores, orders)
             state = _state_after(
                 program, stores, ran.carried.get(j, []), begun.quarantined + failed
             )
@@ -356,11 +358,16 @@ def _carry_frame(setup: Setup, state: dict[str, Any], skip: frozenset = frozense
     def pk(partition: str, key: Any) -> str:
         return "N" if partition in (SINGLE, ORDER) else encode_key(key)
 
+    # Each value numbered in the state's order: a fold records it as a version there, and a
+    # copy, which merges several folds' versions by position, holds the keys in that order.
+    number = 0
     for name, values in state["stores"].items():
         for p in holders.get(name, ()):
-            for key, value in values.items():
+            for i, (key, value) in enumerate(values.items(), number):
                 blob = W.dumps((name, key, value))
-                rows.append((p.index, _FIRST, 0, 0, b"", W.TAG_STATE, pk(p.partition, key), blob))
+                sub = i.to_bytes(8, "big")
+                rows.append((p.index, _FIRST, 0, 0, sub, W.TAG_STATE, pk(p.partition, key), blob))
+        number += len(values)
     for at, n, name, op, key, arg in state["future"]:
         sub = _RESTORED + n.to_bytes(8, "big")
         blob = W.dumps((name, key, _pass_op(op, arg)))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ...io.result import Metrics, Result, quarantine_table
 from ...model.program import Program
 from ..serial import quarantine_warning
+from ._copies import in_serial_order
 from ._pass_setup import Setup
 from ._pass_stores import apply_op
 
@@ -22,7 +23,9 @@ __all__ = ["apply_pending", "handler_names", "make_result"]
 def apply_pending(program: Program, ran: Ran) -> None:
     """Timed writes due after the log's end apply if an event at or after their time ran,
     each once: a write waits in every pass that holds its state (the holder, and a pass
-    holding a copy of it), and each reports it; its position names it."""
+    holding a copy of it), and each reports it; its position names it. First, the states
+    read through copies take the serial engine's order of keys (``_copies``)."""
+    in_serial_order(ran.finals, ran.orders)
     for position, blob in sorted(set(ran.pending), key=lambda item: item[0]):
         if position[0] <= ran.last_event:
             state, key, op = pickle.loads(blob)

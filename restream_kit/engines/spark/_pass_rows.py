@@ -172,10 +172,11 @@ class PassSpec:
     history: tuple = ()  # the run's history probes its tasks record (``_history``)
     # Broadcast reads (``_passes``, ``_copies``): the states each partition of this pass holds
     # a copy of; for a fold, the passes it sends its state's versions to, and per such pass
-    # one partition value per partition.
+    # one partition value per partition, and where its ranges start when it has ranges.
     copies: tuple = ()
     versions_to: tuple = ()
     spread: dict = field(default_factory=dict)
+    ranges: dict = field(default_factory=dict)  # reading passes split into ranges of the log
 
 
 def dumps(value: Any) -> bytes:

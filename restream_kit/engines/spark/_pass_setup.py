@@ -76,6 +76,8 @@ class Setup:
     folds: frozenset = frozenset()  # see ``_window_shapes.folded_counts``
     zips: dict = field(default_factory=dict)  # zipped pass -> its partition columns (``_zipped``)
     spread: dict = field(default_factory=dict)  # pass with copies -> a value per partition
+    # Passes with copies split into ranges of the log: where ranges 1, 2, ... start
+    ranges: dict = field(default_factory=dict)
     # Passes whose events the driver arranges (``_local_arrangement``): pass -> its columns;
     # and the replay's own directory for the values they send each other.
     local: dict = field(default_factory=dict)
@@ -106,13 +108,22 @@ def prepare(
     local = _arranged_locally(rep, pp, events, log_kinds, start)
     # Passes whose events the driver arranges read no frame of the log.
     df = None if local else _log_frame(session, log, events)
+    # Keys the driver deals into balanced partitions need no more partitions than cores;
+    # a hash partitioning has twice as many, to even out where its keys land.
+    partitions = max(1, int(rep.options.get("partitions") or rep.cores * (1 if local else 2)))
+    ranges = {}
+    if df is not None and not (start is not None and start["scheduled"]):
+        first = rep.begun.done if start is not None else 0  # (the events before the start)
+        ranges = copy_ranges(session, pp, events, first, partitions)
     persisted = []
     python_keys = []
     sql = []
     ref = ProgramRef.of(program)
     for p in passes if df is not None else ():
         col = f"_rs_pk{p.index}"
-        if p.partition == ORDER:
+        if p.index in ranges:
+            sql.append(f"{ranges[p.index][0]} AS {col}")
+        elif p.partition == ORDER:
             sql.append(f"concat('i', CAST(_rs_o AS STRING), ';') AS {col}")
         elif p.partition == SINGLE:
             sql.append(f"'N' AS {col}")
@@ -159,9 +170,6 @@ def prepare(
         extra = [pa.field(c, events.types[c]) for c in columns]
         extra += [pa.field(c, pa.string()) for c in pks]
         out_schema = wide = pa.schema([*out_schema, *extra])
-    # Keys the driver deals into balanced partitions need no more partitions than cores;
-    # a hash partitioning has twice as many, to even out where its keys land.
-    partitions = max(1, int(rep.options.get("partitions") or rep.cores * (1 if local else 2)))
     zips: dict[int, list[str]] = {}
     if wide is not None:
         from ._zipped import PART, zipped_passes
@@ -210,7 +218,38 @@ def prepare(
             for p in passes
             if p.copies
         },
+        ranges={i: bounds for i, (_sql, bounds) in ranges.items()},
     )
+
+
+def copy_ranges(
+    session: Any, pp: PassPlan, events: Any, first: int, n: int
+) -> dict[int, tuple[str, tuple[bytes, ...]]]:
+    """The passes holding copies that run by ranges of the log (``_copies``), each with the
+    SQL of its events' partition values and the positions where its ranges 1, 2, ... start.
+
+    A pass by log order that runs log events only (no stage schedules events, and a start
+    state has none waiting: the caller says) holding copies: its ``n`` partitions take
+    contiguous, equal ranges of the events from row ``first`` (the first after a start), so
+    that each needs the copied state only as of its range's start and the versions within
+    it. A log the kernel does not hold (read by Spark from a URI) keeps the events spread by
+    hash, each partition with every version."""
+    table = getattr(events, "table", None)
+    if n < 2 or pp.schedules or table is None:
+        return {}
+    passes = [p for p in pp.passes if p.copies and p.partition == ORDER]
+    if not passes:
+        return {}
+    lsn = table.column("lsn").to_numpy()
+    if len(lsn) - first < n:
+        return {}
+    rows = [first + (r * (len(lsn) - first) + n - 1) // n for r in range(1, n)]
+    ts = table.column("ts").to_numpy()
+    bounds = tuple(W.position_bytes((int(ts[i]), 2, int(lsn[i]), b"")) for i in rows)
+    values = spread_values(session, n)
+    cases = " ".join(f"WHEN _rs_o < {int(lsn[i])} THEN '{v}'" for i, v in zip(rows, values))
+    sql = f"CASE {cases} ELSE '{values[-1]}' END"
+    return {p.index: (sql, bounds) for p in passes}
 
 
 _SPREAD: dict[tuple, tuple[str, ...]] = {}

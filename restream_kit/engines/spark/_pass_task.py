@@ -382,7 +382,8 @@ class PassTask:
             marks.append(len(rt.rows))
             rt.out.extend(waiting_rows(rt.heap, rt.per_root, j))
             rt.out.extend(unhandled_rows(rt.unhandled, end, j))
-            rt.out.append(state_row(j, stores, spec.finals, rt.scheduled))
+            order = recorder.order() if recorder is not None else None
+            rt.out.append(state_row(j, stores, spec.finals, rt.scheduled, order))
             return ends.next_lsn
 
         try:
@@ -535,7 +536,7 @@ class PassTask:
             yield out_batch(rt, schema, slots)
             return
         if recorder is not None:
-            rt.out.extend(recorder.rows(spec.versions_to, spec.spread))
+            rt.out.extend(recorder.rows(spec.versions_to, spec.spread, spec.ranges))
         if rt.out:
             yield out_batch(rt, schema, slots)
         # Emitted rows, each epoch's apart when a checkpoint's ends were passed (-1: none).
@@ -550,6 +551,9 @@ class PassTask:
         for name in spec.finals:
             blob = dumps((name, dict(stores[name])))
             rt.out.append((FINAL, -1, None, (0, 0, 0, b""), blob))
+        if recorder is not None:  # (no values: where its keys came in)
+            for name, where in recorder.order().items():
+                rt.out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, None, where))))
         if rt.history is not None:
             rt.out.append(rt.history.row())
         ran = events + rt.ran_scheduled
