@@ -106,6 +106,14 @@ def waiting(state: dict) -> tuple[list, list]:
     return [w[:1] + w[2:] for w in writes], [(s[0], vars(s[2])) for s in events]
 
 
+def keep_first_epochs(directory, n: int) -> None:
+    """The checkpoint in ``directory`` as a replay killed after its epoch ``n - 1`` committed
+    leaves it (its manifest lists the first ``n`` epochs, and says it is not complete)."""
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["epochs"], manifest["complete"] = manifest["epochs"][:n], False
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
 def assert_same_commits(want_dir, got_dir, epochs: range) -> None:
     """Each committed epoch of ``epochs`` in checkpoint ``got_dir`` is the one in ``want_dir``
     (the serial engine's): events done, state, quarantined runs, rows, and the timed writes

@@ -256,6 +256,11 @@ class Log:
             self._table = self._load()
         return self._table
 
+    @property
+    def loaded(self) -> bool:
+        """Whether :attr:`table` has been built (reading it again costs nothing)."""
+        return self._table is not None
+
     def _load(self) -> pa.Table:
         cached = self.cache_dir / f"{self.fingerprint}.parquet"
         if self.cache and cached.exists():

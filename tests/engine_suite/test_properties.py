@@ -10,6 +10,7 @@ from engine_matrix import (
     assert_ran_as_planned,
     assert_same_commits,
     assert_same_result,
+    keep_first_epochs,
     rows_of,
 )
 from hypothesis import HealthCheck, given, settings
@@ -148,9 +149,7 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
     epochs = len(manifest["epochs"])
     if epochs < 2:
         return
-    # As if killed after the first epoch committed.
-    manifest["epochs"], manifest["complete"] = manifest["epochs"][:1], False
-    (ck / "manifest.json").write_text(json.dumps(manifest))
+    keep_first_epochs(ck, 1)  # as if killed after the first epoch committed
     with large:
         resumed = rk.replay(program, the_log, **options, resume=True)
     assert resumed.resumed_from_epoch == 1

@@ -11,7 +11,6 @@ through a cached DataFrame.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -21,7 +20,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from engine_matrix import assert_ran_as_planned, assert_same_commits, assert_same_result
+from engine_matrix import (
+    assert_ran_as_planned,
+    assert_same_commits,
+    assert_same_result,
+    keep_first_epochs,
+)
 
 import restream_kit as rk
 
@@ -383,9 +387,7 @@ def test_a_checkpointed_pass_replay_on_the_cluster_commits_the_serial_engines_ep
         assert rows[0] == rows[1], f"epoch {k}: rows"
     # Resumed on the cluster as if killed after two epochs: the adding pass keeps the serial
     # engine's loop, its share of the start going to the workers as rows (``_start_shares``).
-    manifest = json.loads((spark_ck / "manifest.json").read_text())
-    manifest["epochs"], manifest["complete"] = manifest["epochs"][:2], False
-    (spark_ck / "manifest.json").write_text(json.dumps(manifest))
+    keep_first_epochs(spark_ck, 2)
     resumed = rk.replay(
         rk.Program.from_file(PROGRAMS["windows"]), rk.Log(private_log), engine="spark",
         master=test_cluster.master, epoch=10_000, checkpoint=spark_ck, resume=True,

@@ -17,7 +17,7 @@ from unittest import mock
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from engine_matrix import assert_ran_as_planned, assert_same_result
+from engine_matrix import assert_ran_as_planned, assert_same_result, keep_first_epochs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,13 +104,6 @@ def assert_lowered_and_committed(result, epochs):
     ]
     assert path and all(said), path
     assert all(int(m.group(1)) == min(2, epochs) for m in said), path
-
-
-def keep_first_epochs(directory, n):
-    """The checkpoint as a replay killed after its epoch ``n - 1`` committed leaves it."""
-    manifest = json.loads((directory / "manifest.json").read_text())
-    manifest["epochs"], manifest["complete"] = manifest["epochs"][:n], False
-    (directory / "manifest.json").write_text(json.dumps(manifest))
 
 
 def serial_part(state):

@@ -511,3 +511,28 @@ def test_a_local_master_reads_the_events_from_a_private_file_unless_they_hold_pi
     got = on_spark(program, odd, path="passes")
     assert not (scratch / f"{odd.fingerprint}.events.parquet").exists()
     assert _FRAMES[(id(spark_session), odd.fingerprint)][1] is None
+
+
+def test_the_log_is_read_while_a_local_session_starts_and_its_errors_still_name_the_row(
+    spark_session, tmp_path
+):
+    """On a local master the kernel's log is read in a thread while the session starts
+    (``_engine._read_meanwhile``); a cluster's master, a log read already or a log Spark
+    reads itself gets no thread. A bad log still fails the replay with the row named."""
+    from restream_kit.engines.spark._engine import _read_meanwhile
+
+    path = tmp_path / "m.csv"
+    path.write_text("ts,kind,src\n1000,message,1\n2000,message,2\n")
+    log = rk.Log(path)
+    reading = _read_meanwhile(log, {"master": "local[2]"})
+    assert reading is not None
+    reading.join()
+    assert log.loaded and log.table.num_rows == 2
+    assert _read_meanwhile(log, {}) is None
+    assert _read_meanwhile(rk.Log(path), {"master": "spark://127.0.0.1:7077"}) is None
+    path.write_text("ts,kind,src\n1000,message,1\n2000,message,2\nnoon,message,3\n")
+    program = rk.Program.from_source(
+        HEADER + "@on('message')\ndef h(e):\n    emit('m', src=e.src)\n"
+    )
+    with pytest.raises(rk.LogError, match=r"m.csv, column 'ts', row 2: ts 'noon'"):
+        rk.replay(program, rk.Log(path), engine="spark")

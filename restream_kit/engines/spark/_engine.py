@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 import warnings
 from typing import Any
 
 from ...compiler.lower import Lowered
+from ...io import config
 from ...io.log import Log
 from ...io.progress import Cancelled, ReplayFinished, ReplayStarted, broadcast
 from ...io.result import Result
@@ -76,6 +78,31 @@ def option_blockers(options: dict[str, Any], on_error: str) -> list[str]:
     return blockers
 
 
+def _read_meanwhile(log: Log, options: dict[str, Any]) -> threading.Thread | None:
+    """A thread reading the log the kernel holds while a local master's session starts (the
+    read waits on the disk, the start on the JVM): a process's first replay starts about a
+    second sooner on a large log. A log it cannot read is left for the replay to read again,
+    which reports the error as it always does."""
+    if log.uri is not None or log.loaded or options.get("session") is not None:
+        return None
+    try:
+        master = config.resolve(options.get("master"), options.get("conf")).master
+    except Exception:  # noqa: BLE001 - the session's start reports a bad setting
+        return None
+    if master and not master.startswith("local"):
+        return None  # (a cluster may read the log itself: the kernel need not hold it)
+
+    def read() -> None:
+        try:
+            log.table  # noqa: B018 - built and kept on the log
+        except Exception:  # noqa: BLE001 - see the docstring
+            pass
+
+    thread = threading.Thread(target=read, name="restream-log-read", daemon=True)
+    thread.start()
+    return thread
+
+
 class _Replay:
     """One replay on Spark: what the paths share (``_pass_driver`` reads these attributes)."""
 
@@ -92,12 +119,17 @@ class _Replay:
         self.options = options
         # Handler runs that raise: stop, or roll back and record (see _pass_task).
         self.on_error = check_on_error(options.get("on_error"))
-        self.session = get_session(
-            options.get("master"),
-            options.get("conf"),
-            options.get("session"),
-            options.get("executor_wait"),
-        )
+        reading = _read_meanwhile(log, options)
+        try:
+            self.session = get_session(
+                options.get("master"),
+                options.get("conf"),
+                options.get("session"),
+                options.get("executor_wait"),
+            )
+        finally:
+            if reading is not None:
+                reading.join()
         ship(self.session)
         if log.uri is not None:
             describe_uri_log(self.session, log, options)
