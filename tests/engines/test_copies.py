@@ -278,6 +278,7 @@ def test_a_copy_pass_by_ranges_resumes_and_starts_from_an_epoch(spark_session, t
     got = rk.replay(p, log, **spark, resume=True)
     assert got.resumed_from_epoch == 2
     assert_same_result(got, want)
+    assert_ran_as_planned(p, got)
     assert "by 3 ranges of the log" in got.metrics.path["report"]
     # Each range holds events after the start: every task of the reading pass ran some.
     assert all(got.metrics.task_events["report"]), got.metrics.task_events

@@ -210,6 +210,8 @@ def test_restored_timed_writes_keep_the_serial_engines_order(
             checkpoint=tmp_path / "got", **options,
         )  # fmt: skip
     _same(got, want)
+    assert_ran_as_planned(program, got)
+    assert got.metrics.task_events["mark"] and all(got.metrics.task_events["mark"])
     assert_same_commits(tmp_path / "want", tmp_path / "got", [1, 2])
     assert "share of the state" in got.metrics.path["mark"], got.metrics.path
     assert ("arranged by the driver" in got.metrics.path["mark"]) == arranged
