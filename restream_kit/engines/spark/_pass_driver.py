@@ -37,7 +37,7 @@ from . import _pass_rows as W
 from ._emitted import emitted_tables, unpack_emitted
 from ._job_watch import JobWatch
 from ._local_arrangement import local_arrangement, marker_frame, partition_of
-from ._pass_results import apply_pending, handler_names, make_result
+from ._pass_results import finish_finals, handler_names, make_result
 from ._pass_setup import (
     Setup,
     arranged,
@@ -110,7 +110,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                 frame.unpersist()
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
-    apply_pending(setup.program, ran)
+    finish_finals(setup.program, ran)
     tables = emitted_tables(ran.emitted, ran.emitted_columns, handler_names(setup.program))
     wall = time.perf_counter() - started
     rep.notify(EpochFinished(0, total, wall, dict(tables)))

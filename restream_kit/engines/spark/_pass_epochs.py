@@ -43,7 +43,7 @@ from ._codec import encode_key
 from ._copies import in_serial_order
 from ._emitted import committed_rows, emitted_rows, emitted_tables
 from ._pass_driver import Ran, _names, run_jobs, shared_passes
-from ._pass_results import apply_pending, handler_names, make_result
+from ._pass_results import finish_finals, handler_names, make_result
 from ._pass_rows import PH_LOG
 from ._pass_setup import Setup
 from ._passes import BY_KEY, ORDER, SINGLE
@@ -113,7 +113,7 @@ def run_checkpointed(setup: Setup) -> Result:
         ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends, starts=starts)
     else:  # a complete checkpoint resumed: nothing is left to run
         ran = Ran(finals={name: dict(begun.state["stores"][name]) for name in program.states})
-    apply_pending(program, ran)
+    finish_finals(program, ran)
     if not ends:  # one epoch: its tasks emitted their rows as without a checkpoint
         ran.emitted_at[0] = (ran.emitted, ran.emitted_columns)
     names = handler_names(program)

@@ -1,5 +1,6 @@
 """The replay's :class:`Result` from what the passes sent back (``_pass_driver.Ran``): the
-timed writes due after the log, the metrics, the quarantine."""
+final states (in the serial engine's order where it shows, with the timed writes due after
+the log), the metrics, the quarantine."""
 
 from __future__ import annotations
 
@@ -17,15 +18,21 @@ from ._pass_stores import apply_op
 if TYPE_CHECKING:
     from ._pass_driver import Ran
 
-__all__ = ["apply_pending", "handler_names", "make_result"]
+__all__ = ["finish_finals", "handler_names", "make_result"]
 
 
-def apply_pending(program: Program, ran: Ran) -> None:
+def finish_finals(program: Program, ran: Ran) -> None:
+    """The final states as the serial engine ends with them, from what the tasks reported:
+    first the states read through copies in the serial engine's order of keys (``_copies``),
+    then the timed writes due after the log's end, which add their new keys last."""
+    in_serial_order(ran.finals, ran.orders)
+    _apply_pending(program, ran)
+
+
+def _apply_pending(program: Program, ran: Ran) -> None:
     """Timed writes due after the log's end apply if an event at or after their time ran,
     each once: a write waits in every pass that holds its state (the holder, and a pass
-    holding a copy of it), and each reports it; its position names it. First, the states
-    read through copies take the serial engine's order of keys (``_copies``)."""
-    in_serial_order(ran.finals, ran.orders)
+    holding a copy of it), and each reports it; its position names it."""
     for position, blob in sorted(set(ran.pending), key=lambda item: item[0]):
         if position[0] <= ran.last_event:
             state, key, op = pickle.loads(blob)
