@@ -34,7 +34,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     ),
     "hand-job": (
         "bench.hand_job",
-        "Spark engine vs a hand-written Spark job and serial, per-sender float rule, warm",
+        "Spark engine vs a hand-written Spark job and serial, float or team rule, warm",
     ),
     "cells": (
         "bench.cell_bench",
