@@ -319,5 +319,5 @@ def test_a_big_states_columns_fold_as_its_dict_does(kind, tuple_key, floats, epo
             else:
                 same(made, store)
         same(kept.final(), store)
-    if len(store) >= 60:
+    if len(store) >= 60 and any(epochs):  # (a commit needs an epoch with changes)
         assert columns_seen
