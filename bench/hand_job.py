@@ -12,8 +12,9 @@ Each rule comes with what a Spark user would write for it in twenty lines:
   sliding hour, the team looked up by sender): each message's team looked up in the JVM (the
   sender's last friendship before it, a window function), then the messages repartitioned by
   team, sorted, and one ``mapInArrow`` pass that counts, takes each count back an hour later
-  and flags busy teams. It is the shape the engine's passes would need for a key read from an
-  upstream state (``docs/spark_engine.md``, "Where a broadcast read's time goes").
+  and flags busy teams. The engine's passes take the same shape, the team looked up in Python
+  by the pass holding ``team_of`` (``docs/spark_engine.md``, "Partitioned by a key read
+  upstream").
 
 The engine knows everything such a job knows, so it should be at least as fast.
 

@@ -284,13 +284,9 @@ def test_progress_streams_per_pass(spark_session):
 
 
 def _forwarding(program: rk.Program) -> bool:
-    from restream_kit.engines.spark._pass_setup import _forwards
+    from restream_kit.engines.spark._passes import forwards
 
-    class Plain:
-        on_error = "stop"
-        options: dict = {}
-
-    return _forwards(Plain, plan_passes(program, rk.plan(program, allow_nondeterminism=True)))
+    return forwards(plan_passes(program, rk.plan(program, allow_nondeterminism=True)))
 
 
 def test_events_carry_their_reads_from_pass_to_pass(spark_session):

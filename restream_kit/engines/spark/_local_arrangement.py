@@ -34,7 +34,7 @@ import heapq
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,8 @@ __all__ = [
     "marker_frame",
     "partition_of",
     "use_local",
+    "local_input",
+    "values_sent",
     "LOCAL_ROWS",
 ]
 
@@ -270,3 +272,47 @@ def local_batches(local: LocalInput, part: int) -> Iterator:
                     continue
                 batch = batch.slice(int(np.searchsorted(lsn, local.after, side="right")))
             yield batch
+
+
+def local_input(setup: Any, sent: dict[int, list[str]], p: Any, n: int) -> tuple[Any, Any]:
+    """Where pass ``p``'s tasks read the events the driver arranged for it
+    (``_local_arrangement``) and the files of values earlier passes sent each partition
+    (``sent``), and its input: a marker row per partition."""
+    from ._zipped import zip_targets
+
+    events, fingerprint = setup.events, setup.log.fingerprint
+
+    def parts_of(q: int) -> Any:
+        return partition_of(events, fingerprint, tuple(setup.local[q]), setup.log_kinds[q], n)
+
+    # Its partitions, and each event's partition in the zipped passes it sends values to.
+    targets = {col: j for j, col, _kinds in zip_targets(setup, p)}
+    local = local_arrangement(
+        events,
+        fingerprint,
+        (
+            (tuple(setup.local[p.index]), setup.log_kinds[p.index]),
+            tuple((col, tuple(setup.local[j]), setup.log_kinds[j]) for col, j in targets.items()),
+        ),
+        lambda: (parts_of(p.index), {col: parts_of(j) for col, j in targets.items()}),
+        list(setup.columns),
+        n,
+    )
+    values = tuple(tuple(sent.get(i, ())) for i in range(n))
+    return replace(local, values=values), marker_frame(setup.session, n)
+
+
+def values_sent(got: pa.Table, sent: dict[int, dict[int, list[str]]]) -> None:
+    """The files of values a pass's finished tasks wrote for later passes the driver
+    arranged (``_zipped.ValuePacker``), by receiving pass and partition, into ``sent``."""
+    import pyarrow.compute as pc
+
+    from ._pass_rows import FWD
+
+    rows = got.filter(pc.equal(got.column("_rs_kind"), FWD))
+    for dest, part, path in zip(
+        rows.column("_rs_dest").to_pylist(),
+        rows.column("_rs_pk").to_pylist(),
+        rows.column("_rs_b").to_pylist(),
+    ):
+        sent.setdefault(dest, {}).setdefault(int(part), []).append(path.decode())

@@ -36,7 +36,8 @@ from ..serial import MAX_FLUSH
 from . import _pass_rows as W
 from ._emitted import emitted_tables, unpack_emitted
 from ._job_watch import JobWatch
-from ._local_arrangement import local_arrangement, marker_frame, partition_of
+from ._local_arrangement import local_input, marker_frame, values_sent
+from ._lookups import looked_up_input, lookups_served
 from ._pass_results import finish_finals, handler_names, make_result
 from ._pass_setup import (
     Setup,
@@ -49,7 +50,7 @@ from ._pass_setup import (
     unquoted,
 )
 from ._pass_task import PassTask
-from ._passes import ORDER, SINGLE, PassPlan
+from ._passes import ORDER, SINGLE, PassPlan, passes_of
 from ._start_shares import share_frame, shares_rows
 from ._zipped import PART, VALUES, sources, takes_from_passes, zip_targets
 
@@ -93,6 +94,10 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         from ._pass_epochs import run_checkpointed, start_state
 
         start = start_state(rep)
+    if start is not None and any(p.lookup for p in pp.passes):
+        # From a start state the passes' events meet their values in a sort, not on the way:
+        # a key looked up upstream has no partition before its pass (``_passes.forwards``).
+        pp = passes_of(rep.program, lookups=False)
     setup = prepare(rep, pp, started, events, start)
     try:
         if checkpointing:
@@ -171,10 +176,11 @@ def run_jobs(
             plain = _plain(setup, p, fed, kinds, forwarding)
             n = 1 if p.partition == SINGLE else partitions
             zipped = None
+            files: tuple = ()  # a looked-up pass's, when the driver arranged the passes
             packed = False  # whether its events come packed (``_pass_setup.arranged``)
             local = None  # where its tasks read their events, when the driver arranged them
             if p.index in setup.local:
-                local, rows = _local_input(setup, sent.get(p.index, {}), p, n)
+                local, rows = local_input(setup, sent.get(p.index, {}), p, n)
                 if starts is not None:
                     local = replace(
                         local, after=starts.after, starts=starts.shares.get(p.index, ())
@@ -183,6 +189,12 @@ def run_jobs(
                 if len(kinds) == 1 and plain:
                     one_kind = kinds[0]
                 parts.append(rows)
+            elif p.lookup:
+                if kinds and setup.local:  # each task reads the files sent its partition
+                    files = tuple(tuple(sent.get(p.index, {}).get(i, ())) for i in range(n))
+                    parts.append(marker_frame(session, n))
+                elif kinds:  # (else no event reaches it: no job)
+                    parts.append(looked_up_input(outputs, p))
             elif kinds and forwarding and zips and takes_from_passes(passes, p, setup.log_kinds):
                 zipped, packed = _zipped_input(setup, outputs, p, n)
                 parts.append(zipped)
@@ -269,8 +281,10 @@ def run_jobs(
                 for c, typ in (("l", "BIGINT"), ("d", "DOUBLE"), ("b", "BINARY")):
                     if f"_rs_q{c}{s}" not in rows.columns and not forwarding:
                         rows = rows.selectExpr("*", f"CAST(NULL AS {typ}) AS _rs_q{c}{s}")
-            if zipped is not None or local is not None:
+            if zipped is not None or local is not None or files:
                 pass  # arranged, and joined to its values by position, in the task
+            elif p.lookup:
+                rows = rows.repartition(n, "_rs_pk")  # (its task sorts its events: _lookups)
             elif not fed:
                 if p.partition == ORDER:
                     # In any partitions: no shuffle, each sorted as it is; but a frame in
@@ -342,6 +356,9 @@ def run_jobs(
                 versions_to=p.versions_to,
                 spread=setup.spread,
                 ranges=setup.ranges,
+                lookups=lookups_served(setup, p),
+                looked_up=bool(p.lookup),
+                looked_up_files=files,
                 one_kind=one_kind,
                 closes_once=setup.closes_once,
                 folds=setup.folds,
@@ -365,7 +382,7 @@ def run_jobs(
                     # passes read of theirs went to files, whose paths come back here.
                     got = out.select("_rs_kind", "_rs_dest", "_rs_pk", "_rs_b", *_POS).toArrow()
                     if setup.local:
-                        _values_sent(got, sent)
+                        values_sent(got, sent)
                 else:
                     # Its rows are kept, cut from their lineage: later passes read them
                     # without planning this pass's plan again. Not eagerly: the job that
@@ -488,48 +505,14 @@ def _zipped_input(setup: Any, outputs: list, p: Any, n: int) -> tuple[Any, bool]
     return values.unionByName(events, allowMissingColumns=True), packed
 
 
-def _local_input(setup: Setup, sent: dict[int, list[str]], p: Any, n: int) -> tuple[Any, Any]:
-    """Where pass ``p``'s tasks read the events the driver arranged for it
-    (``_local_arrangement``) and the files of values earlier passes sent each partition
-    (``sent``), and its input: a marker row per partition."""
-    events, fingerprint = setup.events, setup.log.fingerprint
-
-    def parts_of(q: int) -> Any:
-        return partition_of(events, fingerprint, tuple(setup.local[q]), setup.log_kinds[q], n)
-
-    # Its partitions, and each event's partition in the zipped passes it sends values to.
-    targets = {col: j for j, col, _kinds in zip_targets(setup, p)}
-    local = local_arrangement(
-        events,
-        fingerprint,
-        (
-            (tuple(setup.local[p.index]), setup.log_kinds[p.index]),
-            tuple((col, tuple(setup.local[j]), setup.log_kinds[j]) for col, j in targets.items()),
-        ),
-        lambda: (parts_of(p.index), {col: parts_of(j) for col, j in targets.items()}),
-        list(setup.columns),
-        n,
-    )
-    values = tuple(tuple(sent.get(i, ())) for i in range(n))
-    return replace(local, values=values), marker_frame(setup.session, n)
-
-
-def _values_sent(got: pa.Table, sent: dict[int, dict[int, list[str]]]) -> None:
-    """The files of values a pass's finished tasks wrote for later passes the driver
-    arranged (``_zipped.ValuePacker``), by receiving pass and partition, into ``sent``."""
-    rows = got.filter(pc.equal(got.column("_rs_kind"), W.FWD))
-    for dest, part, path in zip(
-        rows.column("_rs_dest").to_pylist(),
-        rows.column("_rs_pk").to_pylist(),
-        rows.column("_rs_b").to_pylist(),
-    ):
-        sent.setdefault(dest, {}).setdefault(int(part), []).append(path.decode())
-
-
 def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
-    """Whether a later pass takes some of its events from ``p``."""
+    """Whether a later pass takes some of its events from ``p`` (forwarded, not packed by a
+    looked-up key: ``_lookups``)."""
     return any(
-        source == p.index for q in passes[p.index + 1 :] for source in sources(passes, q, log_kinds)
+        source == p.index
+        for q in passes[p.index + 1 :]
+        if not q.lookup
+        for source in sources(passes, q, log_kinds)
     )
 
 

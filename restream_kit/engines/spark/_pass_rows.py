@@ -177,6 +177,12 @@ class PassSpec:
     versions_to: tuple = ()
     spread: dict = field(default_factory=dict)
     ranges: dict = field(default_factory=dict)  # reading passes split into ranges of the log
+    # Later passes partitioned by a key read from a state held here (``_lookups``): per such
+    # pass, the probe slots that give the key, the state, its partition values and kinds;
+    # and whether this pass is one, its events packed by the pass that looked them up.
+    lookups: tuple = ()
+    looked_up: bool = False
+    looked_up_files: tuple = ()  # (driver-arranged: per partition, the files of its events)
 
 
 def dumps(value: Any) -> bytes:

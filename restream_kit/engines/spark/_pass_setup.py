@@ -14,7 +14,7 @@ from ...io.log import Log, scratch_parquet
 from ...model.program import Program
 from . import _pass_rows as W
 from ._keys import KeysSpec, KeysTask
-from ._passes import BY_KEY, ORDER, SINGLE, PassPlan
+from ._passes import BY_KEY, ORDER, SINGLE, PassPlan, forwards
 from ._program_ref import ProgramRef
 from ._window_shapes import closes_once, folded_counts
 
@@ -127,8 +127,8 @@ def prepare(
             sql.append(f"concat('i', CAST(_rs_o AS STRING), ';') AS {col}")
         elif p.partition == SINGLE:
             sql.append(f"'N' AS {col}")
-        elif p.partition == BY_KEY:
-            continue
+        elif p.partition == BY_KEY or p.lookup:
+            continue  # (a looked-up key: its events come packed by partition, ``_lookups``)
         elif not log_kinds[p.index]:
             if any(q.reader == p.index for other in passes for q in other.serves):
                 sql.append(f"CAST(NULL AS STRING) AS {col}")  # no log event reads there
@@ -156,7 +156,7 @@ def prepare(
     columns = events.columns if rep.on_error != "stop" else _used_columns(program, events.columns)
     wide = None
     pks: list[str] = []
-    if _forwards(rep, pp) and (start is None or local):
+    if forwards(pp) and (start is None or local):
         # The events travel from pass to pass with the probe values they pick up: every
         # pass's output has room for them (their columns and their partition values).
         # Partition values travel only for passes partitioned by more than plain columns
@@ -175,8 +175,8 @@ def prepare(
         from ._zipped import PART, zipped_passes
 
         def by_of(p: Any) -> list[str] | None:
-            if p.partition in (ORDER, SINGLE, BY_KEY):
-                return None
+            if p.partition in (ORDER, SINGLE, BY_KEY) or p.lookup:
+                return None  # (a looked-up key: no event's partition is known before)
             return raw_key(p.partition, events) or [f"_rs_pk{p.index}"]
 
         zips = zipped_passes(session, pp, log_kinds, by_of)
@@ -212,11 +212,11 @@ def prepare(
         folds=folded_counts(program),
         zips=zips,
         local=local,
-        values_dir=replay_dir() if local and zips else None,
+        values_dir=replay_dir() if local and (zips or any(p.lookup for p in passes)) else None,
         spread={
             p.index: ("N",) if p.partition == SINGLE else spread_values(session, partitions)
             for p in passes
-            if p.copies
+            if p.copies or p.lookup
         },
         ranges={i: bounds for i, (_sql, bounds) in ranges.items()},
     )
@@ -308,9 +308,11 @@ def _arranged_locally(
     if pp.schedules or pp.reason or events.pickled:
         return {}
     passes = pp.passes
-    forwarding = _forwards(rep, pp)
+    forwarding = forwards(pp)
     by: dict[int, list[str]] = {}
     for p in passes:
+        if p.lookup:
+            continue  # its events come packed from the pass that looks its key up (_lookups)
         senders = any(p.index in q.sends for q in passes[: p.index])
         if not log_kinds[p.index]:
             if senders:
@@ -327,21 +329,10 @@ def _arranged_locally(
         return {}
     if forwarding and any(takes_from_passes(passes, p, log_kinds) for p in passes):
         zips = zipped_passes(rep.session, pp, log_kinds, lambda p: by.get(p.index))
-        if set(zips) != {p.index for p in passes if takes_from_passes(passes, p, log_kinds)}:
+        taking = {p.index for p in passes if takes_from_passes(passes, p, log_kinds)}
+        if set(zips) != {i for i in taking if not passes[i].lookup}:
             return {}
     return by
-
-
-def _forwards(rep: Any, pp: PassPlan) -> bool:
-    """Whether the passes forward events (``_plain_pass.run_plain``): every pass runs handlers over
-    log events only, and what crosses passes is only probe values, so that each event can
-    carry the values it reads from pass to pass instead of meeting them in a sort."""
-    if pp.schedules or pp.reason:
-        return False
-    passes = pp.passes
-    if not any(p.serves for p in passes):
-        return False
-    return all(p.handlers and not p.blind and not p.feeds for p in passes)
 
 
 _FRAMES: dict[tuple, Any] = {}

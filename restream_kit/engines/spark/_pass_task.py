@@ -38,6 +38,7 @@ from ._boundaries import Ends, state_row, unhandled_rows, waiting_rows
 from ._copies import CopyFeed, VersionRecorder
 from ._faults import inject_fault
 from ._local_arrangement import local_batches, local_part, local_start
+from ._lookups import merged_events
 from ._pass_rows import (
     BATCH_ROWS,
     BLOB_ROWS,
@@ -259,6 +260,8 @@ class PassTask:
             batches = local_batches(spec.local, part)
         if spec.packed:
             batches = unpacked(batches)
+        if spec.looked_up:  # its events packed by the pass that looked its key up
+            batches = merged_events(batches, spec.looked_up_files)
         if spec.plain:
             yield from run_plain(spec, program, batches, started, start)
             return

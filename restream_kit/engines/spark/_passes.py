@@ -33,6 +33,7 @@ from typing import Any
 
 from ...model.program import Program
 from ...model.state import Value
+from ._lookup_stages import lookup_of, lookup_stages, packed_straight
 
 __all__ = ["Probe", "Pass", "PassPlan", "plan_passes", "ORDER", "SINGLE", "BY_KEY"]
 
@@ -83,6 +84,9 @@ class Pass:
     schedules: tuple[str, ...] = ()  # kinds its handlers schedule
     copies: tuple[str, ...] = ()  # upstream states every partition holds whole (broadcast)
     versions_to: tuple[int, ...] = ()  # a fold: the passes it sends its state's versions to
+    # Partitioned by a key read from an upstream state (``_lookup_stages``): that state, the
+    # key it is read by, and the probe slots whose values (in handler order) partition it.
+    lookup: tuple = ()
 
     @property
     def event_kinds(self) -> tuple[str, ...]:
@@ -98,6 +102,8 @@ class Pass:
             said = f"parallel over {partitions} partitions (by state key)"
         else:
             said = f"parallel over {partitions} partitions by {self.partition}"
+        if self.lookup:
+            said += f", its events and the value of {self.partition} from where {self.lookup[0]} is held"
         if self.copies:
             said += f", {' and '.join(self.copies)} copied whole to each"
         return said
@@ -125,16 +131,33 @@ def _single(program: Program, reason: str) -> PassPlan:
     return PassPlan((one,), {k: (0,) for k in kinds}, reason, schedules)
 
 
-def plan_passes(program: Program, plan) -> PassPlan:
+def plan_passes(program: Program, plan, lookups: bool = True) -> PassPlan:
     """The passes of ``program`` under ``plan``; one sequential pass, with the reason, for a
-    program they cannot split yet."""
+    program they cannot split yet. ``lookups``: whether a stage may be partitioned by a key
+    read from an upstream state (``_lookup_stages``); a replay from a start state may not,
+    for its events then meet their values in a sort, not on the way (``_pass_setup``)."""
     try:
-        return _plan(program, plan)
+        pp = _plan(program, plan, lookups)
+        if any(p.lookup for p in pp.passes) and not (forwards(pp) and packed_straight(pp)):
+            pp = _plan(program, plan, False)  # (its events could not travel with their values)
+        return pp
     except _Unsplit as exc:
         return _single(program, str(exc))
 
 
-def passes_of(program: Program) -> PassPlan:
+def forwards(pp: PassPlan) -> bool:
+    """Whether the passes can forward events (``_plain_pass.run_plain``): every pass runs
+    handlers over log events only, and what crosses passes is only probe values, so that each
+    event can carry the values it reads from pass to pass instead of meeting them in a sort."""
+    if pp.schedules or pp.reason:
+        return False
+    passes = pp.passes
+    if not any(p.serves for p in passes):
+        return False
+    return all(p.handlers and not p.blind and not p.feeds for p in passes)
+
+
+def passes_of(program: Program, lookups: bool = True) -> PassPlan:
     """The passes of ``program``; one sequential pass, with the reason, when the planner
     cannot plan it or the passes cannot split it."""
     from ...model.errors import RestreamError
@@ -144,7 +167,7 @@ def passes_of(program: Program) -> PassPlan:
         the_plan = plan(program, allow_nondeterminism=True)
     except RestreamError as exc:
         return _single(program, f"the planner could not plan the program: {exc}")
-    return plan_passes(program, the_plan)
+    return plan_passes(program, the_plan, lookups)
 
 
 def layout(program: Program, partitions: int | None = None) -> dict[str, str]:
@@ -168,7 +191,7 @@ def _key(state: Any, access: Any) -> str | None:
     return "()" if isinstance(state, Value) else access.key
 
 
-def _plan(program: Program, plan) -> PassPlan:
+def _plan(program: Program, plan, lookups: bool) -> PassPlan:
     index = {h.name: h.index for h in program.handlers}
     info = {h.name: h for h in plan.handlers}
     scheduled = {k for h in plan.handlers for k in h.schedules}
@@ -227,6 +250,8 @@ def _plan(program: Program, plan) -> PassPlan:
             d["partition"] = keys.pop() if one else ORDER
         drafts.append(d)
 
+    if lookups:
+        lookup_stages(drafts, accesses, program, info, scheduled)
     _fuse_readers(drafts, accesses, program, info)
 
     def holds(i: int, state: str) -> bool:
@@ -415,6 +440,7 @@ def _plan(program: Program, plan) -> PassPlan:
                 ),
                 stages=tuple(d["stages"]),
                 copies=d["copies"],
+                lookup=lookup_of(d, probes, n),
             )
         )
     # Who sends what to whom: probe values, or writes and scheduled events (after which an

@@ -36,6 +36,7 @@ from ..serial import JournalDict, SerialRuntime
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._codec import MISSING
 from ._emitted import pack_emitted
+from ._lookups import LookupPacker
 from ._pass_rows import (
     BATCH_ROWS,
     ERROR,
@@ -162,6 +163,19 @@ def run_plain(
     packer = (
         ValuePacker(spec.zip_to, spec.wide, spec.zip_by, spec.values_dir) if spec.zip_to else None
     )
+    # Later passes partitioned by a key looked up here get their events from it (``_lookups``).
+    looker = (
+        LookupPacker(
+            spec.lookups,
+            program,
+            spec.columns,
+            spec.wide,
+            spec.one_kind,
+            spec.values_dir if spec.local is not None else None,
+        )
+        if spec.lookups
+        else None
+    )
     # What a zipped pass gets of each event from here: its lsn and the probe columns.
     values = pa.schema(f for f in spec.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))
     try:
@@ -191,10 +205,15 @@ def run_plain(
             if ends is not None and ships and rt.dropped:
                 rt.passed(rt.event[1])
             events += batch.num_rows
+            if looker is not None:
+                yield from looker.add(batch, served)
             if packer is not None:
                 yield from packer.add(batch, _forwarded(batch, values, served))
             elif spec.forward:
                 yield _forwarded(batch, spec.wide, served)
+            else:  # (the values went to the passes that look up keys here)
+                for recorded in served.values():
+                    recorded.clear()
             if ships and len(rt.out) >= BATCH_ROWS:
                 yield _shipped(rt, spec)
         while ends is not None and ends.passed < len(ends.bounds):
@@ -204,6 +223,8 @@ def run_plain(
         rt.apply_due(spec.last_ts)
         if packer is not None:
             yield from packer.flush()
+        if looker is not None:
+            yield from looker.flush()
     except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
         out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
         yield out_rows(out, spec)

@@ -1,7 +1,7 @@
 """Zipped passes: only the values read upstream travel between passes, packed, and meet
 their events, which every pass takes from the log's kept arrangement, by ``lsn``.
 
-When the passes forward events (``_pass_setup._forwards``: nothing but probe values crosses
+When the passes forward events (``_passes.forwards``: nothing but probe values crosses
 passes), a pass that takes some kinds of events from an earlier pass takes the events
 themselves from the log instead, partitioned by its own key and sorted by position (packed
 and kept for the next replay, ``_pass_setup.arranged``). From the earlier pass it takes only
@@ -39,6 +39,7 @@ __all__ = [
     "zip_targets",
     "ValuePacker",
     "unzip",
+    "to_file",
 ]
 
 VALUES = "_rs_vipc"  # a packed chunk of values, in the receiving pass's input (its column)
@@ -86,7 +87,8 @@ def zipped_passes(session: Any, pp: Any, log_kinds: dict, by_of: Any) -> dict[in
     if str(keeps).lower() != "true":
         return {}
     passes = pp.passes
-    zipping = [p for p in passes if takes_from_passes(passes, p, log_kinds)]
+    # (A pass partitioned by a looked-up key takes its events packed, not zipped: _lookups.)
+    zipping = [p for p in passes if takes_from_passes(passes, p, log_kinds) and not p.lookup]
     bys = {p.index: by_of(p) for p in zipping}
     if any(by is None for by in bys.values()):
         return {}
@@ -169,7 +171,7 @@ class ValuePacker:
             elif f.name == "_rs_b":
                 blob = packed_bytes(values)
                 if self.sink is not None:
-                    blob = _to_file(self.sink, key, blob)
+                    blob = to_file(self.sink, key, blob)
                 arrays.append(pa.array([blob], f.type))
             elif f.name == "_rs_pk" and self.sink is not None:
                 arrays.append(pa.array([str(key[1])], f.type))
@@ -181,8 +183,8 @@ class ValuePacker:
         return pa.RecordBatch.from_arrays(arrays, schema=self.wide)
 
 
-def _to_file(sink: str, key: tuple[int, int], blob: bytes) -> bytes:
-    """Write a chunk of values for (pass, partition) ``key`` to a file of its own in
+def to_file(sink: str, key: tuple[int, int], blob: bytes) -> bytes:
+    """Write a chunk of values (or events, ``_lookups``) for (pass, partition) ``key`` to a file of its own in
     ``sink``; its path, as bytes. The driver hands the receiving task the paths that
     finished tasks reported, so a failed attempt's file is never read."""
     import uuid
