@@ -36,6 +36,8 @@ PROGRAMS = {
     "antispam": ROOT / "examples" / "antispam.py",
     "ordinary": ROOT / "bench" / "programs" / "ordinary.py",
     "windows": ROOT / "bench" / "programs" / "windows.py",
+    # A pass partitioned by a looked-up key, its events packed by the pass that looks it up.
+    "teams": ROOT / "bench" / "programs" / "teams.py",
 }
 
 
@@ -109,6 +111,8 @@ def test_a_program_on_the_cluster_is_serial_and_parallel(engine, test_cluster, p
     assert got.warnings == [] or all("ran in one task" not in w for w in got.warnings)
     assert_ran_as_planned(program, got)
     assert_parallel_stages_split(got)
+    if name == "teams":  # its events came packed through Spark, not through the kernel's files
+        assert "from where team_of is held" in got.metrics.path["busy"], got.metrics.path
 
 
 @pytest.fixture
