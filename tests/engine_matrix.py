@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,12 @@ __all__ = [
     "rows_of",
     "waiting",
     "assert_same_commits",
+    "keep_first_epochs",
+    "social_sample",
+    "checkpointed_alike",
 ]
+
+SMALL_SOCIAL = Path(__file__).resolve().parents[1] / "sample_data" / "social_small.parquet"
 
 #: Engines that need a cluster: they run tests/test_semantics.py and tests marked ``cluster``.
 #: ``spark-cluster`` is the Spark engine on a real standalone cluster (a master and a worker
@@ -130,3 +136,21 @@ def assert_same_commits(want_dir, got_dir, epochs: range) -> None:
             assert waiting(a.state) == waiting(b.state), f"epoch {k}: waiting"
         rows = [checkpoint.load_value(d / f"epoch-{k:06d}", "rows") for d in (want_dir, got_dir)]
         assert rows[0] == rows[1], f"epoch {k}: rows"
+
+
+def social_sample(n: int = 6000) -> rk.Log:
+    """The first ``n`` events of the small social sample, as a log of their own."""
+    table = rk.Log(SMALL_SOCIAL).table.slice(0, n)
+    return rk.Log(table.drop_columns(["lsn"]))
+
+
+def checkpointed_alike(program: rk.Program, log: rk.Log, tmp_path, epoch: int = 1500):
+    """``program`` replayed serially and on Spark's passes (3 partitions), each checkpointing
+    every ``epoch`` events (in ``tmp_path / "serial"`` and ``tmp_path / "spark"``), checked
+    equal: the serial result, the Spark result and the Spark replay's options (to resume it)."""
+    want = rk.replay(program, log, checkpoint=tmp_path / "serial", epoch=epoch)
+    spark = dict(engine="spark", path="passes", partitions=3, checkpoint=tmp_path / "spark")
+    spark["epoch"] = epoch
+    got = rk.replay(program, log, **spark)
+    assert_same_result(got, want)
+    return want, got, spark

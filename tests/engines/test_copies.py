@@ -13,7 +13,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from engine_matrix import assert_ran_as_planned, assert_same_result, keep_first_epochs
+from engine_matrix import (
+    assert_ran_as_planned,
+    assert_same_result,
+    checkpointed_alike,
+    keep_first_epochs,
+    social_sample,
+)
 
 import restream_kit as rk
 from restream_kit.engines import engines
@@ -131,11 +137,6 @@ def report(e):
 PROGRAMS = {"teams": TEAMS, "late": LATE, "ranged": RANGED}
 
 
-def social(n: int = 6000) -> rk.Log:
-    table = rk.Log(ROOT / "sample_data" / "social_small.parquet").table.slice(0, n)
-    return rk.Log(table.drop_columns(["lsn"]))
-
-
 def _program(name: str) -> rk.Program:
     return rk.Program.from_source(PROGRAMS[name], name=name)
 
@@ -229,7 +230,7 @@ def test_what_the_passes_cannot_split_runs_as_one_pass_and_says_why():
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_copy_passes_equal_serial_and_spread_their_events(name, epoch, spark_session, tmp_path):
     p = _program(name)
-    log = social()
+    log = social_sample()
     want = rk.replay(p, log)
     assert all(t.num_rows for t in want.tables.values()) and len(want.tables) >= 1
     options = {} if epoch is None else {"checkpoint": str(tmp_path / "ck"), "epoch": epoch}
@@ -262,12 +263,9 @@ def test_a_copy_pass_by_ranges_resumes_and_starts_from_an_epoch(spark_session, t
     from restream_kit.io import checkpoint
 
     p = _program("ranged")
-    log = social()
-    want = rk.replay(p, log, checkpoint=tmp_path / "serial", epoch=1500)
-    ck = tmp_path / "spark"
-    spark = dict(engine="spark", path="passes", partitions=3, checkpoint=ck, epoch=1500)
-    got = rk.replay(p, log, **spark)
-    assert_same_result(got, want)
+    log = social_sample()
+    want, got, spark = checkpointed_alike(p, log, tmp_path)
+    ck = spark["checkpoint"]
     # A state read whole keeps the serial engine's order of keys, in each commit and at the
     # end (the folds' tasks each hold some of its keys).
     for k in range(4):

@@ -14,7 +14,13 @@ import os
 from pathlib import Path
 
 import pytest
-from engine_matrix import assert_ran_as_planned, assert_same_result, keep_first_epochs
+from engine_matrix import (
+    assert_ran_as_planned,
+    assert_same_result,
+    checkpointed_alike,
+    keep_first_epochs,
+    social_sample,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
 #: The team rule, with what varies between the programs below left open: how a user's team
-#: is written (``TEAM``) and what a user without one reads (``DEFAULT``).
+#: is written (``team``), what a user without one reads (``default``), and a line of
+#: ``charge`` that may raise (``raises``).
 RULE = """
 from restream_kit import emit, on, state
 
@@ -75,11 +82,6 @@ PROGRAMS = {
 
 def _program(name: str) -> rk.Program:
     return rk.Program.from_source(RULE.format(**PROGRAMS[name]), name=name)
-
-
-def social(n: int = 6000) -> rk.Log:
-    table = rk.Log(ROOT / "sample_data" / "social_small.parquet").table.slice(0, n)
-    return rk.Log(table.drop_columns(["lsn"]))
 
 
 # -- the passes, from the plan (no Spark) -----------------------------------------------------
@@ -154,7 +156,7 @@ def arranged(request, monkeypatch, spark_session):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_a_looked_up_pass_equals_serial(name, arranged):
     p = _program(name)
-    log = social()
+    log = social_sample()
     on_error = "skip" if name == "raises" else "stop"
     want = rk.replay(p, log, on_error=on_error)
     assert want.tables["busy_team"].num_rows
@@ -177,12 +179,9 @@ def test_a_looked_up_pass_checkpoints_and_resumes(arranged, tmp_path):
     from restream_kit.io import checkpoint
 
     p = _program("ints")
-    log = social()
-    want = rk.replay(p, log, checkpoint=tmp_path / "serial", epoch=1500)
-    ck = tmp_path / "spark"
-    spark = dict(engine="spark", path="passes", partitions=3, checkpoint=ck, epoch=1500)
-    got = rk.replay(p, log, **spark)
-    assert_same_result(got, want)
+    log = social_sample()
+    want, got, spark = checkpointed_alike(p, log, tmp_path)
+    ck = spark["checkpoint"]
     _assert_looked_up(p, got)
     for k in range(4):
         serial, spark_ = (checkpoint.read(d, k).state["stores"] for d in (tmp_path / "serial", ck))

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from engine_matrix import assert_ran_as_planned, assert_same_result
+from engine_matrix import assert_ran_as_planned, assert_same_result, social_sample
 from hypothesis import HealthCheck, assume, given, settings
 from naive import spark_cases
 
@@ -30,11 +30,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
 def program(path: str) -> rk.Program:
     return rk.Program.from_file(ROOT / path)
-
-
-def social(n: int = 6000) -> rk.Log:
-    table = rk.Log(ROOT / "sample_data" / "social_small.parquet").table.slice(0, n)
-    return rk.Log(table.drop_columns(["lsn"]))
 
 
 def passes_of(path: str):
@@ -139,7 +134,7 @@ PARALLEL = [
 @pytest.mark.parametrize("path", PARALLEL)
 def test_programs_run_in_parallel_passes_and_equal_serial(path, spark_session):
     p = program(path)
-    log = social()
+    log = social_sample()
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, rk.replay(p, log))
     assert_ran_as_planned(p, got)
@@ -228,7 +223,7 @@ def test_handler_errors_are_the_serial_engines(spark_session):
         ),
         name="boom",
     )
-    log = social(3000)
+    log = social_sample(3000)
     with pytest.raises(rk.HandlerError) as serial_error:
         rk.replay(p, log)
     with pytest.raises(rk.HandlerError) as spark_error:
@@ -261,7 +256,7 @@ def test_quarantine_on_passes_equals_serial(spark_session):
         ),
         name="poison",
     )
-    log = social(3000)
+    log = social_sample(3000)
     want = rk.replay(p, log, on_error="quarantine")
     got = rk.replay(p, log, engine="spark", path="passes", on_error="quarantine")
     assert_same_result(got, want)
@@ -276,7 +271,7 @@ def test_quarantine_on_passes_equals_serial(spark_session):
 def test_progress_streams_per_pass(spark_session):
     p = program("bench/programs/ordinary.py")
     rec = Recorder()
-    rk.replay(p, social(), engine="spark", path="passes", observer=rec)
+    rk.replay(p, social_sample(), engine="spark", path="passes", observer=rec)
     finished = [e.stage for e in rec.events if isinstance(e, StageFinished)]
     assert finished == ["sender_rate", "ip_window, suspicious"]
     done = [e.events_done for e in rec.events if isinstance(e, Progress)]
@@ -295,7 +290,7 @@ def test_events_carry_their_reads_from_pass_to_pass(spark_session):
     the values it reads, instead of a probe row per read: same result, said in the path."""
     p = rk.Program.from_file(ROOT / "bench" / "programs" / "ordinary.py")
     assert _forwarding(p)
-    log = social()
+    log = social_sample()
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, rk.replay(p, log))
     assert_ran_as_planned(p, got)
@@ -310,7 +305,7 @@ def test_whole_events_travel_when_values_and_events_are_not_zipped(spark_session
     the events themselves go from pass to pass with their values: same result."""
     monkeypatch.setenv("RESTREAM_SPARK_ZIP", "0")
     p = rk.Program.from_file(ROOT / "bench" / "programs" / "ordinary.py")
-    log = social()
+    log = social_sample()
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, rk.replay(p, log))
     assert_ran_as_planned(p, got)
@@ -364,7 +359,7 @@ def test_reads_upstream_by_a_field_or_by_a_helper_travel_as_values_alike(spark_s
     assert key_source("e.nowhere", columns) is None
     p = rk.Program.from_source(textwrap.dedent(FORWARDED_KEYS), name="keys")
     assert _forwarding(p)
-    log = social()
+    log = social_sample()
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     want = rk.replay(p, log)
     assert want.tables["hit"].num_rows > 100
@@ -500,7 +495,7 @@ def test_a_pass_sends_a_windows_adds_summed_only_where_the_generated_code_allows
     assert folded_counts(hopping) == {"per_src__n"}  # the float sums travel one by one
     assert folded_counts(rk.Program.from_source(WINDOW_CLOSES_COUNTED, "counted")) == set()
     assert folded_counts(rk.Program.from_source(WINDOW_ADD_EARLIER, "earlier")) == set()
-    log = social()
+    log = social_sample()
     for prog in (windows, hopping):
         want = rk.replay(prog, log)
         got = rk.replay(prog, log, engine="spark", path="passes", partitions=3)
@@ -515,7 +510,7 @@ def test_a_pass_sends_one_of_identical_window_closes_unless_someone_else_listens
     close kind sees every close: then all are sent."""
     windows = program("bench/programs/windows.py")
     assert closes_once(windows) == {"per_sender:close"}
-    log = social()
+    log = social_sample()
     want = rk.replay(windows, log)
     got = rk.replay(windows, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, want)
