@@ -95,8 +95,9 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
 
         start = start_state(rep)
     if start is not None and any(p.lookup for p in pp.passes):
-        # From a start state the passes' events meet their values in a sort, not on the way:
-        # a key looked up upstream has no partition before its pass (``_passes.forwards``).
+        # From a start state the passes forward events only where the driver deals each pass
+        # its share of the start by its key (``_pass_setup.prepare``); a looked-up pass's
+        # keys are known only as its events come: the same program takes the copies.
         pp = passes_of(rep.program, lookups=False)
     setup = prepare(rep, pp, started, events, start)
     try:

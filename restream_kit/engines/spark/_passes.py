@@ -134,8 +134,8 @@ def _single(program: Program, reason: str) -> PassPlan:
 def plan_passes(program: Program, plan, lookups: bool = True) -> PassPlan:
     """The passes of ``program`` under ``plan``; one sequential pass, with the reason, for a
     program they cannot split yet. ``lookups``: whether a stage may be partitioned by a key
-    read from an upstream state (``_lookup_stages``); a replay from a start state may not,
-    for its events then meet their values in a sort, not on the way (``_pass_setup``)."""
+    read from an upstream state (``_lookup_stages``); a replay from a start state may not
+    (``_pass_driver.run_passes`` says why)."""
     try:
         pp = _plan(program, plan, lookups)
         if any(p.lookup for p in pp.passes) and not (forwards(pp) and packed_straight(pp)):
