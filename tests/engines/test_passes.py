@@ -399,6 +399,40 @@ def test_a_value_without_its_event_fails_the_task():
         list(unzip(iter([events([5]), values([5], [0.5])])))
 
 
+@pytest.mark.spark
+def test_a_log_with_none_of_the_serving_passes_kinds_reads_defaults(spark_session):
+    """Hypothesis found it: ``h2`` reads ``s0`` (held by ``h1``'s pass, on ``b`` events) and
+    ``h0`` is fused beside it, but the log has only ``a`` events. No event comes from the
+    serving pass, so the reading pass's events carry no value columns at all: its reads see
+    the default, as serially (the task failed on the missing column)."""
+    source = textwrap.dedent(
+        """
+        from restream_kit import state, on, emit
+
+        s0 = state.Counter()
+        s1 = state.Counter()
+
+        @on('a')
+        def h0(e):
+            emit("out", v=s1[e.k], has=e.k in s1)
+
+        @on('b')
+        def h1(e):
+            s0[e.k] += 0
+
+        @on('b')
+        def h2(e):
+            s1[e.k] += (s0[e.k] + 1)
+        """
+    )
+    p = rk.Program.from_source(source, name="no_b")
+    assert _forwarding(p)
+    log = rk.Log([{"ts": 0, "kind": "a", "k": 0, "j": 0, "v": 0}])
+    got = rk.replay(p, log, engine="spark", partitions=2, path="passes")
+    assert_same_result(got, rk.replay(p, log))
+    assert "no event reaches it" in got.metrics.path["h1"], got.metrics.path
+
+
 @settings(
     max_examples=int(os.environ.get("RESTREAM_FORWARD_PROPERTY_EXAMPLES", "30")),
     deadline=None,

@@ -188,7 +188,13 @@ def run_plain(
                 else [spec.one_kind] * batch.num_rows  # not sent: every event is of one kind
                 for c in spec.columns
             ]
-            cols += [batch.column(c).to_pylist() for c in probe_columns]
+            # No probe column at all: no event here came from a pass that read a value for
+            # it (a log with none of the serving pass's kinds); its reads see the default.
+            names = batch.schema.names
+            cols += [
+                batch.column(c).to_pylist() if c in names else [None] * batch.num_rows
+                for c in probe_columns
+            ]
             rows = zip(*cols)
             rows = list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
             if ends is not None and ends.passed < len(ends.bounds):
