@@ -507,13 +507,9 @@ def _zipped_input(setup: Any, outputs: list, p: Any, n: int) -> tuple[Any, bool]
 
 
 def _forwarded_to(passes: Any, p: Any, log_kinds: dict) -> bool:
-    """Whether a later pass takes some of its events from ``p`` (forwarded, not packed by a
-    looked-up key: ``_lookups``)."""
+    """Whether a later pass takes some of its events from ``p``."""
     return any(
-        source == p.index
-        for q in passes[p.index + 1 :]
-        if not q.lookup
-        for source in sources(passes, q, log_kinds)
+        source == p.index for q in passes[p.index + 1 :] for source in sources(passes, q, log_kinds)
     )
 
 

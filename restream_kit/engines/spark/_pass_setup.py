@@ -329,8 +329,7 @@ def _arranged_locally(
         return {}
     if forwarding and any(takes_from_passes(passes, p, log_kinds) for p in passes):
         zips = zipped_passes(rep.session, pp, log_kinds, lambda p: by.get(p.index))
-        taking = {p.index for p in passes if takes_from_passes(passes, p, log_kinds)}
-        if set(zips) != {i for i in taking if not passes[i].lookup}:
+        if set(zips) != {p.index for p in passes if takes_from_passes(passes, p, log_kinds)}:
             return {}
     return by
 

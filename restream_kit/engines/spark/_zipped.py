@@ -56,8 +56,12 @@ class ZipError(RuntimeError):
 
 def sources(passes: Any, p: Any, log_kinds: dict) -> dict[int | None, list[str]]:
     """Where forwarded pass ``p`` takes each of its kinds from: the last earlier pass that had
-    events of that kind, or the log (None)."""
+    events of that kind, or the log (None). Nothing for a pass partitioned by a looked-up key:
+    its events come packed from the pass that looks the key up (``_lookups``), neither
+    forwarded nor zipped."""
     found: dict[int | None, list[str]] = {}
+    if p.lookup:
+        return found
     for kind in log_kinds[p.index]:
         source = None
         for q in passes[: p.index]:
@@ -87,8 +91,7 @@ def zipped_passes(session: Any, pp: Any, log_kinds: dict, by_of: Any) -> dict[in
     if str(keeps).lower() != "true":
         return {}
     passes = pp.passes
-    # (A pass partitioned by a looked-up key takes its events packed, not zipped: _lookups.)
-    zipping = [p for p in passes if takes_from_passes(passes, p, log_kinds) and not p.lookup]
+    zipping = [p for p in passes if takes_from_passes(passes, p, log_kinds)]
     bys = {p.index: by_of(p) for p in zipping}
     if any(by is None for by in bys.values()):
         return {}
