@@ -29,8 +29,8 @@ _PARTS = {
     "recent": "entries",
     "avg": "average",
 }
-#: Lists longer than this show their first and last few items.
-_SHOWN = 10
+#: Lists longer than this show their first and last items only.
+_SHOWN = 4
 
 
 def when(ms: int | None) -> str:
@@ -44,6 +44,10 @@ def when(ms: int | None) -> str:
     text = moment.strftime("%Y-%m-%d %H:%M:%S")
     millis = int(ms) % 1000
     return f"{text}.{millis:03d} UTC" if millis else f"{text} UTC"
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _clock(ms: int, day: str) -> str:
@@ -124,14 +128,34 @@ class Names:
         if suffix in ("first", "last") and isinstance(value, int):
             return self.time(value)
         if suffix in ("queue", "recent") and isinstance(value, tuple):
-            items = [f"{v!r} at {self.time(t)}" for t, v in value]
+            items = [self._entry(p) for p in value]
             if len(items) > _SHOWN:
-                items = [*items[:4], f"... {len(items) - 8} more", *items[-4:]]
-            count = len(value)
-            return f"{count} entr{'y' if count == 1 else 'ies'}" + (
-                f": {', '.join(items)}" if items else ""
-            )
+                items = [items[0], "...", items[-1]]
+            listed = f": {', '.join(items)}" if items else ""
+            return _count(len(value), "entry", "entries") + listed
         return repr(value)
+
+    def _entry(self, pair: Any) -> str:
+        if isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], int):
+            return f"{pair[1]!r} at {self.time(pair[0])}"
+        return repr(pair)
+
+    def contrast(self, state: str, mine: Any, theirs: Any, labels: tuple[str, str]) -> str:
+        """What one collection has that the other lacks: `` (only in v2: 705 at 00:00:04)``."""
+        kinds = (tuple, frozenset, set)
+        if not (isinstance(mine, kinds) and isinstance(theirs, kinds)):
+            return ""
+        found = self.window_of(state)
+        entries = found is not None and found[2] in ("queue", "recent")
+        parts = []
+        for label, one, other in ((labels[0], mine, theirs), (labels[1], theirs, mine)):
+            extra = [x for x in one if x not in other]
+            shown = [self._entry(x) if entries else repr(x) for x in extra[:_SHOWN]]
+            if len(extra) > _SHOWN:
+                shown.append(f"{len(extra) - _SHOWN} more")
+            if shown:
+                parts.append(f"only in {label}: {', '.join(shown)}")
+        return f" ({'; '.join(parts)})" if parts else ""
 
 
 # -- the text of an explanation ---------------------------------------------------------------
@@ -160,8 +184,9 @@ def explanation_lines(ex: Any, names: Names) -> list[str]:
     ]
     if not ex.reads:
         lines.append("  the handler read no state on that run")
+    shown: list = []  # the first differences already told, by (state, key)
     for r in ex.reads:
-        lines += _read_lines(r, names, here, there)
+        lines += _read_lines(r, names, here, there, shown)
     if ex.code:
         lines.append(
             "  every read was the same in both runs: the difference is in the code"
@@ -172,15 +197,16 @@ def explanation_lines(ex: Any, names: Names) -> list[str]:
     return lines
 
 
-def _read_lines(r: Any, names: Names, here: str, there: str) -> list[str]:
+def _read_lines(r: Any, names: Names, here: str, there: str, shown: list) -> list[str]:
     internal = r.internal or r.state
     at = f" (line {r.line})" if r.line else ""
     what = f"  read {names.reference(internal, r.key)}{at}: "
     mine, theirs = names.value(internal, r.value), names.value(internal, r.baseline_value)
     if not r.differs:
         return [what + f"{mine} in both [same]"]
-    other = theirs + (f" in {there}" if r.paired else f" in {there} after that event (it made no such read)")
-    lines = [what + f"{mine} in {here}, {other} [differs]"]
+    where = f" in {there}" + ("" if r.paired else " after that event (it made no such read)")
+    extra = names.contrast(internal, r.value, r.baseline_value, (here, there))
+    lines = [what + f"{mine} in {here}, {theirs}{where}{extra} [differs]"]
     d = r.first_difference
     if d is None:
         lines.append(
@@ -188,21 +214,27 @@ def _read_lines(r: Any, names: Names, here: str, there: str) -> list[str]:
             "they differ within this event's own handlers"
         )
         return lines
+    if (internal, r.key, d) in shown:
+        return [*lines, "    first differed as said above"]
+    shown.append((internal, r.key, d))
     moment = (
         f"when timed writes (at=) came due at {when(d.ts)}"
         if d.timed
         else f"after {_where(d.lsn, d.seq)} at {when(d.ts)}"
     )
+    extra = names.contrast(internal, d.value, d.baseline_value, (here, there))
     lines.append(
         f"    first differed {moment}: {names.value(internal, d.value)} in {here}, "
-        f"{names.value(internal, d.baseline_value)} in {there}"
+        f"{names.value(internal, d.baseline_value)} in {there}{extra}"
     )
     for label, writes in ((here, d.writes), (there, d.baseline_writes)):
         for w in writes:
             who = names.handler(w.handler) + (f" line {w.line}" if w.line else "")
             if w.due:
                 who = f"a timed write (at=) made by {who} on {_where(w.lsn, w.seq)}"
-            lines.append(f"      {label}: {who} wrote {names.value(internal, w.value)}")
+            last = w is writes[-1] and w.value == (d.value if label == here else d.baseline_value)
+            value = "it" if last else names.value(internal, w.value)
+            lines.append(f"      {label}: {who} wrote {value}")
         if not writes:
             lines.append(f"      {label}: nothing wrote {names.reference(internal, r.key)} there")
     return lines

@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..compiler.compile import compile_program
 from ..compiler.inline import SCHEDULED_RUNNER_NAME
 from ..io.log import Log
@@ -233,10 +235,11 @@ def traced_replay(
         extra_globals={SCHEDULED_RUNNER_NAME: lambda t: run_scheduled(rt, by_kind, t)},
     )
     by_kind.update(compiled.handlers_by_kind())
-    for batch in log.iter_events(named=compiled.needs_named_events):
+    stop = None
+    if stop_after is not None:  # the log events up to that time, and no further
+        stop = int(np.searchsorted(log.table.column("ts").to_numpy(), stop_after, side="right"))
+    for batch in log.iter_events(named=compiled.needs_named_events, stop=stop):
         compiled.run_batch(batch)
-        if stop_after is not None and batch[-1][1] > stop_after:
-            return trace
     if stop_after is not None:
         run_scheduled(rt, by_kind, stop_after)
         rt.apply_due(stop_after)
