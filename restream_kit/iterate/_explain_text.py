@@ -9,7 +9,7 @@ back: the state ``recips__recent`` is window ``recips``'s entries, a tumbling wi
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ..model.program import Program
@@ -38,7 +38,7 @@ def when(ms: int | None) -> str:
     if ms is None:
         return "?"
     try:
-        moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
     except (OverflowError, OSError, ValueError, TypeError):
         return repr(ms)
     text = moment.strftime("%Y-%m-%d %H:%M:%S")
@@ -122,11 +122,11 @@ class Names:
     def value(self, state: str, value: Any) -> str:
         """A state's value as text: a window's times as datetimes, its entries listed."""
         found = self.window_of(state)
-        if found is None or value is None:
+        suffix = found[2] if found is not None else None
+        if suffix is None or (value is None and suffix not in ("first", "last")):
             return repr(value)
-        suffix = found[2]
-        if suffix in ("first", "last") and isinstance(value, int):
-            return self.time(value)
+        if suffix in ("first", "last"):
+            return self.time(value) if isinstance(value, int) else "none (no open session)"
         if suffix in ("queue", "recent") and isinstance(value, tuple):
             items = [self._entry(p) for p in value]
             if len(items) > _SHOWN:
@@ -134,6 +134,16 @@ class Names:
             listed = f": {', '.join(items)}" if items else ""
             return _count(len(value), "entry", "entries") + listed
         return repr(value)
+
+    def field(self, handler: str, name: str, value: Any) -> str:
+        """A row's field as text: a closing window's ``start`` and ``end`` as times."""
+        found = self.window_of(handler)
+        if found is not None and name in ("start", "end") and isinstance(value, int):
+            return self.time(value)
+        return repr(value)
+
+    def fields(self, handler: str, fields: dict[str, Any]) -> str:
+        return "{" + ", ".join(f"{k}: {self.field(handler, k, v)}" for k, v in fields.items()) + "}"
 
     def _entry(self, pair: Any) -> str:
         if isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], int):
@@ -173,14 +183,21 @@ def explanation_lines(ex: Any, names: Names) -> list[str]:
     if not ex.other_has_row:
         head = f"row {row} is in {here}, not in {there}"
     elif ex.other_fields != ex.fields:
-        head = f"row {row} is in {here} and, with other fields, in {there}: {ex.other_fields}"
+        keys = [k for k in {**ex.fields, **ex.other_fields} if
+                ex.fields.get(k) != ex.other_fields.get(k)]  # fmt: skip
+        changed = "; ".join(
+            f"{k} {names.field(ex.handler, k, ex.fields.get(k))} in {here}, "
+            f"{names.field(ex.handler, k, ex.other_fields.get(k))} in {there}"
+            for k in keys
+        )
+        head = f"row {row} is in {here} and, with other fields, in {there}: {changed}"
     else:
         head = f"row {row} is in {here} and in {there}, the same: nothing differs"
     line = f" line {ex.line}" if ex.line else ""
     lines = [
         head,
         f"  emitted by {names.handler(ex.handler)}{line} on {_where(row.lsn, row.seq)}"
-        f" at {when(ex.ts)}: {ex.fields}",
+        f" at {when(ex.ts)}: {names.fields(ex.handler, ex.fields)}",
     ]
     if not ex.reads:
         lines.append("  the handler read no state on that run")
@@ -188,9 +205,7 @@ def explanation_lines(ex: Any, names: Names) -> list[str]:
     for r in ex.reads:
         lines += _read_lines(r, names, here, there, shown)
     if ex.code:
-        lines.append(
-            "  every read was the same in both runs: the difference is in the code"
-        )
+        lines.append("  every read was the same in both runs: the difference is in the code")
         lines += [f"    {run} line {n}: {text}" for run, n, text in ex.code]
     elif ex.differs and not any(r.differs for r in ex.reads):
         lines.append("  every read was the same in both runs, and so are the programs")
@@ -233,6 +248,9 @@ def _read_lines(r: Any, names: Names, here: str, there: str, shown: list) -> lis
             if w.due:
                 who = f"a timed write (at=) made by {who} on {_where(w.lsn, w.seq)}"
             last = w is writes[-1] and w.value == (d.value if label == here else d.baseline_value)
+            if w.deleted:
+                lines.append(f"      {label}: {who} deleted it")
+                continue
             value = "it" if last else names.value(internal, w.value)
             lines.append(f"      {label}: {who} wrote {value}")
         if not writes:

@@ -52,6 +52,7 @@ class Write:
     line: int | None
     value: Any
     due: bool = False
+    deleted: bool = False
 
     @property
     def order(self) -> tuple[int, int, int, int]:
@@ -89,8 +90,10 @@ _ABSENT = object()
 
 
 class _Frames:
-    """The user's line of a read or write: the innermost frame in the program's file that is
-    not code generated for a window (``w__add``...), else the innermost one in the file."""
+    """The user's line of a read or write: among the calls in the program's file that led to
+    it (the innermost ones, up to the first call from elsewhere: the runtime, the loop that
+    runs scheduled events), the innermost one not in code generated for a window
+    (``w__add``...), else the innermost one."""
 
     def __init__(self, program: Program):
         self.filename = program.filename
@@ -99,7 +102,7 @@ class _Frames:
     def line(self, depth: int = 2) -> int | None:
         frame = sys._getframe(depth)
         fallback = None
-        for _ in range(16):
+        for _ in range(24):
             if frame is None:
                 break
             code = frame.f_code
@@ -107,6 +110,8 @@ class _Frames:
                 if not code.co_name.startswith(self.generated):
                     return frame.f_lineno
                 fallback = fallback or frame.f_lineno
+            elif fallback is not None:
+                break  # left the program's calls
             frame = frame.f_back
         return fallback
 
@@ -173,22 +178,23 @@ def _store_class(name: str, default: Any, rt: _Runtime, trace: Trace, target: tu
 
         def pop(self, key, *fallback):
             out = dict.pop(self, key, *fallback)
-            self._note(key, default)
+            self._note(key, default, deleted=True)
             return out
 
         def __delitem__(self, key):
             self.pop(key)
 
-        def _note(self, key, value):
+        def _note(self, key, value, deleted=False):
             if (name, key) not in rt.watched:
                 return
             if rt.due is not None:
                 at, origin = rt.due
                 lsn, seq, handler, line = origin or (-1, 0, None, None)
-                w = Write(at, lsn, seq, handler, line, value, due=True)
+                w = Write(at, lsn, seq, handler, line, value, True, deleted)
             else:
                 ev = rt.event
-                w = Write(ev[1], ev[0], getattr(ev, "seq", 0), rt.handler, frames.line(), value)
+                seq = getattr(ev, "seq", 0)
+                w = Write(ev[1], ev[0], seq, rt.handler, frames.line(), value, False, deleted)
             trace.writes.setdefault((name, key), []).append(w)
 
     return Traced()

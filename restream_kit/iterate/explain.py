@@ -166,11 +166,19 @@ class Explanation:
             "other_run_has_row": self.other_has_row,
             "other_fields": self.other_fields,
             "reads": [
-                {"state": r.state, "part": r.part, "internal_state": r.internal or r.state,
-                 "key": r.key, "shown": names.reference(r.internal or r.state, r.key),
-                 "line": r.line, "value": r.value, "other_value": r.baseline_value,
-                 "paired": r.paired, "differs": r.differs,
-                 "first_difference": first(r)}  # fmt: skip
+                {
+                    "state": r.state,
+                    "part": r.part,
+                    "internal_state": r.internal or r.state,
+                    "key": r.key,
+                    "shown": names.reference(r.internal or r.state, r.key),
+                    "line": r.line,
+                    "value": r.value,
+                    "other_value": r.baseline_value,
+                    "paired": r.paired,
+                    "differs": r.differs,
+                    "first_difference": first(r),
+                }  # fmt: skip
                 for r in self.reads
             ],
             "code": [{"run": run, "line": line, "text": text} for run, line, text in self.code],
@@ -232,8 +240,10 @@ def _resolve_cell(side: Any, log: Log | None) -> tuple[Program, Log | None, str]
             f"cannot explain {type(side).__name__} objects: give a run's name, a program, "
             "a Result, or a %%restream cell"
         )
-    return program, cell_log if isinstance(cell_log, Log) else log, getattr(
-        side, "name", program.name
+    return (
+        program,
+        cell_log if isinstance(cell_log, Log) else log,
+        getattr(side, "name", program.name),
     )
 
 
@@ -244,8 +254,7 @@ def _resolve_run(name: str, log: Log | None) -> tuple[Program, Log | None, str]:
     record = record or catalog.latest(name)
     if record is None:
         raise RestreamError(
-            f"{name}: not a program file and no run called {name!r} in the catalog "
-            f"({catalog.home})"
+            f"{name}: not a program file and no run called {name!r} in the catalog ({catalog.home})"
         )
     program = Program.from_source(catalog.program_source(record.run_id), name=name)
     if log is None:
