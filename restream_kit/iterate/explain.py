@@ -384,6 +384,25 @@ def _code(programs: tuple[Program, Program], labels: tuple[str, str]) -> list[tu
     return out
 
 
+def _sides(
+    a: Any, b: Any, log: Any, labels: tuple[str, str] | None
+) -> tuple[tuple[Program, Program], Log, tuple[str, str]]:
+    """Both sides' programs, the log to replay them over and their labels."""
+    log = None if log is None else (log if isinstance(log, Log) else Log(log))
+    prog_a, log_a, label_a = _resolve(a, log)
+    prog_b, log_b, label_b = _resolve(b, log or log_a)
+    if labels is None and label_a == label_b:
+        labels = ("A", "B")
+    labels = labels or (label_a, label_b)
+    if log is None and log_a is not None and log_b is not None:
+        if log_a.fingerprint != log_b.fingerprint:
+            raise RestreamError(f"{labels[0]} and {labels[1]} replayed different logs")
+    log = log or log_a or log_b
+    if log is None:
+        raise RestreamError("explain needs the log the runs replayed (log=...)")
+    return (prog_a, prog_b), log, labels
+
+
 # -- explain ----------------------------------------------------------------------------------
 
 
@@ -406,20 +425,7 @@ def explain(
     nothing differs.
     """
     ref = parse_row(row)
-    log = None if log is None else (log if isinstance(log, Log) else Log(log))
-    prog_a, log_a, label_a = _resolve(a, log)
-    prog_b, log_b, label_b = _resolve(b, log or log_a)
-    if labels is None and label_a == label_b:
-        labels = ("A", "B")
-    label_a, label_b = labels or (label_a, label_b)
-    if log is None and log_a is not None and log_b is not None:
-        if log_a.fingerprint != log_b.fingerprint:
-            raise RestreamError(
-                f"{label_a} and {label_b} replayed different logs: nothing to explain"
-            )
-    log = log or log_a or log_b
-    if log is None:
-        raise RestreamError("explain needs the log the runs replayed (log=...)")
+    (prog_a, prog_b), log, (label_a, label_b) = _sides(a, b, log, labels)
     target = (ref.lsn, ref.seq)
     # A log event's rows are all made once that event has run: stop there.
     stop = _event_ts(log, ref.lsn) if ref.seq == 0 else None
@@ -443,10 +449,11 @@ def explain(
     )
     watched = {(r.state, r.key) for pair in pairs for r in pair if r is not None}
     writes: tuple[dict, dict] = ({}, {})
-    if any(r.value != (o.value if o else object()) for r, o in pairs):
-        writes = tuple(
-            traced_replay(p, log, watched=watched, stop_after=ts).writes for p in programs
-        )  # type: ignore[assignment]
+    if any(other is None or r.value != other.value for r, other in pairs):
+        writes = (
+            traced_replay(programs[0], log, watched=watched, stop_after=ts).writes,
+            traced_replay(programs[1], log, watched=watched, stop_after=ts).writes,
+        )
     names = Names(programs[0], day_of=ts)
     until = event_order(ts, ref.lsn, ref.seq)
     reads = _state_reads(pairs, writes, programs, until, names)
