@@ -200,6 +200,14 @@ def _store_class(name: str, default: Any, rt: _Runtime, trace: Trace, target: tu
     return Traced()
 
 
+def _has_run(rt: SerialRuntime, target: tuple[int, int]) -> bool:
+    """Whether the scheduled event ``target`` (lsn, seq) has been made and has run."""
+    lsn, seq = target
+    if rt.scheduled_per_root.get(lsn, 0) < seq:
+        return False
+    return not any(ev.lsn == lsn and ev.seq == seq for _at, _n, ev in rt.scheduled)
+
+
 def traced_replay(
     program: Program,
     log: Log,
@@ -212,7 +220,8 @@ def traced_replay(
 
     ``target`` is the event (lsn, seq) whose reads and emits to record; ``watched`` the
     (state, key) pairs whose writes to record. ``stop_after``: a time; the replay stops once
-    every moment up to it has run (the rows and writes after it may then be missing).
+    every moment up to it has run (the rows and writes after it may then be missing). A
+    scheduled target without it stops the replay once the target has run.
     """
     watched = watched or set()
     rt = _Runtime(_Frames(program), watched)
@@ -244,8 +253,12 @@ def traced_replay(
     stop = None
     if stop_after is not None:  # the log events up to that time, and no further
         stop = int(np.searchsorted(log.table.column("ts").to_numpy(), stop_after, side="right"))
+    # A scheduled target: its rows are all made once it has run (made, and no longer waiting).
+    scheduled = stop is None and target is not None and target[1] > 0
     for batch in log.iter_events(named=compiled.needs_named_events, stop=stop):
         compiled.run_batch(batch)
+        if scheduled and _has_run(rt, target):
+            return trace
     if stop_after is not None:
         run_scheduled(rt, by_kind, stop_after)
         rt.apply_due(stop_after)
