@@ -484,35 +484,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _load_run(ref: str, log=None) -> tuple[str, dict]:
-    """The output tables of ``ref``: a directory of ``<table>.parquet`` files (``--out``), or
-    the latest successful run of that name in the catalog (on ``log``, when there is one)."""
-    from pathlib import Path
+    """The output tables of ``ref``: a ``--out`` directory or a catalog run (``load_run``)."""
+    from ..io.compare import load_run
 
-    import pyarrow.parquet as pq
-
-    path = Path(ref)
-    if not path.is_dir():
-        from ..io.catalog import Catalog
-
-        catalog = Catalog()
-        record = None
-        if log is not None:
-            record = catalog.latest(ref, log_fingerprint=log.fingerprint)
-        record = record or catalog.latest(ref)
-        if record is None or not record.outputs:
-            raise RestreamError(
-                f"{ref}: no such directory, and no successful run called {ref!r} in the "
-                f"catalog ({catalog.path})"
-            )
-        if log is not None and record.log_fingerprint != log.fingerprint:
-            warnings.warn(f"baseline {ref!r} ran on another log than this replay", stacklevel=2)
-        path = Path(record.outputs)
-        ref = f"{ref} ({record.run_id})"
-    files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("_"))
-    # A catalog run (manifest.json) or an --out directory (metrics.json) may have no table.
-    if not files and not any((path / f).exists() for f in ("metrics.json", "manifest.json")):
-        raise RestreamError(f"{path}: no <table>.parquet files (give a replay --out directory)")
-    return ref, {p.stem: pq.read_table(p) for p in files}
+    return load_run(ref, log)
 
 
 def _diff_json(differences) -> dict:
