@@ -173,6 +173,8 @@ def _empty(table: pa.Table, by: tuple[str, ...]) -> pl.DataFrame:
 def _times(table: pa.Table, column: str, source: str) -> pl.Series:
     """The time column in milliseconds, parsed as the log parses ``ts``; nulls stay null."""
     col = table.column(column)
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        return _text_times(pl.Series(col.combine_chunks()), column, source)
     valid = pc.is_valid(col)
     if col.null_count == len(col):
         return pl.Series(LABEL_TS, [None] * len(col), pl.Int64)
@@ -186,6 +188,21 @@ def _times(table: pa.Table, column: str, source: str) -> pl.Series:
         raise RestreamError(f"labels {source}, column {column!r}{row}: {message}") from None
     ms = pc.if_else(valid, ms, pa.scalar(None, pa.int64()))
     return pl.Series(LABEL_TS, ms.combine_chunks() if isinstance(ms, pa.ChunkedArray) else ms)
+
+
+def _text_times(text: pl.Series, column: str, source: str) -> pl.Series:
+    """Integer milliseconds or ISO-8601 times (``Z`` or an offset: UTC) as text."""
+    ms = text.cast(pl.Int64, strict=False)
+    when = text.str.to_datetime(time_unit="ms", time_zone="UTC", strict=False)
+    out = ms.fill_null(when.dt.epoch("ms"))
+    bad = out.is_null() & text.is_not_null()
+    if bad.any():
+        row = int(bad.arg_max())
+        raise RestreamError(
+            f"labels {source}, column {column!r}, row {row}: {text[row]!r} is neither integer "
+            "milliseconds nor an ISO-8601 time"
+        )
+    return out.alias(LABEL_TS)
 
 
 def _positive(table: pa.Table, column: str | None, positive: Any, source: str) -> pl.Expr:

@@ -99,9 +99,10 @@ def key_outcomes(
     )
 
 
-def counts(by_key: pl.DataFrame, alerts: int) -> dict[str, int | float | None]:
-    """Per table: tp, fp, fn, early, timely, late, alerts on positives, and the delay's
-    median and 90th percentile (linear interpolation, over true positives not early)."""
+def counts(by_key: pl.DataFrame, alerts: int, windowed: bool) -> dict[str, int | float | None]:
+    """Per table: tp, fp, fn, early, timely and late (when ``windowed``, else None), alerts
+    on positives, and the delay's median and 90th percentile (linear interpolation, over
+    true positives not early)."""
     tp = pl.col("outcome") == "tp"
     on_time = tp & (pl.col("delay_ms") >= 0)
     row = by_key.select(
@@ -114,12 +115,11 @@ def counts(by_key: pl.DataFrame, alerts: int) -> dict[str, int | float | None]:
         pl.col("alerts").filter(tp).sum().alias("alerts_on_positives"),
         pl.col("delay_ms").filter(on_time).quantile(0.5, "linear").alias("delay_p50_ms"),
         pl.col("delay_ms").filter(on_time).quantile(0.9, "linear").alias("delay_p90_ms"),
-        pl.col("timely").is_not_null().any().alias("_windowed"),
     ).row(0, named=True)
     out: dict[str, int | float | None] = {
         k: int(v or 0) for k, v in row.items() if not k.startswith(("delay", "_"))
     }
-    if not row["_windowed"]:
+    if not windowed:
         out["timely"] = out["late"] = None
     out["delay_p50_ms"] = row["delay_p50_ms"]
     out["delay_p90_ms"] = row["delay_p90_ms"]

@@ -303,8 +303,9 @@ def _score_tables(
             )
             continue
         alerts = frame.select(*by, pl.col("ts").cast(pl.Int64))
-        by_key = key_outcomes(alerts, labels.frame, by, window_ms if labels.timed else None)
-        c = counts(by_key, alerts.height)
+        window = window_ms if labels.timed else None
+        by_key = key_outcomes(alerts, labels.frame, by, window)
+        c = counts(by_key, alerts.height, windowed=window is not None)
         per_day = c["alerts"] * DAY_MS / span_ms if span_ms else None  # type: ignore[operator]
         scored[name] = TableScore(table=name, by=by, alerts_per_day=per_day, **c)  # type: ignore[arg-type]
         keyed.append(by_key.with_columns(pl.lit(name).alias("table")))
