@@ -47,16 +47,29 @@ def align_keys(
 
 
 def key_outcomes(
-    alerts: pl.DataFrame, labels: pl.DataFrame, by: tuple[str, ...], window_ms: int | None
+    alerts: pl.DataFrame,
+    labels: pl.DataFrame,
+    by: tuple[str, ...],
+    window_ms: int | None,
+    table: str = "",
 ) -> pl.DataFrame:
     """One row per key alerted or labelled: the ``by`` fields, ``label_ts``,
     ``first_alert_ts``, ``alerts`` (its rows), ``outcome`` (tp, fp, fn), ``delay_ms`` (first
     alert minus label time, for a true positive with a label time), ``early`` (that delay is
-    negative) and ``timely`` (alerted no later than ``window_ms`` after the label time, or
-    early; null without a window or a label time)."""
+    negative), ``timely`` (alerted no later than ``window_ms`` after the label time, or
+    early; null without a window or a label time) and ``first_row`` (the key's first alert as
+    ``TABLE:LSN:SEQ:N``, the row ``explain`` takes; null when ``alerts`` has no ``lsn``)."""
     alerts, labels = align_keys(alerts, labels, by)
+    first_row = pl.lit(None, pl.String)
+    if "lsn" in alerts.columns and "seq" in alerts.columns:
+        # N: the row's rank among its event's rows in the table, as the diff counts it.
+        alerts = alerts.with_columns(pl.int_range(pl.len()).over("lsn", "seq").alias("_n"))
+        ref = pl.format(f"{table}:{{}}:{{}}:{{}}", "lsn", "seq", "_n")
+        first_row = ref.sort_by("ts", "lsn", "seq", "_n").first()
     keys = alerts.group_by(list(by)).agg(
-        pl.col("ts").min().alias("first_alert_ts"), pl.len().cast(pl.Int64).alias("alerts")
+        pl.col("ts").min().alias("first_alert_ts"),
+        pl.len().cast(pl.Int64).alias("alerts"),
+        first_row.alias("first_row"),
     )
     joined = keys.join(
         labels.with_columns(pl.lit(True).alias("_labelled")),
@@ -94,6 +107,7 @@ def key_outcomes(
             "delay_ms",
             "early",
             "timely",
+            "first_row",
         )
         .sort("first_alert_ts", LABEL_TS, nulls_last=True)
     )

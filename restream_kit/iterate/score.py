@@ -146,7 +146,7 @@ class TableScore:
 class Scores:
     """A run scored against labels: per table (``tables``), per key (``by_key``: ``table``,
     the ``by`` fields, ``label_ts``, ``first_alert_ts``, ``alerts``, ``outcome``,
-    ``delay_ms``, ``early``, ``timely``) and per time bucket (``buckets``: ``table`` then
+    ``delay_ms``, ``early``, ``timely``, ``first_row``) and per time bucket (``buckets``: ``table`` then
     ``bucket_ts``, ``alerts``, ``first_alerted``, ``tp``, ``fp``, ``precision``,
     ``positives``, ``caught``, ``recall``). ``skipped`` holds tables without the ``by``
     fields, with the reason."""
@@ -302,9 +302,10 @@ def _score_tables(
                 ", ".join(have) or "none"
             )
             continue
-        alerts = frame.select(*by, pl.col("ts").cast(pl.Int64))
+        ids = [c for c in ("lsn", "seq") if c in frame.columns and c not in by]
+        alerts = frame.select(*by, pl.col("ts").cast(pl.Int64), *ids)
         window = window_ms if labels.timed else None
-        by_key = key_outcomes(alerts, labels.frame, by, window)
+        by_key = key_outcomes(alerts, labels.frame, by, window, name)
         c = counts(by_key, alerts.height, windowed=window is not None)
         per_day = c["alerts"] * DAY_MS / span_ms if span_ms else None  # type: ignore[operator]
         scored[name] = TableScore(table=name, by=by, alerts_per_day=per_day, **c)  # type: ignore[arg-type]
@@ -352,10 +353,13 @@ def changed_keys(run: Scores, baseline: Scores) -> pl.DataFrame:
     """Keys whose class changed from ``baseline`` to ``run``, per table both scored: columns
     ``table``, the ``by`` fields, ``baseline`` and ``run`` (their outcomes, null where the key
     is not in that side's keys), ``change`` (``newly caught``, ``newly missed``, ``new false
-    alarm``, ``false alarm gone``) and ``first_alert_ts`` (the run's, else the baseline's)."""
+    alarm``, ``false alarm gone``), ``first_alert_ts`` and ``first_row`` (the key's first
+    alert, ``TABLE:LSN:SEQ:N`` for ``explain``: the run's, else the baseline's)."""
     on = ["table", *run.by]
-    a = run.by_key.select(*on, pl.col("outcome").alias("run"), "first_alert_ts")
-    b = baseline.by_key.select(*on, pl.col("outcome").alias("baseline"), "first_alert_ts")
+    a = run.by_key.select(*on, pl.col("outcome").alias("run"), "first_alert_ts", "first_row")
+    b = baseline.by_key.select(
+        *on, pl.col("outcome").alias("baseline"), "first_alert_ts", "first_row"
+    )
     both = set(run.tables) & set(baseline.tables)
     a, b = (x.filter(pl.col("table").is_in(sorted(both))) for x in (a, b))
     for f in run.by:  # one type on both sides, as the diff by key compares them
@@ -371,9 +375,10 @@ def changed_keys(run: Scores, baseline: Scores) -> pl.DataFrame:
         joined.with_columns(
             change.alias("change"),
             pl.coalesce("first_alert_ts", "first_alert_ts_baseline").alias("first_alert_ts"),
+            pl.coalesce("first_row", "first_row_baseline").alias("first_row"),
         )
         .filter(pl.col("change").is_not_null())
-        .select(*on, "baseline", "run", "change", "first_alert_ts")
+        .select(*on, "baseline", "run", "change", "first_alert_ts", "first_row")
         .sort("table", "change", "first_alert_ts", nulls_last=True)
     )
 

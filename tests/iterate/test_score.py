@@ -238,6 +238,9 @@ def test_changed_keys_between_two_versions(hand_made):
     changes = changed_keys(v2, v1)
     got = {r["user"]: r["change"] for r in changes.iter_rows(named=True)}
     assert got == {"a": "newly missed", "c": "newly caught", "z": "new false alarm"}
+    # The row explain takes: the run's first alert of the key, else the baseline's.
+    rows = {r["user"]: r["first_row"] for r in changes.iter_rows(named=True)}
+    assert rows == {"a": "t:0:0:0", "c": "t:0:0:0", "z": "t:1:0:0"}
 
 
 def test_serial_replay_of_the_sample_rule_against_the_sample_labels():
