@@ -48,6 +48,7 @@ __all__ = [
     "pareto_front",
     "score_sweep",
     "parse_window",
+    "format_duration",
     "DAY_MS",
 ]
 
@@ -132,8 +133,8 @@ class TableScore:
             line += f" ({self.alerts_per_day:,.1f}/day)"
         if self.delay_p50_ms is not None:
             line += (
-                f"; detected after {_duration(self.delay_p50_ms)} median, "
-                f"{_duration(self.delay_p90_ms)} p90"
+                f"; detected after {format_duration(self.delay_p50_ms)} median, "
+                f"{format_duration(self.delay_p90_ms)} p90"
             )
         if self.early:
             line += f"; {self.early:,} early"
@@ -431,7 +432,8 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def _duration(ms: float | None) -> str:
+def format_duration(ms: float | None) -> str:
+    """``ms`` in words: ``12.5 min``, ``1.2 h``, ``0 ms`` (``-`` for None)."""
     if ms is None:
         return "-"
     for unit, size in (("d", DAY_MS), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
