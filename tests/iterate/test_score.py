@@ -282,3 +282,27 @@ def test_a_run_by_out_directory_and_by_catalog_name(tmp_path, monkeypatch, hand_
         assert (s["alerts"].tp, s["alerts"].fp, s["alerts"].fn) == (1, 1, 3)
     with pytest.raises(RestreamError, match="no successful run called 'nope'"):
         score("nope", labels, by="user")
+
+
+def test_the_sample_labels_are_what_their_command_makes(root, tmp_path):
+    """The command in sample_data/README.md gives the committed labels, and they are the
+    generator's spammers who sent a message in social_small."""
+    import shlex
+    import subprocess
+    import sys
+
+    readme = (root / "sample_data" / "README.md").read_text()
+    (line,) = [x for x in readme.splitlines() if "-m sample_data.spam_labels" in x]
+    command = shlex.split(line)[1:]
+    out = command.index("--out") + 1
+    committed = root / command[out]
+    command[out] = str(tmp_path / "labels.parquet")
+    subprocess.run([sys.executable, *command], cwd=root, check=True, capture_output=True)
+    again = pq.read_table(tmp_path / "labels.parquet")
+    assert again.equals(pq.read_table(committed))
+    assert committed == rk.sample_data("social_small_labels")
+    log = pl.read_parquet(rk.sample_data("social_small")).filter(pl.col("kind") == "message")
+    from sample_data.social import spammers
+
+    wrote = set(log.filter(pl.col("src").is_in(spammers(50_000).tolist()))["src"].to_list())
+    assert set(again.column("sender").to_pylist()) == wrote and len(wrote) > 10
