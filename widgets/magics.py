@@ -170,6 +170,8 @@ class RestreamMagics(Magics):
         re-run (``--no-reuse``: a full replay); ``NAME.reuse`` says what was reused. With
         ``--sweep PARAM=V1,V2`` every combination of values replays in one scan and a sweep view
         shows rows per table against them (``NAME.rows()``, ``NAME.diff(i)``). With
+        ``--labels FILE --by FIELD`` the cell is scored against the labels when it ends (beside
+        its baseline's scores; a sweep as precision against recall, docs/scoring.md). With
         ``--background`` the cell returns at once and NAME is the running replay
         (``NAME.wait()``, ``NAME.cancel()``).
 

@@ -86,6 +86,11 @@ def read_labels(
     input.
     """
     if isinstance(labels, Labels):
+        if labels.by != by:
+            raise RestreamError(
+                f"labels {labels.source} were read by {', '.join(labels.by)}, not by "
+                f"{', '.join(by)}: read them again with these fields"
+            )
         return labels
     table, source = _table(labels)
     columns = table.column_names

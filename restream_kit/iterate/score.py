@@ -262,7 +262,12 @@ def score(
 def _run_tables(run: Any) -> tuple[str, dict[str, pl.DataFrame], int | None]:
     """The run's label, its tables (polars, with their columns even when empty), its span."""
     if isinstance(run, Result):
-        frames = {n: run[n].drop("time", strict=False) for n in run.table_names}
+        # The engine's tables as they are; result[name] for a table that got no row (its
+        # columns from the program's emit calls).
+        frames = {
+            n: _frame(run.tables[n]) if n in run.tables else run[n].drop("time", strict=False)
+            for n in run.table_names
+        }
         return run.path or "run", frames, run.metrics.span_ms
     if isinstance(run, Mapping):
         return "run", {n: _frame(t) for n, t in run.items()}, None
@@ -276,8 +281,7 @@ def _run_tables(run: Any) -> tuple[str, dict[str, pl.DataFrame], int | None]:
 
 
 def _frame(table: Any) -> pl.DataFrame:
-    frame = table if isinstance(table, pl.DataFrame) else pl.DataFrame(pl.from_arrow(table))
-    return frame
+    return table if isinstance(table, pl.DataFrame) else pl.DataFrame(pl.from_arrow(table))
 
 
 def _score_tables(

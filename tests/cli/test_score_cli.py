@@ -36,7 +36,7 @@ def _json(out: subprocess.CompletedProcess) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_replay_score_and_diff_print_and_carry_the_scores(in_tmp):
+def test_replay_score_and_diff_print_and_carry_the_scores(in_tmp, capsys):
     program = str(rk.sample_program("antispam"))
     (in_tmp / "v2.py").write_text(TUNABLE)
     base = ["--log", "social_small", "--quiet", "--labels", LABELS, "--by", "sender"]
@@ -45,13 +45,13 @@ def test_replay_score_and_diff_print_and_carry_the_scores(in_tmp):
     got = out["scores"]["tables"]["spam"]
     assert (got["tp"], got["fp"], got["fn"]) == (expected.tp, expected.fp, expected.fn)
     assert got["timely"] == expected.timely and got["buckets"][0]["alerts"] > 0
-    text = restream("replay", "v2.py", *base, "--param", "min_strangers=3", "--name", "v2")
-    assert text.returncode == 0, text.stderr
-    assert "spam by sender: precision " in text.stdout.splitlines()[-1]
+    # The text forms in this process (the JSON ones above and below go through the command).
+    assert main(["replay", "v2.py", *base, "--param", "min_strangers=3", "--name", "v2"]) == 0
+    assert "spam by sender: precision " in capsys.readouterr().out.splitlines()[-1]
     # score: a --out directory or a catalog run; one line per table, or JSON.
-    line = restream("score", "v1", "--labels", LABELS, "--by", "sender")
+    assert main(["score", "v1", "--labels", LABELS, "--by", "sender"]) == 0
     plain = score(in_tmp / "v1", LABELS, by="sender")["spam"]
-    assert line.returncode == 0 and line.stdout.strip() == plain.summary(), line.stderr
+    assert capsys.readouterr().out.strip() == plain.summary()
     v2 = _json(restream("score", "v2", "--labels", LABELS, "--by", "sender", "--json", "--keys"))
     v2_spam = v2["tables"]["spam"]
     assert len(v2_spam["keys"]) == v2_spam["tp"] + v2_spam["fp"] + v2_spam["fn"]
@@ -62,11 +62,12 @@ def test_replay_score_and_diff_print_and_carry_the_scores(in_tmp):
     assert scores["b"]["tables"]["spam"]["tp"] == expected.tp
     missed = [k for k in scores["changed_keys"] if k["change"] == "newly missed"]
     assert len(missed) == expected.tp - v2_spam["tp"] > 0
-    text = restream("diff", "v2", "v1", "--by", "sender", "--labels", LABELS)
-    assert "keys that changed class in v2" in text.stdout and "newly missed" in text.stdout
+    assert main(["diff", "v2", "v1", "--by", "sender", "--labels", LABELS]) == 1  # they differ
+    text = capsys.readouterr().out
+    assert "keys that changed class in v2" in text and "newly missed" in text
 
 
-def test_sweep_scores_every_variant_and_marks_the_pareto_front(in_tmp):
+def test_sweep_scores_every_variant_and_marks_the_pareto_front(in_tmp, capsys):
     (in_tmp / "v2.py").write_text(TUNABLE)
     args = ["sweep", "v2.py", "--log", "social_small", "--param", "min_strangers=1,2,8"]
     out = _json(restream(*args, "--labels", LABELS, "--by", "sender", "--json"))
@@ -74,8 +75,9 @@ def test_sweep_scores_every_variant_and_marks_the_pareto_front(in_tmp):
     recalls = [v["scores"]["spam"]["recall"] for v in variants]
     assert recalls == sorted(recalls, reverse=True) and recalls[0] > recalls[-1]
     assert variants[0]["scores"]["spam"]["pareto"]  # the highest recall is never dominated
-    text = restream(*args, "--labels", LABELS, "--by", "sender")
-    assert text.stdout.count("    spam: precision ") == 3, text.stdout
+    assert main([*args, "--labels", LABELS, "--by", "sender"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("    spam: precision ") == 3, text
 
 
 @pytest.mark.parametrize(
