@@ -36,6 +36,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.hand_job",
         "Spark engine vs a hand-written Spark job and serial, float or team rule, warm",
     ),
+    "score": (
+        "bench.score_bench",
+        "scoring a 10M-event anti-spam run against 100k labels vs the serial replay",
+    ),
     "cells": (
         "bench.cell_bench",
         "time to done of the first and later %%restream cells in a kernel vs the replay's wall",

@@ -93,6 +93,8 @@ class RestreamMagics(Magics):
     def __init__(self, shell):
         super().__init__(shell)
         self.workbench = Workbench()
+        #: Cells started with --labels: name -> (labels read, by), shown when they finish.
+        self._scoring: dict[str, tuple[Any, str]] = {}
 
     @magic_arguments()
     @argument("name", help="the program's name; later cells can use it as --baseline")
@@ -115,6 +117,14 @@ class RestreamMagics(Magics):
         metavar="FIELD[,FIELD]",
         help="compare with the baseline by these fields (keys only in this run, only in the "
         "baseline, in both with different rows) rather than row by row",
+    )
+    @argument(
+        "--labels",
+        default=None,
+        metavar="FILE",
+        help="score the run (and its baseline, side by side) against these labels by the --by "
+        "fields: precision, recall, F1, time to detect, keys that changed class; a --sweep "
+        "plots precision against recall per variant",
     )
     @argument(
         "--sweep",
@@ -160,6 +170,8 @@ class RestreamMagics(Magics):
         re-run (``--no-reuse``: a full replay); ``NAME.reuse`` says what was reused. With
         ``--sweep PARAM=V1,V2`` every combination of values replays in one scan and a sweep view
         shows rows per table against them (``NAME.rows()``, ``NAME.diff(i)``). With
+        ``--labels FILE --by FIELD`` the cell is scored against the labels when it ends (beside
+        its baseline's scores; a sweep as precision against recall, docs/scoring.md). With
         ``--background`` the cell returns at once and NAME is the running replay
         (``NAME.wait()``, ``NAME.cancel()``).
 
@@ -191,8 +203,11 @@ class RestreamMagics(Magics):
         args = parse_argstring(self.restream, line)
         if not args.name.isidentifier():
             raise UsageError(f"the cell's name must be an identifier, got {args.name!r}")
-        if args.by and not args.baseline:
+        if args.by and not args.baseline and not args.labels:
             raise UsageError("--by compares with a baseline: give --baseline NAME too")
+        self._scoring.pop(args.name, None)
+        if args.labels:
+            self._scoring[args.name] = (_read_labels(args.labels, args.by), args.by)
         if args.sweep and args.on_error != "stop":
             raise UsageError("--sweep replays with --on-error stop only")
         try:
@@ -230,6 +245,15 @@ class RestreamMagics(Magics):
         """A blocking cell's run has ended: bind it, and fail the cell if it did not finish."""
         self.shell.user_ns[name] = cell
         raise_failure(cell)
+        scoring = self._scoring.pop(name, None)
+        if scoring is not None:
+            from widgets.score_view import show_scores
+            from widgets.workbench import display_mode
+
+            try:
+                show_scores(self.workbench, cell, *scoring, mode=display_mode())
+            except RestreamError as exc:
+                raise UsageError(str(exc)) from None
 
     def _line(self, line: str):
         words = shlex.split(line)
@@ -276,6 +300,19 @@ class RestreamMagics(Magics):
 
         runs = self.workbench.runs
         print(explain(runs.get(a, a), runs.get(b, b), row, labels=(a, b)).text())
+
+
+def _read_labels(labels: str, by: str | None) -> Any:
+    """``--labels FILE`` read before the replay, so that a bad file fails the cell at once."""
+    if not by:
+        raise UsageError("--labels needs --by FIELD[,FIELD]: the key fields to score by")
+    from restream_kit.io.compare import parse_by
+    from restream_kit.iterate.score import read_labels
+
+    try:
+        return read_labels(labels, parse_by(by))
+    except RestreamError as exc:
+        raise UsageError(str(exc)) from None
 
 
 #: What the first ``%%restream`` cell needs, imported by ``%load_ext`` so that the cell starts at

@@ -1,4 +1,4 @@
-"""The ``restream`` command line: ``plan``, ``replay``, ``diff``, ``runs``, ``bench``.
+"""The ``restream`` command line: ``plan``, ``replay``, ``diff``, ``score``, ``runs``, ``bench``.
 
 Every user error exits non-zero with one line naming the problem; ``--debug`` shows the
 traceback instead.
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from ..engines import engines
 from ..model.errors import RestreamError
+from ._score import add_label_options, add_score_parser, check_label_options, cmd_score
 
 __all__ = ["main", "build_parser"]
 
@@ -135,8 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FIELD[,FIELD]",
         help="with --baseline: compare by these fields (keys only in this run, only in the "
-        "baseline, in both with different rows) rather than row by row",
+        "baseline, in both with different rows) rather than row by row; with --labels: the "
+        "key fields to score by",
     )
+    add_label_options(replay, by=False)
     replay.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
     # The run catalog (docs/catalog.md): replays are recorded, `restream runs` lists them.
@@ -167,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='override a parameter declared with NAME = param("NAME", default); repeatable',
     )
     _add_diff_parser(commands)
+    add_score_parser(commands)
     _add_runs_parser(commands)
     _add_bench_parser(commands)
     _add_sweep_parser(commands)
@@ -252,6 +256,7 @@ def _add_sweep_parser(commands) -> None:
         "--out", default=None, metavar="DIR", help="write DIR/<NAME=V,...>/<table>.parquet"
     )
     sweep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_label_options(sweep, by=True)
 
 
 def _add_runs_parser(commands) -> None:
@@ -310,6 +315,7 @@ def _add_diff_parser(commands) -> None:
         metavar=("A.py", "B.py"),
         help="with --explain over --out directories: the programs that wrote A and B",
     )
+    add_label_options(diff, by=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -420,8 +426,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         partial = PartialOutputs(args.out)
         options["observer"] = broadcast([o for o in (options.get("observer"), partial) if o])
-    if args.by and not args.baseline:
+    if args.by and not args.baseline and not args.labels:
         raise RestreamError("--by compares with a baseline: give --baseline RUN too")
+    check_label_options(args)
     program = log = driver = None
     if args.engine == "spark":
         from ._driver import find_driver
@@ -473,6 +480,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         differences = diff(result, tables, by=args.by, labels=("this run", label))
         summary["baseline"] = label
         summary["diff"] = _diff_json(differences)
+    scores = None
+    if args.labels:
+        from ._score import scores_of
+
+        scores = scores_of(args, result, args.name or "this run")
+        summary["scores"] = scores.to_dict()
     if args.json:
         print(json.dumps(summary, default=str))
     else:
@@ -480,39 +493,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if differences is not None:
             print(f"compared with {baseline[0]}:")
             print(_diff_text(differences, samples=3))
+        if scores is not None:
+            print(scores.summary())
     return 0
 
 
 def _load_run(ref: str, log=None) -> tuple[str, dict]:
-    """The output tables of ``ref``: a directory of ``<table>.parquet`` files (``--out``), or
-    the latest successful run of that name in the catalog (on ``log``, when there is one)."""
-    from pathlib import Path
+    """The output tables of ``ref``: a ``--out`` directory or a catalog run (``load_run``)."""
+    from ..io.compare import load_run
 
-    import pyarrow.parquet as pq
-
-    path = Path(ref)
-    if not path.is_dir():
-        from ..io.catalog import Catalog
-
-        catalog = Catalog()
-        record = None
-        if log is not None:
-            record = catalog.latest(ref, log_fingerprint=log.fingerprint)
-        record = record or catalog.latest(ref)
-        if record is None or not record.outputs:
-            raise RestreamError(
-                f"{ref}: no such directory, and no successful run called {ref!r} in the "
-                f"catalog ({catalog.path})"
-            )
-        if log is not None and record.log_fingerprint != log.fingerprint:
-            warnings.warn(f"baseline {ref!r} ran on another log than this replay", stacklevel=2)
-        path = Path(record.outputs)
-        ref = f"{ref} ({record.run_id})"
-    files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("_"))
-    # A catalog run (manifest.json) or an --out directory (metrics.json) may have no table.
-    if not files and not any((path / f).exists() for f in ("metrics.json", "manifest.json")):
-        raise RestreamError(f"{path}: no <table>.parquet files (give a replay --out directory)")
-    return ref, {p.stem: pq.read_table(p) for p in files}
+    return load_run(ref, log)
 
 
 def _diff_json(differences) -> dict:
@@ -543,14 +533,24 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.explain:
         return _explain(args)
 
+    check_label_options(args)
     a_label, a = _load_run(args.a)
     b_label, b = _load_run(args.b)
     differences = diff(a, b, by=args.by, labels=(a_label, b_label))
+    scored = None
+    if args.labels:
+        from ._score import diff_scores
+
+        scored = diff_scores(args, a, b, (a_label, b_label))
     if args.json:
         out = {"a": a_label, "b": b_label, **_diff_json(differences)}
+        if scored is not None:
+            out["scores"] = scored[0]
         print(json.dumps(out, default=str))
     else:
         print(_diff_text(differences, samples=args.samples))
+        if scored is not None:
+            print(scored[1])
     return 0 if differences.empty else 1
 
 
@@ -752,8 +752,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     values = _params_arg(args.param, many=True)
     log = _log_arg(args.log)
     options = {"master": args.master} if args.master else {}
+    check_label_options(args)
     result = sweep(_program_arg(args.program), log, engine=args.engine, options=options, **values)
     summary = result.summary()
+    scored = None
+    if args.labels:
+        from ._score import sweep_scores
+
+        scored = sweep_scores(args, result)
+        for variant, v in zip(summary["variants"], result.variants):
+            mine = scored.filter(scored["variant"] == v.label).drop("variant", *v.params)
+            variant["scores"] = {r.pop("table"): r for r in mine.to_dicts()}
     if args.out:
         written = result.write(args.out)
         for variant in summary["variants"]:
@@ -775,11 +784,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         counts = ", ".join(f"{t}: {variant['tables'].get(t, 0):,}" for t in tables) or "no rows"
         where = f" -> {args.out}/{label.replace(', ', ',')}" if args.out else ""
         print(f"  {label}: {counts}{where}")
+        for table, t in variant.get("scores", {}).items():
+            front = ", on the Pareto front" if t["pareto"] else ""
+            print(
+                f"    {table}: precision {_num(t['precision'])}, recall {_num(t['recall'])}, "
+                f"F1 {_num(t['f1'])} ({t['tp']:,} TP, {t['fp']:,} FP, {t['fn']:,} FN){front}"
+            )
     return 0
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 COMMANDS = {
     "replay": cmd_replay,
+    "score": cmd_score,
     "plan": cmd_plan,
     "diff": cmd_diff,
     "runs": cmd_runs,
