@@ -187,7 +187,7 @@ def _served_array(probe, default: Any) -> pa.Array | None:
         if type(default) not in (int, float, str, bool):
             return None
         return pa.array([default] * n)
-    if probe.encoding == "codec":
+    if probe.encoding == "codec" or probe.encoding.startswith("columns:"):
         return None
     if probe.absent is None or not pc.any(probe.absent).as_py():
         return probe.value
