@@ -36,6 +36,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.hand_job",
         "Spark engine vs a hand-written Spark job and serial, float or team rule, warm",
     ),
+    "state-columns": (
+        "bench.state_columns",
+        "recording and loading a run's state as typed Parquet vs its replay; --reuse as processes",
+    ),
     "cells": (
         "bench.cell_bench",
         "time to done of the first and later %%restream cells in a kernel vs the replay's wall",

@@ -126,7 +126,9 @@ def _sequences(items: list, kind: str, depth: int) -> tuple[pa.Array, ColumnSpec
     lengths = [0 if x is None else len(x) for x in items]
     offsets = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    inner, spec = encode_column(list(chain.from_iterable(x for x in items if x is not None)), depth + 1)
+    inner, spec = encode_column(
+        list(chain.from_iterable(x for x in items if x is not None)), depth + 1
+    )
     mask = pa.array([x is None for x in items], pa.bool_()) if 0 in lengths else None
     array = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), inner, mask=mask)
     return array, {"k": kind, "item": spec}

@@ -4,6 +4,7 @@ comes back exactly, with its type, through a Parquet file."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -66,7 +67,9 @@ def round_trip_file(tmp_path, table: pa.Table) -> pa.Table:
     return pq.read_table(path)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(nested, max_size=12))
 def test_a_column_of_any_values_comes_back_exactly(tmp_path, items):
     array, spec = encode_column(items)
@@ -83,7 +86,9 @@ uniform = st.one_of(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(uniform)
 def test_uniform_columns_come_back_exactly(tmp_path, items):
     array, spec = encode_column(items)
@@ -91,7 +96,9 @@ def test_uniform_columns_come_back_exactly(tmp_path, items):
     assert canon(decode_column(table.column("v"), spec)) == canon(items)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.dictionaries(hashables, nested, max_size=12))
 def test_a_store_of_any_keys_and_values_comes_back_exactly(tmp_path, store):
     table = round_trip_file(tmp_path, state_table(store))
@@ -99,7 +106,9 @@ def test_a_store_of_any_keys_and_values_comes_back_exactly(tmp_path, store):
     assert canon(back) == canon(store)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.dictionaries(st.tuples(st.text(max_size=3), st.integers(-9, 9)), nested, max_size=12))
 def test_tuple_keys_are_key_columns(tmp_path, store):
     table = round_trip_file(tmp_path, state_table(store))
@@ -130,7 +139,14 @@ def test_types_are_told_apart_and_columns_are_typed(tmp_path):
     table = round_trip_file(tmp_path, state_table(mixed))
     assert table.schema.field("k0").type == pa.int64()
     assert [type(x) for x in store_from_table(table).values()] == [
-        int, float, bool, list, tuple, set, frozenset, int
+        int,
+        float,
+        bool,
+        list,
+        tuple,
+        set,
+        frozenset,
+        int,
     ]
 
 
@@ -144,3 +160,138 @@ def test_values_arrow_cannot_type_are_json_text_and_said_so():
 def test_a_value_nothing_can_store_is_refused():
     with pytest.raises(ValueCodecError):
         state_table({"a": object()})
+
+
+# -- a recorded run: typed Parquet files, no pickle, read when used -----------------------------
+
+RULE = """
+from restream_kit import emit, on, state
+
+seen = state.Map(default=None)     # str -> (float, int)
+pairs = state.Counter()            # (str, int) -> int
+tags = state.Map(default=None)     # int -> frozenset of str, or a mixed bag
+
+@on("event")
+def keep(e):
+    seen[e.k] = (e.x, e.n)
+    pairs[e.k, e.n] += 1
+
+
+@on("event")
+def keep_tags(e):
+    tags[e.n] = frozenset({e.k}) if e.n % 2 else [e.k, e.x]
+
+
+@on("event")
+def report(e):
+    if seen[e.k] is not None and tags[e.n] is not None and seen[e.k][0] > 1:
+        emit("out", k=e.k, n=e.n)
+"""
+
+
+def recorded(tmp_path, **kw):
+    import restream_kit as rk
+    from restream_kit.io.catalog import Catalog
+
+    program = rk.Program.from_source(RULE, name="cols")
+    rows = [{"ts": i, "k": f"u{i % 7}", "n": i % 5, "x": i / 3} for i in range(40)]
+    log = rk.Log(rows, cache=False)
+    result = rk.replay(program, log, **kw)
+    catalog = Catalog(tmp_path / "home", quiet=True)
+    record = catalog.record(name="cols", program=program, log=log, engine="serial", result=result)
+    return catalog, record, result, program, log
+
+
+def test_a_run_s_state_is_typed_parquet_and_no_pickle(tmp_path):
+    import json
+
+    catalog, record, result, *_ = recorded(tmp_path)
+    run_dir = Path(record.outputs)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["format"] == 2 and set(manifest["state"]) == {"seen", "pairs", "tags"}
+    assert not (run_dir / "state.json").exists()
+    schemas = {n: pq.read_schema(run_dir / e["file"]) for n, e in manifest["state"].items()}
+    seen = schemas["seen"]
+    assert seen.field("k0").type == pa.string()
+    assert seen.field("v").type == pa.struct([("0", pa.float64()), ("1", pa.int64())])
+    assert [schemas["pairs"].field(c).type for c in ("k0", "k1", "v")] == [
+        pa.string(),
+        pa.int64(),
+        pa.int64(),
+    ]
+    tags = schemas["tags"].field("v").type  # frozensets and lists: a tag and a column each
+    assert pa.types.is_struct(tags) and tags.field(0).name == "tag"
+    assert manifest["state"]["tags"]["columns"]["v"]["k"] == "mixed"
+    for path in run_dir.rglob("*"):
+        assert path.suffix not in (".pkl", ".pickle")
+        if path.is_file():
+            assert path.read_bytes()[:1] != b"\x80", path  # no pickle protocol 2-5 magic
+    loaded = catalog.load(record)
+    assert canon({n: dict(s) for n, s in loaded.state.items()}) == canon(result.state)
+
+
+def test_a_loaded_run_reads_its_state_only_when_used(tmp_path):
+    from restream_kit.io._state_files import LazyStore
+    from restream_kit.model.errors import StateError
+
+    catalog, record, result, *_ = recorded(tmp_path)
+    loaded = catalog.load(record)
+    stores = dict(loaded.state)
+    assert all(type(s) is LazyStore and not s.loaded for s in stores.values())
+    # A summary says how many keys without reading them.
+    assert loaded.summary()["state"] == {n: len(s) for n, s in result.state.items()}
+    assert not any(s.loaded for s in stores.values())
+    # Nothing was read: a file removed now is only missed when its state is used.
+    stores["tags"].path.unlink()
+    assert stores["seen"]["u1"] == result.state["seen"]["u1"]
+    assert stores["seen"].loaded and not stores["pairs"].loaded
+    with pytest.raises(StateError, match="is gone"):
+        stores["tags"].get(1)
+
+
+def test_a_re_replay_links_the_state_files_it_reuses(tmp_path):
+    import restream_kit as rk
+    from restream_kit.history.recorder import History
+
+    catalog, record, result, program, log = recorded(tmp_path, history=True)
+    edited = rk.Program.from_source(RULE.replace("[0] > 1:", "[0] > 2:"), name="v2")
+    run = catalog.load(record)  # as replay(reuse="cols") loads it from the catalog
+    run.history = History.read(run.path)
+    # The history's reads of seen (tuples) and tags (frozensets and lists): typed columns.
+    probe_types = [
+        pq.read_schema(p).field("value").type
+        for p in sorted(Path(record.outputs, "history", "probes").glob("*.parquet"))
+    ]
+    assert pa.struct([("0", pa.float64()), ("1", pa.int64())]) in probe_types
+    assert any(pa.types.is_struct(t) and t.field(0).name == "tag" for t in probe_types)
+    for probe in run.history.probes.values():
+        assert probe.encoding.startswith("columns:") or probe.encoding in ("int64", "double")
+    again = rk.replay(edited, log, reuse=run)
+    assert again.reuse["rerun_stages"] == ["report"], again.reuse
+    assert again.state == result.state
+    record2 = catalog.record(name="v2", program=edited, log=log, engine="serial", result=again)
+    one, two = Path(record.outputs), Path(record2.outputs)
+    for rel in ("state/0000.parquet", "state/0001.parquet", "state/0002.parquet"):
+        assert (one / rel).stat().st_ino == (two / rel).stat().st_ino, rel
+    assert canon(dict(catalog.load(record2).state["seen"])) == canon(result.state["seen"])
+
+
+def test_a_run_recorded_with_json_state_still_loads(tmp_path):
+    """A format 1 run (state.json, before state was Parquet) reads as it did."""
+    import json
+    import shutil
+
+    from restream_kit.model import values
+
+    catalog, record, result, *_ = recorded(tmp_path)
+    run_dir = Path(record.outputs)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    del manifest["state"]
+    manifest["format"] = 1
+    shutil.rmtree(run_dir / "state")
+    (run_dir / "state.json").write_bytes(
+        values.dumps({n: dict(s) for n, s in result.state.items()})
+    )
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    loaded = catalog.load(record.run_id)
+    assert canon(loaded.state) == canon(result.state)
