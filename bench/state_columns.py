@@ -73,27 +73,29 @@ def _typed(store) -> list:
 def _record_and_load(state: dict, runs: int) -> dict:
     """Median seconds to record ``state`` (Parquet), load it lazily and read it all; the
     same through the JSON codec; the state read back checked equal."""
+    times: dict[str, list[float]] = {}
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="restream-bench-") as tmp:
+            back, seconds = _one_round(Path(tmp), state)
+        for name, value in seconds.items():
+            times.setdefault(name, []).append(value)
+    for name, store in state.items():
+        assert _typed(back[name]) == _typed(store), f"state {name} reads back different"
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _one_round(run_dir: Path, state: dict) -> tuple[dict, dict[str, float]]:
     from restream_kit.io._state_files import LazyState, write_state
     from restream_kit.model import values
 
-    out: dict[str, list[float]] = {k: [] for k in ("record", "lazy", "read", "json_w", "json_r")}
-    for _ in range(runs):
-        with tempfile.TemporaryDirectory(prefix="restream-bench-") as tmp:
-            run_dir = Path(tmp)
-            entries, seconds = _timed(lambda: write_state(run_dir, state))
-            out["record"].append(seconds)
-            lazy, seconds = _timed(lambda: LazyState(run_dir, entries))
-            out["lazy"].append(seconds)
-            back, seconds = _timed(lambda: {n: dict(s) for n, s in lazy.items()})
-            out["read"].append(seconds)
-            data, seconds = _timed(lambda: values.dumps(state))
-            (run_dir / "state.json").write_bytes(data)
-            out["json_w"].append(seconds)
-            _, seconds = _timed(lambda: values.loads((run_dir / "state.json").read_bytes()))
-            out["json_r"].append(seconds)
-    for name, store in state.items():
-        assert _typed(back[name]) == _typed(store), f"state {name} reads back different"
-    return {k: statistics.median(v) for k, v in out.items()}
+    seconds = {}
+    entries, seconds["record"] = _timed(lambda: write_state(run_dir, state))
+    lazy, seconds["lazy"] = _timed(lambda: LazyState(run_dir, entries))
+    back, seconds["read"] = _timed(lambda: {n: dict(s) for n, s in lazy.items()})
+    data, seconds["json_w"] = _timed(lambda: values.dumps(state))
+    (run_dir / "state.json").write_bytes(data)
+    _, seconds["json_r"] = _timed(lambda: values.loads((run_dir / "state.json").read_bytes()))
+    return back, seconds
 
 
 def _synthetic(keys: int) -> dict:
