@@ -73,17 +73,25 @@ def _column(items: list) -> pa.Array | None:
         return None  # an int beyond 64 bits, a string Arrow refuses
 
 
-def store_columns(store: dict) -> tuple[pa.Table, int | None] | None:
+def store_columns(store: dict, *, plain: bool = True) -> tuple[pa.Table, int | None] | None:
     """The store as a table ``k0.., v`` (:func:`state_table`) and its key shape (the tuple
     length, None for other keys), or None when it stays in the JSON document: a small store,
-    or one holding a value the codec cannot store (the JSON path names it)."""
+    one holding a value the codec cannot store (the JSON path names it), or, when ``plain``,
+    one whose columns are not each of one plain type (``int64``, ``double``, ``bool``,
+    ``string``, nulls): what an engine folding the columns itself can take."""
     if len(store) < MIN_KEYS:
         return None
     try:
         table = state_table(store)
     except ValueCodecError:
         return None
+    if plain and any(spec["k"] not in _PLAIN for spec in _store_meta(table)["columns"].values()):
+        return None
     return table, table_arity(table)
+
+
+#: The column kinds of a plain store (see :mod:`._columns`).
+_PLAIN = frozenset({"int", "float", "bool", "str", "none"})
 
 
 def state_table(store: Mapping) -> pa.Table:

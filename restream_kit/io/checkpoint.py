@@ -681,7 +681,7 @@ def _with_store_tables(value: Any) -> Any:
         if type(store) is StoreColumns:  # columns already: committed as they are
             swapped[name] = _StoreTable(store.table, store.arity)
             continue
-        columns = store_columns(store) if type(store) is dict else None
+        columns = store_columns(store, plain=False) if type(store) is dict else None
         swapped[name] = store if columns is None else _StoreTable(*columns)
     value = {**value, "stores": swapped}
     future = value.get("future")

@@ -295,3 +295,16 @@ def test_a_run_recorded_with_json_state_still_loads(tmp_path):
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     loaded = catalog.load(record.run_id)
     assert canon(loaded.state) == canon(result.state)
+
+
+def test_store_columns_for_an_engine_are_plain_or_none():
+    """An engine that folds a store's columns itself takes plain ones only."""
+    from restream_kit.io._arrow_stores import MIN_KEYS, store_columns
+
+    n = MIN_KEYS
+    plain = {(f"u{i}", i): i / 2 for i in range(n)}
+    table, arity = store_columns(plain)
+    assert arity == 2 and table.schema.types == [pa.string(), pa.int64(), pa.float64()]
+    for other in ({i: 2**70 for i in range(n)}, {i: (i, i) for i in range(n)}):
+        assert store_columns(other) is None
+        assert store_columns(other, plain=False) is not None
