@@ -31,7 +31,7 @@ from ._columns import decode_column, encode_column, spec_of_type
 __all__ = [
     "MIN_KEYS",
     "STORE_META",
-    "state_table",
+    "store_table",
     "table_arity",
     "store_columns",
     "store_from_table",
@@ -74,7 +74,7 @@ def _column(items: list) -> pa.Array | None:
 
 
 def store_columns(store: dict, *, plain: bool = True) -> tuple[pa.Table, int | None] | None:
-    """The store as a table ``k0.., v`` (:func:`state_table`) and its key shape (the tuple
+    """The store as a table ``k0.., v`` (:func:`store_table`) and its key shape (the tuple
     length, None for other keys), or None when it stays in the JSON document: a small store,
     one holding a value the codec cannot store (the JSON path names it), or, when ``plain``,
     one whose columns are not each of one plain type (``int64``, ``double``, ``bool``,
@@ -82,7 +82,7 @@ def store_columns(store: dict, *, plain: bool = True) -> tuple[pa.Table, int | N
     if len(store) < MIN_KEYS:
         return None
     try:
-        table = state_table(store)
+        table = store_table(store)
     except ValueCodecError:
         return None
     if plain and any(spec["k"] not in _PLAIN for spec in _store_meta(table)["columns"].values()):
@@ -94,7 +94,7 @@ def store_columns(store: dict, *, plain: bool = True) -> tuple[pa.Table, int | N
 _PLAIN = frozenset({"int", "float", "bool", "str", "none"})
 
 
-def state_table(store: Mapping) -> pa.Table:
+def store_table(store: Mapping) -> pa.Table:
     """A state store as a table of typed columns: ``k0`` (or ``k0..kN-1``, one per part of
     tuple keys that all have N parts) and ``v``, each column as :mod:`._columns` encodes it,
     with the specs that read it back in the schema's metadata. ValueCodecError when a key or
@@ -118,7 +118,7 @@ def state_table(store: Mapping) -> pa.Table:
 
 
 def table_arity(table: pa.Table) -> int | None:
-    """The key shape of a :func:`state_table` (None: keys that are not split in parts)."""
+    """The key shape of a :func:`store_table` (None: keys that are not split in parts)."""
     meta = _store_meta(table)
     if meta is not None:
         return meta["arity"]
@@ -161,7 +161,7 @@ class StoreColumns:
 
 
 def store_from_table(table: pa.Table, arity: int | None = None) -> dict:
-    """The dict :func:`state_table` (or an engine's own ``k0.., v`` columns) made ``table``
+    """The dict :func:`store_table` (or an engine's own ``k0.., v`` columns) made ``table``
     of; ``arity``, when given, must be the table's key shape."""
     names = table.column_names
     meta = _store_meta(table)

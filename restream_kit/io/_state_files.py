@@ -1,7 +1,7 @@
 """A run's final state as typed Parquet, one file per state, read only when used.
 
 Each state of a run is ``state/NNNN.parquet`` in its directory: a table of key columns and a
-value column (:func:`._arrow_stores.state_table`: ``int64``, ``double``, ``bool``,
+value column (:func:`._arrow_stores.store_table`: ``int64``, ``double``, ``bool``,
 ``string``, structs for tuples, lists for lists and sets, a JSON-text column only for values
 Arrow cannot type), with the specs that read it back in the file's metadata. The run's
 manifest lists, per state, its file, its number of keys and those specs, so a reader knows
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from ..model import values
 from ..model.errors import StateError
-from ._arrow_stores import STORE_META, state_table, store_from_table
+from ._arrow_stores import STORE_META, store_from_table, store_table
 
 __all__ = ["STATE_DIR", "write_state", "LazyState", "LazyStore"]
 
@@ -48,7 +48,7 @@ def write_state(run_dir: Path, state: Mapping[str, Mapping]) -> dict[str, dict[s
             entries[name] = {"file": rel, "keys": len(store), "columns": store.columns}
             continue
         try:
-            table = state_table(store)
+            table = store_table(store)
         except values.ValueCodecError:
             raise _unstorable(name, dict(store)) from None
         pq.write_table(table, run_dir / rel)
@@ -71,7 +71,7 @@ def _specs(metadata: dict | None) -> dict[str, Any]:
 
 def _unstorable(name: str, store: dict) -> StateError:
     bad = values.unstorable(store)
-    if bad is None:  # pragma: no cover - state_table refused something check() accepts
+    if bad is None:  # pragma: no cover - store_table refused something check() accepts
         return StateError(f"state {name!r} cannot be stored")
     key, what, obj, exc = bad
     # The words of the serial engine's check_state, on every engine.

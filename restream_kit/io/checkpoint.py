@@ -11,7 +11,7 @@ A checkpoint directory holds one sub-directory per committed epoch and a manifes
 
 No file is a pickle: values go through :mod:`restream_kit.model.values` (JSON with type tags), Arrow
 tables inside them to ``.arrow`` files, a state store of :data:`MIN_KEYS` keys or more to a
-Parquet file of typed key and value columns (:func:`._arrow_stores.state_table`, the layout of
+Parquet file of typed key and value columns (:func:`._arrow_stores.store_table`, the layout of
 a run's state in the catalog; values Arrow cannot type are a JSON column, and the file's
 metadata says so), the timed writes waiting to an ``.arrow`` file of their columns, as
 do an epoch's rows of one table when they all have the same fields of plain values, the log's events and scheduled events by their fields,

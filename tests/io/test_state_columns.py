@@ -1,4 +1,4 @@
-"""State as typed columns (restream_kit.io._columns, _arrow_stores.state_table): every value
+"""State as typed columns (restream_kit.io._columns, _arrow_stores.store_table): every value
 comes back exactly, with its type, through a Parquet file."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from restream_kit.io._arrow_stores import state_table, store_from_table
+from restream_kit.io._arrow_stores import store_from_table, store_table
 from restream_kit.io._columns import decode_column, encode_column
 from restream_kit.model.values import ValueCodecError
 
@@ -101,7 +101,7 @@ def test_uniform_columns_come_back_exactly(tmp_path, items):
 )
 @given(st.dictionaries(hashables, nested, max_size=12))
 def test_a_store_of_any_keys_and_values_comes_back_exactly(tmp_path, store):
-    table = round_trip_file(tmp_path, state_table(store))
+    table = round_trip_file(tmp_path, store_table(store))
     back = store_from_table(table)
     assert canon(back) == canon(store)
 
@@ -111,7 +111,7 @@ def test_a_store_of_any_keys_and_values_comes_back_exactly(tmp_path, store):
 )
 @given(st.dictionaries(st.tuples(st.text(max_size=3), st.integers(-9, 9)), nested, max_size=12))
 def test_tuple_keys_are_key_columns(tmp_path, store):
-    table = round_trip_file(tmp_path, state_table(store))
+    table = round_trip_file(tmp_path, store_table(store))
     if store:
         assert table.column_names == ["k0", "k1", "v"]
         assert table.schema.field("k0").type == pa.string()
@@ -126,7 +126,7 @@ def test_types_are_told_apart_and_columns_are_typed(tmp_path):
         "c": (-1, -0.0),
         "d": None,
     }
-    table = round_trip_file(tmp_path, state_table(store))
+    table = round_trip_file(tmp_path, store_table(store))
     assert table.schema.field("k0").type == pa.string()
     v = table.schema.field("v").type
     assert pa.types.is_struct(v)
@@ -136,7 +136,7 @@ def test_types_are_told_apart_and_columns_are_typed(tmp_path):
     assert math.copysign(1.0, back["c"][1]) == -1.0
 
     mixed = {1: 3, 2: 3.0, 3: True, 4: [1, 2], 5: (1, 2), 6: {1, 2}, 7: frozenset({1}), 8: 2**70}
-    table = round_trip_file(tmp_path, state_table(mixed))
+    table = round_trip_file(tmp_path, store_table(mixed))
     assert table.schema.field("k0").type == pa.int64()
     assert [type(x) for x in store_from_table(table).values()] == [
         int,
@@ -151,7 +151,7 @@ def test_types_are_told_apart_and_columns_are_typed(tmp_path):
 
 
 def test_values_arrow_cannot_type_are_json_text_and_said_so():
-    table = state_table({"a": {"x": 1}, "b": {"y": (1, 2)}})
+    table = store_table({"a": {"x": 1}, "b": {"y": (1, 2)}})
     assert table.schema.field("v").type == pa.string()
     assert b'"v": {"k": "json"}' in table.schema.metadata[b"restream.columns"]
     assert store_from_table(table) == {"a": {"x": 1}, "b": {"y": (1, 2)}}
@@ -159,7 +159,7 @@ def test_values_arrow_cannot_type_are_json_text_and_said_so():
 
 def test_a_value_nothing_can_store_is_refused():
     with pytest.raises(ValueCodecError):
-        state_table({"a": object()})
+        store_table({"a": object()})
 
 
 # -- a recorded run: typed Parquet files, no pickle, read when used -----------------------------
