@@ -220,3 +220,19 @@ def test_rows_of_one_shape_go_to_an_arrow_file_and_others_stay_json(tmp_path):
         assert typed_rows(back[name]) == typed_rows(rows), name
     assert math.copysign(1, back["plain"][0][4]["c"]) == -1
     assert rows_from_table(rows_columns(plain)) == plain
+
+
+def test_a_checkpoint_written_with_arrow_store_files_still_resumes(tmp_path):
+    """Before stores were Parquet they were Arrow IPC files: such a commit still reads."""
+    store = {(f"u{i}", i): i * 0.5 for i in range(MIN_KEYS)}
+    checkpoint.save_value(tmp_path, "state", {"stores": {"s": store}}, "the state")
+    table = pq.read_table(tmp_path / "state-0.parquet")
+    table = table.replace_schema_metadata(None)  # the old files had no column specs
+    with pa.OSFile(str(tmp_path / "state-0.arrow"), "wb") as sink:
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    (tmp_path / "state-0.parquet").unlink()
+    document = (tmp_path / "state.json").read_text().replace("state-0.parquet", "state-0.arrow")
+    (tmp_path / "state.json").write_text(document)
+    back = checkpoint.load_value(tmp_path, "state")["stores"]["s"]
+    assert typed_store(back) == typed_store(store)
