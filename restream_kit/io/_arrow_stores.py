@@ -1,16 +1,18 @@
-"""Big state stores in a checkpoint as Arrow files: one column per key part, one for values;
-an epoch's output rows the same way, one column per row field; and the timed writes waiting
-at an epoch's end (the sliding windows of a rule are as many as its events in a window).
+"""State stores as tables of typed columns (a run's state, a checkpoint's big stores): one
+column per key part, one for values; an epoch's output rows, one column per row field; and
+the timed writes waiting at an epoch's end (the sliding windows of a rule are as many as its
+events in a window).
 
-A replay's state is mostly a few large dicts whose keys (or the parts of tuple keys) and
-values are plain ``str``, ``int``, ``float`` or ``bool`` (``None`` allowed beside them). JSON
-with type tags spends most of a commit walking such a dict; an Arrow table of its columns is
-written and read at C speed. Each column holds one Python type, which its Arrow type keeps:
-``int64`` reads back as ``int``, ``double`` as ``float``, ``bool`` as ``bool``, ``string`` as
-``str`` and nulls as ``None``, so a store read back equals the one written, types included.
-A store that does not fit (mixed types in a column, ints beyond 64 bits, tuple keys of
-different lengths, other values) is left to the JSON codec, as are small stores. So are the
-rows of a table whose rows do not all have the same fields in the same order.
+A store is :func:`store_table`: keys ``k0`` (or ``k0..kN-1`` for tuple keys of N parts) and
+values ``v``, each column as :mod:`._columns` encodes it (``int64``, ``double``, ``bool``,
+``string``, structs for tuples, lists for lists and sets, a tag per value when types mix, JSON
+text for what Arrow cannot type), the specs that read it back in the schema's metadata
+(:data:`STORE_META`); a store read back equals the one written, types included. JSON with
+type tags spends most of a commit walking a big dict; its columns are written and read at C
+speed. An engine that folds a store's columns itself (the Spark prefix path) asks
+:func:`store_columns` for plain ones only (one of ``int64``, ``double``, ``bool``,
+``string``, nulls per column). Rows and timed writes go to columns when their values are
+plain and of one type per field; otherwise (and when few) they stay in the JSON codec.
 
 A table is data, never code: reading one cannot run anything.
 """
