@@ -40,6 +40,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.score_bench",
         "scoring a 10M-event anti-spam run against 100k labels vs the serial replay",
     ),
+    "state-columns": (
+        "bench.state_columns",
+        "recording and loading a run's state as typed Parquet vs its replay; --reuse as processes",
+    ),
     "cells": (
         "bench.cell_bench",
         "time to done of the first and later %%restream cells in a kernel vs the replay's wall",
