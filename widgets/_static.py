@@ -8,18 +8,30 @@ widget state saved in the notebook); a notebook opened without either (untrusted
 output is updated (``update_display``) with the HTML of its final state.
 
 The HTML uses JupyterLab's theme variables (with light fallbacks elsewhere), no script and no
-external resource: it reads the same offline, in a dark theme and in a converted page.
+external resource: it reads the same offline, in a dark theme and in a converted page. Its
+drawings are SVG images (``<img src="data:image/svg+xml;base64,...">``) on a light card of
+their own: JupyterLab strips inline ``<svg>`` from an untrusted notebook's HTML, images stay.
 """
 
 from __future__ import annotations
 
+import base64
 import html
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from IPython.display import DisplayHandle, display
 
-__all__ = ["StaticOutput", "FG", "MUTED", "BORDER", "line_chart_svg"]
+__all__ = [
+    "StaticOutput",
+    "FG",
+    "MUTED",
+    "BORDER",
+    "line_chart_svg",
+    "stacked_bars_svg",
+    "svg_image",
+]
 
 #: Theme-aware colours (JupyterLab's variables, a light theme's value elsewhere).
 FG = "var(--jp-ui-font-color1, #222)"
@@ -45,6 +57,18 @@ class StaticOutput:
         """Replace the static form (the widget stays as it is)."""
         if self.handle is not None:
             self.handle.update(self._bundle(html_form, text_form), raw=True)
+
+
+def svg_image(svg: str, alt: str) -> str:
+    """``svg`` as an ``<img>`` with a data URI, drawn on a white card (inside an image the
+    theme's variables do not apply, so their light fallbacks do)."""
+    card = "<rect width='100%' height='100%' rx='4' fill='#fff'/>"
+    standalone = re.sub(r"(<svg[^>]*>)", lambda m: m.group(1) + card, svg, count=1)
+    data = base64.b64encode(standalone.encode()).decode()
+    return (
+        f"<img class='restream-image' alt='{html.escape(alt, quote=True)}' "
+        f"src='data:image/svg+xml;base64,{data}'/>"
+    )
 
 
 def line_chart_svg(
@@ -98,4 +122,58 @@ def line_chart_svg(
             f"fill='{colour}'>{html.escape(name)}</text>"
         )
     parts.append("</svg>")
+    return "".join(parts)
+
+
+def stacked_bars_svg(
+    x: Sequence[str],
+    series: dict[str, tuple[str, Sequence[int]]],
+    *,
+    title: str,
+    width: int = 640,
+    height: int = 180,
+) -> str:
+    """A stacked bar chart as inline SVG: ``series`` maps a name to its colour and one value
+    per ``x``; a bar's title gives its numbers on hover. A few x labels, evenly spaced."""
+    totals = [sum(ys[i] for _c, ys in series.values()) for i in range(len(x))]
+    top = max(totals, default=0) or 1
+    left, right, upper, lower = 48, 8, 24, 34
+    slot = (width - left - right) / max(1, len(x))
+    bar = max(1.0, slot * 0.8)
+    scale = (height - upper - lower) / top
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"class='restream-chart' font-family='sans-serif' font-size='11' style='fill:{FG}'>",
+        f"<text x='{left}' y='14' font-weight='bold'>{html.escape(title)}</text>",
+        f"<text x='4' y='{upper + 4}'>{top:,}</text><text x='4' y='{height - lower}'>0</text>",
+    ]
+    legend_x = width - right
+    for name, (colour, _ys) in reversed(series.items()):
+        legend_x -= 14 + 7 * len(name)
+        parts.append(
+            f"<rect x='{legend_x}' y='6' width='10' height='10' fill='{colour}'/>"
+            f"<text x='{legend_x + 13}' y='15'>{html.escape(name)}</text>"
+        )
+    for i, label in enumerate(x):
+        y = height - lower
+        words = ", ".join(f"{n} {ys[i]:,}" for n, (_c, ys) in series.items() if ys[i])
+        parts.append(f"<g><title>{html.escape(label)}: {html.escape(words)}</title>")
+        for _name, (colour, ys) in series.items():
+            h = ys[i] * scale
+            if h:
+                parts.append(
+                    f"<rect x='{left + i * slot:.1f}' y='{y - h:.1f}' width='{bar:.1f}' "
+                    f"height='{h:.1f}' fill='{colour}'/>"
+                )
+                y -= h
+        parts.append("</g>")
+    every = max(1, len(x) // 4)
+    for i in range(0, len(x), every):
+        parts.append(
+            f"<text x='{left + i * slot:.1f}' y='{height - lower + 14}'>{html.escape(x[i])}</text>"
+        )
+    parts.append(
+        f"<line x1='{left}' y1='{height - lower}' x2='{width - right}' y2='{height - lower}' "
+        f"style='stroke:{MUTED}'/></svg>"
+    )
     return "".join(parts)

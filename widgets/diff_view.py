@@ -17,9 +17,9 @@ import polars as pl
 
 from restream_kit.io.compare import Diff, KeyDiff, diff
 from restream_kit.io.progress import EpochFinished, ProgressEvent
-from widgets._static import FG, MUTED
+from widgets._static import FG, MUTED, stacked_bars_svg, svg_image
 
-__all__ = ["DiffView", "shown_rows", "timeline_figure"]
+__all__ = ["DiffView", "shown_rows", "timeline_figure", "timeline_svg"]
 
 COLOURS = {"added": "#2ca02c", "removed": "#d62728", "changed": "#ff7f0e"}
 #: Columns every output row has, which a diff by key does not offer as fields.
@@ -80,6 +80,27 @@ def _fill_timeline(fig: go.Figure, d: Diff) -> None:
     fig.add_traces(traces)
 
 
+def timeline_svg(d: Diff, buckets: int = 60) -> str:
+    """Differences over time as an inline SVG: rows added, removed and changed per bucket of
+    event time (at most ``buckets`` bars)."""
+    timeline = d.timeline()
+    if not timeline.height:
+        return ""
+    low, high = timeline["ts"].min(), timeline["ts"].max()
+    width = max(1, (high - low) // buckets + 1)
+    binned = timeline.with_columns(((pl.col("ts") - low) // width).alias("bin"))
+    bins = list(range(int((high - low) // width) + 1))
+    series = {}
+    for kind, colour in COLOURS.items():
+        per_bin = dict(
+            binned.filter(pl.col("kind") == kind).group_by("bin").agg(pl.col("rows").sum()).rows()
+        )
+        series[kind] = (colour, [int(per_bin.get(b, 0)) for b in bins])
+    starts = pl.from_epoch(pl.Series([low + b * width for b in bins]), time_unit="ms")
+    labels = [t.strftime("%Y-%m-%d %H:%M") for t in starts.to_list()]
+    return stacked_bars_svg(labels, series, title="Differences over event time (UTC)")
+
+
 class DiffView:
     """Per-table counts, a timeline of differences and sample rows of each kind."""
 
@@ -88,14 +109,13 @@ class DiffView:
         self.by = by
         self.header = w.HTML("<b>diff against the baseline</b>: waiting for the baseline")
         self.counts = w.HTML("")
-        # The timeline is made when there is a difference to draw: plotly costs the browser
-        # time, and an empty chart says nothing.
-        self.figure: go.FigureWidget | None = None
-        self.figure_box = w.Box([], layout=w.Layout(display="none"))
+        # The timeline is an inline SVG, drawn when there is a difference: it costs the browser
+        # nothing, and a saved notebook nothing (a plotly widget's saved state is ~5 MB).
+        self.timeline = w.HTML("", layout=w.Layout(display="none"))
         self.sample_rows = w.HTML("")
         self.picker = w.HBox([], layout=w.Layout(display="none"))
         self.widget = w.VBox(
-            [self.header, self.counts, self.figure_box, self.sample_rows, self.picker]
+            [self.header, self.counts, self.timeline, self.sample_rows, self.picker]
         )
         self.baseline_label = "the baseline"
         self._baseline: dict[str, pl.DataFrame] = {}
@@ -163,9 +183,11 @@ class DiffView:
         """The view as it stands, as HTML without widgets (see ``widgets._static``)."""
         if self.widget.layout.display == "none":
             return ""
+        shown = self.timeline.value and self.timeline.layout.display != "none"
+        timeline = svg_image(self.timeline.value, "differences over time") if shown else ""
         return (
             f"<div class='restream-diff' style='color:{FG}'>{self.header.value}"
-            f"{self.counts.value}{self.sample_rows.value}</div>"
+            f"{self.counts.value}{timeline}{self.sample_rows.value}</div>"
         )
 
     def static_text(self) -> str:
@@ -215,7 +237,7 @@ class DiffView:
             f"<table><tr><th>table</th><th>keys only in {a}</th><th>keys only in {b}</th>"
             f"<th>keys in both, rows differ</th><th>keys identical</th></tr>{rows}</table>"
         )
-        self.figure_box.layout.display = "none"
+        self.timeline.layout.display = "none"
         self.sample_rows.value = (
             f"<pre style='font-size:90%'>{html.escape(d.summary(self.samples))}</pre>"
         )
@@ -233,14 +255,8 @@ class DiffView:
             f"<th>removed</th><th>changed</th></tr>{rows}</table>"
         )
         # An empty timeline is just axes: show it only when there is something to plot.
-        if not d.empty:
-            if self.figure is None:
-                self.figure = go.FigureWidget(timeline_figure())
-                self.figure.layout.width = None
-                self.figure_box.children = (self.figure,)
-            with self.figure.batch_update():
-                _fill_timeline(self.figure, d)
-        self.figure_box.layout.display = None if not d.empty else "none"
+        self.timeline.value = "" if d.empty else timeline_svg(d)
+        self.timeline.layout.display = None if not d.empty else "none"
         parts = []
         for name, t in d.tables.items():
             for kind in ("added", "removed", "changed"):

@@ -194,6 +194,8 @@ _CHAR_PX, _LAYER_GAP_PX, _ROW_PX, _TOP_PX, _LEGEND_PX = 6.6, 36, 58, 30, 28
 #: Text in the SVG follows JupyterLab's theme (dark on light, light on dark).
 _TEXT = "fill:var(--jp-ui-font-color1, #222)"
 _MUTED_TEXT = "fill:var(--jp-ui-font-color2, #555)"
+#: A halo in the page's colour under each label, so that an edge crossing it leaves it legible.
+_HALO = "paint-order:stroke;stroke:var(--jp-layout-color0, #fff);stroke-width:3px"
 
 
 def _svg_layout(g: nx.DiGraph) -> tuple[dict[Any, tuple[float, float]], float, float]:
@@ -236,9 +238,9 @@ def dag_svg(plan: Plan) -> str:
         f"class='restream-dag' font-family='sans-serif' font-size='11' style='{_TEXT}'>",
         "<defs>"
         + "".join(
-            f"<marker id='arrow-{name}' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='7' "
-            f"markerHeight='7' orient='auto-start-reverse'><path d='M0,0L10,5L0,10z' "
-            f"fill='{colour}'/></marker>"
+            f"<marker id='arrow-{name}' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='9' "
+            "markerHeight='9' markerUnits='userSpaceOnUse' orient='auto-start-reverse'>"
+            f"<path d='M0,0L10,5L0,10z' fill='{colour}'/></marker>"
             for name, colour in (("edge", EDGE_COLOR), ("critical", CRITICAL))
         )
         + "</defs>",
@@ -297,7 +299,8 @@ def _svg_nodes(
             parts.append(
                 f"<g><title>{escape(chr(10).join(hover))}</title>"
                 f"<circle cx='{x:.1f}' cy='{y:.1f}' r='12' fill='{MODE_COLORS[stage.label]}' "
-                f"{ring}/><text x='{x:.1f}' y='{y - 17:.1f}' text-anchor='middle'>"
+                f"{ring}/><text x='{x:.1f}' y='{y - 17:.1f}' text-anchor='middle' "
+                f"style='{_HALO}'>"
                 f"{escape(name)}</text></g>"
             )
         else:
@@ -306,7 +309,8 @@ def _svg_nodes(
             parts.append(
                 f"<g><title>{escape(hover)}</title><rect x='{x - 8:.1f}' y='{y - 8:.1f}' "
                 f"width='16' height='16' fill='{STATE_COLOR}' stroke='#555'/>"
-                f"<text x='{x:.1f}' y='{y + 21:.1f}' text-anchor='middle' style='{_MUTED_TEXT}'>"
+                f"<text x='{x:.1f}' y='{y + 21:.1f}' text-anchor='middle' "
+                f"style='{_MUTED_TEXT};{_HALO}'>"
                 f"{escape(name)}</text></g>"
             )
     return parts

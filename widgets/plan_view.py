@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from restream_kit.planner import Plan
 from restream_kit.planner.render import plan_text
-from widgets._static import FG
+from widgets._static import FG, svg_image
 from widgets.plan_figures import dag_svg, hot_keys_figure, speedup_figure
 
 __all__ = ["PlanView", "stages_html", "WIDTH_PX"]
@@ -154,7 +154,8 @@ class PlanView:
         warnings = f"<div>{self.warnings}</div>" if self.warnings else ""
         return (
             f"<div class='restream-plan' style='color:{FG}'>{self.summary}{warnings}"
-            f"<details><summary>plan</summary>{dag_svg(self.plan)}{stages_html(self.plan)}"
+            f"<details><summary>plan</summary>"
+            f"{svg_image(dag_svg(self.plan), f'handler DAG of {self.name}')}{stages_html(self.plan)}"
             "</details></div>"
         )
 

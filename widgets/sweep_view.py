@@ -16,7 +16,7 @@ from typing import Any
 import ipywidgets as w
 import plotly.graph_objects as go
 
-from widgets._static import FG, line_chart_svg
+from widgets._static import FG, line_chart_svg, svg_image
 from widgets.diff_view import DiffView
 
 __all__ = ["SweepView", "VIEWS", "sweep_figure", "sweep_text", "table_names"]
@@ -193,7 +193,8 @@ class SweepView:
             for i in range(len(cell.variants))
         )
         return (
-            f"<div class='restream-sweep' style='color:{FG}'>{self.header.value}<br>{chart}"
+            f"<div class='restream-sweep' style='color:{FG}'>{self.header.value}<br>"
+            f"{svg_image(chart, 'rows per output table')}"
             f"<table style='font-size:90%'><tr>{head}<th>against the baseline</th></tr>{body}"
             "</table></div>"
         )
