@@ -26,6 +26,15 @@ CELLS = [
     f"%%restream v2 --log social_small --baseline v1\n{ANTISPAM.replace('2 *', '3 *')}",
 ]
 _SAVE_JS = "() => window.jupyterapp.commands.execute('docmanager:save')"
+_THEME_JS = "(theme) => window.jupyterapp.commands.execute('apputils:change-theme', {theme})"
+_DARK_JS = "() => document.body.dataset.jpThemeLight === 'false'"
+_FILL_JS = "(node) => getComputedStyle(node).fill"
+
+
+def _luminance(colour: str) -> float:
+    """0 (black) to 1 (white), of a computed ``rgb(r, g, b)``."""
+    r, g, b = (int(v) for v in re.findall(r"\d+", colour)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
 
 
 def _results_shown(page, name: str) -> str:
@@ -57,6 +66,20 @@ def test_typed_compare_by_then_saved_and_reopened_in_a_fresh_page(lab_page, lab_
     v2 = lab_page.locator(".jp-NotebookPanel .jp-Cell").nth(2)
     v2.locator(".jp-OutputArea-output", has_text="by sender").first.wait_for(timeout=TIMEOUT_MS)
     assert "keys only in" in v2.inner_text()
+
+    # In the dark theme the unfolded DAG's labels and legend are light on dark.
+    v2.get_by_role("button", name="plan").first.click()
+    label = v2.locator("svg.restream-dag text").first
+    label.wait_for(timeout=TIMEOUT_MS)
+    try:
+        lab_page.evaluate(_THEME_JS, "JupyterLab Dark")
+        lab_page.wait_for_function(_DARK_JS, timeout=30_000)
+        assert _luminance(label.evaluate(_FILL_JS)) > 0.6
+        legend = v2.locator("svg.restream-dag text", has_text="critical path").first
+        assert _luminance(legend.evaluate(_FILL_JS)) > 0.6
+    finally:
+        lab_page.evaluate(_THEME_JS, "JupyterLab Light")
+        lab_page.wait_for_function(f"() => !({_DARK_JS})()", timeout=30_000)
 
     # Saved (with the widgets' state: the project's JupyterLab setting), the page left, the
     # kernel gone.
