@@ -31,12 +31,6 @@ def display_mode() -> str:
     return "widgets" if shell == "ZMQInteractiveShell" else "text"
 
 
-def _display(*objects: Any) -> None:
-    from IPython.display import display
-
-    display(*objects)
-
-
 def run_cell(
     workbench: Workbench,
     name: str,
