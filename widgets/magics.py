@@ -258,7 +258,9 @@ class RestreamMagics(Magics):
     def _line(self, line: str):
         words = shlex.split(line)
         if words == ["runs"]:
-            return self.workbench.catalog.runs()
+            from widgets.runs_view import runs_table
+
+            return runs_table(self.workbench.catalog, _baselines(self.workbench))
         if len(words) == 2 and words[0] == "forget":
             # The catalog (docs/catalog.md): delete the runs called NAME (or one run id).
             gone = self.workbench.catalog.forget(words[1])
@@ -313,6 +315,12 @@ def _read_labels(labels: str, by: str | None) -> Any:
         return read_labels(labels, parse_by(by))
     except RestreamError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _baselines(workbench: Workbench) -> set[str]:
+    """The run ids of the serial baselines this session's cells recorded."""
+    bases = (getattr(cell, "baseline", None) for cell in workbench.runs.values())
+    return {b.record.run_id for b in bases if b is not None and not b.reused and b.record}
 
 
 #: What the first ``%%restream`` cell needs, imported by ``%load_ext`` so that the cell starts at

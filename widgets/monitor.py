@@ -7,6 +7,7 @@ for terminals and notebooks run without a frontend. Both are observers of a repl
 from __future__ import annotations
 
 import html
+import re
 import threading
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from restream_kit.io.progress import (
     StageStarted,
     TextProgress,
 )
+from widgets._static import FG, MUTED
 
 __all__ = ["ReplayMonitor", "TextMonitor"]
 
@@ -108,11 +110,19 @@ class ReplayMonitor:
         self.stop_button.layout.display = None if status in ("waiting", "running") else "none"
 
     def _show_spark_log(self) -> None:
-        from restream_kit.engines.spark._session import spark_log_path
+        """Where Spark's own log is, and its web UI (a link) once the session has one."""
+        from restream_kit.engines.spark._session import spark_log_path, ui_url
 
+        url = ui_url()
+        ui = (
+            f"; Spark UI: <a href='{html.escape(url)}' target='_blank'>{html.escape(url)}</a>"
+            if url
+            else "; Spark UI off (<code>RESTREAM_SPARK_UI=1</code> in the kernel's environment "
+            "before its first Spark cell turns it on)"
+        )
         self.log_note.value = (
-            "<span style='font-size:85%;color:#777'>Spark's own log: "
-            f"<code>{html.escape(str(spark_log_path().resolve()))}</code></span>"
+            f"<span style='font-size:85%;color:{MUTED}'>Spark's own log: "
+            f"<code>{html.escape(str(spark_log_path().resolve()))}</code>{ui}</span>"
         )
 
     def finish(self, cell: Any) -> None:
@@ -125,6 +135,8 @@ class ReplayMonitor:
                         error=str(cell.error).splitlines()[0] if str(cell.error) else "",
                     )
                 )  # fmt: skip
+            if self.log_note.value:
+                self._show_spark_log()  # Spark's session, and so its UI, exists by now
             status = getattr(cell, "status", "failed" if cell.error is not None else "done")
             self._draw(status="done" if status == "ok" else status)
             line = cell.reuse_line() if hasattr(cell, "reuse_line") else None
@@ -135,6 +147,22 @@ class ReplayMonitor:
                     f"<span class='restream-reuse' style='color:{colour}'>"
                     f"{html.escape(line)}</span>"
                 )
+
+    def static_html(self) -> str:
+        """The monitor as it stands, as HTML without widgets (see ``widgets._static``)."""
+        return (
+            f"<div class='restream-monitor' style='color:{FG}'>{self.title.value}"
+            f"{self.status.value}<br>{html.escape(self.events_label.value)}, epochs "
+            f"{html.escape(self.epoch_label.value)}<br>{self.stats.value}"
+            f"{'<br>' + self.reuse_note.value if self.reuse_note.value else ''}"
+            f"{'<br>' + self.log_note.value if self.log_note.value else ''}</div>"
+        )
+
+    def static_text(self) -> str:
+        """The same as two lines of text."""
+        status = re.sub(r"<[^>]+>|&nbsp;", " ", self.status.value).strip()
+        title = re.sub(r"<[^>]+>", "", self.title.value)
+        return f"{title}: {status}\n{html.unescape(re.sub(r'<[^>]+>', '', self.stats.value))}"
 
     def __call__(self, event: ProgressEvent) -> None:
         with self._lock:

@@ -31,12 +31,6 @@ def display_mode() -> str:
     return "widgets" if shell == "ZMQInteractiveShell" else "text"
 
 
-def _display(*objects: Any) -> None:
-    from IPython.display import display
-
-    display(*objects)
-
-
 def run_cell(
     workbench: Workbench,
     name: str,
@@ -72,7 +66,7 @@ def run_cell(
     log = Log(logs) if logs else None
     the_plan = planner.plan(program, log)
     if plan_only or log is None:
-        _show_plan(the_plan, name, mode)
+        _show_plan(the_plan, name, mode, open_plan=True)
         return None
     if epoch is None:
         # About ten epochs, so that the monitor moves (never larger than the engines' default;
@@ -104,14 +98,18 @@ def run_cell(
 
     monitor, diff_view = ReplayMonitor(f"{name} on {engine}", engine), DiffView(by=by)
     quarantine_view = QuarantineView()
-    _display(monitor.widget)
-    _display(quarantine_view.widget, diff_view.widget)
+    monitor_out = _show_static(monitor)
+    results = _Results(quarantine_view, diff_view)
+    results_out = _show_static(results)
     _show_plan(the_plan, name, mode, layout)
 
     def finished(cell: CellRun) -> None:
         monitor.finish(cell)
         quarantine_view.finish(cell)
         diff_view.finish(cell)
+        # What a saved notebook shows without its kernel: the final state, as HTML.
+        for out, view in ((monitor_out, monitor), (results_out, results)):
+            out.update(view.static_html(), view.static_text())
 
     run = BackgroundRun(
         workbench,
@@ -160,13 +158,14 @@ def _start_sweep(
 
     monitor, view = ReplayMonitor(title, options["engine"]), SweepView()
     VIEWS[name] = view
-    _display(monitor.widget)
-    _display(view.widget)
+    monitor_out, view_out = _show_static(monitor), _show_static(view)
     _show_plan(the_plan, name, mode, layout)
 
     def finished(cell: CellSweep) -> None:
         monitor.finish(cell)
         view.finish(cell)
+        for out, shown in ((monitor_out, monitor), (view_out, view)):
+            out.update(shown.static_html(), shown.static_text())
 
     run = BackgroundRun(
         workbench, name, program, log, values=values, observer=monitor, on_done=finished,
@@ -191,7 +190,9 @@ def _layout(engine: str, program: Any, log: Log, options: dict[str, Any]) -> Any
         return None
 
 
-def _show_plan(the_plan: Any, name: str, mode: str, layout: Any = None) -> None:
+def _show_plan(
+    the_plan: Any, name: str, mode: str, layout: Any = None, open_plan: bool = False
+) -> None:
     """The plan, with how the engine will run each stage (``layout``, see :func:`_layout`)."""
     if mode == "text":
         print(plan_text(the_plan))
@@ -202,7 +203,8 @@ def _show_plan(the_plan: Any, name: str, mode: str, layout: Any = None) -> None:
         return
     from widgets.plan_view import PlanView
 
-    _display(PlanView(the_plan, name, layout).widget)
+    # Folded to its summary line in a replaying cell; open with --plan-only.
+    _show_static(PlanView(the_plan, name, layout, open=open_plan))
 
 
 def _print_outcome(cell: CellRun) -> None:
@@ -239,5 +241,29 @@ def show_diff(
 
     view = DiffView(by=by)
     view.show(d, f"{b} ({a} compared with it)", sides=(workbench, a, b))
-    _display(view.widget)
+    _show_static(view)
     return d
+
+
+def _show_static(view: Any) -> Any:
+    """Display ``view``'s widget with a static form of its state (``widgets._static``)."""
+    from widgets._static import StaticOutput
+
+    return StaticOutput(view.widget, view.static_html(), view.static_text())
+
+
+class _Results:
+    """A replay's quarantine and diff, shown as one output."""
+
+    def __init__(self, quarantine_view: Any, diff_view: Any) -> None:
+        import ipywidgets as w
+
+        self.quarantine_view, self.diff_view = quarantine_view, diff_view
+        self.widget = w.VBox([quarantine_view.widget, diff_view.widget])
+
+    def static_html(self) -> str:
+        shown = self.quarantine_view.widget.layout.display != "none"
+        return (self.quarantine_view.widget.value if shown else "") + self.diff_view.static_html()
+
+    def static_text(self) -> str:
+        return self.diff_view.static_text()

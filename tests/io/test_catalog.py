@@ -471,7 +471,7 @@ def test_the_magics_list_sizes_and_forget(tmp_path, small_log, monkeypatch):
         ip.run_cell_magic("restream", f"drop --log {small_log}", ANTISPAM.replace("2 *", "3 *"))
         runs = ip.run_line_magic("restream", "runs")
         assert sorted(runs["name"]) == ["drop", "drop", "keep", "keep"]
-        assert all(s.endswith("kB") for s in runs["size"]) and min(runs["size_bytes"]) > 1000
+        assert all(s.endswith("kB") for s in runs["size"])
         ip.run_line_magic("restream", "forget drop")
         assert ip.run_line_magic("restream", "runs")["name"].to_list() == ["keep", "keep"]
         with pytest.raises(UsageError, match="no recorded run is called 'drop'"):

@@ -230,7 +230,13 @@ def test_program_error_in_a_cell_is_one_line(shell):
 def test_line_magic_lists_runs(shell, capsys):
     shell.run_cell_magic("restream", f"v1 --log {SAMPLE}", pathlib_text("examples/antispam.py"))
     runs = shell.run_line_magic("restream", "runs")
-    assert set(runs["name"].to_list()) == {"v1"} and len(runs) == 2  # the baseline and the run
+    assert set(runs["name"].to_list()) == {"v1"}
+    # One row per cell run; the serial replay that served as its baseline is marked.
+    assert runs["role"].to_list() == ["cell", "baseline"], runs
+    assert runs.columns == [
+        "name", "engine", "events", "time", "when", "status", "size", "role", "run"
+    ]  # fmt: skip
+    assert runs["time"].str.ends_with(" s").all() and runs["when"].str.ends_with("UTC").all()
 
 
 def pathlib_text(path: str) -> str:

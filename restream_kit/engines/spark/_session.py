@@ -58,6 +58,7 @@ __all__ = [
     "Watchdog",
     "current",
     "master_of",
+    "ui_url",
     "spark_log_path",
 ]
 
@@ -530,6 +531,15 @@ def current() -> Any:
     """The process's classic session when one is running, else None."""
     with _LOCK:
         return _SESSION if _SESSION is not None and not _stopped(_SESSION) else None
+
+
+def ui_url() -> str | None:
+    """The web UI of the process's classic session (``RESTREAM_SPARK_UI=1``), else None."""
+    session = current()
+    try:
+        return None if session is None else session.sparkContext.uiWebUrl
+    except Exception:  # noqa: BLE001 - no SparkContext (Spark Connect): no UI of ours
+        return None
 
 
 def master_of(session: Any) -> str | None:
