@@ -21,7 +21,8 @@ setup: $(STAMP)
 	@# JupyterLab saves widget state with notebooks, so a reopened one shows its views (an
 	@# overrides.json of the user's own is left alone).
 	@mkdir -p $(VENV)/share/jupyter/lab/settings
-	@cp -n scripts/jupyterlab_overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
+	@[ -e $(VENV)/share/jupyter/lab/settings/overrides.json ] || \
+		cp scripts/jupyterlab_overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	@# Spark's driver starts from a class-data-sharing archive, made once (about a minute).
 	@$(BIN)/python -c 'import sys; from restream_kit.engines.spark._jvm_archive import main; sys.exit(main())'
 
