@@ -36,6 +36,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.hand_job",
         "Spark engine vs a hand-written Spark job and serial, float or team rule, warm",
     ),
+    "scale": (
+        "bench.scale",
+        "peak memory of serial CLI replays at two log sizes, bounded-state rule (cold and warm)",
+    ),
     "cells": (
         "bench.cell_bench",
         "time to done of the first and later %%restream cells in a kernel vs the replay's wall",
