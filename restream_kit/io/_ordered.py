@@ -203,7 +203,7 @@ def write_ordered(
     *,
     check_lsn: Callable[[list[SourceStream]], None],
     duplicate: Callable[[int, int, int], Exception],
-    memory: str = "1GB",
+    memory: str = "256MB",
 ) -> LogSummary:
     """Write the ordered copy of the log made of ``streams`` at ``target`` and its manifest.
 

@@ -441,7 +441,7 @@ def write_canonical(sources: Sequence[Source], target: Path) -> LogSummary:
             f"lsn {lsn} is duplicated", path=sources[position].label, column="lsn", row=row
         )
 
-    memory = os.environ.get("RESTREAM_SORT_MEMORY", "1GB")
+    memory = os.environ.get("RESTREAM_SORT_MEMORY", "256MB")
     return write_ordered(
         target, unified, streams, check_lsn=check_lsn, duplicate=duplicate, memory=memory
     )
