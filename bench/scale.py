@@ -59,7 +59,7 @@ def peak_of(command: list[str], env: dict[str, str], interval: float = 0.05) -> 
         "peak_mb": round(peak / 2**20, 1),
         "wall_s": round(time.perf_counter() - started, 2),
         "rc": proc.returncode,
-        "summary": out.strip().splitlines()[:1],
+        "summary": [line for line in out.splitlines() if line.startswith("replayed")],
     }
 
 

@@ -284,6 +284,7 @@ def _sort(files, explicit, schema, tmp, work, memory, duplicate) -> LogSummary:
     con = duckdb.connect(config={"memory_limit": memory, "temp_directory": str(work / "spill")})
     try:
         con.execute("SET preserve_insertion_order = false")
+        con.execute("SET enable_progress_bar = false")  # stdout is the CLI's
         union = " UNION ALL ".join(
             f"SELECT *, {i}::INTEGER AS _src FROM read_parquet('{_sql_path(f)}')"
             for i, f in enumerate(files)
