@@ -44,6 +44,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.state_columns",
         "recording and loading a run's state as typed Parquet vs its replay; --reuse as processes",
     ),
+    "scale": (
+        "bench.scale",
+        "peak memory of serial CLI replays at two log sizes, bounded-state rule (cold and warm)",
+    ),
     "cells": (
         "bench.cell_bench",
         "time to done of the first and later %%restream cells in a kernel vs the replay's wall",

@@ -27,9 +27,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..model.errors import LogError
+from ._ordered import ROW_GROUP, LogSummary, OrderedCopy, SourceStream, summarize, write_ordered
 
 __all__ = ["Log", "LogSummary", "Source", "as_source", "default_home", "is_uri", "DEFAULT_KIND"]
 
@@ -43,20 +45,6 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def is_uri(text: Any) -> bool:
     """True for ``scheme://...`` strings (a log the cluster may read where this process cannot)."""
     return isinstance(text, str) and _URI.match(text) is not None
-
-
-@dataclass(frozen=True)
-class LogSummary:
-    """What a replay needs to know of a log without its rows in this process (a URI log the
-    Spark engine read): exactly what :class:`Log` would compute from its table."""
-
-    rows: int
-    kinds: tuple[str, ...]  # in order of first appearance
-    counts: dict[str, int]
-    first_ts: int | None
-    last_ts: int | None
-    schema: pa.Schema
-    kind_fields: dict[str, frozenset[str]]  # per kind, the columns with a value in some row
 
 
 def default_home() -> Path:
@@ -205,6 +193,8 @@ class Log:
         # A URI log is not copied to this machine's cache: it may be far larger than the disk.
         self.cache = cache and all(s.path and not is_uri(s.path) for s in self.sources)
         self._table: pa.Table | None = None
+        self._copy: OrderedCopy | None = None
+        self._summary: LogSummary | None = None
         self._fingerprint: str | None = None
         #: Set by an engine that read the log itself (Spark, for a URI): then the log's size,
         #: kinds, times and schema come from it, and the rows are never read here.
@@ -250,8 +240,15 @@ class Log:
     # -- the canonical table ----------------------------------------------------------
 
     @property
+    def streamed(self) -> bool:
+        """Whether the log is read from its ordered copy on disk, a row group at a time (file
+        sources with the cache on), rather than held whole in memory."""
+        return self.cache
+
+    @property
     def table(self) -> pa.Table:
-        """The canonical log as an Arrow table (built once, cached on disk for file sources)."""
+        """The canonical log as one Arrow table, read whole into memory (built once). A serial
+        replay never needs it: it streams the ordered copy (:meth:`iter_events`)."""
         if self._table is None:
             self._table = self._load()
         return self._table
@@ -262,31 +259,42 @@ class Log:
         return self._table is not None
 
     def _load(self) -> pa.Table:
-        cached = self.cache_dir / f"{self.fingerprint}.parquet"
-        if self.cache and cached.exists():
-            return pq.read_table(cached)
-        table = canonicalize(self.sources)
         if self.cache:
-            private_dir(self.cache_dir)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            pq.write_table(table, tmp)
-            os.replace(tmp, cached)
-        return table
+            return pq.read_table(self.ordered().path)
+        return canonicalize(self.sources)
 
-    def _described(self) -> LogSummary | None:
-        return self.summary if self._table is None else None
+    def ordered(self) -> OrderedCopy:
+        """The ordered copy of a file log (``<cache>/<fingerprint>.parquet``), written once,
+        out of core, the first time it is asked for (see ``docs/scale.md``)."""
+        if not self.cache:
+            raise LogError(f"{self!r} has no ordered copy on disk (an in-memory or URI log)")
+        if self._copy is None:
+            cached = self.cache_dir / f"{self.fingerprint}.parquet"
+            if not cached.exists():
+                private_dir(self.cache_dir)
+                write_canonical(self.sources, cached)
+            self._copy = OrderedCopy(cached)
+        return self._copy
+
+    def describe(self) -> LogSummary:
+        """Size, kinds, counts, times, schema and per-kind columns: from the engine that read
+        the log (a URI log on Spark), else the ordered copy's manifest, else the table."""
+        if self.summary is not None and self._table is None:
+            return self.summary
+        if self._summary is None:
+            if self.cache:
+                self._summary = self.ordered().summary()
+            else:
+                self._summary = summarize(self.table.to_batches(ROW_GROUP), self.table.schema)
+        return self._summary
 
     def __len__(self) -> int:
-        described = self._described()
-        return described.rows if described else self.table.num_rows
+        return self.describe().rows
 
     @property
     def kinds(self) -> list[str]:
         """The kinds present, in order of first appearance."""
-        described = self._described()
-        if described:
-            return list(described.kinds)
-        return list(dict.fromkeys(self.table.column("kind").unique().to_pylist()))
+        return list(self.describe().kinds)
 
     @property
     def columns(self) -> list[str]:
@@ -295,30 +303,44 @@ class Log:
     @property
     def schema(self) -> pa.Schema:
         """The canonical log's columns and types."""
-        described = self._described()
-        return described.schema if described else self.table.schema
+        return self.describe().schema
 
     @property
     def span_ms(self) -> int:
         """Time from the first event to the last, in milliseconds."""
-        described = self._described()
-        if described:
-            return (described.last_ts - described.first_ts) if described.rows else 0
-        ts = self.table.column("ts")
-        return int(ts[-1].as_py() - ts[0].as_py()) if len(ts) else 0
+        described = self.describe()
+        return (described.last_ts - described.first_ts) if described.rows else 0
 
     @property
     def last_ts(self) -> int | None:
         """The last event's time (None for an empty log)."""
-        described = self._described()
-        if described:
-            return described.last_ts
-        ts = self.table.column("ts")
-        return int(ts[-1].as_py()) if len(ts) else None
+        return self.describe().last_ts
 
     def event_type(self) -> type:
         """The named tuple type of this log's events (``e.ts``, ``e.lsn``, ``e.kind``, ...)."""
         return namedtuple("Event", self.columns, rename=True)
+
+    def tables(
+        self, start: int = 0, stop: int | None = None, columns: Sequence[str] | None = None
+    ) -> Iterator[pa.Table]:
+        """Rows ``start`` to ``stop`` in log order as Arrow tables of at most a row group each:
+        from the ordered copy when :attr:`streamed` and the table was not read whole."""
+        if self.cache and self._table is None:
+            yield from self.ordered().tables(start, stop, columns)
+            return
+        table = self.table if columns is None else self.table.select(list(columns))
+        stop = table.num_rows if stop is None else min(stop, table.num_rows)
+        if start < stop:
+            yield from (
+                pa.Table.from_batches([b])
+                for b in table.slice(start, stop - start).to_batches(ROW_GROUP)
+            )
+
+    def ts_at(self, position: int) -> int:
+        """The time of the event at ``position`` in log order."""
+        for table in self.tables(position, position + 1, columns=["ts"]):
+            return int(table.column("ts")[0].as_py())
+        raise IndexError(position)
 
     def iter_events(
         self,
@@ -329,21 +351,19 @@ class Log:
         stop: int | None = None,
     ) -> Iterator[list[tuple]]:
         """Events ``start`` to ``stop`` in log order, a list per batch: named tuples, or plain
-        tuples of the columns in order when ``named`` is False (``lsn``, ``ts``, ``kind`` first)."""
+        tuples of the columns in order when ``named`` is False (``lsn``, ``ts``, ``kind`` first).
+        A file log is read a row group at a time: the log is never held whole."""
         # tuple.__new__ straight away skips namedtuple._make's Python frame, once per event.
         make = functools.partial(tuple.__new__, self.event_type()) if named else None
-        stop = self.table.num_rows if stop is None else stop
-        for batch in self.table.slice(start, stop - start).to_batches(max_chunksize=batch_size):
-            rows = zip(*(col.to_pylist() for col in batch.columns))
-            yield list(map(make, rows)) if make else list(rows)
+        for table in self.tables(start, stop):
+            for batch in table.to_batches(max_chunksize=batch_size):
+                rows = zip(*(col.to_pylist() for col in batch.columns))
+                yield list(map(make, rows)) if make else list(rows)
 
     def kinds_by_frequency(self) -> list[str]:
         """The kinds present, most frequent first."""
-        described = self._described()
-        if described:
-            return sorted(described.kinds, key=lambda k: -described.counts[k])
-        counts = self.table.column("kind").value_counts().to_pylist()
-        return [c["values"] for c in sorted(counts, key=lambda c: -c["counts"])]
+        described = self.describe()
+        return sorted(described.kinds, key=lambda k: -described.counts[k])
 
 
 def canonicalize(sources: Sequence[Source]) -> pa.Table:
@@ -378,6 +398,133 @@ def canonicalize(sources: Sequence[Source]) -> pa.Table:
         )
     merged = merged.drop_columns(["_src", "_row"])
     return merged.combine_chunks()
+
+
+def write_canonical(sources: Sequence[Source], target: Path) -> LogSummary:
+    """Write the canonical log of file ``sources`` to ``target``, out of core: each source
+    normalized a row group at a time, then ordered by DuckDB's external sort when it is not
+    already in order (see :mod:`restream_kit.io._ordered`). The same rows, order, ``lsn``,
+    schema and errors as :func:`canonicalize`."""
+    named = len(sources) > 1
+    kinds = [
+        src.name or (Path(src.path).stem if named and src.path else DEFAULT_KIND) for src in sources
+    ]
+    opened, schemas = [], []
+    for src, kind_name in zip(sources, kinds):
+        try:
+            raw_schema, batches = _raw_batches(src.path)
+            schema = _normalize(raw_schema.empty_table(), src, kind_name).schema
+            opened.append((raw_schema, batches))
+            schemas.append(schema)
+        except LogError as exc:  # raised when this source's turn comes, as when read whole
+            opened.append(exc)
+    unified = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+    streams = [
+        item
+        if isinstance(item, LogError)
+        else SourceStream(
+            _normalized(src, kind_name, unified, item[1]), explicit="lsn" in item[0].names
+        )
+        for src, kind_name, item in zip(sources, kinds, opened)
+    ]
+    streams = [SourceStream(_raising(s), False) if isinstance(s, LogError) else s for s in streams]
+
+    def check_lsn(found: list[SourceStream]) -> None:
+        with_lsn = [s.explicit for s in found]
+        if any(with_lsn) and not all(with_lsn):
+            raise LogError(
+                "some sources have an lsn column and others do not; give lsn everywhere or nowhere"
+            )
+
+    def duplicate(lsn: int, position: int, row: int) -> LogError:
+        return LogError(
+            f"lsn {lsn} is duplicated", path=sources[position].label, column="lsn", row=row
+        )
+
+    memory = os.environ.get("RESTREAM_SORT_MEMORY", "256MB")
+    return write_ordered(
+        target, unified, streams, check_lsn=check_lsn, duplicate=duplicate, memory=memory
+    )
+
+
+def _raising(error: LogError) -> Iterator[pa.Table]:
+    """The batches of a source that could not be opened: its error, when its turn comes."""
+    yield from ()
+    raise error
+
+
+def _raw_batches(path: str) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """A file source's schema and its rows a row group at a time (a CSV is read whole)."""
+    _stat(path)
+    suffix = Path(path).suffix.lower()
+    if suffix in (".csv", ".tsv", ".txt"):
+        table = _read(path)
+        return table.schema, iter([table])
+    if not (Path(path).is_dir() or suffix in (".parquet", ".pq", "")):
+        raise LogError("unknown log format (use .parquet or .csv)", path=path)
+    try:
+        if Path(path).is_dir():
+            dataset = ds.dataset(path, format="parquet", partitioning="hive")
+            schema, reader = dataset.schema, dataset.to_batches(batch_size=ROW_GROUP)
+        else:
+            file = pq.ParquetFile(path)
+            schema, reader = file.schema_arrow, file.iter_batches(batch_size=ROW_GROUP)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise LogError(f"cannot read log: {str(exc).splitlines()[0]}", path=path) from None
+
+    def tables() -> Iterator[pa.Table]:
+        try:
+            for batch in reader:
+                yield pa.Table.from_batches([batch])
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise LogError(f"cannot read log: {str(exc).splitlines()[0]}", path=path) from None
+
+    return schema, tables()
+
+
+def _normalized(
+    src: Source, kind_name: str, schema: pa.Schema, raw: Iterator[pa.Table]
+) -> Iterator[pa.Table]:
+    """One source's rows normalized a batch at a time, in ``schema``; ``lsn`` is the row number
+    when the source has none. Errors name the row in the source, as for the whole source."""
+    offset, prev = 0, None
+    for table in raw:
+        explicit = "lsn" in table.column_names
+        try:
+            table = _normalize(table, src, kind_name)
+        except LogError as exc:
+            raise _shifted(exc, offset) from None
+        n = table.num_rows
+        if explicit and prev is not None and n:
+            ts, lsn = table.column("ts"), table.column("lsn")
+            try:  # the order across the batches' boundary
+                _check_ordered(
+                    pa.chunked_array([[prev[0], ts[0].as_py()]], pa.int64()),
+                    pa.chunked_array([[prev[1], lsn[0].as_py()]], pa.int64()),
+                    src.label,
+                )
+            except LogError as exc:
+                raise _shifted(exc, offset - 1) from None
+        if not explicit:
+            table = table.set_column(0, "lsn", pa.array(range(offset, offset + n), pa.int64()))
+        if n:
+            prev = (table.column("ts")[n - 1].as_py(), table.column("lsn")[n - 1].as_py())
+        offset += n
+        yield pa.table(
+            [
+                table.column(f.name).cast(f.type)
+                if f.name in table.column_names
+                else pa.nulls(n, f.type)
+                for f in schema
+            ],
+            schema=schema,
+        )
+
+
+def _shifted(exc: LogError, rows: int) -> LogError:
+    if exc.row is None:
+        return exc
+    return LogError(exc.message, path=exc.path, column=exc.column, row=exc.row + rows)
 
 
 def _stat(path: str) -> os.stat_result:

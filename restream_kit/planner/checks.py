@@ -121,28 +121,8 @@ def _raise_errors(findings: list[Finding]) -> None:
 
 def kind_fields(log: Any) -> dict[str, set[str]]:
     """Per kind of ``log``, the columns with a value in at least one row of that kind."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    described = getattr(log, "summary", None)
-    if described is not None:  # a URI log that Spark read: it counted the values
-        return {k: set(v) for k, v in described.kind_fields.items()}
-    table = log.table
-    others = [c for c in table.column_names if c not in EVENT_ATTRIBUTES]
-    if table.num_rows == 0:
-        return {}
-    # A column without nulls is every kind's; only the others need a pass per kind.
-    full = {c for c in others if table.column(c).null_count == 0}
-    partial = [c for c in others if c not in full]
-    out: dict[str, set[str]] = {k: set(full) for k in log.kinds}
-    if partial:
-        valid = pa.table(
-            {"kind": table.column("kind"), **{c: pc.is_valid(table.column(c)) for c in partial}}
-        )
-        grouped = valid.group_by("kind").aggregate([(c, "any") for c in partial])
-        for row in grouped.to_pylist():
-            out[row["kind"]] |= {c for c in partial if row[f"{c}_any"]}
-    return out
+    # The log's summary (its manifest, or what Spark counted for a URI log): no rows read.
+    return {k: set(v) for k, v in log.describe().kind_fields.items()}
 
 
 def scheduled_fields(program: Program) -> dict[str, set[str] | None]:
