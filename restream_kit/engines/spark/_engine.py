@@ -48,6 +48,7 @@ from ._prefix_jobs import SparkEpochs
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
 from ._uri_log import describe as _describe_uri
+from ._waves import in_waves
 
 
 def describe_uri_log(session: Any, log: Log, options: dict[str, Any]) -> None:
@@ -140,6 +141,7 @@ class _Replay:
         self.history_why: str | None = None
         self.opened: tuple[Any, Any] | None = None  # (checkpointer, start), once opened
         self.begun: Any = None  # the pass path's start, made once (``_pass_epochs._begun``)
+        self.until: int | None = None  # the last epoch of the wave running (``_waves``)
         self.job_group = f"restream-{id(self):x}-{time.monotonic_ns()}"
         if self.cancel is not None:
             self.cancel.on_cancel(self._interrupt)
@@ -180,8 +182,8 @@ class _Replay:
             if low is not None:
                 if self.history is not None and probes is None:
                     return self._serial_history(self._prefix(low, started, None), why)
-                return self._prefix(low, started, probes)
-            return self._passes(started)
+                return in_waves(self, lambda: self._prefix(low, started, probes))
+            return in_waves(self, lambda: self._passes(started))
         except _PassTaskError:
             raise  # the serial engine has published the error (see _passes)
         except Cancelled as exc:
@@ -193,6 +195,11 @@ class _Replay:
                 self._finished_cancelled(started, "replay cancelled")
                 raise Cancelled("replay cancelled") from None
             raise
+
+    def resume_next_wave(self) -> None:
+        """Open the checkpoint again, as a resume of what the last wave committed."""
+        self.opened = self.begun = None
+        self.options = {**self.options, "resume": True}
 
     def open_checkpoint(self) -> tuple[Any, Any]:
         """The replay's checkpointer and where it starts (a resume's or a ``start_from``'s;
@@ -237,6 +244,7 @@ class _Replay:
             checkpoint=ck,
             start=start,
             cores=self.cores if ck is not None else None,  # a checkpoint's epochs, grouped
+            until=self.until,
         )
         if probes is not None:
             # A lowered program schedules nothing: its last event is the log's last.

@@ -280,6 +280,7 @@ def run_prefix(
     checkpoint: Any = None,
     start: Any = None,
     cores: int | None = None,
+    until: int | None = None,
 ) -> Result:
     """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
     ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
@@ -302,8 +303,11 @@ def run_prefix(
     ``cores`` (the engine gives them with a checkpoint, whose epochs are what it commits, not
     what Spark need run): the epochs run several to a task, in as few tasks as
     :func:`default_epoch` makes of the events but at least one per core, each epoch's deltas
-    and rows kept apart."""
-    epochs = [ep for ep in remaining(cut(log, epoch), start) if len(ep)]
+    and rows kept apart.
+
+    ``until``: the last epoch this run replays and commits (a wave, ``_waves``; None: to
+    the log's end)."""
+    epochs = [ep for ep in remaining(cut(log, epoch), start, until) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
     groups = [(i, i + 1) for i in range(len(bounds))]
     if cores and bounds:
@@ -390,7 +394,7 @@ def run_prefix(
         committing = time.perf_counter()
         state, committed = commit_epochs(
             checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify, check_cancel,
-            start,
+            start, until,
         )  # fmt: skip
         if start is not None:
             tables = resumed_tables(start, committed)

@@ -55,6 +55,7 @@ def commit_epochs(
     notify: Any,
     check_cancel: Any = None,
     start: Start | None = None,
+    until: int | None = None,
 ) -> tuple[dict[str, dict], dict[int, dict[str, list]]]:
     """Commit every epoch of ``cut(log, epoch)`` to ``ck`` (those after ``start``, a resume);
     the final state and each committed epoch's rows (by epoch number).
@@ -62,8 +63,9 @@ def commit_epochs(
     ``deltas`` and ``emitted`` are ``run_prefix``'s (chunk ``i`` is the ``i``-th epoch with
     events), ``per_epoch`` each chunk's output tables, for the ``EpochFinished`` events.
     ``check_cancel()`` runs before each commit: a cancelled replay stops between epochs, the
-    ones committed intact, as on the pass path."""
-    epochs = remaining(cut(log, epoch), start)
+    ones committed intact, as on the pass path. ``until``: the last epoch to commit (a
+    wave's; the checkpoint is complete only when it is None)."""
+    epochs = remaining(cut(log, epoch), start, until)
     chunks = {ep.index: i for i, ep in enumerate(e for e in epochs if len(e))}
     by_chunk = {name: _split(frames) for name, frames in deltas.items()}
     rows_by_chunk = _rows_by_chunk(low, log, emitted)
@@ -101,7 +103,7 @@ def commit_epochs(
             "scheduled_per_root": {},
             "quarantined": [],
         }
-        last = ep is epochs[-1]
+        last = ep is epochs[-1] and until is None
         committed[ep.index] = {t: new_rows.get(t, []) for t in tables}
         ck.commit(ep.index, ep.stop, state, committed[ep.index], last=last)
         outputs = per_epoch.get(chunk, {}) if chunk is not None else {}
@@ -112,8 +114,11 @@ def commit_epochs(
     }, committed
 
 
-def remaining(epochs: list[Epoch], start: Start | None) -> list[Epoch]:
-    """The epochs a replay runs: all, or those after ``start``'s events."""
+def remaining(epochs: list[Epoch], start: Start | None, until: int | None = None) -> list[Epoch]:
+    """The epochs a replay runs: all, or those after ``start``'s events; up to epoch
+    ``until`` when it is not None (a wave's last)."""
+    if until is not None:
+        epochs = [e for e in epochs if e.index <= until]
     if start is None:
         return epochs
     return [Epoch(e.index, max(e.start, start.done), e.stop) for e in epochs if e.stop > start.done]
