@@ -23,6 +23,9 @@ import pytest
 from engine_matrix import assert_same_result, social_sample
 
 import restream_kit as rk
+from restream_kit.engines.spark._waves import FIRST_RATE, Waves
+from restream_kit.io._every import parse_every
+from restream_kit.io.epochs import Epoch
 from restream_kit.io.progress import EpochFinished, StageStarted
 from restream_kit.model.errors import RestreamError
 
@@ -170,3 +173,23 @@ def test_a_replay_killed_after_a_commit_resumes_from_it(name, log_file, tmp_path
     assert got.resumed_from_epoch == committed
     assert_same_result(got, want)
     assert _manifest(ck)["complete"]
+
+
+def test_waves_are_whole_epochs_of_about_the_interval():
+    epochs = [Epoch(i, 100 * i, 100 * (i + 1)) for i in range(10)]
+    waves = Waves(parse_every(250), epochs)
+    ends = []
+    while True:
+        ends.append(waves.next())
+        waves.ran()
+        if ends[-1] is None:
+            break
+    # 300 events each (the epoch that reaches 250 included), the rest in the last wave.
+    assert ends == [2, 5, 8, None]
+    # A time: the first wave at the assumed rate, later ones at the rate measured so far.
+    timed = Waves(parse_every("1s"), [Epoch(i, 1000 * i, 1000 * (i + 1)) for i in range(500)])
+    first = timed.next()
+    assert first == FIRST_RATE // 1000 - 1
+    timed.seconds, timed.events = 1.0, 10_000  # as if it had run at 10,000 events/s
+    assert timed.next() == first + 10
+    assert parse_every("5min") == ("time", 300.0) and parse_every("500000")[0] == "events"

@@ -1,0 +1,117 @@
+"""Kills of a checkpointed replay, for ``python -m bench spark-rules --kills``.
+
+A whole ``restream replay ... --engine spark --checkpoint DIR --checkpoint-every EVERY``
+process is timed once to its end; then, for each fraction of that time (a quarter, a half,
+three quarters), the same process is started afresh and killed with SIGKILL at that moment
+(its process group: its JVM goes with it). What it left is read from the checkpoint's
+manifest: the events committed, and the age of the last commit when the kill came (the
+time since the manifest naming it was written). The replay is then resumed in this
+process and its result compared with the uncheckpointed one, table for table and state for
+state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["kills", "FRACTIONS"]
+
+FRACTIONS = (0.25, 0.5, 0.75)
+
+
+def kills(
+    program_path: Path, log_path: Path, master: str, every: str, want: Any, same: Any
+) -> dict:
+    """The kills of one rule (``want``: the uncheckpointed result, ``same(got, want)``
+    checks a result against it)."""
+    import restream_kit as rk
+
+    program, log = rk.Program.from_file(program_path), rk.Log(log_path)
+    out: dict[str, Any] = {"checkpoint_every": every}
+    with tempfile.TemporaryDirectory() as tmp:
+        ck = Path(tmp) / "whole"
+        began = time.perf_counter()
+        proc = _start(program_path, log_path, master, every, ck)
+        if proc.wait() != 0:
+            raise RuntimeError(f"the checkpointed process failed: {proc.stderr.read()[-2000:]}")
+        whole = time.perf_counter() - began
+        out["whole_process_s"] = whole
+        out["commits"] = len(_manifest(ck)["epochs"])
+        runs = []
+        for fraction in FRACTIONS:
+            ck = Path(tmp) / f"killed-{fraction}"
+            proc = _start(program_path, log_path, master, every, ck)
+            began = time.perf_counter()
+            time.sleep(fraction * whole)
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed_at = time.time()
+            proc.wait()
+            manifest = _manifest(ck) if (ck / "manifest.json").exists() else {"epochs": []}
+            epochs = manifest["epochs"]
+            done = epochs[-1]["done"] if epochs else 0
+            age = killed_at - (ck / "manifest.json").stat().st_mtime if epochs else None
+            started = time.perf_counter()
+            got = rk.replay(program, log, engine="spark", master=master, checkpoint=ck, resume=True)
+            resume_s = time.perf_counter() - started
+            same(got, want, program_path.stem)
+            runs.append(
+                {
+                    "killed_at": fraction,
+                    "killed_after_s": time.perf_counter() - began - resume_s,
+                    "committed_epochs": len(epochs),
+                    "committed_events": done,
+                    "commit_age_s": age,
+                    "resumed_from_epoch": got.resumed_from_epoch,
+                    "resume_s": resume_s,
+                    "identical": True,
+                }
+            )
+            said = f"{age:.1f} s old" if age is not None else "none: resumed from nothing"
+            print(
+                f"    killed at {fraction:.0%} ({fraction * whole:.1f} s of {whole:.1f} s): "
+                f"{done:,} of {len(log):,} events committed, last commit {said}; "
+                f"resumed in {resume_s:.1f} s, result identical"
+            )
+        out["kills"] = runs
+    return out
+
+
+def _start(program: Path, log: Path, master: str, every: str, ck: Path) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "restream_kit",
+        "replay",
+        str(program),
+        "--log",
+        str(log),
+        "--engine",
+        "spark",
+        "--master",
+        master,
+        "--checkpoint",
+        str(ck),
+        "--checkpoint-every",
+        every,
+        "--quiet",
+        "--no-record",
+    ]
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _manifest(directory: Path) -> dict:
+    return json.loads((directory / "manifest.json").read_text())
