@@ -17,12 +17,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import pyarrow.parquet as pq
 import pytest
 from engine_matrix import assert_same_result, social_sample
 
 import restream_kit as rk
+from restream_kit.engines.spark import _prefix_commits
 from restream_kit.engines.spark._waves import FIRST_RATE, Waves
 from restream_kit.io._every import parse_every
 from restream_kit.io.epochs import Epoch
@@ -64,17 +66,19 @@ def test_a_checkpointed_replay_commits_before_its_end(path, log_file, tmp_path, 
         elif isinstance(event, StageStarted):
             seen.append(("stage",))
 
-    got = rk.replay(
-        program,
-        log,
-        engine="spark",
-        master="local[2]",
-        path=path,
-        epoch=EPOCH,
-        checkpoint=ck,
-        checkpoint_every=3 * EPOCH,
-        observer=observe,
-    )
+    # States of 50 keys or more are carried from wave to wave as columns (``_Kept``).
+    with mock.patch.object(_prefix_commits, "COLUMN_KEYS", 50):
+        got = rk.replay(
+            program,
+            log,
+            engine="spark",
+            master="local[2]",
+            path=path,
+            epoch=EPOCH,
+            checkpoint=ck,
+            checkpoint_every=3 * EPOCH,
+            observer=observe,
+        )
     assert_same_result(got, want)
     assert "2 waves" in got.metrics.path["checkpoint"], got.metrics.path
     assert got.resumed_from_epoch is None and got.metrics.events == len(log)

@@ -306,7 +306,8 @@ def run_prefix(
     and rows kept apart.
 
     ``until``: the last epoch this run replays and commits (a wave, ``_waves``; None: to
-    the log's end)."""
+    the log's end). A wave's result holds, as its state, where it left off
+    (``_prefix_commits.Carried``), and ``start`` may be such a value: the next wave's start."""
     epochs = [ep for ep in remaining(cut(log, epoch), start, until) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
     groups = [(i, i + 1) for i in range(len(bounds))]
@@ -396,7 +397,7 @@ def run_prefix(
             checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify, check_cancel,
             start, until,
         )  # fmt: skip
-        if start is not None:
+        if start is not None and until is None:  # (a wave's tables are not the result)
             tables = resumed_tables(start, committed)
         stages["state per epoch, committed (driver)"] = time.perf_counter() - committing
     else:

@@ -26,6 +26,7 @@ columns at every commit cost most of a checkpoint's time.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -40,7 +41,14 @@ from ...io.result import build_table
 from ...model.program import Program
 from ._columnar import DELTA_CHUNK
 
-__all__ = ["commit_epochs", "remaining", "why_not_resumed", "start_deltas", "resumed_tables"]
+__all__ = [
+    "Carried",
+    "commit_epochs",
+    "remaining",
+    "why_not_resumed",
+    "start_deltas",
+    "resumed_tables",
+]
 
 
 def commit_epochs(
@@ -72,12 +80,18 @@ def commit_epochs(
     stores: dict[str, dict] = {name: {} for name in program.states}
     declared = state_declarations(program)
     tables: dict[str, None] = {}  # tables emitted so far, in order of first emission
-    if start is not None:
+    kept: dict[str, _Kept] = {}
+    if isinstance(start, Carried):  # the wave before's values, as it kept them
+        stores.update(start.stores)
+        kept.update(start.kept)
+    elif start is not None:
         for name, values in start.state["stores"].items():
             stores[name] = dict(values)
-        for rows in start.rows:
-            tables.update(dict.fromkeys(rows))
-    kept = {name: _Kept(low.states[name], stores[name]) for name in by_chunk}
+    for rows in start.rows if start is not None else ():
+        tables.update(dict.fromkeys(rows))
+    for name in by_chunk:
+        if name not in kept:
+            kept[name] = _Kept(low.states[name], stores[name])
     committed = {}
     for ep in epochs:
         if check_cancel is not None:
@@ -109,6 +123,14 @@ def commit_epochs(
         outputs = per_epoch.get(chunk, {}) if chunk is not None else {}
         # Every event of the log has run: all rows are final.
         notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
+    if until is not None:  # a wave: the next one starts from these values as they are
+        rows = [*(start.rows if start is not None else ()), *(committed[k] for k in committed)]
+        last = epochs[-1] if epochs else None
+        done = last.stop if last is not None else start.done
+        index = last.index if last is not None else start.epoch
+        kept_now = {name: k for name, k in kept.items()}
+        plain = {name: store for name, store in stores.items() if name not in kept_now}
+        return Carried(index, done, kept_now, plain, rows), committed
     return {
         name: kept[name].final() if name in kept else store for name, store in stores.items()
     }, committed
@@ -139,13 +161,42 @@ def why_not_resumed(start: Start | None) -> str | None:
     return None
 
 
-def start_deltas(low: Lowered, start: Start | None) -> dict[str, list[pl.DataFrame]]:
+@dataclass
+class Carried:
+    """Where a wave (``_waves``) left the state, for the next wave of the same replay: the
+    values as :class:`_Kept` holds them (columns stay columns), the states no epoch wrote
+    (``stores``), and every committed epoch's rows. It stands for the :class:`Start` a
+    resume would read back from the checkpoint, without reading it."""
+
+    epoch: int
+    done: int
+    kept: dict[str, Any]
+    stores: dict[str, dict]
+    rows: list[dict[str, list]]
+    resumed: bool = True
+
+    @property
+    def next_epoch(self) -> int:
+        return self.epoch + 1
+
+
+def start_deltas(low: Lowered, start: Start | Carried | None) -> dict[str, list[pl.DataFrame]]:
     """The committed state as a delta of an epoch before all others (chunk -1): what the
     epochs after it read as their base, and fold into the final state."""
     deltas: dict[str, list[pl.DataFrame]] = {}
     if start is None:
         return deltas
-    for name, values in start.state["stores"].items():
+    if isinstance(start, Carried):
+        for name, kept in start.kept.items():
+            if kept.frame is not None:
+                deltas[name] = [_frame_delta(kept.frame, low.states[name])]
+        values_of = {
+            **start.stores,
+            **{name: k.store for name, k in start.kept.items() if k.frame is None},
+        }
+    else:
+        values_of = start.state["stores"]
+    for name, values in values_of.items():
         info = low.states.get(name)
         if info is None or not values:
             continue
@@ -163,7 +214,16 @@ def start_deltas(low: Lowered, start: Start | None) -> dict[str, list[pl.DataFra
     return deltas
 
 
-def resumed_tables(start: Start, committed: dict[int, dict[str, list]]) -> dict[str, Any]:
+def _frame_delta(frame: pl.DataFrame, info: Any) -> pl.DataFrame:
+    """A state's values held as columns (``_Kept.frame``) as the delta ``start_deltas`` makes."""
+    if info.kind == "merge":  # a merge delta holds the sums only
+        delta = frame.with_columns(pl.col("v") - info.default)
+    else:
+        delta = frame.with_columns(pl.lit(False).alias("_del"))
+    return delta.with_columns(pl.lit(-1, dtype=pl.Int32).alias(DELTA_CHUNK))
+
+
+def resumed_tables(start: Start | Carried, committed: dict[int, dict[str, list]]) -> dict[str, Any]:
     """A resumed replay's tables: the committed epochs' rows and the new ones, built as the
     serial engine builds them."""
     every: dict[str, list] = {}

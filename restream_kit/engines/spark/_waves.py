@@ -131,7 +131,7 @@ def in_waves(rep: Any, run: Any) -> Any:
             rep._check_cancel()
             rep.resume_next_wave()
     finally:
-        rep.notify, rep.until = notify, None
+        rep.notify, rep.until, rep.carried = notify, None, None
     return _as_whole(result, first, waves, len(epochs), notes)
 
 
