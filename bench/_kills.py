@@ -69,12 +69,14 @@ def kills(
                     "committed_epochs": len(epochs),
                     "committed_events": done,
                     "commit_age_s": age,
+                    # The work lost: since the last commit, or since the process started.
+                    "lost_s": age if age is not None else fraction * whole,
                     "resumed_from_epoch": got.resumed_from_epoch,
                     "resume_s": resume_s,
                     "identical": True,
                 }
             )
-            said = f"{age:.1f} s old" if age is not None else "none: resumed from nothing"
+            said = f"{age:.1f} s old" if age is not None else "none yet: resumed from nothing"
             print(
                 f"    killed at {fraction:.0%} ({fraction * whole:.1f} s of {whole:.1f} s): "
                 f"{done:,} of {len(log):,} events committed, last commit {said}; "
