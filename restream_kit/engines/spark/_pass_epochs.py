@@ -95,17 +95,10 @@ def run_checkpointed(setup: Setup) -> Result:
     epochs = [
         Epoch(e.index, max(e.start, begun.done), e.stop) for e in epochs if e.stop > begun.done
     ]
-    # A wave (``_waves``) runs up to its last epoch, whose end is reported as every other's.
     until = rep.until
-    if until is not None:
-        epochs = [e for e in epochs if e.index <= until]
+    epochs, ends = _ends(setup, epochs, until)
     rep.notify(ReplayStarted("spark", total, len(epochs), _names(setup.pp), log.span_ms))
     lsn = log.table.column("lsn")
-    ts = log.table.column("ts")
-    reported = epochs if until is not None else epochs[:-1]
-    ends = tuple((ts[e.stop - 1].as_py(), PH_LOG, lsn[e.stop - 1].as_py()) for e in reported)
-    if until is not None and epochs:
-        wave_end(setup, lsn[epochs[-1].stop - 1].as_py())
     events, carry, starts = setup.df, None, None
     if begun.state is not None:
         after = lsn[begun.done - 1].as_py()
@@ -169,7 +162,8 @@ def run_checkpointed(setup: Setup) -> Result:
         for stage in ran.path:
             ran.path[stage] += committed
     tables = emitted_tables(*every, names)
-    if begun.rows:  # a resume's result has the rows committed before it too
+    # A resume's result has the rows committed before it too (a wave's is not the result).
+    if begun.rows and until is None:
         tables = _with_committed(begun.rows, tables, every, names)
     # Scheduled events in all, as the serial engine counts them (those before a start too).
     ran.scheduled += begun.scheduled
@@ -181,6 +175,21 @@ def run_checkpointed(setup: Setup) -> Result:
     if start is not None and start.resumed:
         result.resumed_from_epoch = start.next_epoch
     return result
+
+
+def _ends(setup: Setup, epochs: list[Epoch], until: int | None) -> tuple[list[Epoch], tuple]:
+    """The epochs a run commits and the ends its tasks report, ``(ts, phase, lsn)`` of each
+    epoch's last event: every epoch's but the last, which the run's final state is. A wave
+    (``_waves``) runs up to epoch ``until``, whose end is reported as every other's, and its
+    passes read no event after it."""
+    if until is not None:
+        epochs = [e for e in epochs if e.index <= until]
+    lsn, ts = setup.log.table.column("lsn"), setup.log.table.column("ts")
+    reported = epochs if until is not None else epochs[:-1]
+    ends = tuple((ts[e.stop - 1].as_py(), PH_LOG, lsn[e.stop - 1].as_py()) for e in reported)
+    if until is not None and epochs:
+        wave_end(setup, lsn[epochs[-1].stop - 1].as_py())
+    return epochs, ends
 
 
 def _with_committed(committed: dict, tables: dict, every: tuple, names: list) -> dict:

@@ -64,9 +64,10 @@ def commit_epochs(
     check_cancel: Any = None,
     start: Start | None = None,
     until: int | None = None,
-) -> tuple[dict[str, dict], dict[int, dict[str, list]]]:
+) -> tuple[dict[str, dict] | Carried, dict[int, dict[str, list]]]:
     """Commit every epoch of ``cut(log, epoch)`` to ``ck`` (those after ``start``, a resume);
-    the final state and each committed epoch's rows (by epoch number).
+    the final state (a wave's :class:`Carried`) and each committed epoch's rows (by epoch
+    number).
 
     ``deltas`` and ``emitted`` are ``run_prefix``'s (chunk ``i`` is the ``i``-th epoch with
     events), ``per_epoch`` each chunk's output tables, for the ``EpochFinished`` events.
@@ -124,13 +125,8 @@ def commit_epochs(
         # Every event of the log has run: all rows are final.
         notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
     if until is not None:  # a wave: the next one starts from these values as they are
-        rows = [*(start.rows if start is not None else ()), *(committed[k] for k in committed)]
-        last = epochs[-1] if epochs else None
-        done = last.stop if last is not None else start.done
-        index = last.index if last is not None else start.epoch
-        kept_now = {name: k for name, k in kept.items()}
-        plain = {name: store for name, store in stores.items() if name not in kept_now}
-        return Carried(index, done, kept_now, plain, rows), committed
+        plain = {name: store for name, store in stores.items() if name not in kept}
+        return _carried(epochs, start, kept, plain, committed), committed
     return {
         name: kept[name].final() if name in kept else store for name, store in stores.items()
     }, committed
@@ -178,6 +174,14 @@ class Carried:
     @property
     def next_epoch(self) -> int:
         return self.epoch + 1
+
+
+def _carried(epochs: list[Epoch], start: Any, kept: dict, stores: dict, committed: dict) -> Carried:
+    """Where a wave that committed ``epochs`` (from ``start``) leaves the next one."""
+    rows = [*(start.rows if start is not None else ()), *committed.values()]
+    if not epochs:
+        return Carried(start.epoch, start.done, kept, stores, rows)
+    return Carried(epochs[-1].index, epochs[-1].stop, kept, stores, rows)
 
 
 def start_deltas(low: Lowered, start: Start | Carried | None) -> dict[str, list[pl.DataFrame]]:
