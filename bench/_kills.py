@@ -50,7 +50,7 @@ def kills(
             ck = Path(tmp) / f"killed-{fraction}"
             proc = _start(program_path, log_path, master, every, ck)
             began = time.perf_counter()
-            time.sleep(fraction * whole)
+            opened = _wait(ck, began + fraction * whole)
             os.killpg(proc.pid, signal.SIGKILL)
             killed_at = time.time()
             proc.wait()
@@ -69,14 +69,19 @@ def kills(
                     "committed_epochs": len(epochs),
                     "committed_events": done,
                     "commit_age_s": age,
-                    # The work lost: since the last commit, or since the process started.
-                    "lost_s": age if age is not None else fraction * whole,
+                    # The replay's work lost: since its last commit, or since it began
+                    # (when it opened its checkpoint, after the session's start).
+                    "lost_s": age if age is not None else _since(opened, killed_at),
                     "resumed_from_epoch": got.resumed_from_epoch,
                     "resume_s": resume_s,
                     "identical": True,
                 }
             )
-            said = f"{age:.1f} s old" if age is not None else "none yet: resumed from nothing"
+            said = (
+                f"{age:.1f} s old"
+                if age is not None
+                else f"none yet, {_since(opened, killed_at):.1f} s into the replay"
+            )
             print(
                 f"    killed at {fraction:.0%} ({fraction * whole:.1f} s of {whole:.1f} s): "
                 f"{done:,} of {len(log):,} events committed, last commit {said}; "
@@ -113,6 +118,21 @@ def _start(program: Path, log: Path, master: str, every: str, ck: Path) -> subpr
         text=True,
         start_new_session=True,
     )
+
+
+def _wait(ck: Path, until: float) -> float | None:
+    """Sleep until ``until`` (``perf_counter``); when the replay opened its checkpoint
+    directory (``time.time()``), if it did."""
+    opened = None
+    while time.perf_counter() < until:
+        if opened is None and ck.exists():
+            opened = time.time()
+        time.sleep(0.05)
+    return opened
+
+
+def _since(opened: float | None, killed_at: float) -> float:
+    return killed_at - opened if opened is not None else 0.0
 
 
 def _manifest(directory: Path) -> dict:

@@ -110,7 +110,8 @@ def run_checkpointed(setup: Setup) -> Result:
             carry = _carry_frame(setup, begun.state, skip=frozenset(frames))
             starts = Starts(after, frames=frames)
     if epochs:
-        ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends, starts=starts)
+        reach = epochs[-1].stop  # (a wave's end, for its progress)
+        ran = run_jobs(setup, events, carry, (begun.done, reach), total, bounds=ends, starts=starts)
     else:  # a complete checkpoint resumed: nothing is left to run
         ran = Ran(finals={name: dict(begun.state["stores"][name]) for name in program.states})
     finish_finals(program, ran)

@@ -335,6 +335,7 @@ def run_prefix(
     stages: dict[str, float] = {}
     ran: dict[str, str] = {}  # what ran, per round (metrics.path)
     ahead = start.done if start is not None else 0  # a resume's events, done before
+    reach = bounds[-1][1] if bounds else total  # the last event this run replays (a wave's)
     cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 and path else None
     try:
         for job in range(rounds):
@@ -353,7 +354,7 @@ def run_prefix(
             def on_tasks(done: int, tasks: int, job: int = job) -> None:
                 # Work done so far, in events: every round replays every event once.
                 share = (job * tasks + min(done, tasks)) / (rounds * tasks)
-                events_done = ahead + int((total - ahead) * share)
+                events_done = ahead + int((reach - ahead) * share)
                 notify(Progress(events_done, total, time.perf_counter() - started))
 
             table = map_epochs(task, len(spans), shipped, on_tasks, events)

@@ -17,7 +17,7 @@ it). The rows of a wave's run past its end (the scheduled events a task runs onc
 is over) are never committed: the next wave runs them where the serial engine would.
 
 How big a wave is comes from ``checkpoint_every`` (:func:`parse_every`): a number of events,
-or a time (``"60s"``, the default) turned into events at the rate the replay ran at so far
+or a time (``"60s"``, the default) turned into events at the rate the last wave ran at
 (at first :data:`FIRST_RATE`, a rate below what either path reaches on one core). A wave is at
 least one epoch, so a kill loses at most one interval and one epoch of work.
 """
@@ -50,7 +50,7 @@ class Waves:
     def __init__(self, every: tuple[str, float], epochs: list[Epoch]):
         self.every = every
         self.todo = [ep for ep in epochs if len(ep)]
-        self.events = 0  # run so far, in the waves measured
+        self.events = 0  # run by the last wave, and in how long
         self.seconds = 0.0
         self.count = 0  # waves begun
         self._began = 0.0
@@ -72,9 +72,11 @@ class Waves:
         return None
 
     def ran(self) -> None:
-        """The wave begun last has committed its epochs: its rate sizes the next."""
-        self.events += self._size
-        self.seconds += time.perf_counter() - self._began
+        """The wave begun last has committed its epochs: its rate sizes the next (the last
+        wave's, not all of theirs: the first pays once for what later ones reuse, such as the
+        driver's arrangement of the log)."""
+        self.events = self._size
+        self.seconds = time.perf_counter() - self._began
 
     def _target(self) -> float:
         kind, size = self.every
