@@ -77,11 +77,13 @@ def kills(
                     "identical": True,
                 }
             )
-            said = (
-                f"{age:.1f} s old"
-                if age is not None
-                else f"none yet, {_since(opened, killed_at):.1f} s into the replay"
-            )
+            said = f"{age:.1f} s old" if age is not None else "none yet"
+            if age is None:
+                said += (
+                    f", {_since(opened, killed_at):.1f} s into the replay"
+                    if opened is not None
+                    else ", before the replay began (its session was starting)"
+                )
             print(
                 f"    killed at {fraction:.0%} ({fraction * whole:.1f} s of {whole:.1f} s): "
                 f"{done:,} of {len(log):,} events committed, last commit {said}; "

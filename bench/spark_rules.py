@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"events": args.events, "master": args.master, "log": str(log_path), "rules": {}}
     report["on_error"] = args.on_error
     sides = ["checkpointed"] * args.checkpoint + ["resumed"] * args.resume
+    if args.checkpoint and args.checkpoint_every:
+        sides.append("checkpointed_once")  # the same commits, in one wave: what waves add
     warm = _warm(
         log_path, rules, args.runs, args.master, sides, args.on_error, args.checkpoint_every
     )
@@ -176,7 +178,7 @@ def _warm(
                 started = time.perf_counter()
                 if side == "serial":
                     rk.replay(program, log, on_error=on_error)
-                elif side == "checkpointed":
+                elif side in ("checkpointed", "checkpointed_once"):
                     with tempfile.TemporaryDirectory() as tmp:
                         done = rk.replay(
                             program,
@@ -184,9 +186,10 @@ def _warm(
                             **spark,
                             checkpoint=Path(tmp) / "ck",
                             epoch=epoch,
-                            checkpoint_every=every,
+                            checkpoint_every=every if side == "checkpointed" else len(log),
                         )
-                        waves[0] = done.metrics.path.get("checkpoint", "one wave")
+                        if side == "checkpointed":
+                            waves[0] = done.metrics.path.get("checkpoint", "one wave")
                         times[side].append(time.perf_counter() - started)
                     _same(done, want, rule)
                     continue
@@ -221,6 +224,9 @@ def _warm(
             row["checkpointed_s"] = med["checkpointed"]
             row["checkpoint_cost"] = med["checkpointed"] / med["spark"]
             row["checkpoint_waves"] = waves[0]
+        if "checkpointed_once" in more:
+            row["checkpointed_once_s"] = med["checkpointed_once"]
+            row["checkpoint_once_cost"] = med["checkpointed_once"] / med["spark"]
         if "resumed" in more:
             row["resumed_s"] = med["resumed"]
             row["resume_cost"] = med["resumed"] / med["spark"]
@@ -235,6 +241,11 @@ def _warm(
             print(
                 f"    with --checkpoint (10 epochs, {waves[0]}): {med['checkpointed']:.2f} s, "
                 f"{row['checkpoint_cost']:.2f}x the uncheckpointed Spark replay"
+            )
+        if "checkpointed_once" in more:
+            print(
+                f"    the same commits in one wave: {med['checkpointed_once']:.2f} s, "
+                f"{row['checkpoint_once_cost']:.2f}x the uncheckpointed Spark replay"
             )
         if "resumed" in more:
             print(
