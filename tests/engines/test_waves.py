@@ -181,7 +181,7 @@ def test_a_replay_killed_after_a_commit_resumes_from_it(name, log_file, tmp_path
 
 def test_waves_are_whole_epochs_of_about_the_interval():
     epochs = [Epoch(i, 100 * i, 100 * (i + 1)) for i in range(10)]
-    waves = Waves(parse_every(250), epochs)
+    waves = Waves(parse_every(250), epochs, FIRST_RATE)
     ends = []
     while True:
         ends.append(waves.next())
@@ -191,7 +191,9 @@ def test_waves_are_whole_epochs_of_about_the_interval():
     # 300 events each (the epoch that reaches 250 included), the rest in the last wave.
     assert ends == [2, 5, 8, None]
     # A time: the first wave at the assumed rate, later ones at the rate measured so far.
-    timed = Waves(parse_every("1s"), [Epoch(i, 1000 * i, 1000 * (i + 1)) for i in range(500)])
+    timed = Waves(
+        parse_every("1s"), [Epoch(i, 1000 * i, 1000 * (i + 1)) for i in range(500)], FIRST_RATE
+    )
     first = timed.next()
     assert first == FIRST_RATE // 1000 - 1
     timed.seconds, timed.events = 1.0, 10_000  # as if it had run at 10,000 events/s

@@ -41,6 +41,9 @@ __all__ = ["FIRST_RATE", "Waves", "in_waves"]
 #: driver's arrangement): measured at 1M events on a loaded machine, a first wave of 300,000
 #: events took over 12 s of a 5 s interval.
 FIRST_RATE = 20_000
+#: The rate the last wave of a replay ran at, by program, log and master: a later replay of
+#: the same in this process (a cell run again) sizes its first wave by it.
+_RATES: dict[tuple, float] = {}
 
 
 class Waves:
@@ -50,8 +53,9 @@ class Waves:
     :meth:`next` gives the index of the last epoch of the next wave (None when the wave runs
     to the log's end), :meth:`ran` takes how long a wave took."""
 
-    def __init__(self, every: tuple[str, float], epochs: list[Epoch]):
+    def __init__(self, every: tuple[str, float], epochs: list[Epoch], first_rate: float):
         self.every = every
+        self.first_rate = first_rate  # events/s assumed until a wave is measured
         self.todo = [ep for ep in epochs if len(ep)]
         self.events = 0  # run by the last wave, and in how long
         self.seconds = 0.0
@@ -85,8 +89,12 @@ class Waves:
         kind, size = self.every
         if kind == "events":
             return size
-        rate = self.events / self.seconds if self.seconds > 0 and self.events else FIRST_RATE
-        return max(1.0, rate * size)
+        return max(1.0, self.rate * size)
+
+    @property
+    def rate(self) -> float:
+        """Events a second: the last wave's, or the first rate until one has run."""
+        return self.events / self.seconds if self.seconds > 0 and self.events else self.first_rate
 
 
 class WaveNotices:
@@ -119,7 +127,8 @@ def in_waves(rep: Any, run: Any) -> Any:
     _ck, first = rep.open_checkpoint()
     epochs = remaining(cut(rep.log, rep.options.get("epoch")), first)
     every = parse_every(rep.options.get("checkpoint_every"))
-    waves = Waves(every, epochs)
+    measured = (rep.program.sha256, rep.log.fingerprint, rep.options.get("master"))
+    waves = Waves(every, epochs, _RATES.get(measured, FIRST_RATE))
     notify = rep.notify
     notices = WaveNotices(notify, len(epochs))
     rep.notify = notices
@@ -130,9 +139,10 @@ def in_waves(rep: Any, run: Any) -> Any:
             notices.final = rep.until is None
             result = run()
             notes += [w for w in result.warnings if w not in notes]
+            waves.ran()
+            _RATES[measured] = waves.rate
             if rep.until is None:
                 break
-            waves.ran()
             rep._check_cancel()
             rep.resume_next_wave()
     finally:
