@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .engines import EngineUnsupported, get_engine
+from .io._every import check_every
 from .io.log import Log
 from .io.progress import Observer
 from .io.result import Result
@@ -80,6 +81,9 @@ def replay(
 
     - ``checkpoint=DIR`` commits each finished epoch to ``DIR``; with ``resume=True`` the
       replay continues after the last committed epoch (``Result.resumed_from_epoch``);
+      ``checkpoint_every=`` (a time such as ``"60s"``, the default, or a number of events)
+      bounds the work a kill can lose: one interval and one epoch (the Spark engine runs in
+      waves of that size, see ``docs/spark_engine.md``);
     - ``start_from=(DIR, epoch)`` (or ``DIR`` for its last committed epoch) starts from the
       state committed after that epoch, over the rest of the same log, with a program whose
       handlers may differ (see :mod:`restream_kit.io.checkpoint`).
@@ -106,6 +110,7 @@ def replay(
     refuses the replay.
     """
     on_error = check_on_error(on_error)
+    check_every(options)
     runner = get_engine(engine)
     program = Program.load(program)
     if params:

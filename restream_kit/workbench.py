@@ -211,6 +211,8 @@ class Workbench:
         progress: ProgressState | None = None,
         by: str | list[str] | None = None,
         reuse: bool = True,
+        checkpoint: str | None = None,
+        checkpoint_every: str | None = None,
     ) -> CellRun:
         """Define ``name``, replay it on ``engine``, compare with the baseline, record the run.
 
@@ -224,7 +226,9 @@ class Workbench:
         (``replay(reuse=...)``); ``CellRun.reuse`` says which stages were reused and the time
         saved, or why nothing was (the replay is then a full one). ``reuse=False`` always
         replays in full. A run with a named baseline keeps its own history (serial or Spark),
-        so that it can serve as the next cell's baseline.
+        so that it can serve as the next cell's baseline. ``checkpoint`` and
+        ``checkpoint_every`` go to the replay (``replay(checkpoint=..., resume=True)`` continues
+        a checkpoint it left).
         """
         program = source if isinstance(source, Program) else self.define(name, source)
         self.programs[name] = program
@@ -255,6 +259,9 @@ class Workbench:
                 options["on_error"] = on_error
             if master:
                 options["master"] = master
+            if checkpoint:
+                options["checkpoint"] = checkpoint
+                options["checkpoint_every"] = checkpoint_every
             if baseline is not None and reuse:
                 source, why = self.reusable(cell.baseline, log)
                 if source is None:

@@ -153,6 +153,18 @@ class RestreamMagics(Magics):
         "--epoch", default=None, metavar="SIZE", help="events (100000) or time (1h) per epoch"
     )
     @argument(
+        "--checkpoint",
+        default=None,
+        metavar="DIR",
+        help="commit the replay's epochs to DIR as it goes",
+    )
+    @argument(
+        "--checkpoint-every",
+        default=None,
+        metavar="EVERY",
+        help="with --checkpoint: commit at least this often, a time (60s) or events (500000)",
+    )
+    @argument(
         "--on-error",
         default="stop",
         choices=("stop", "skip", "quarantine"),
@@ -210,6 +222,8 @@ class RestreamMagics(Magics):
             self._scoring[args.name] = (_read_labels(args.labels, args.by), args.by)
         if args.sweep and args.on_error != "stop":
             raise UsageError("--sweep replays with --on-error stop only")
+        if args.checkpoint_every and not args.checkpoint:
+            raise UsageError("--checkpoint-every needs --checkpoint DIR")
         try:
             from restream_kit.iterate.sweeps import parse_grid
 
@@ -234,6 +248,8 @@ class RestreamMagics(Magics):
                 on_error=args.on_error,
                 sweep=values,
                 reuse=not args.no_reuse,
+                checkpoint=args.checkpoint,
+                checkpoint_every=args.checkpoint_every,
             )
         except RestreamError as exc:
             raise UsageError(str(exc)) from None

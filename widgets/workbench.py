@@ -47,6 +47,8 @@ def run_cell(
     on_error: str = "stop",
     sweep: dict[str, list[Any]] | None = None,
     reuse: bool = True,
+    checkpoint: str | None = None,
+    checkpoint_every: str | None = None,
 ) -> BackgroundRun | None:
     """Define the cell's program, show its plan and, given logs, start its replay against the
     baseline on a thread; the caller waits for it (a blocking cell) or not (``--background``).
@@ -84,6 +86,8 @@ def run_cell(
         return _start_sweep(workbench, name, program, log, the_plan, mode, sweep, options, layout)
     if not reuse:
         options["reuse"] = False
+    if checkpoint:  # (committed as it goes: ``checkpoint_every``)
+        options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
     if mode == "text":
         _show_plan(the_plan, name, mode, layout)
         from widgets.monitor import TextMonitor

@@ -42,7 +42,16 @@ from ..model.errors import RestreamError, RestreamWarning
 __all__ = ["DRIVEN_OPTIONS", "Driver", "find_driver", "serve", "socket_path"]
 
 #: The replay options a driver takes, as JSON; a replay with any other goes its own way.
-DRIVEN_OPTIONS = ("master", "epoch", "checkpoint", "resume", "start_from", "on_error", "params")
+DRIVEN_OPTIONS = (
+    "master",
+    "epoch",
+    "checkpoint",
+    "checkpoint_every",
+    "resume",
+    "start_from",
+    "on_error",
+    "params",
+)
 
 
 def socket_path(master: str) -> Path:

@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="commit every finished epoch (state, outputs, manifest) to DIR",
     )
     replay.add_argument(
+        "--checkpoint-every",
+        default=None,
+        metavar="EVERY",
+        help="with --checkpoint: commit at least this often, a time (60s, the default) or "
+        "events (500000); a kill loses at most that and one epoch",
+    )
+    replay.add_argument(
         "--resume",
         action="store_true",
         help="continue the --checkpoint DIR after its last committed epoch",
@@ -405,6 +412,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         options["epoch"] = args.epoch
     if args.checkpoint:
         options["checkpoint"] = args.checkpoint
+    if args.checkpoint_every:
+        options["checkpoint_every"] = args.checkpoint_every
     if args.resume:
         options["resume"] = True
     if args.start_from:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import textwrap
@@ -364,3 +365,17 @@ def grind(e):
         )
     # The slow rule takes minutes on 2 cores; a lost cancel would run it to the end.
     assert time.monotonic() - started < 30
+
+
+def test_a_cell_commits_its_checkpoint_as_it_goes(shell, tmp_path):
+    from IPython.core.error import UsageError
+
+    ck = tmp_path / "ck"
+    line = f"c1 --log {SAMPLE} --epoch 10000 --checkpoint {ck} --checkpoint-every 20000"
+    shell.run_cell_magic("restream", line, pathlib_text("examples/antispam.py"))
+    run = shell.user_ns["c1"].wait()
+    assert run.ok, run.error
+    manifest = json.loads((ck / "manifest.json").read_text())
+    assert [e["epoch"] for e in manifest["epochs"]] == [0, 1, 2, 3, 4] and manifest["complete"]
+    with pytest.raises(UsageError, match="--checkpoint-every needs --checkpoint"):
+        shell.run_cell_magic("restream", f"c2 --log {SAMPLE} --checkpoint-every 5s", "x = 1")
