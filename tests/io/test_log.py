@@ -239,3 +239,24 @@ def test_with_require_kinds_a_handler_that_would_never_run_is_an_error(root):
             [{"ts": 1}],
             require_kinds=True,
         )
+
+
+@pytest.mark.spark
+def test_spark_reads_a_uri_log_with_ts_and_kind_as_log_does(tmp_path, spark_session):
+    """Spark's own reader (a ``file://`` URI) renames the time column and gives the kind as
+    :class:`Log` does, and refuses what it refuses, in the same words."""
+    path = tmp_path / "clicks.csv"
+    path.write_text("time,user\n2026-03-01T09:30:01Z,b\n2026-03-01T09:30:00Z,a\n")
+    program = (
+        "from restream_kit import emit, on\n\n@on('click')\ndef f(e):\n    emit('t', u=e.user)\n"
+    )
+    got = rk.replay(program, f"file://{path}", engine="spark", ts="time", kind="click")
+    want = rk.replay(program, str(path), ts="time", kind="click")
+    assert got.tables["t"].to_pylist() == want.tables["t"].to_pylist()
+    assert [r["ts"] for r in want.tables["t"].to_pylist()] == [1772357400000, 1772357401000]
+    with pytest.raises(rk.LogError) as info:
+        rk.replay(program, f"file://{path}", engine="spark", kind="click")
+    assert (
+        "column 'ts': no 'ts' column (columns: time, user); the time column may be 'time'"
+        in str(info.value)
+    )

@@ -187,7 +187,7 @@ def _empty_like(df: Any) -> pa.Table:
     fields = []
     for f in df.schema.fields:
         try:
-            fields.append(pa.field(f.name, to_arrow_type(f.dataType)))
+            fields.append(pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC")))
         except Exception:  # noqa: BLE001 - a type Arrow cannot name: only the name matters here
             fields.append(pa.field(f.name, pa.null()))
     return pa.schema(fields).empty_table()
