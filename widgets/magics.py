@@ -22,6 +22,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from restream_kit import RestreamError
 from restream_kit.engines import engine_names
+from restream_kit.io.log import Log
 from restream_kit.workbench import BackgroundRun, CellRun, ReplayCancelled, Workbench
 
 __all__ = ["RestreamMagics", "register", "awaited_cell", "raise_failure"]
@@ -59,6 +60,13 @@ def _error_lines(error: BaseException) -> list[str]:
 
         return [f"{name}: {first} (Spark's log: {spark_log_path()})"]
     return [f"{name}: {text}" if text else name]
+
+
+def _logs(args: Any) -> list:
+    """The cell's ``--log`` values, read as its ``--ts`` and ``--kind`` say."""
+    if not args.log or (args.ts is None and args.kind is None):
+        return args.log
+    return list(Log(args.log, ts=args.ts, kind=args.kind).sources)
 
 
 def _await_cells(lines: list[str]) -> list[str]:
@@ -104,6 +112,19 @@ class RestreamMagics(Magics):
         default=[],
         metavar="PATH",
         help="a Parquet or CSV log, or KIND=PATH; repeatable",
+    )
+    @argument(
+        "--ts",
+        default=None,
+        metavar="COLUMN",
+        help="the log's time column, when it is not called ts (integer milliseconds, ISO-8601 "
+        "strings or timestamps)",
+    )
+    @argument(
+        "--kind",
+        default=None,
+        metavar="NAME",
+        help="the kind of every event, for a log without a kind column",
     )
     @argument(
         "--baseline",
@@ -238,7 +259,7 @@ class RestreamMagics(Magics):
                 args.name,
                 # The magic's line counts: line numbers in messages are the cell's own.
                 "\n" + cell,
-                logs=args.log,
+                logs=_logs(args),
                 baseline=args.baseline,
                 by=args.by,
                 engine=args.engine,

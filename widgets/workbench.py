@@ -66,7 +66,8 @@ def run_cell(
         for values in grid(sweep):  # an unknown parameter fails the cell before any replay
             check_values(program, values, "--sweep")
     log = Log(logs) if logs else None
-    the_plan = planner.plan(program, log)
+    # A handler that would never run fails the cell in one line, before any replay.
+    the_plan = planner.plan(program, log, require_kinds=True)
     if plan_only or log is None:
         _show_plan(the_plan, name, mode, open_plan=True)
         return None

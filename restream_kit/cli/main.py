@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         "social_small), checked against the program and used for hot keys and predicted "
         "speedups; repeatable",
     )
+    _add_own_data(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument(
         "--engine",
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Parquet or CSV log, NAME=PATH to set its kind, or a sample name such as "
         "social_small; repeatable",
     )
+    _add_own_data(replay)
     replay.add_argument(
         "--engine",
         choices=tuple(engines()),
@@ -185,6 +187,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_own_data(parser: argparse.ArgumentParser) -> None:
+    """``--ts`` and ``--kind``: how to read a log of one's own (see docs/logs.md)."""
+    parser.add_argument(
+        "--ts",
+        default=None,
+        metavar="COLUMN",
+        help="the log's time column, when it is not called ts: integer milliseconds, ISO-8601 "
+        "strings or timestamps",
+    )
+    parser.add_argument(
+        "--kind",
+        default=None,
+        metavar="NAME",
+        help="the kind of every event, for a log without a kind column (default: the NAME of "
+        "NAME=PATH, else 'event')",
+    )
+
+
 def _add_driver_parser(commands) -> None:
     driver = commands.add_parser(
         "driver",
@@ -244,6 +264,7 @@ def _add_sweep_parser(commands) -> None:
     sweep.add_argument(
         "--log", action="append", required=True, metavar="LOG", help="as for replay; repeatable"
     )
+    _add_own_data(sweep)
     sweep.add_argument(
         "--param",
         action="append",
@@ -264,6 +285,7 @@ def _add_sweep_parser(commands) -> None:
     )
     sweep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     add_label_options(sweep, by=True)
+    sweep.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _add_runs_parser(commands) -> None:
@@ -315,6 +337,7 @@ def _add_diff_parser(commands) -> None:
         metavar="LOG",
         help="with --explain: the log both runs replayed (default: the catalog run's own log)",
     )
+    _add_own_data(diff)
     diff.add_argument(
         "--programs",
         nargs=2,
@@ -372,10 +395,11 @@ def _where(w: warnings.WarningMessage) -> str:
     return "" if inside or not w.filename else f"{w.filename}:{w.lineno}: "
 
 
-def _log_arg(values: list[str]):
+def _log_arg(values: list[str], args: argparse.Namespace):
+    """The ``--log`` values as one log, read as ``--ts`` and ``--kind`` say."""
     from ..io.log import Log
 
-    return Log(values)
+    return Log(values, ts=args.ts, kind=args.kind)
 
 
 def _conf_arg(items: list[str]) -> dict[str, str]:
@@ -404,6 +428,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ._progress import cli_observer
 
     options: dict = {} if args.quiet else {"observer": cli_observer()}
+    # A handler that would never run (no event of its kinds) is an error here, not a warning.
+    options["require_kinds"] = True
     if args.master:
         options["master"] = args.master
     if args.conf:
@@ -453,8 +479,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if driver is not None:
             # The driver loads and replays while this process loads the log for its catalog.
             program = _program_arg(args.program)
-            driver.start(program, args.log, options)
-        log = _log_arg(args.log)
+            driver.start(program, args.log, options, {"ts": args.ts, "kind": args.kind})
+        log = _log_arg(args.log, args)
         if len(log) == 0:
             raise RestreamError(f"{', '.join(args.log)}: the log has no events, nothing to replay")
         # A baseline that cannot be found fails before the replay, not after it.
@@ -576,7 +602,7 @@ def _explain(args: argparse.Namespace) -> int:
                 f"--explain: {side} is a directory of outputs; give the programs that wrote "
                 "them with --programs A.py B.py (and the log with --log)"
             )
-    log = _log_arg(args.log) if args.log else None
+    log = _log_arg(args.log, args) if args.log else None
     labels = (args.a, args.b) if args.programs else None
     explanation = explain(sides[0], sides[1], args.explain, log=log, labels=labels)
     if args.json:
@@ -697,10 +723,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..model.program import Program
     from ..planner.render import plan_text
 
-    log = _log_arg(args.log) if args.log else None
+    log = _log_arg(args.log, args) if args.log else None
     # With a log, plan checks the program against it first (a field no event has: exit 2).
     program = Program.from_file(args.program)
-    the_plan = planner.plan(program, log, allow_nondeterminism=args.allow_nondeterminism)
+    the_plan = planner.plan(
+        program, log, allow_nondeterminism=args.allow_nondeterminism, require_kinds=True
+    )
     layout = None
     if args.engine:
         how = getattr(engines()[args.engine], "layout", None)
@@ -757,12 +785,22 @@ def _params_arg(items: list[str], many: bool) -> dict:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``restream sweep``: every variant of a grid of parameter values, in one scan."""
     from ..iterate.sweeps import sweep
+    from ._progress import cli_observer
 
     values = _params_arg(args.param, many=True)
-    log = _log_arg(args.log)
-    options = {"master": args.master} if args.master else {}
+    log = _log_arg(args.log, args)
+    options: dict = {} if args.quiet else {"observer": cli_observer()}
+    if args.master:
+        options["master"] = args.master
     check_label_options(args)
-    result = sweep(_program_arg(args.program), log, engine=args.engine, options=options, **values)
+    result = sweep(
+        _program_arg(args.program),
+        log,
+        engine=args.engine,
+        options=options,
+        require_kinds=True,
+        **values,
+    )
     summary = result.summary()
     scored = None
     if args.labels:

@@ -5,6 +5,10 @@ The canonical log has the columns ``lsn``, ``ts`` (int64 milliseconds since the 
 (``ts``, position of the source, row order in the source). The result is cached under the
 cache directory, keyed by the sources' fingerprint, so that a second replay does not sort again.
 
+A source's time column may have another name (``ts=``: it becomes ``ts``) and a source without
+a ``kind`` column may be given one kind for all its events (``kind=``); both are part of the
+log's fingerprint.
+
 A source may be a URI (``scheme://...``: ``hdfs:``, ``s3a:``, ``file:``...), a Parquet file or
 directory, or a CSV file. The Spark engine hands it to Spark's reader untouched and describes
 the log from Spark (:class:`LogSummary`, set on the log); anything that needs the rows in this
@@ -20,7 +24,7 @@ import os
 import re
 from collections import namedtuple
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,16 @@ import pyarrow.parquet as pq
 from ..model.errors import LogError
 from ._ordered import ROW_GROUP, LogSummary, OrderedCopy, SourceStream, summarize, write_ordered
 
-__all__ = ["Log", "LogSummary", "Source", "as_source", "default_home", "is_uri", "DEFAULT_KIND"]
+__all__ = [
+    "Log",
+    "LogSummary",
+    "Source",
+    "as_source",
+    "default_home",
+    "is_uri",
+    "own_columns",
+    "DEFAULT_KIND",
+]
 
 DEFAULT_KIND = "event"
 RESERVED = ("lsn", "ts", "kind")
@@ -81,11 +94,17 @@ def scratch_parquet(table: pa.Table, name: str) -> Path:
 
 @dataclass(frozen=True)
 class Source:
-    """One input of a log: a file (Parquet or CSV) or an in-memory table, with a kind name."""
+    """One input of a log: a file (Parquet or CSV) or an in-memory table, with a kind name.
+
+    ``ts`` names its time column when that is not ``ts``; ``kind`` is the kind of all its
+    events, for a source without a ``kind`` column.
+    """
 
     name: str | None
     path: str | None = None
     table: pa.Table | None = None
+    ts: str | None = None
+    kind: str | None = None
 
     @property
     def label(self) -> str:
@@ -100,7 +119,7 @@ def as_source(item: Any) -> Source:
     if isinstance(item, tuple) and len(item) == 2:
         name, inner = item
         src = as_source(inner)
-        return Source(name, src.path, src.table)
+        return replace(src, name=name)
     if isinstance(item, (str, Path)):
         text = str(item)
         if is_uri(text):
@@ -165,9 +184,21 @@ class Log:
     mapping of name to path, or in-memory tables (pyarrow, polars, a list of row dicts). A
     string that is not an existing file may name a packaged sample (``"social_small"``, see
     :func:`restream_kit.sample_data`).
+
+    ``ts="time"`` names the time column when it is not called ``ts`` (integer milliseconds,
+    ISO-8601 strings, timestamps or dates); ``kind="message"`` gives every event of a log
+    without a ``kind`` column that kind (else each source's name, or ``"event"``).
     """
 
-    def __init__(self, sources: Any, *, cache_dir: str | Path | None = None, cache: bool = True):
+    def __init__(
+        self,
+        sources: Any,
+        *,
+        ts: str | None = None,
+        kind: str | None = None,
+        cache_dir: str | Path | None = None,
+        cache: bool = True,
+    ):
         if isinstance(sources, Log):
             sources = sources.sources
         sources = _expand_samples(sources)
@@ -189,6 +220,10 @@ class Log:
         if not items:
             raise LogError("no log given")
         self.sources: tuple[Source, ...] = tuple(as_source(item) for item in items)
+        # ``ts=`` names the time column of every source, ``kind=`` gives them all one kind.
+        given = {k: v for k, v in (("ts", ts), ("kind", kind)) if v is not None}
+        if given:
+            self.sources = tuple(replace(s, **given) for s in self.sources)
         self.cache_dir = Path(cache_dir) if cache_dir else default_home() / "logs"
         # A URI log is not copied to this machine's cache: it may be far larger than the disk.
         self.cache = cache and all(s.path and not is_uri(s.path) for s in self.sources)
@@ -199,6 +234,14 @@ class Log:
         #: Set by an engine that read the log itself (Spark, for a URI): then the log's size,
         #: kinds, times and schema come from it, and the rows are never read here.
         self.summary: LogSummary | None = None
+
+    @classmethod
+    def of(cls, log: Any, ts: str | None = None, kind: str | None = None) -> Log:
+        """``log`` as a :class:`Log` (itself when it is one and neither ``ts`` nor ``kind`` is
+        given), its time column named by ``ts`` and its kind given by ``kind``."""
+        if isinstance(log, Log) and ts is None and kind is None:
+            return log
+        return cls(log, ts=ts, kind=kind)
 
     @property
     def uri(self) -> str | None:
@@ -220,6 +263,8 @@ class Log:
             h.update(json.dumps([_CACHE_VERSION]).encode())
             for src in self.sources:
                 h.update(json.dumps([src.name]).encode())
+                if src.ts is not None or src.kind is not None:
+                    h.update(json.dumps(["columns", src.ts, src.kind]).encode())
                 if src.path is not None and is_uri(src.path):
                     h.update(json.dumps([src.path, _uri_files(src.path)]).encode())
                 elif src.path is not None:
@@ -601,12 +646,11 @@ def _read(path: str) -> pa.Table:
 def _normalize(table: pa.Table, src: Source, kind_name: str) -> pa.Table:
     """Give one source the canonical leading columns, with ``ts`` as int64 milliseconds."""
     label = src.label
-    if "ts" not in table.column_names:
-        raise LogError(
-            f"no 'ts' column (columns: {', '.join(table.column_names)})", path=label, column="ts"
-        )
+    table = own_columns(table, src)
     ts = _ts_to_ms(table.column("ts"), label)
-    if "kind" in table.column_names:
+    if src.kind is not None:
+        kind = pa.array([src.kind] * table.num_rows, pa.string())
+    elif "kind" in table.column_names:
         kind = table.column("kind")
         if not pa.types.is_string(kind.type) and not pa.types.is_large_string(kind.type):
             kind = pc.cast(kind, pa.string())
@@ -625,6 +669,101 @@ def _normalize(table: pa.Table, src: Source, kind_name: str) -> pa.Table:
     )
 
 
+def own_columns(table: pa.Table, src: Source) -> pa.Table:
+    """``table`` with its time column called ``ts`` (``src.ts`` renamed), checked for what
+    ``src`` says of its columns: a LogError that says how to name the time column when there
+    is none, or when ``src.kind`` is given to a table with its own ``kind`` column. (The
+    Spark engine checks a URI log's schema with it, as an empty table.)"""
+    names = table.column_names
+    if src.kind is not None and "kind" in names:
+        raise LogError(
+            f"kind={src.kind!r} gives every event one kind, but the log has its own 'kind' "
+            "column: leave out kind= (--kind), or rename that column",
+            path=src.label,
+            column="kind",
+        )
+    if src.ts is None or src.ts == "ts":
+        if "ts" not in names:
+            raise LogError(_no_ts_message(table, src), path=src.label, column="ts")
+        return table
+    if src.ts not in names:
+        raise LogError(
+            f"no column {src.ts!r}, given as the time column (ts=) (columns: {', '.join(names)})",
+            path=src.label,
+            column=src.ts,
+        )
+    if "ts" in names:
+        raise LogError(
+            f"has a 'ts' column besides the time column {src.ts!r} given as ts=: rename one "
+            "of them (ts is the time of every event)",
+            path=src.label,
+            column="ts",
+        )
+    return table.rename_columns(["ts" if n == src.ts else n for n in names])
+
+
+_TIME_NAME = re.compile(r"(^|_)(time|timestamp|datetime|date|epoch|when|at|ms|millis)($|_)", re.I)
+
+
+def _no_ts_message(table: pa.Table, src: Source) -> str:
+    """Why a source without ``ts`` is refused, and how to name its time column (and kind)."""
+    names = table.column_names
+    candidates = [n for n in names if _looks_like_time(table.column(n), n)]
+    if candidates:
+        first = candidates[0]
+        how = (
+            f"the time column may be {' or '.join(repr(c) for c in candidates[:3])}: "
+            f'name it with --ts {first} (ts="{first}" in Python)'
+        )
+    else:
+        how = 'name the time column with --ts COLUMN (ts="COLUMN" in Python)'
+    message = (
+        f"no 'ts' column (columns: {', '.join(names)}); {how}; integer milliseconds, "
+        "ISO-8601 strings and timestamps are accepted"
+    )
+    if "kind" not in names and src.name is None and src.kind is None:
+        message += (
+            f"; it has no 'kind' column either: --kind NAME (kind=\"NAME\") gives its events "
+            f"a kind (else {DEFAULT_KIND!r})"
+        )
+    return message
+
+
+def _looks_like_time(col: pa.ChunkedArray, name: str) -> bool:
+    """A temporal column, a column of ISO-8601 strings, or an integer column named like time."""
+    t = col.type
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return True
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        first = next((v for v in col.drop_null().slice(0, 1).to_pylist()), None)
+        return first is not None and _parse_ms(first) is not None and not first.isdigit()
+    return pa.types.is_integer(t) and _TIME_NAME.search(name) is not None
+
+
+#: The types a string column of times is read as, in turn: integer milliseconds, then ISO-8601
+#: wall times (read as UTC), then ISO-8601 times with a zone (``Z``, ``+02:00``).
+_STRING_TIMES = (pa.int64(), pa.timestamp("ns"), pa.timestamp("ns", tz="UTC"))
+
+
+def _as_ms(values: pa.ChunkedArray | pa.Array, target: pa.DataType) -> pa.ChunkedArray:
+    """Strings cast to ``target`` (one of :data:`_STRING_TIMES`) as int64 milliseconds;
+    ArrowInvalid when one does not parse."""
+    cast = pc.cast(values, target)
+    if pa.types.is_integer(target):
+        return cast
+    return pc.cast(pc.cast(cast, pa.timestamp("ms", tz=target.tz), safe=False), pa.int64())
+
+
+def _parse_ms(text: str) -> int | None:
+    """One string as milliseconds (None when it is no time)."""
+    for target in _STRING_TIMES:
+        try:
+            return _as_ms(pa.array([text]), target)[0].as_py()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return None
+
+
 def _first_true(mask: pa.ChunkedArray | pa.Array) -> int:
     return pc.index(mask, True).as_py()
 
@@ -636,8 +775,8 @@ def _ts_to_ms(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:
     t = col.type
     if pa.types.is_integer(t):
         return pc.cast(col, pa.int64())
-    if pa.types.is_timestamp(t):
-        return pc.cast(pc.cast(col, pa.timestamp("ms", tz=t.tz)), pa.int64())
+    if pa.types.is_timestamp(t):  # finer than milliseconds: cut to the millisecond
+        return pc.cast(pc.cast(col, pa.timestamp("ms", tz=t.tz), safe=False), pa.int64())
     if pa.types.is_date(t):
         return pc.cast(pc.cast(pc.cast(col, pa.date32()), pa.timestamp("ms")), pa.int64())
     if pa.types.is_floating(t):
@@ -651,25 +790,30 @@ def _ts_to_ms(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:
             )
         return pc.cast(col, pa.int64())
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        values = col.to_pylist()
-        out = []
-        for row, text in enumerate(values):
-            try:
-                out.append(int(text))
-            except ValueError:
-                try:
-                    out.append(
-                        pc.cast(pa.scalar(text).cast(pa.timestamp("ms")), pa.int64()).as_py()
-                    )
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                    raise LogError(
-                        f"ts {text!r} is neither integer milliseconds nor a timestamp",
-                        path=label,
-                        column="ts",
-                        row=row,
-                    ) from None
-        return pa.chunked_array([pa.array(out, pa.int64())])
+        return _strings_to_ms(col, label)
     raise LogError(f"ts has type {t}, which cannot be ordered as time", path=label, column="ts")
+
+
+def _strings_to_ms(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:
+    """Times written as text: integer milliseconds or ISO-8601, the whole column at once when
+    it is all of one form, value by value (naming the first bad row) when not."""
+    for target in _STRING_TIMES:
+        try:
+            return _as_ms(col, target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    out = []
+    for row, text in enumerate(col.to_pylist()):
+        ms = _parse_ms(text)
+        if ms is None:
+            raise LogError(
+                f"ts {text!r} is neither integer milliseconds nor an ISO-8601 time",
+                path=label,
+                column="ts",
+                row=row,
+            )
+        out.append(ms)
+    return pa.chunked_array([pa.array(out, pa.int64())])
 
 
 def _lsn(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:
