@@ -107,11 +107,19 @@ def test_baseline_is_reused_when_program_and_log_are_unchanged(root, tmp_path):
     first = wb.run("v1", source, str(root / SAMPLE))
     again = wb.run("v1", source, str(root / SAMPLE))
     assert first.ok and again.ok
-    assert not first.baseline.reused and again.baseline.reused
+    # A serial run is its own baseline: one replay, one run in the catalog.
+    assert first.baseline.result is first.result and first.baseline.record == first.record
     assert first.diff.empty and again.diff.empty
+    assert wb.catalog.runs()["name"].to_list() == ["v1", "v1"]
     changed = wb.run("v2", source.replace("> 2 *", "> 3 *"), str(root / SAMPLE), baseline="v1")
     assert changed.baseline.reused and not changed.diff.empty
+    assert changed.reuse["rerun_stages"] == ["flag"], changed.reuse
     assert wb.diff("v2", "v1").summary() == changed.diff.summary()
+    # Another session (a new kernel) finds v1's run in the catalog.
+    fresh = Workbench(Catalog(tmp_path / "home"))
+    later = fresh.run("v3", source.replace("> 2 *", "> 3 *"), str(root / SAMPLE), baseline="v1")
+    assert later.baseline.reused and later.reuse["rerun_stages"] == ["flag"], later.reuse
+    assert later.diff.summary() == changed.diff.summary()
 
 
 def test_background_run_can_be_cancelled(root, tmp_path):
@@ -230,7 +238,7 @@ def test_program_error_in_a_cell_is_one_line(shell):
 def test_line_magic_lists_runs(shell, capsys):
     shell.run_cell_magic("restream", f"v1 --log {SAMPLE}", pathlib_text("examples/antispam.py"))
     runs = shell.run_line_magic("restream", "runs")
-    assert set(runs["name"].to_list()) == {"v1"} and len(runs) == 2  # the baseline and the run
+    assert set(runs["name"].to_list()) == {"v1"} and len(runs) == 1  # a serial cell is its own baseline
 
 
 def pathlib_text(path: str) -> str:
