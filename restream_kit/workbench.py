@@ -58,6 +58,11 @@ __all__ = [
 #: How many serial results a workbench keeps in memory for later cells' baselines.
 KEEP_IN_MEMORY = 4
 
+#: Events per batch of a cell's serial replays: the serial engine looks at the cancel token
+#: between batches, so that an interrupt stops a slow rule's replay within a second or so
+#: (the engine's own 65,536 take a rule at 100 microseconds an event 6 s).
+CELL_BATCH = 4096
+
 
 def _sayer(cell: Any, notify: Observer, started: float):
     """``say(name, words)``: tell the observers the cell's phase; the first time a phase
@@ -248,7 +253,7 @@ class Workbench:
         keep = history and on_error == "stop"
         result = replay(
             base_program, log, engine=ORACLE, on_error=on_error, cancel=cancel, history=keep,
-            observer=observer,
+            observer=observer, batch_size=CELL_BATCH,
         )  # fmt: skip
         record = self.catalog.record(
             name=base_program.name, program=base_program, log=log, engine=ORACLE, result=result
@@ -265,6 +270,7 @@ class Workbench:
         neither: on the oracle the run is its own baseline; above the compare limit (or with
         ``compare=False``) a parallel run is not compared."""
         program, log = cell.program, cell.log
+        compare, limit = compare
 
         def beside() -> Baseline:
             watch = serial_watch(say)
@@ -278,7 +284,6 @@ class Workbench:
             return (ready, None) if ready is not None else (None, BesideBaseline(beside, cell.name))
         if is_oracle(cell.engine):
             return None, None
-        limit = self.compare_limit
         if compare is False or (
             not compare and len(log) > limit and not self._has_serial(program, log)
         ):
@@ -306,6 +311,7 @@ class Workbench:
         by: str | list[str] | None = None,
         reuse: bool = True,
         compare: bool | None = None,
+        compare_limit: int | None = None,
     ) -> CellRun:
         """Define ``name``, replay it on ``engine``, compare with the baseline, record the run.
 
@@ -319,7 +325,7 @@ class Workbench:
         parallel engine the serial replay that checks it runs beside it (started once the
         replay has started) or comes from this session or the catalog, and above
         ``compare_limit`` events it is skipped unless ``compare=True`` (``CellRun.not_compared``
-        says so). ``CellRun.phases`` lists the phases the cell went through (see
+        says so; ``compare_limit`` sets it for this run). ``CellRun.phases`` lists the phases the cell went through (see
         :class:`~restream_kit.io.progress.Phase`), which observers are told as they begin.
 
         With a named ``baseline`` over the same log whose run is at hand, the replay re-runs
@@ -346,8 +352,9 @@ class Workbench:
         try:
             if cancel is not None:
                 cancel.check()
+            limit = self.compare_limit if compare_limit is None else compare_limit
             cell.baseline, beside = self._baseline_for(
-                cell, baseline, on_error, cancel, compare, say
+                cell, baseline, on_error, cancel, (compare, limit), say
             )
             if cell.baseline is not None and before_replay is not None:
                 before_replay(cell)
@@ -391,11 +398,15 @@ class Workbench:
                 if cancel is not None:
                     cancel.check()  # cancelled while the engine started: stop before any job
                 say("replaying", f"replaying on {engine}")
+                notify(event)  # the replay's first progress, before the baseline says a word
                 if beside is not None:
                     beside.start()
+                return
             notify(event)
 
         options: dict[str, Any] = {"observer": replaying, "cancel": cancel}
+        if is_oracle(engine):
+            options["batch_size"] = CELL_BATCH
         if on_error != "stop":
             options["on_error"] = on_error
         if baseline is not None and reuse:
@@ -437,7 +448,9 @@ class Workbench:
         else:
             cell.diff = diff(cell.result, cell.baseline.result)
 
-    def compare(self, name: str, cancel: CancelToken | None = None, observer: Any = None) -> CellRun:
+    def compare(
+        self, name: str, cancel: CancelToken | None = None, observer: Any = None
+    ) -> CellRun:
         """Compare the latest run of cell ``name`` in this session with the serial replay of
         its program (``%restream compare NAME``): for a run left uncompared (its log above the
         compare limit). Replays serially unless that replay is at hand."""
@@ -530,6 +543,8 @@ class Workbench:
             if cell.baseline is not None and before_replay is not None:
                 before_replay(cell)
             options: dict[str, Any] = {"observer": broadcast(observers), "cancel": cancel}
+            if is_oracle(engine):
+                options["batch_size"] = CELL_BATCH
             if epoch is not None:
                 options["epoch"] = epoch
             if master:

@@ -119,4 +119,3 @@ class BesideBaseline:
         if self._error is not None:
             raise self._error
         return self._baseline
-

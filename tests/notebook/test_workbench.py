@@ -238,7 +238,9 @@ def test_program_error_in_a_cell_is_one_line(shell):
 def test_line_magic_lists_runs(shell, capsys):
     shell.run_cell_magic("restream", f"v1 --log {SAMPLE}", pathlib_text("examples/antispam.py"))
     runs = shell.run_line_magic("restream", "runs")
-    assert set(runs["name"].to_list()) == {"v1"} and len(runs) == 1  # a serial cell is its own baseline
+    assert (
+        set(runs["name"].to_list()) == {"v1"} and len(runs) == 1
+    )  # a serial cell is its own baseline
 
 
 def pathlib_text(path: str) -> str:
