@@ -112,12 +112,12 @@ class BackgroundRun:
     def stop(self) -> ReplayCancelled:
         """Cancel the run, wait up to :data:`STOP_WAIT_S` for it to stop; the exception that
         says where it stopped (for the caller to raise)."""
+        phase = self.progress.phase  # where it was when told, not where stopping took it
         self.cancel()
         try:
             stopped = self._done.wait(STOP_WAIT_S)
         except KeyboardInterrupt:  # a second interrupt: give the kernel back now
             stopped = False
-        phase = self.progress.phase
         if phase == "starting" and not self.progress.events_total:
             line = "cancelled while the engine started, before any event"
         elif phase in ("waiting", "baseline", "comparing") and self.progress.finished:
