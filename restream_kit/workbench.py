@@ -32,7 +32,10 @@ from .io.result import Result
 from .iterate._background import BackgroundRun, ReplayCancelled
 from .iterate._beside import BesideBaseline, not_compared_line, serial_watch
 from .iterate._beside import compare_limit as _compare_limit
+from .iterate._sweep_cell import sweep_cell
 from .iterate.cells import (
+    CELL_BATCH,
+    Baseline,
     CellOutcome,
     CellSweep,
     cancelled_line,
@@ -57,11 +60,6 @@ __all__ = [
 
 #: How many serial results a workbench keeps in memory for later cells' baselines.
 KEEP_IN_MEMORY = 4
-
-#: Events per batch of a cell's serial replays: the serial engine looks at the cancel token
-#: between batches, so that an interrupt stops a slow rule's replay within a second or so
-#: (the engine's own 65,536 take a rule at 100 microseconds an event 6 s).
-CELL_BATCH = 4096
 
 
 def _sayer(cell: Any, notify: Observer, started: float):
@@ -92,16 +90,6 @@ def log_epoch(log: Log, engine: str = "serial") -> int | None:
     if engine == "spark" and len(log) >= SPARK_OWN_EPOCHS_FROM:
         return None
     return max(1_000, -(-len(log) // 10))
-
-
-@dataclass
-class Baseline:
-    """What a run is compared with, and where it came from."""
-
-    label: str
-    result: Result
-    reused: bool
-    record: RunRecord | None = None
 
 
 @dataclass
@@ -206,6 +194,10 @@ class Workbench:
         self._serial[key] = base
         while len(self._serial) > KEEP_IN_MEMORY:
             self._serial.popitem(last=False)
+
+    def kept(self, program: Program, log: Log) -> Baseline | None:
+        """The serial run of ``program`` on ``log`` this session kept in memory, or None."""
+        return self._serial.get((program.sha256, log.fingerprint))
 
     def ready_baseline(self, program: Program, log: Log, label: str) -> Baseline | None:
         """The serial run of ``program`` on ``log`` without replaying it: kept in memory by
@@ -498,83 +490,11 @@ class Workbench:
             "kept histories; run its cell again)"
         )
 
-    def sweep(
-        self,
-        name: str,
-        source: str | Program,
-        log: Log | Any,
-        *,
-        values: dict[str, list[Any]],
-        baseline: str | None = None,
-        engine: str = "serial",
-        master: str | None = None,
-        epoch: int | str | None = None,
-        observer: Observer | None = None,
-        cancel: CancelToken | None = None,
-        before_replay: Any = None,
-        progress: ProgressState | None = None,
-        by: str | list[str] | None = None,
-    ) -> CellSweep:
-        """Define ``name`` and sweep its parameters over ``values`` (a grid, see
-        :func:`restream_kit.sweep`) on ``engine``, in one scan where it can.
-
-        The baseline each variant is compared with (``CellSweep.diff``) is the serial run of
-        the cell named ``baseline``, or, without one, the serial replay of this program with its
-        parameters' defaults. Errors are kept in the returned ``CellSweep`` (``error``).
-        ``before_replay(cell_sweep)`` is called once the baseline is ready.
-        """
-        from .iterate.sweeps import sweep
-
-        program = source if isinstance(source, Program) else self.define(name, source)
-        self.programs[name] = program
-        log = log if isinstance(log, Log) else Log(log)
-        cell = CellSweep(name, program, log, engine, dict(values), by=by)
-        if progress is not None:
-            cell.progress = progress
-        self.sweeps[name] = cell
-        observers = [cell.progress] + ([observer] if observer is not None else [])
-        try:
-            if cancel is not None:
-                cancel.check()
-            if baseline is not None:
-                cell.baseline = self.baseline(program, log, baseline, cancel=cancel)
-            else:  # at hand in this session, else got after the sweep (see _sweep_baseline)
-                cell.baseline = self._serial.get((program.sha256, log.fingerprint))
-            if cell.baseline is not None and before_replay is not None:
-                before_replay(cell)
-            options: dict[str, Any] = {"observer": broadcast(observers), "cancel": cancel}
-            if is_oracle(engine):
-                options["batch_size"] = CELL_BATCH
-            if epoch is not None:
-                options["epoch"] = epoch
-            if master:
-                options["master"] = master
-            cell.sweep = sweep(program, log, engine=engine, options=options, **values)
-            if baseline is None:
-                cell.baseline = self._sweep_baseline(cell, cancel)
-                if before_replay is not None:
-                    before_replay(cell)
-        except BaseException as exc:  # noqa: BLE001 - kept for the view, re-raised by callers who want it
-            cell.error = exc
-        return cell
-
-    def _sweep_baseline(self, cell: CellSweep, cancel: CancelToken | None) -> Baseline:
-        """The serial replay of a swept program with its defaults: kept in this session, the
-        sweep's own variant with the defaults (on the oracle), the catalog's, or replayed after
-        the sweep (without a history: a sweep's baseline is for its diffs)."""
-        program, log = cell.program, cell.log
-        defaults = {k: p.default for k, p in program.params.items()}
-        words = ", ".join(f"{k}={v!r}" for k, v in defaults.items())
-        label = f"serial replay of {cell.name} with its defaults ({words})"
-        base = cell.baseline
-        if base is None and is_oracle(cell.engine):
-            for variant in cell.sweep:
-                if all(variant.params.get(k, v) == v for k, v in defaults.items()):
-                    base = Baseline(label, variant.result, reused=False)
-                    break
-        if base is None:
-            base = self.baseline(program, log, None, cancel=cancel, history=False)
-        return replace(base, label=label)
+    def sweep(self, name: str, source: str | Program, log: Log | Any, **options: Any) -> CellSweep:
+        """Define ``name`` and sweep its parameters over ``values=`` (a grid, see
+        :func:`restream_kit.sweep`) on ``engine=``, in one scan where it can; see
+        :func:`restream_kit.iterate._sweep_cell.sweep_cell` for the options and the baseline."""
+        return sweep_cell(self, name, source, log, **options)
 
     def diff(self, a: str, b: str, by: str | list[str] | None = None) -> Diff | KeyDiff:
         """The diff of the latest runs of cells ``a`` and ``b`` (by the fields ``by``)."""

@@ -6,21 +6,35 @@ cell's replay reused (:func:`reuse_line`). Plain data, no UI: ``widgets/`` draws
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..io.catalog import RunRecord
 from ..io.compare import Diff, KeyDiff, diff
 from ..io.log import Log
 from ..io.progress import Cancelled, ProgressState
 from ..io.result import Result
 from ..model.program import Program
 
-if TYPE_CHECKING:
-    from ..workbench import Baseline
+__all__ = ["Baseline", "CELL_BATCH", "CellSweep", "reuse_line", "no_reuse", "named_reuse"]
 
-__all__ = ["CellSweep", "reuse_line", "no_reuse", "named_reuse"]
+#: Events per batch of a cell's serial replays: the serial engine looks at the cancel token
+#: between batches, so that an interrupt stops a slow rule's replay within a second or so
+#: (the engine's own 65,536 take a rule at 100 microseconds an event 6 s).
+CELL_BATCH = 4096
+
 
 #: How ``replay_reusing`` names a reused run given as a ``Result`` (replaced by the cell's name).
 _GIVEN = "the given result"
+
+
+@dataclass
+class Baseline:
+    """What a run is compared with, and where it came from."""
+
+    label: str
+    result: Result
+    reused: bool
+    record: RunRecord | None = None
 
 
 def no_reuse(baseline: str, why: str) -> dict[str, Any]:
@@ -114,7 +128,7 @@ class CellSweep(CellOutcome):
     engine: str
     values: dict[str, list[Any]]
     sweep: Any = None  # restream_kit.iterate.sweeps.Sweep
-    baseline: Baseline | None = None  # restream_kit.workbench.Baseline
+    baseline: Baseline | None = None
     error: BaseException | None = None
     by: str | list[str] | None = None
     progress: ProgressState = field(default_factory=ProgressState, repr=False)
