@@ -169,6 +169,7 @@ class Workbench:
         # Serial results of this session by (program sha, log fingerprint), latest last: a
         # later cell's baseline without reading the catalog again.
         self._serial: OrderedDict[tuple[str, str], Baseline] = OrderedDict()
+        self._loaded: OrderedDict[str, Result] = OrderedDict()  # the last runs read by name
 
     def define(self, name: str, source: str) -> Program:
         """Load a cell's program under ``name`` (replacing an earlier definition)."""
@@ -508,4 +509,9 @@ class Workbench:
         record = self.catalog.latest(name)
         if record is None:
             raise RestreamError(f"no finished run called {name!r}")
-        return self.catalog.load(record)
+        # ``%restream diff`` reads each side twice (the diff, then its view's field picker).
+        if record.run_id not in self._loaded:
+            self._loaded[record.run_id] = self.catalog.load(record)
+            while len(self._loaded) > 2:
+                self._loaded.popitem(last=False)
+        return self._loaded[record.run_id]
