@@ -13,7 +13,9 @@ kernel's reply:
 
 - ``replay``: ``rk.replay(antispam, log)`` in the kernel, the full replay both ratios use;
 - ``edit``: ``%%restream vK --baseline v1`` with the final threshold edited (the cell re-runs
-  the ``flag`` stage only), and ``edit_no_reuse``: the same cell with ``--no-reuse``;
+  the ``flag`` stage only), ``api_reuse``: ``rk.replay(edited, log, reuse=v1.result)`` in the
+  kernel (what the cell costs without its diff, catalog record and output), and
+  ``edit_no_reuse``: the same cell with ``--no-reuse``;
 - ``sweep``: ``%%restream sK --sweep ratio=1.5,2,2.5,3 --sweep share=0.1,0.2,0.3`` of
   ``bench/programs/antispam_params.py`` (12 variants), and ``api_sweep``: ``rk.sweep`` of the
   same grid in the kernel.
@@ -96,7 +98,7 @@ def run(log: Path, runs: int, display: str, out: Path) -> dict:
     params = (ROOT / "bench" / "programs" / "antispam_params.py").read_text()
     assert "0.2 * ip_msgs" in antispam, "the anti-spam rule no longer has its 0.2 threshold"
     times: dict[str, list[float]] = {
-        k: [] for k in ("replay", "edit", "edit_no_reuse", "sweep", "api_sweep")
+        k: [] for k in ("replay", "edit", "api_reuse", "edit_no_reuse", "sweep", "api_sweep")
     }
     with tempfile.TemporaryDirectory(prefix="restream-cell-iterate-") as folder:
         kernel = _Kernel(Path(folder), display)
@@ -119,6 +121,12 @@ def run(log: Path, runs: int, display: str, out: Path) -> dict:
                 took, shown = _cell(kernel, f"%%restream e{i} --log {log} --baseline v1\n{edited}")
                 assert "reused 3 stage(s) of v1" in shown, shown[-2000:]
                 times["edit"].append(took)
+                took, _ = _cell(
+                    kernel,
+                    f"rk.replay(rk.Program.from_source({edited!r}, name='a{i}'), L, "
+                    "reuse=v1.result);",
+                )
+                times["api_reuse"].append(took)
                 took, shown = _cell(
                     kernel, f"%%restream f{i} --log {log} --baseline v1 --no-reuse\n{edited}"
                 )
@@ -148,6 +156,7 @@ def run(log: Path, runs: int, display: str, out: Path) -> dict:
         "seconds": times,
         "medians": med,
         "edit_ratio": med["edit"] / med["replay"],
+        "api_reuse_ratio": med["api_reuse"] / med["replay"],
         "edit_no_reuse_ratio": med["edit_no_reuse"] / med["replay"],
         "sweep_ratio": med["sweep"] / med["replay"],
         "api_sweep_ratio": med["api_sweep"] / med["replay"],
@@ -155,7 +164,8 @@ def run(log: Path, runs: int, display: str, out: Path) -> dict:
     }
     print(
         f"medians: replay {med['replay']:.2f} s; edit cell {med['edit']:.2f} s "
-        f"(ratio {result['edit_ratio']:.2f}, target {EDIT_TARGET}); edit --no-reuse "
+        f"(ratio {result['edit_ratio']:.2f}, target {EDIT_TARGET}); rk.replay(reuse=) "
+        f"{med['api_reuse']:.2f} s (ratio {result['api_reuse_ratio']:.2f}); edit --no-reuse "
         f"{med['edit_no_reuse']:.2f} s; sweep cell {med['sweep']:.2f} s (ratio "
         f"{result['sweep_ratio']:.2f}, target {SWEEP_TARGET}); rk.sweep {med['api_sweep']:.2f} s"
     )

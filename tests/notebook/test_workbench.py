@@ -13,6 +13,7 @@ import pytest
 import restream_kit as rk
 from restream_kit.io.catalog import Catalog
 from restream_kit.io.compare import diff
+from restream_kit.io.progress import Phase
 from restream_kit.workbench import BackgroundRun, Workbench
 
 SAMPLE = "sample_data/social_small.parquet"
@@ -247,6 +248,55 @@ def pathlib_text(path: str) -> str:
     from pathlib import Path
 
     return Path(path).read_text()
+
+
+def test_the_monitor_says_each_phase_and_done_only_when_the_cell_ends(root, tmp_path):
+    from widgets.monitor import ReplayMonitor
+
+    monitor = ReplayMonitor("v1 on serial")
+    statuses = []
+
+    def status(event):
+        monitor(event)
+        statuses.append(monitor.status.value)
+
+    wb = Workbench(Catalog(tmp_path / "home"))
+    cell = wb.run("v1", (root / "examples" / "antispam.py").read_text(), SAMPLE, observer=status)
+    assert cell.ok and [p for p, _t in cell.phases] == [
+        "starting", "replaying", "comparing", "recording"
+    ]  # fmt: skip
+    assert not any("data-status='done'" in s for s in statuses), statuses
+    assert "replayed in" in statuses[-3] and "comparing with" in statuses[-2], statuses
+    monitor.finish(cell)
+    assert "data-status='done'" in monitor.status.value and "done in" in monitor.status.value
+    monitor(Phase("recording", "late"))  # a finished monitor keeps its words
+    assert "done in" in monitor.status.value
+
+
+def test_a_sweep_cell_compares_with_its_own_default_variant(root, tmp_path):
+    wb = Workbench(Catalog(tmp_path / "home"))
+    source = (root / "bench" / "programs" / "antispam_params.py").read_text()
+    cell = wb.sweep("s", source, SAMPLE, values={"share": [0.1, 0.2, 0.3]})
+    assert cell.ok and cell.baseline.result is cell.variant({"share": 0.2}).result
+    assert cell.diff({"share": 0.2}).empty and not cell.diff({"share": 0.1}).empty
+    assert wb.catalog.runs().height == 0  # no serial replay of the defaults besides the sweep
+
+
+def test_a_parallel_run_above_the_compare_limit_is_not_compared_until_asked(
+    root, tmp_path, spark_session
+):
+    wb = Workbench(Catalog(tmp_path / "home"), compare_limit=10)
+    source = (root / "examples" / "antispam.py").read_text()
+    log = rk.Log(SAMPLE)
+    # The oracle's limit does not apply: a serial run is its own baseline.
+    assert wb.run("own", source, log).diff.empty
+    program = rk.Program.from_source(source.replace("> 2 *", "> 3 *"), "v9")
+    cell = wb.run("v9", program, log, engine="spark")
+    assert cell.ok and cell.diff is None and cell.baseline is None
+    assert "above the compare limit of 10" in cell.not_compared
+    assert "%restream compare v9" in cell.not_compared
+    compared = wb.compare("v9")
+    assert compared.diff.empty and compared.not_compared is None
 
 
 def test_diff_view_fills_in_epoch_by_epoch_before_the_replay_ends(root, tmp_path):
