@@ -172,4 +172,5 @@ def replay(
 
     # Tables that got no row still have their columns in result[name].
     result.schemas = emit_schemas(program, log)
+    result.program, result.log = program, log  # what explain replays again
     return result

@@ -177,7 +177,8 @@ class RestreamMagics(Magics):
         (``NAME.wait()``, ``NAME.cancel()``).
 
         As a line magic: ``%restream runs`` shows the run catalog; ``%restream diff A B
-        [--by FIELD]`` compares the latest runs of cells A and B; ``%restream compare NAME``
+        [--by FIELD]`` compares the latest runs of cells A and B (``--explain ROW``: why that
+        row of the diff differs, ``restream_kit.explain``); ``%restream compare NAME``
         compares cell NAME's run with the serial replay of its program (a run on a parallel
         engine over a log above the compare limit is not compared unless ``--compare``);
         ``%restream forget NAME``
@@ -271,6 +272,10 @@ class RestreamMagics(Magics):
             except RestreamError as exc:
                 raise UsageError(str(exc)) from None
             return None
+        row = None
+        if words[:1] == ["diff"] and "--explain" in words[3:-1]:
+            at = words.index("--explain")
+            row, words = words[at + 1], words[:at] + words[at + 2 :]
         by = None
         if len(words) == 5 and words[0] == "diff" and words[3] == "--by":
             by, words = words[4], words[:3]
@@ -282,16 +287,26 @@ class RestreamMagics(Magics):
                 if hasattr(running, "wait"):
                     running.wait()
             try:
+                if row is not None:
+                    return self._explain(words[1], words[2], row)
                 show_diff(self.workbench, words[1], words[2], by=by)
             except RestreamError as exc:
                 raise UsageError(str(exc)) from None
             return None
         raise UsageError(
-            "use %restream runs, %restream diff A B [--by FIELD], %restream compare NAME, "
+            "use %restream runs, %restream diff A B [--by FIELD] [--explain ROW], "
+            "%restream compare NAME, "
             "%restream forget NAME, or %%restream NAME "
             "as a cell magic "
             "(%%restream? for help)"
         )
+
+    def _explain(self, a: str, b: str, row: str) -> None:
+        """``%restream diff A B --explain ROW``: why ROW differs between cells A and B."""
+        from restream_kit.iterate.explain import explain
+
+        runs = self.workbench.runs
+        print(explain(runs.get(a, a), runs.get(b, b), row, labels=(a, b)).text())
 
 
 #: What the first ``%%restream`` cell needs, imported by ``%load_ext`` so that the cell starts at

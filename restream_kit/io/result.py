@@ -127,6 +127,10 @@ class Result:
     #: What a ``replay(..., reuse=RUN)`` took from RUN: ``reused_stages``, ``rerun_stages``,
     #: ``saved_s`` and ``reason`` (why nothing, when nothing was).
     reuse: dict[str, Any] | None = None
+    #: The program and the log replayed (filled in by ``replay``; None for a result loaded
+    #: from the catalog), so that ``explain`` can replay them again.
+    program: Any = field(default=None, compare=False)
+    log: Any = field(default=None, compare=False)
 
     @property
     def table_names(self) -> list[str]:

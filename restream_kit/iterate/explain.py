@@ -1,25 +1,41 @@
 """Explain one difference between two runs: why v2 emitted a row that v1 did not (or back).
 
 ``explain(v2, v1, row, log=...)`` replays both programs serially over the log with their
-state traced (see ``docs/iterate.md``): first to capture the state reads of the run that
-emitted the row, exactly as the handler made them (state, key, value, line), then to trace
-every write to those keys. The answer is recomputed, so it is exact: no history is guessed.
+state traced (see ``docs/iterate.md`` and :mod:`._explain_trace`): first to find the row and
+capture the state reads of the handler run that emitted it, in both runs, exactly as the
+handlers made them (state, key, line, value); then to trace every write to those keys up to
+that event. The answer is recomputed, so it is exact: no history is guessed. The runs may
+come from any engine: their results are the serial engine's, row for row.
 """
 
 from __future__ import annotations
 
-import sys
+import difflib
+import json
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compiler.compile import compile_program
-from ..compiler.inline import SCHEDULED_RUNNER_NAME
+import pyarrow.compute as pc
+
+from ..io.catalog import Catalog
 from ..io.log import Log
+from ..io.result import Result
 from ..model.errors import RestreamError
 from ..model.program import Program
+from ._explain_text import Names, explanation_lines, when
+from ._explain_trace import TIMED, Read, Write, event_order, traced_replay
 
-__all__ = ["explain", "Explanation", "StateRead", "FirstDifference", "parse_row", "RowRef"]
+__all__ = [
+    "explain",
+    "Explanation",
+    "StateRead",
+    "FirstDifference",
+    "Write",
+    "parse_row",
+    "RowRef",
+]
 
 
 @dataclass(frozen=True)
@@ -55,38 +71,28 @@ def parse_row(text: str | RowRef) -> RowRef:
 
 
 @dataclass(frozen=True)
-class Write:
-    """One write to a traced key: when (event), who (handler, line) and the value after."""
-
-    ts: int
-    lsn: int
-    seq: int
-    handler: str | None  # None: a timed write (at=) coming due
-    line: int | None
-    value: Any
-
-    @property
-    def order(self) -> tuple:
-        # A scheduled event at t runs before the log events at t (SPEC section 3).
-        return (self.ts, self.seq == 0, self.lsn, self.seq)
-
-
-@dataclass(frozen=True)
 class FirstDifference:
-    """The earliest event after which ``state[key]`` differed between the runs."""
+    """The earliest moment after which ``state[key]`` differed between the runs: an event
+    (``lsn``, ``seq``), or, ``timed`` True, timed writes (``at=``) coming due at ``ts``."""
 
     ts: int
     lsn: int
     seq: int
     value: Any
     baseline_value: Any
-    writes: tuple[Write, ...]  # at that event, in the run explained
+    writes: tuple[Write, ...]  # at that moment, in the run explained
     baseline_writes: tuple[Write, ...]
+    timed: bool = False
 
 
 @dataclass(frozen=True)
 class StateRead:
-    """A read the emitting run made, with the value the other run had for the same key."""
+    """A read the emitting run made, with the value the other run read at the same place.
+
+    ``state`` is the name the user wrote (a window's, for its generated states: ``internal``
+    is then the generated one, ``part`` what it holds). ``paired`` is False when the other
+    run made no such read there: ``baseline_value`` is then its value after that event.
+    """
 
     state: str
     key: Any
@@ -94,6 +100,9 @@ class StateRead:
     value: Any
     baseline_value: Any
     first_difference: FirstDifference | None
+    internal: str = ""
+    part: str | None = None
+    paired: bool = True
 
     @property
     def differs(self) -> bool:
@@ -102,7 +111,11 @@ class StateRead:
 
 @dataclass
 class Explanation:
-    """Why one row differs: who emitted it, what it read, where the reads first diverged."""
+    """Why one row differs: who emitted it, what it read, where the reads first diverged.
+
+    ``other_fields`` are the fields of the same row in the other run (None when it has no
+    such row); ``code`` holds both versions of the lines that differ when no read did.
+    """
 
     row: RowRef
     side: str  # the run that has the row: "a" or "b"
@@ -112,16 +125,38 @@ class Explanation:
     fields: dict[str, Any]
     other_has_row: bool
     reads: list[StateRead] = field(default_factory=list)
+    other_fields: dict[str, Any] | None = None
+    ts: int | None = None
+    code: list[tuple[str, int, str]] = field(default_factory=list)
+    names: Names | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def differs(self) -> bool:
+        """Whether the row differs at all (absent from the other run, or other fields)."""
+        return not self.other_has_row or self.other_fields != self.fields
 
     def to_dict(self) -> dict[str, Any]:
         """The causal chain as plain data, for the notebook and ``--json``."""
+        names = self._names()
 
         def write(w: Write) -> dict:
-            return {"ts": w.ts, "lsn": w.lsn, "seq": w.seq, "handler": w.handler, "line": w.line,
-                    "value": w.value}  # fmt: skip
+            return {"ts": w.ts, "time": when(w.ts), "lsn": w.lsn, "seq": w.seq,
+                    "handler": w.handler, "line": w.line, "value": w.value,
+                    "timed": w.due}  # fmt: skip
+
+        def first(r: StateRead) -> dict | None:
+            d = r.first_difference
+            if d is None:
+                return None
+            return {"ts": d.ts, "time": when(d.ts), "lsn": d.lsn, "seq": d.seq,
+                    "timed": d.timed, "value": d.value, "other_value": d.baseline_value,
+                    "writes": [write(w) for w in d.writes],
+                    "other_writes": [write(w) for w in d.baseline_writes]}  # fmt: skip
 
         return {
             "row": str(self.row),
+            "time": when(self.ts),
+            "differs": self.differs,
             "emitted_by": {
                 "run": self.labels[0 if self.side == "a" else 1],
                 "handler": self.handler,
@@ -129,204 +164,114 @@ class Explanation:
             },  # fmt: skip
             "fields": self.fields,
             "other_run_has_row": self.other_has_row,
+            "other_fields": self.other_fields,
             "reads": [
                 {
                     "state": r.state,
+                    "part": r.part,
+                    "internal_state": r.internal or r.state,
                     "key": r.key,
+                    "shown": names.reference(r.internal or r.state, r.key),
                     "line": r.line,
                     "value": r.value,
                     "other_value": r.baseline_value,
-                    "first_difference": None
-                    if r.first_difference is None
-                    else {
-                        "ts": r.first_difference.ts,
-                        "lsn": r.first_difference.lsn,
-                        "seq": r.first_difference.seq,
-                        "value": r.first_difference.value,
-                        "other_value": r.first_difference.baseline_value,
-                        "writes": [write(w) for w in r.first_difference.writes],
-                        "other_writes": [write(w) for w in r.first_difference.baseline_writes],
-                    },
+                    "paired": r.paired,
+                    "differs": r.differs,
+                    "first_difference": first(r),
                 }  # fmt: skip
                 for r in self.reads
             ],
+            "code": [{"run": run, "line": line, "text": text} for run, line, text in self.code],
         }
+
+    def _names(self) -> Names:
+        return self.names or Names(None)
 
     def text(self) -> str:
         """The causal chain as lines of text (what ``restream diff --explain`` prints)."""
-        here, there = self.labels if self.side == "a" else self.labels[::-1]
-        where = f" line {self.line}" if self.line else ""
-        lines = [
-            f"row {self.row} is in {here}"
-            + ("" if not self.other_has_row else f" and, with other fields, in {there}")
-            + ("" if self.other_has_row else f", not in {there}"),
-            f"  emitted by handler {self.handler!r}{where} on lsn {self.row.lsn}"
-            + (f" (scheduled event {self.row.seq})" if self.row.seq else "")
-            + f": {self.fields}",
-        ]
-        if not self.reads:
-            lines.append("  the handler read no state on that run")
-        for r in self.reads:
-            at = f" (line {r.line})" if r.line else ""
-            mark = "differs" if r.differs else "same"
-            lines.append(
-                f"  read {r.state}[{r.key!r}]{at}: {r.value!r} in {here}, "
-                f"{r.baseline_value!r} in {there} [{mark}]"
-            )
-            d = r.first_difference
-            if d is None:
-                continue
-            lines.append(
-                f"    first differed after lsn {d.lsn}"
-                + (f" (scheduled event {d.seq})" if d.seq else "")
-                + f" at ts {d.ts}: {d.value!r} in {here}, {d.baseline_value!r} in {there}"
-            )
-            for label, writes in ((here, d.writes), (there, d.baseline_writes)):
-                for w in writes:
-                    who = f"handler {w.handler!r}" if w.handler else "a timed write (at=)"
-                    lines.append(
-                        f"      {label}: {who}"
-                        + (f" line {w.line}" if w.line else "")
-                        + f" wrote {w.value!r}"
-                    )
-                if not writes:
-                    lines.append(f"      {label}: nothing wrote {r.state}[{r.key!r}] there")
-        return "\n".join(lines)
+        return "\n".join(explanation_lines(self, self._names()))
 
     def __repr__(self) -> str:
         return self.text()
 
 
-# -- tracing replays --------------------------------------------------------------------------
+# -- what the sides are ---------------------------------------------------------------------
 
 
-_ABSENT = object()
+def _resolve(side: Any, log: Log | None) -> tuple[Program, Log | None, str]:
+    """A program, the log its run replayed (None when unknown) and a label.
 
-
-def _user_line(filename: str) -> int | None:
-    frame = sys._getframe(2)
-    for _ in range(8):
-        if frame is None:
-            return None
-        if frame.f_code.co_filename == filename:
-            return frame.f_lineno
-        frame = frame.f_back
-    return None
-
-
-def _traced_replay(
-    program: Program, log: Log, target: RowRef | None, handler: str | None, watch: set
-) -> tuple[dict, list, dict]:
-    """Replay serially. Returns (reads of ``handler``'s run on the target event, as
-    [(state, key, line, value)]; writes to the watched (state, key) pairs; the stores)."""
-    from ..runtime import SerialRuntime, flush, run_scheduled
-
-    filename = program.filename
-    reads: list = []
-    writes: dict[tuple, list[Write]] = {}
-
-    class Runtime(SerialRuntime):
-        applying = False
-
-        def apply_due(self, t: int) -> None:
-            self.applying = True
-            self.due_at = t
-            try:
-                super().apply_due(t)
-            finally:
-                self.applying = False
-
-    rt = Runtime()
-
-    def on_target() -> bool:
-        ev = rt.event
-        return (
-            target is not None
-            and rt.handler == handler
-            and ev is not None
-            and ev[0] == target.lsn
-            and getattr(ev, "seq", 0) == target.seq
-        )
-
-    def make(state: str, default: Any):
-        class Traced(dict):
-            __slots__ = ()
-
-            def get(self, key, fallback=_ABSENT):
-                value = dict.get(self, key, default if fallback is _ABSENT else fallback)
-                if not rt.applying and on_target():
-                    reads.append((state, key, _user_line(filename), value))
-                return value
-
-            def __setitem__(self, key, value):
-                dict.__setitem__(self, key, value)
-                self._note(key, value)
-
-            def pop(self, key, *fallback):
-                out = dict.pop(self, key, *fallback)
-                self._note(key, default)
-                return out
-
-            def __delitem__(self, key):
-                self.pop(key)
-
-            def _note(self, key, value):
-                if (state, key) not in watch:
-                    return
-                ev = rt.event
-                if rt.applying:
-                    w = Write(rt.due_at, -1, 0, None, None, value)
-                else:
-                    w = Write(ev[1], ev[0], getattr(ev, "seq", 0), rt.handler,
-                              _user_line(filename), value)  # fmt: skip
-                writes.setdefault((state, key), []).append(w)
-
-        return Traced()
-
-    stores = {name: make(name, decl.default) for name, decl in program.states.items()}
-    by_kind: dict = {}
-    compiled = compile_program(
-        program,
-        rt,
-        stores,
-        columns=log.columns,
-        kind_order=log.kinds_by_frequency(),
-        extra_globals={SCHEDULED_RUNNER_NAME: lambda t: run_scheduled(rt, by_kind, t)},
-    )
-    by_kind.update(compiled.handlers_by_kind())
-    for batch in log.iter_events(named=compiled.needs_named_events):
-        compiled.run_batch(batch)
-    flush(rt, by_kind)
-    return {"reads": reads}, writes, rt.rows
-
-
-def _value_after(trace: list[Write], order: tuple, default: Any) -> Any:
-    value = default
-    for w in trace:
-        if w.order <= order:
-            value = w.value
-    return value
-
-
-def _first_difference(
-    mine: list[Write], theirs: list[Write], until: tuple, defaults: tuple[Any, Any]
-) -> FirstDifference | None:
-    moments = sorted({w.order for w in mine + theirs if w.order <= until})
-    for moment in moments:
-        a = _value_after(mine, moment, defaults[0])
-        b = _value_after(theirs, moment, defaults[1])
-        if a != b:
-            ts, _log, lsn, seq = moment
-            return FirstDifference(
-                ts,
-                lsn,
-                seq,
-                a,
-                b,
-                tuple(w for w in mine if w.order == moment),
-                tuple(w for w in theirs if w.order == moment),
+    ``side`` is a ``Program``; a ``Result`` of ``replay`` (or of a cell); a notebook cell's
+    run (``CellRun``, or a ``BackgroundRun``, waited for); a ``.py`` path or program source;
+    or the name of a run in the catalog (a cell's name, ``--name``)."""
+    if isinstance(side, Program):
+        return side, log, side.name
+    if isinstance(side, Result):
+        if side.program is None:
+            raise RestreamError(
+                "this Result does not say which program made it (a result loaded from the "
+                "catalog or split from a sweep): give the program, the cell or the run's name"
             )
-    return None
+        return side.program, side.log, side.program.name
+    if not isinstance(side, (str, Path)):
+        return _resolve_cell(side, log)
+    text = str(side)
+    if "\n" in text or text.endswith(".py") or Path(text).is_file():
+        program = Program.load(side)
+        return program, log, program.name
+    return _resolve_run(text, log)
+
+
+def _resolve_cell(side: Any, log: Log | None) -> tuple[Program, Log | None, str]:
+    """A notebook cell's run: what ``%%restream NAME`` binds to ``NAME``."""
+    if hasattr(side, "variants"):
+        raise RestreamError(
+            f"{getattr(side, 'name', 'this cell')} is a sweep: explain one variant's result "
+            "against another's (sweep_cell.variant(i).result), or name two runs"
+        )
+    if not hasattr(side, "program") and callable(getattr(side, "wait", None)):
+        side = side.wait()  # a cell still replaying (--background)
+    program, cell_log = getattr(side, "program", None), getattr(side, "log", None)
+    if not isinstance(program, Program):
+        result = getattr(side, "result", None)
+        if isinstance(result, Result):
+            return _resolve(result, log)
+        raise RestreamError(
+            f"cannot explain {type(side).__name__} objects: give a run's name, a program, "
+            "a Result, or a %%restream cell"
+        )
+    return (
+        program,
+        cell_log if isinstance(cell_log, Log) else log,
+        getattr(side, "name", program.name),
+    )
+
+
+def _resolve_run(name: str, log: Log | None) -> tuple[Program, Log | None, str]:
+    """A run of the catalog by name, with its program and (unless given) its own log."""
+    catalog = Catalog()
+    record = catalog.latest(name, log_fingerprint=log.fingerprint if log is not None else None)
+    record = record or catalog.latest(name)
+    if record is None:
+        raise RestreamError(
+            f"{name}: not a program file and no run called {name!r} in the catalog ({catalog.home})"
+        )
+    program = Program.from_source(catalog.program_source(record.run_id), name=name)
+    if log is None:
+        labels = json.loads(catalog.manifest(record.run_id).get("log_sources", "[]"))
+        try:
+            log = Log(labels if len(labels) != 1 else labels[0])
+        except RestreamError as exc:
+            raise RestreamError(
+                f"run {name!r}: its log ({', '.join(labels)}) cannot be read again ({exc}); "
+                "give the log (--log)"
+            ) from None
+        if log.fingerprint != record.log_fingerprint:
+            raise RestreamError(f"run {name!r}: its log has changed since; give the log (--log)")
+    return program, log, f"{name} ({record.run_id})"
+
+
+# -- comparing the traces -------------------------------------------------------------------
 
 
 def _find_row(rows: dict, ref: RowRef) -> tuple | None:
@@ -340,37 +285,125 @@ def _find_row(rows: dict, ref: RowRef) -> tuple | None:
     return None
 
 
-def _resolve(side: Any, log: Log | None) -> tuple[Program, Log | None, str]:
-    """A program (with its run's log when it is a catalog run) and a label."""
-    if isinstance(side, Program):
-        return side, log, side.name
-    text = str(side)
-    if "\n" in text or text.endswith(".py") or Path(text).is_file():
-        program = Program.load(side)
-        return program, log, program.name
-    from ..io.catalog import Catalog
+def _event_ts(log: Log, lsn: int) -> int | None:
+    """The time of log event ``lsn`` (None when the log has none)."""
+    at = pc.index(log.table.column("lsn"), lsn).as_py()
+    return None if at < 0 else log.table.column("ts")[at].as_py()
 
-    catalog = Catalog()
-    record = catalog.latest(text, log_fingerprint=log.fingerprint if log is not None else None)
-    record = record or catalog.latest(text)
-    if record is None:
-        raise RestreamError(f"{text}: not a program file and no run called {text!r} in the catalog")
-    source = catalog.program_source(record.run_id)
-    program = Program.from_source(source, name=text)
+
+def _value_after(trace: list[Write], order: tuple, default: Any) -> Any:
+    value = default
+    for w in trace:
+        if w.order <= order:
+            value = w.value
+    return value
+
+
+def _first_difference(
+    mine: list[Write], theirs: list[Write], until: tuple, defaults: tuple[Any, Any]
+) -> FirstDifference | None:
+    """The first moment (up to ``until``) after which the two write traces' values differ."""
+    a = sorted((w for w in mine if w.order <= until), key=lambda w: w.order)
+    b = sorted((w for w in theirs if w.order <= until), key=lambda w: w.order)
+    va, vb = defaults
+    ia = ib = 0
+    for moment in sorted({w.order for w in a + b}):
+        at_a, at_b = [], []
+        while ia < len(a) and a[ia].order <= moment:
+            va = a[ia].value
+            at_a.append(a[ia])
+            ia += 1
+        while ib < len(b) and b[ib].order <= moment:
+            vb = b[ib].value
+            at_b.append(b[ib])
+            ib += 1
+        if va != vb:
+            ts, phase, lsn, seq = moment
+            return FirstDifference(
+                ts, lsn, seq, va, vb, tuple(at_a), tuple(at_b), timed=phase == TIMED
+            )
+    return None
+
+
+def _paired(mine: list[Read], theirs: list[Read]) -> list[tuple[Read, Read | None]]:
+    """Each read of ``mine`` with the other run's read of the same state and key, the k-th
+    with the k-th: a window's add reads its state before writing and its value after."""
+    by_key: dict[tuple, list[Read]] = defaultdict(list)
+    for r in theirs:
+        by_key[(r.state, r.key)].append(r)
+    seen: dict[tuple, int] = defaultdict(int)
+    out = []
+    for r in mine:
+        k = (r.state, r.key)
+        others = by_key.get(k, [])
+        out.append((r, others[seen[k]] if seen[k] < len(others) else None))
+        seen[k] += 1
+    return out
+
+
+def _state_reads(
+    pairs: list[tuple[Read, Read | None]],
+    writes: tuple[dict, dict],
+    programs: tuple[Program, Program],
+    until: tuple,
+    names: Names,
+) -> list[StateRead]:
+    out: list[StateRead] = []
+    for mine, other in pairs:
+        k = (mine.state, mine.key)
+        decl_theirs = programs[1].states.get(mine.state)
+        default_theirs = decl_theirs.default if decl_theirs is not None else None
+        if other is not None:
+            theirs = other.value
+        else:
+            theirs = _value_after(writes[1].get(k, []), until, default_theirs)
+        first = None
+        if mine.value != theirs:
+            defaults = (programs[0].states[mine.state].default, default_theirs)
+            first = _first_difference(writes[0].get(k, []), writes[1].get(k, []), until, defaults)
+        user, part = names.state(mine.state)
+        read = StateRead(user, mine.key, mine.line, mine.value, theirs, first,
+                         mine.state, part, other is not None)  # fmt: skip
+        if read not in out:
+            out.append(read)
+    return out
+
+
+def _code(programs: tuple[Program, Program], labels: tuple[str, str]) -> list[tuple]:
+    """Both versions of the lines where the programs' texts differ (a few of each)."""
+    a, b = (p.source.splitlines() for p in programs)
+    out: list[tuple[str, int, str]] = []
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        out += [(labels[0], i + 1, a[i].strip()) for i in range(i1, min(i2, i1 + 3))]
+        out += [(labels[1], j + 1, b[j].strip()) for j in range(j1, min(j2, j1 + 3))]
+        if len(out) >= 12:
+            break
+    return out
+
+
+def _sides(
+    a: Any, b: Any, log: Any, labels: tuple[str, str] | None
+) -> tuple[tuple[Program, Program], Log, tuple[str, str]]:
+    """Both sides' programs, the log to replay them over and their labels."""
+    log = None if log is None else (log if isinstance(log, Log) else Log(log))
+    prog_a, log_a, label_a = _resolve(a, log)
+    prog_b, log_b, label_b = _resolve(b, log or log_a)
+    if labels is None and label_a == label_b:
+        labels = ("A", "B")
+    labels = labels or (label_a, label_b)
+    if log is None and log_a is not None and log_b is not None:
+        if log_a.fingerprint != log_b.fingerprint:
+            raise RestreamError(f"{labels[0]} and {labels[1]} replayed different logs")
+    log = log or log_a or log_b
     if log is None:
-        import json
+        raise RestreamError("explain needs the log the runs replayed (log=...)")
+    return (prog_a, prog_b), log, labels
 
-        labels = json.loads(catalog.manifest(record.run_id).get("log_sources", "[]"))
-        try:
-            log = Log(labels if len(labels) != 1 else labels[0])
-        except RestreamError as exc:
-            raise RestreamError(
-                f"run {text!r}: its log ({', '.join(labels)}) cannot be read again ({exc}); "
-                "give the log (--log)"
-            ) from None
-        if log.fingerprint != record.log_fingerprint:
-            raise RestreamError(f"run {text!r}: its log has changed since; give the log (--log)")
-    return program, log, f"{text} ({record.run_id})"
+
+# -- explain ----------------------------------------------------------------------------------
 
 
 def explain(
@@ -383,83 +416,63 @@ def explain(
 ) -> Explanation:
     """Why ``row`` differs between run ``a`` (say v2) and run ``b`` (say v1, the baseline).
 
-    ``a`` and ``b`` are run names in the catalog (their programs and log come from it),
-    programs (``Program``, a ``.py`` path or source) replayed over ``log``, or a mix. ``row``
-    is ``TABLE:LSN:SEQ:N`` as the diff prints it; ``labels`` name the runs in the text. Both programs are replayed serially with
-    their state traced, so the values reported are the ones the handlers read.
+    ``a`` and ``b`` are each a ``Result`` of ``replay`` (on any engine), a notebook cell's run
+    (what ``%%restream NAME`` binds to ``NAME``), a run name in the catalog (its program and
+    log come from there), or a program (``Program``, a ``.py`` path or source) replayed over
+    ``log``. ``row`` is ``TABLE:LSN:SEQ:N`` as the diff prints it; ``labels`` name the runs in
+    the text. Both programs are replayed serially with their state traced, so the values
+    reported are the ones the handlers read. The same program on both sides explains that
+    nothing differs.
     """
     ref = parse_row(row)
-    log = None if log is None else (log if isinstance(log, Log) else Log(log))
-    prog_a, log_a, label_a = _resolve(a, log)
-    prog_b, log_b, label_b = _resolve(b, log or log_a)
-    log = log or log_a or log_b
-    if labels is None and label_a == label_b:
-        labels = ("A", "B")
-    label_a, label_b = labels or (label_a, label_b)
-    if log is None:
-        raise RestreamError("explain needs the log the runs replayed (log=...)")
-    if log_a is not None and log_b is not None and log_a.fingerprint != log_b.fingerprint:
-        raise RestreamError(f"{label_a} and {label_b} replayed different logs: nothing to explain")
-    _, _, rows_a = _traced_replay(prog_a, log, None, None, set())
-    _, _, rows_b = _traced_replay(prog_b, log, None, None, set())
-    found_a, found_b = _find_row(rows_a, ref), _find_row(rows_b, ref)
-    if found_a is None and found_b is None:
+    (prog_a, prog_b), log, (label_a, label_b) = _sides(a, b, log, labels)
+    target = (ref.lsn, ref.seq)
+    # A log event's rows are all made once that event has run: stop there.
+    stop = _event_ts(log, ref.lsn) if ref.seq == 0 else None
+    if ref.seq == 0 and stop is None:
+        raise RestreamError(f"row {ref}: the log has no event with lsn {ref.lsn}")
+    traces = (
+        traced_replay(prog_a, log, target=target, stop_after=stop),
+        traced_replay(prog_b, log, target=target, stop_after=stop),
+    )
+    found = (_find_row(traces[0].rows, ref), _find_row(traces[1].rows, ref))
+    if found == (None, None):
         raise RestreamError(f"row {ref}: neither {label_a} nor {label_b} emitted it")
-    side = "a" if found_a is not None else "b"
-    mine, theirs = (prog_a, prog_b) if side == "a" else (prog_b, prog_a)
-    found = found_a if side == "a" else found_b
-    handler = found[2]
-    traced, _, _ = _traced_replay(mine, log, ref, handler, set())
-    reads = list(dict.fromkeys((s, k, line, v) for s, k, line, v in traced["reads"]))
-    watch = {(s, k) for s, k, _, _ in reads}
-    traced_other, writes_other, _ = _traced_replay(theirs, log, ref, handler, watch)
-    _, writes_mine, _ = _traced_replay(mine, log, ref, handler, watch)
-    other_reads = {(s, k): v for s, k, _, v in traced_other["reads"]}
-    until = (found[1], ref.seq == 0, ref.lsn, ref.seq)
-    out = []
-    for state, key, line, value in reads:
-        default_other = theirs.states[state].default if state in theirs.states else None
-        if (state, key) in other_reads:
-            other = other_reads[(state, key)]
-        else:  # the other run made no such read: its value as of the event
-            before = (found[1], ref.seq == 0, ref.lsn, ref.seq - 0.5)
-            other = _value_after(writes_other.get((state, key), []), before, default_other)
-        first = None
-        if value != other:
-            first = _first_difference(
-                writes_mine.get((state, key), []),
-                writes_other.get((state, key), []),
-                until,
-                (mine.states[state].default, default_other),
-            )
-        out.append(StateRead(state, key, line, value, other, first))
-    emit_line = _emit_line(mine, handler, ref.table)
-    other_found = found_b if side == "a" else found_a
-    return Explanation(
+    i = 0 if found[0] is not None else 1
+    programs = (prog_a, prog_b) if i == 0 else (prog_b, prog_a)
+    mine, theirs = traces[i], traces[1 - i]
+    emitted = found[i]
+    handler, ts = emitted[2], emitted[1]
+    pairs = _paired(
+        [r for r in mine.reads if r.handler == handler],
+        [r for r in theirs.reads if r.handler == handler],
+    )
+    watched = {(r.state, r.key) for pair in pairs for r in pair if r is not None}
+    writes: tuple[dict, dict] = ({}, {})
+    if any(other is None or r.value != other.value for r, other in pairs):
+        writes = (
+            traced_replay(programs[0], log, watched=watched, stop_after=ts).writes,
+            traced_replay(programs[1], log, watched=watched, stop_after=ts).writes,
+        )
+    names = Names(programs[0], day_of=ts)
+    until = event_order(ts, ref.lsn, ref.seq)
+    reads = _state_reads(pairs, writes, programs, until, names)
+    lines = mine.emits.get(ref.table, [])
+    other = found[1 - i]
+    explanation = Explanation(
         ref,
-        side,
+        "a" if i == 0 else "b",
         (label_a, label_b),
         handler,
-        emit_line,
-        dict(found[4]),
-        other_found is not None,
-        out,
+        lines[ref.n] if ref.n < len(lines) else None,
+        dict(emitted[4]),
+        other is not None,
+        reads,
+        other_fields=None if other is None else dict(other[4]),
+        ts=ts,
+        names=names,
     )
-
-
-def _emit_line(program: Program, handler: str, table: str) -> int | None:
-    """The line of ``handler``'s ``emit`` to ``table`` (its first such call), if literal."""
-    import ast
-
-    for h in program.handlers:
-        if h.name != handler:
-            continue
-        for node in ast.walk(h.node):
-            if (
-                isinstance(node, ast.Call)
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and node.args[0].value == table
-            ):
-                return node.lineno
-    return None
+    if explanation.differs and not any(r.differs for r in reads):
+        here = (label_a, label_b) if i == 0 else (label_b, label_a)
+        explanation.code = _code(programs, here)
+    return explanation

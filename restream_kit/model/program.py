@@ -18,6 +18,7 @@ from typing import Any
 from .errors import ProgramError, user_lineno
 from .handlers import HANDLER_KINDS_ATTR, emit, on, schedule
 from .state import State
+from .windows import Window
 
 __all__ = ["Program", "Handler", "on", "emit", "schedule", "HANDLER_KINDS_ATTR"]
 
@@ -61,6 +62,11 @@ class Program:
         # Keep the text where tracebacks and error messages can find it, also for cells.
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         namespace = self._execute()
+        #: The windows the program declares (``restream_kit.windows``), by variable: their
+        #: generated states and handlers are named ``<variable>__...``.
+        self.windows: dict[str, Window] = {
+            var: value for var, value in namespace.items() if isinstance(value, Window)
+        }
         # Window declarations (restream_kit.windows) become plain code: run the expanded module.
         from ..compiler.expand_windows import expand
 
