@@ -15,7 +15,8 @@ kernel's reply:
 - ``edit``: ``%%restream vK --baseline v1`` with the final threshold edited (the cell re-runs
   the ``flag`` stage only), ``api_reuse``: ``rk.replay(edited, log, reuse=v1.result)`` in the
   kernel (what the cell costs without its diff, catalog record and output), and
-  ``edit_no_reuse``: the same cell with ``--no-reuse``;
+  ``edit_no_reuse``: the same cell with ``--no-reuse``; ``edit_recording`` is the part of the
+  edit cell spent recording its run in the catalog (from ``CellRun.phases``);
 - ``sweep``: ``%%restream sK --sweep ratio=1.5,2,2.5,3 --sweep share=0.1,0.2,0.3`` of
   ``bench/programs/antispam_params.py`` (12 variants), and ``api_sweep``: ``rk.sweep`` of the
   same grid in the kernel.
@@ -97,9 +98,8 @@ def run(log: Path, runs: int, display: str, out: Path) -> dict:
     antispam = (ROOT / "examples" / "antispam.py").read_text()
     params = (ROOT / "bench" / "programs" / "antispam_params.py").read_text()
     assert "0.2 * ip_msgs" in antispam, "the anti-spam rule no longer has its 0.2 threshold"
-    times: dict[str, list[float]] = {
-        k: [] for k in ("replay", "edit", "api_reuse", "edit_no_reuse", "sweep", "api_sweep")
-    }
+    sides = ("replay", "edit", "edit_recording", "api_reuse", "edit_no_reuse", "sweep")
+    times: dict[str, list[float]] = {k: [] for k in (*sides, "api_sweep")}
     with tempfile.TemporaryDirectory(prefix="restream-cell-iterate-") as folder:
         kernel = _Kernel(Path(folder), display)
         try:
@@ -109,7 +109,7 @@ def run(log: Path, runs: int, display: str, out: Path) -> dict:
             print(f"v1 (first cell on the log, its own baseline with history): {first:.2f} s")
             _cell(
                 kernel,
-                "import restream_kit as rk, warnings\nwarnings.simplefilter('ignore')\n"
+                "import json, restream_kit as rk, warnings\nwarnings.simplefilter('ignore')\n"
                 f"L = rk.Log({str(log)!r})\nP = rk.Program.from_file({str(ROOT)!r} + "
                 "'/examples/antispam.py')\nQ = rk.Program.from_file("
                 f"{str(ROOT)!r} + '/bench/programs/antispam_params.py')",
@@ -121,6 +121,9 @@ def run(log: Path, runs: int, display: str, out: Path) -> dict:
                 took, shown = _cell(kernel, f"%%restream e{i} --log {log} --baseline v1\n{edited}")
                 assert "reused 3 stage(s) of v1" in shown, shown[-2000:]
                 times["edit"].append(took)
+                _t, said = _cell(kernel, f"print(json.dumps([dict(e{i}.phases), e{i}.wall_s]))")
+                phases, wall = json.loads(said.strip().splitlines()[-1])
+                times["edit_recording"].append(wall - phases["recording"])
                 took, _ = _cell(
                     kernel,
                     f"rk.replay(rk.Program.from_source({edited!r}, name='a{i}'), L, "

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from .api import replay
 from .engines import ORACLE, is_oracle
-from .io.catalog import Catalog, CatalogError, RunRecord
+from .io.catalog import Catalog, CatalogError
 from .io.compare import Diff, KeyDiff, diff
 from .io.log import Log
 from .io.progress import (
     CancelToken,
     Observer,
-    Phase,
     ProgressEvent,
     ProgressState,
     ReplayStarted,
@@ -30,13 +29,13 @@ from .io.progress import (
 )
 from .io.result import Result
 from .iterate._background import BackgroundRun, ReplayCancelled
-from .iterate._beside import BesideBaseline, not_compared_line, serial_watch
+from .iterate._beside import BesideBaseline, not_compared_line, sayer, serial_watch
 from .iterate._beside import compare_limit as _compare_limit
 from .iterate._sweep_cell import sweep_cell
 from .iterate.cells import (
     CELL_BATCH,
     Baseline,
-    CellOutcome,
+    CellRun,
     CellSweep,
     cancelled_line,
     named_reuse,
@@ -62,18 +61,6 @@ __all__ = [
 KEEP_IN_MEMORY = 4
 
 
-def _sayer(cell: Any, notify: Observer, started: float):
-    """``say(name, words)``: tell the observers the cell's phase; the first time a phase
-    begins is kept in ``cell.phases`` (seconds from the cell's start)."""
-
-    def say(name: str, words: str) -> None:
-        if name not in (p for p, _t in cell.phases):
-            cell.phases.append((name, round(time.monotonic() - started, 3)))
-        notify(Phase(name, words))
-
-    return say
-
-
 #: From this many events on, a cell leaves Spark's epochs to the engine (see :func:`log_epoch`).
 SPARK_OWN_EPOCHS_FROM = 1_000_000
 
@@ -90,67 +77,6 @@ def log_epoch(log: Log, engine: str = "serial") -> int | None:
     if engine == "spark" and len(log) >= SPARK_OWN_EPOCHS_FROM:
         return None
     return max(1_000, -(-len(log) // 10))
-
-
-@dataclass
-class CellRun(CellOutcome):
-    """One run of a named program: its result, its baseline and the diff between them."""
-
-    name: str
-    program: Program
-    log: Log
-    engine: str
-    result: Result | None = None
-    baseline: Baseline | None = None
-    diff: Diff | KeyDiff | None = None
-    record: RunRecord | None = None
-    error: BaseException | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    #: The replay's progress as the monitor saw it (epochs and events done, elapsed time).
-    progress: ProgressState = field(default_factory=ProgressState, repr=False)
-    #: Why the result was not compared with a serial replay (its log above the compare
-    #: limit); None when it was, or will be.
-    not_compared: str | None = None
-    #: The phases the cell went through, each with when it began (seconds from the start).
-    phases: list[tuple[str, float]] = field(default_factory=list, repr=False)
-    #: Seconds from the cell's start to its end: what its user waited.
-    wall_s: float = 0.0
-    #: With a named baseline: what the replay reused of it (``Result.reuse``, the baseline's
-    #: name as ``reused_run``), or why it reused nothing (``reuse_reason``); None without one.
-    reuse: dict[str, Any] | None = None
-
-    def _made(self) -> Any:
-        return self.result
-
-    def reuse_line(self) -> str | None:
-        """One line on what the replay reused of its baseline, or why it reused nothing."""
-        return reuse_line(self.reuse)
-
-    def __repr__(self) -> str:
-        what = f"<restream run {self.name!r} on {self.engine}: {self.status}"
-        if self.result is not None:
-            m = self.result.metrics
-            tables = ", ".join(f"{n} {rows:,} rows" for n, rows in m.rows.items())
-            what += f", {m.events:,} events in {m.wall_s:.2f} s" + (f"; {tables}" if tables else "")
-        elif self.error is not None and not self.cancelled:
-            what += f": {str(self.error).splitlines()[0] if str(self.error) else type(self.error).__name__}"
-        elif self.cancelled:
-            what += f" ({self.cancelled_line()})"
-        return what + ">"
-
-    def wait(self, timeout: float | None = None) -> CellRun:
-        """A finished run is its own result (the same call as on a ``BackgroundRun``)."""
-        return self
-
-    @property
-    def unexpected_difference(self) -> bool:
-        """True when the baseline is the serial replay of this program and the outputs differ."""
-        return bool(
-            self.baseline
-            and self.baseline.label.startswith("serial")
-            and self.diff
-            and not self.diff.empty
-        )
 
 
 class Workbench:
@@ -265,16 +191,23 @@ class Workbench:
         program, log = cell.program, cell.log
         compare, limit = compare
 
+        # The baseline's own token: stopped with the cell's, or when the cell's replay fails.
+        own = CancelToken()
+        if cancel is not None:
+            cancel.on_cancel(own.cancel)
+
         def beside() -> Baseline:
             watch = serial_watch(say)
-            return self.baseline(program, log, baseline, on_error, cancel, observer=watch)
+            return self.baseline(program, log, baseline, on_error, own, observer=watch)
 
         if baseline is not None:
             label = f"{baseline} (serial)"
             ready = self.ready_baseline(self.program(baseline), log, label)
             if ready is None and is_oracle(cell.engine):
                 ready = self.baseline(program, log, baseline, on_error, cancel)
-            return (ready, None) if ready is not None else (None, BesideBaseline(beside, cell.name))
+            if ready is not None:
+                return ready, None
+            return None, BesideBaseline(beside, cell.name, own.cancel)
         if is_oracle(cell.engine):
             return None, None
         if compare is False or (
@@ -282,7 +215,7 @@ class Workbench:
         ):
             cell.not_compared = not_compared_line(cell.name, len(log), limit)
             return None, None
-        return None, BesideBaseline(beside, cell.name)
+        return None, BesideBaseline(beside, cell.name, own.cancel)
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -341,7 +274,8 @@ class Workbench:
             cell.progress = progress
         self.runs[name] = cell
         notify = broadcast([cell.progress] + ([observer] if observer is not None else []))
-        say = _sayer(cell, notify, started)
+        say = sayer(cell, notify, started)
+        beside = None
         try:
             if cancel is not None:
                 cancel.check()
@@ -361,6 +295,8 @@ class Workbench:
             self._compare(cell, beside, before_replay, cancel, by, say)
         except BaseException as exc:  # noqa: BLE001 - kept for the view, re-raised by callers who want it
             cell.error = exc
+            if beside is not None:
+                beside.stop()  # nothing left to compare: no work after the cell
         say("recording", "recording the run")
         cell.record = self.catalog.record(
             name=name,

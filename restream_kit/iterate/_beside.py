@@ -15,13 +15,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..io.progress import Progress, ProgressEvent, ReplayStarted
+from ..io.progress import Observer, Phase, Progress, ProgressEvent, ReplayStarted
 
 __all__ = [
     "BesideBaseline",
     "COMPARE_LIMIT",
     "compare_limit",
     "not_compared_line",
+    "sayer",
     "serial_watch",
 ]
 
@@ -71,13 +72,27 @@ def serial_watch(say: Callable[[str, str], None]) -> Callable[[ProgressEvent], N
     return see
 
 
+def sayer(cell: Any, notify: Observer, started: float):
+    """``say(name, words)``: tell the observers the cell's phase; the first time a phase
+    begins is kept in ``cell.phases`` (seconds from the cell's start)."""
+
+    def say(name: str, words: str) -> None:
+        if name not in (p for p, _t in cell.phases):
+            cell.phases.append((name, round(time.monotonic() - started, 3)))
+        notify(Phase(name, words))
+
+    return say
+
+
 class BesideBaseline:
     """``make()`` (which returns a ``Baseline``) on a thread, started by :meth:`start` (once the
     cell's replay has said it started) and waited for by :meth:`wait`; an error it raises
-    (a cancel included) is raised by ``wait``."""
+    (a cancel included) is raised by ``wait``. ``stop()`` tells ``make`` to stop (its cancel
+    token's ``cancel``)."""
 
-    def __init__(self, make: Callable[[], Any], name: str):
+    def __init__(self, make: Callable[[], Any], name: str, stop: Callable[[], None]):
         self._make = make
+        self.stop = stop
         self._name = name
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

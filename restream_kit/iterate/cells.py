@@ -1,6 +1,7 @@
-"""What the workbench keeps of a notebook cell that iterates on a rule: a ``--sweep`` cell's
-variants and baseline (:class:`CellSweep`), and the one line that says what a ``--baseline``
-cell's replay reused (:func:`reuse_line`). Plain data, no UI: ``widgets/`` draws it.
+"""What the workbench keeps of a notebook cell: a run, its baseline and diff (:class:`CellRun`,
+:class:`Baseline`), a ``--sweep`` cell's variants and baseline (:class:`CellSweep`), and the
+one line that says what a ``--baseline`` cell's replay reused (:func:`reuse_line`). Plain
+data, no UI: ``widgets/`` draws it; ``restream_kit.workbench`` makes it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from ..io.progress import Cancelled, ProgressState
 from ..io.result import Result
 from ..model.program import Program
 
-__all__ = ["Baseline", "CELL_BATCH", "CellSweep", "reuse_line", "no_reuse", "named_reuse"]
+__all__ = [
+    "Baseline",
+    "CELL_BATCH",
+    "CellRun",
+    "CellSweep",
+    "reuse_line",
+    "no_reuse",
+    "named_reuse",
+]
 
 #: Events per batch of a cell's serial replays: the serial engine looks at the cancel token
 #: between batches, so that an interrupt stops a slow rule's replay within a second or so
@@ -112,6 +121,67 @@ class CellOutcome:
     def cancelled_line(self) -> str:
         """``cancelled at epoch k of n, N events``: where a cancelled run stopped."""
         return cancelled_line(self.progress)
+
+
+@dataclass
+class CellRun(CellOutcome):
+    """One run of a named program: its result, its baseline and the diff between them."""
+
+    name: str
+    program: Program
+    log: Log
+    engine: str
+    result: Result | None = None
+    baseline: Baseline | None = None
+    diff: Diff | KeyDiff | None = None
+    record: RunRecord | None = None
+    error: BaseException | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    #: The replay's progress as the monitor saw it (epochs and events done, elapsed time).
+    progress: ProgressState = field(default_factory=ProgressState, repr=False)
+    #: Why the result was not compared with a serial replay (its log above the compare
+    #: limit); None when it was, or will be.
+    not_compared: str | None = None
+    #: The phases the cell went through, each with when it began (seconds from the start).
+    phases: list[tuple[str, float]] = field(default_factory=list, repr=False)
+    #: Seconds from the cell's start to its end: what its user waited.
+    wall_s: float = 0.0
+    #: With a named baseline: what the replay reused of it (``Result.reuse``, the baseline's
+    #: name as ``reused_run``), or why it reused nothing (``reuse_reason``); None without one.
+    reuse: dict[str, Any] | None = None
+
+    def _made(self) -> Any:
+        return self.result
+
+    def reuse_line(self) -> str | None:
+        """One line on what the replay reused of its baseline, or why it reused nothing."""
+        return reuse_line(self.reuse)
+
+    def __repr__(self) -> str:
+        what = f"<restream run {self.name!r} on {self.engine}: {self.status}"
+        if self.result is not None:
+            m = self.result.metrics
+            tables = ", ".join(f"{n} {rows:,} rows" for n, rows in m.rows.items())
+            what += f", {m.events:,} events in {m.wall_s:.2f} s" + (f"; {tables}" if tables else "")
+        elif self.error is not None and not self.cancelled:
+            what += f": {str(self.error).splitlines()[0] if str(self.error) else type(self.error).__name__}"
+        elif self.cancelled:
+            what += f" ({self.cancelled_line()})"
+        return what + ">"
+
+    def wait(self, timeout: float | None = None) -> CellRun:
+        """A finished run is its own result (the same call as on a ``BackgroundRun``)."""
+        return self
+
+    @property
+    def unexpected_difference(self) -> bool:
+        """True when the baseline is the serial replay of this program and the outputs differ."""
+        return bool(
+            self.baseline
+            and self.baseline.label.startswith("serial")
+            and self.diff
+            and not self.diff.empty
+        )
 
 
 @dataclass
