@@ -142,6 +142,16 @@ class Workbench:
         self._remember(program, log, base)
         return base
 
+    def _session_run(self, name: str, log: Log) -> Baseline | None:
+        """Cell ``name``'s finished run in this session, of its current program on ``log``, on
+        any engine (each equals the serial replay), as a baseline; None when there is none."""
+        run = self.runs.get(name)
+        if run is None or not run.ok or run.log.fingerprint != log.fingerprint:
+            return None
+        if run.program.sha256 != self.program(name).sha256:
+            return None
+        return Baseline(f"{name} ({run.engine})", run.result, reused=True, record=run.record)
+
     def _has_serial(self, program: Program, log: Log) -> bool:
         key = (program.sha256, log.fingerprint)
         return key in self._serial or (
@@ -203,6 +213,8 @@ class Workbench:
         if baseline is not None:
             label = f"{baseline} (serial)"
             ready = self.ready_baseline(self.program(baseline), log, label)
+            if ready is None:
+                ready = self._session_run(baseline, log)
             if ready is None and is_oracle(cell.engine):
                 ready = self.baseline(program, log, baseline, on_error, cancel)
             if ready is not None:
