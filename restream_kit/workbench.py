@@ -96,6 +96,19 @@ class Workbench:
         # later cell's baseline without reading the catalog again.
         self._serial: OrderedDict[tuple[str, str], Baseline] = OrderedDict()
         self._loaded: OrderedDict[str, Result] = OrderedDict()  # the last runs read by name
+        self._logs: OrderedDict[str, Log] = OrderedDict()  # the last logs, by fingerprint
+
+    def log(self, sources: Any, **options: Any) -> Log:
+        """``Log(sources, **options)``, the same object as an earlier cell's while its files
+        are unchanged (same fingerprint and options), so that a cell does not read the log's
+        canonical table again."""
+        log = Log(sources, **options)
+        key = f"{log.fingerprint} {sorted(options.items())!r}"
+        kept = self._logs.pop(key, None) or log
+        self._logs[key] = kept
+        while len(self._logs) > KEEP_IN_MEMORY // 2:
+            self._logs.popitem(last=False)
+        return kept
 
     def define(self, name: str, source: str) -> Program:
         """Load a cell's program under ``name`` (replacing an earlier definition)."""

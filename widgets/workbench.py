@@ -73,7 +73,7 @@ def run_cell(
 
         for values in grid(sweep):  # an unknown parameter fails the cell before any replay
             check_values(program, values, "--sweep")
-    log = Log(logs) if logs else None
+    log = workbench.log(logs) if logs else None
     the_plan = planner.plan(program, log)
     if plan_only or log is None:
         _show_plan(the_plan, name, mode)
