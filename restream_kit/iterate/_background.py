@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["BackgroundRun", "ReplayCancelled", "STOP_WAIT_S"]
 
 #: After a cancel, how long the kernel waits for the run to stop before it is given back.
-STOP_WAIT_S = 2.5
+STOP_WAIT_S = 1.5
 
 
 class ReplayCancelled(KeyboardInterrupt):
