@@ -244,6 +244,21 @@ def test_line_magic_lists_runs(shell, capsys):
     )  # a serial cell is its own baseline
 
 
+def test_a_spark_cell_above_the_compare_limit_says_so_and_compare_compares_it(
+    shell, capsys, spark_session
+):
+    source = pathlib_text("examples/antispam.py").replace("> 2 *", "> 4 *")
+    shell.run_cell_magic(
+        "restream", f"big --log {SAMPLE} --engine spark --compare-limit 100", source
+    )
+    shown = capsys.readouterr().out
+    assert "not compared with serial: the log has 50,000 events, above the compare limit" in shown
+    assert "%restream compare big" in shown and "serial baseline" not in shown, shown
+    shell.run_line_magic("restream", "compare big")
+    shown = capsys.readouterr().out
+    assert "diff against serial replay of big:" in shown and "identical" in shown, shown
+
+
 def pathlib_text(path: str) -> str:
     from pathlib import Path
 
