@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from collections import namedtuple
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -268,7 +269,8 @@ class Log:
         table = canonicalize(self.sources)
         if self.cache:
             private_dir(self.cache_dir)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+            # Per thread too: a workbench's runs on threads may build the same log at once.
+            tmp = cached.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             pq.write_table(table, tmp)
             os.replace(tmp, cached)
         return table
