@@ -52,6 +52,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.cell_bench",
         "time to done of the first and later %%restream cells in a kernel vs the replay's wall",
     ),
+    "cell-iterate": (
+        "bench.cell_iterate_bench",
+        "a --baseline threshold edit and a 12-variant --sweep cell vs a full replay, in a kernel",
+    ),
 }
 
 

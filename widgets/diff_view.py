@@ -119,6 +119,8 @@ class DiffView:
         )
         self.baseline_label = "the baseline"
         self._baseline: dict[str, pl.DataFrame] = {}
+        # Set once the baseline is ready, which may be after the replay (got beside it).
+        self._ready = False
         self._rows: dict[str, list[Any]] = {}
         self._lock = threading.Lock()
         self._sides: tuple[Any, Any, tuple[str, str]] | None = None
@@ -132,6 +134,7 @@ class DiffView:
         base = cell.baseline
         self.baseline_label = base.label + (" (reused from the catalog)" if base.reused else "")
         self._baseline = {name: pl.from_arrow(t) for name, t in base.result.tables.items()}
+        self._ready = True
         self.header.value = (
             f"<b>diff against {html.escape(self.baseline_label)}</b>: replay running"
         )
@@ -144,8 +147,8 @@ class DiffView:
         with self._lock:
             for name, table in event.outputs.items():
                 self._rows.setdefault(name, []).append(pl.from_arrow(table))
-            if event.settled_ts is None:
-                return  # the final diff comes with finish()
+            if event.settled_ts is None or not self._ready:
+                return  # the final diff comes with finish(); a partial one needs the baseline
             settled = event.settled_ts
             ours = {
                 n: pl.concat(parts, how="diagonal_relaxed").filter(pl.col("ts") < settled)
@@ -159,6 +162,9 @@ class DiffView:
         cell says why)."""
         if cell.error is not None:
             self.widget.layout.display = "none"
+            return
+        if cell.diff is None:  # not compared with serial (a log above the compare limit)
+            self.header.value = f"<b>diff</b>: {html.escape(cell.not_compared or 'none')}"
             return
         self._sides = (cell.result, cell.baseline.result, (cell.name, cell.baseline.label))
         self._render(cell.diff, partial=None, serial_check=cell.unexpected_difference)

@@ -162,6 +162,19 @@ class RestreamMagics(Magics):
         help="with --baseline: replay in full rather than re-running only the stages that "
         "changed since the baseline's run",
     )
+    @argument(
+        "--compare",
+        action="store_true",
+        help="on a parallel engine: compare with the serial replay even above the compare limit",
+    )
+    @argument(
+        "--compare-limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="on a parallel engine: above N events (default $RESTREAM_COMPARE_LIMIT or "
+        "5,000,000) the run is not compared with a serial replay unless --compare",
+    )
     @argument("--engine", choices=engine_names(), default="serial", help="where to replay")
     @argument("--master", default=None, metavar="URL", help="Spark master (default local[*])")
     @argument("--plan-only", action="store_true", help="show the plan, do not replay")
@@ -210,7 +223,10 @@ class RestreamMagics(Magics):
 
         As a line magic: ``%restream runs`` shows the run catalog; ``%restream diff A B
         [--by FIELD]`` compares the latest runs of cells A and B (``--explain ROW``: why that
-        row of the diff differs, ``restream_kit.explain``); ``%restream forget NAME``
+        row of the diff differs, ``restream_kit.explain``); ``%restream compare NAME``
+        compares cell NAME's run with the serial replay of its program (a run on a parallel
+        engine over a log above the compare limit is not compared unless ``--compare``);
+        ``%restream forget NAME``
         deletes the runs called NAME and their files.
         """
         if cell is None:
@@ -271,6 +287,8 @@ class RestreamMagics(Magics):
                 reuse=not args.no_reuse,
                 checkpoint=args.checkpoint,
                 checkpoint_every=args.checkpoint_every,
+                compare=True if args.compare else None,
+                compare_limit=args.compare_limit,
             )
         except RestreamError as exc:
             raise UsageError(str(exc)) from None
@@ -305,6 +323,18 @@ class RestreamMagics(Magics):
                 raise UsageError(f"no recorded run is called {words[1]!r}")
             print(f"forgot {len(gone)} run(s) called {words[1]}")
             return None
+        if len(words) == 2 and words[0] == "compare":
+            # A parallel run left uncompared (its log above the compare limit): compare it now.
+            from widgets.workbench import show_compare
+
+            running = self.shell.user_ns.get(words[1])
+            if hasattr(running, "wait"):
+                running.wait()
+            try:
+                show_compare(self.workbench, words[1])
+            except RestreamError as exc:
+                raise UsageError(str(exc)) from None
+            return None
         row = None
         if words[:1] == ["diff"] and "--explain" in words[3:-1]:
             at = words.index("--explain")
@@ -328,6 +358,7 @@ class RestreamMagics(Magics):
             return None
         raise UsageError(
             "use %restream runs, %restream diff A B [--by FIELD] [--explain ROW], "
+            "%restream compare NAME, "
             "%restream forget NAME, or %%restream NAME "
             "as a cell magic "
             "(%%restream? for help)"

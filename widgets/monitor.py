@@ -16,6 +16,7 @@ import ipywidgets as w
 
 from restream_kit.io.progress import (
     EpochFinished,
+    Phase,
     ProgressEvent,
     ProgressState,
     ReplayFinished,
@@ -70,6 +71,8 @@ class ReplayMonitor:
         self.stop_button.on_click(lambda _b: self._cancel())
         self.log_note = w.HTML("")
         self.reuse_note = w.HTML("")
+        # The serial baseline's progress, while it runs beside the replay.
+        self.baseline_note = w.HTML("")
         self.widget = w.VBox(
             [
                 w.HBox([self.title, self.status, self.stop_button]),
@@ -77,6 +80,7 @@ class ReplayMonitor:
                 w.HBox([self.epoch_bar, self.epoch_label]),
                 self.stages,
                 self.stats,
+                self.baseline_note,
                 self.reuse_note,
                 self.log_note,
             ],
@@ -87,7 +91,10 @@ class ReplayMonitor:
         self._last_draw = 0.0
         self._lock = threading.Lock()
         self._run: Any = None
-        self._set_status("waiting", "preparing the baseline")
+        # "done in X s" is the time from here (the cell's start) to the end of the cell.
+        self._opened = time.monotonic()
+        self._ended = False
+        self._set_status("waiting", f"starting {engine}")
         if engine == "spark":
             self._show_spark_log()
 
@@ -128,6 +135,7 @@ class ReplayMonitor:
     def finish(self, cell: Any) -> None:
         """A run ended: show how (also when it failed before the replay could say so)."""
         with self._lock:
+            self._ended = True
             if cell.error is not None and self.state.finished is None:
                 self.state(
                     ReplayFinished(
@@ -138,7 +146,13 @@ class ReplayMonitor:
             if self.log_note.value:
                 self._show_spark_log()  # Spark's session, and so its UI, exists by now
             status = getattr(cell, "status", "failed" if cell.error is not None else "done")
+            self.baseline_note.value = ""
             self._draw(status="done" if status == "ok" else status)
+            if getattr(cell, "not_compared", None) and cell.error is None:
+                self.baseline_note.value = (
+                    f"<span class='restream-not-compared' style='color:#777'>"
+                    f"{html.escape(cell.not_compared)}</span>"
+                )
             line = cell.reuse_line() if hasattr(cell, "reuse_line") else None
             if line and cell.error is None:
                 # What a --baseline cell reused of its baseline, or why it replayed in full.
@@ -166,6 +180,9 @@ class ReplayMonitor:
 
     def __call__(self, event: ProgressEvent) -> None:
         with self._lock:
+            if isinstance(event, Phase):
+                self._phase(event)
+                return
             self.state(event)
             if isinstance(event, ReplayStarted):
                 self._set_status("running")
@@ -180,6 +197,19 @@ class ReplayMonitor:
             if boundary or now - self._last_draw >= REDRAW_EVERY_S:
                 self._draw()
                 self._last_draw = now
+
+    def _phase(self, event: Phase) -> None:
+        """What the cell is doing: the serial baseline's progress on its own line, any other
+        phase in the status (a finished monitor keeps its final words)."""
+        if self._ended:
+            return
+        if event.name == "baseline":
+            self.baseline_note.value = (
+                f"<span class='restream-baseline' style='color:#777'>"
+                f"{html.escape(event.words)}</span>"
+            )
+        else:
+            self._set_status("waiting" if event.name == "starting" else "running", event.words)
 
     def _stage_bar(self, stage: str) -> w.IntProgress:
         if stage not in self._stage_bars:
@@ -211,15 +241,18 @@ class ReplayMonitor:
             self.stats.value = html.escape(s.line())
             return
         if status is None:
-            status = "done" if s.finished.ok else "failed"
+            status = "replayed" if s.finished.ok else "failed"
         error = (s.finished.error or "") if s.finished is not None else ""
         if status == "failed" and error == "replay cancelled":
             status = "cancelled"
         bars = [self.events_bar, self.epoch_bar, *self._stage_bars.values()]
-        if status == "done":
+        if status in ("done", "replayed"):
             for bar in bars:
                 bar.bar_style = "success"
-            self._set_status("done", f"done in {s.elapsed_s:.2f} s")
+            if status == "done":
+                self._set_status("done", f"done in {time.monotonic() - self._opened:.2f} s")
+            else:  # the cell goes on (the diff, the catalog): it is done when finish() says so
+                self._set_status("running", f"replayed in {s.elapsed_s:.2f} s")
             self.stats.value = html.escape(s.line())
         elif status == "cancelled":
             for bar in bars:

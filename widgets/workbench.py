@@ -16,7 +16,7 @@ from restream_kit.io.progress import broadcast
 from restream_kit.planner.render import plan_text
 from restream_kit.workbench import BackgroundRun, CellRun, CellSweep, Workbench, log_epoch
 
-__all__ = ["display_mode", "run_cell", "show_diff"]
+__all__ = ["display_mode", "run_cell", "show_compare", "show_diff"]
 
 
 def display_mode() -> str:
@@ -49,12 +49,16 @@ def run_cell(
     reuse: bool = True,
     checkpoint: str | None = None,
     checkpoint_every: str | None = None,
+    compare: bool | None = None,
+    compare_limit: int | None = None,
 ) -> BackgroundRun | None:
     """Define the cell's program, show its plan and, given logs, start its replay against the
     baseline on a thread; the caller waits for it (a blocking cell) or not (``--background``).
 
     ``sweep`` (parameter name to values) replays every variant of the grid instead, and shows
-    the sweep view; ``reuse=False`` replays in full even with a baseline that could be reused.
+    the sweep view; ``reuse=False`` replays in full even with a baseline that could be reused;
+    ``compare`` (True: always, False: never) and ``compare_limit`` decide whether a parallel
+    run is compared with a serial replay (see ``Workbench.run``).
     Widgets put the monitor first, so that it is at the top of the cell while the replay runs.
     """
     mode = mode or display_mode()
@@ -65,7 +69,7 @@ def run_cell(
 
         for values in grid(sweep):  # an unknown parameter fails the cell before any replay
             check_values(program, values, "--sweep")
-    log = Log(logs) if logs else None
+    log = workbench.log(logs) if logs else None
     # A handler that would never run fails the cell in one line, before any replay.
     the_plan = planner.plan(program, log, require_kinds=True)
     if plan_only or log is None:
@@ -89,6 +93,10 @@ def run_cell(
         options["reuse"] = False
     if checkpoint:  # (committed as it goes: ``checkpoint_every``)
         options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+    if compare is not None:
+        options["compare"] = compare
+    if compare_limit is not None:
+        options["compare_limit"] = compare_limit
     if mode == "text":
         _show_plan(the_plan, name, mode, layout)
         from widgets.monitor import TextMonitor
@@ -223,14 +231,18 @@ def _print_outcome(cell: CellRun) -> None:
         print(quarantine_text(cell.result.quarantine))
     if cell.reuse_line():
         print(cell.reuse_line())
-    print(f"diff against {cell.baseline.label}:")
-    print(cell.diff.text())
+    if cell.diff is None:
+        print(cell.not_compared)
+    else:
+        print(f"diff against {cell.baseline.label}:")
+        print(cell.diff.text())
     if cell.unexpected_difference:
         print(
             "The parallel result differs from the serial replay of the same program: "
             "the engine is wrong. Please report this.",
             file=sys.stderr,
         )
+    print(f"done in {cell.wall_s:.2f} s")
 
 
 def show_diff(
@@ -272,3 +284,25 @@ class _Results:
 
     def static_text(self) -> str:
         return self.diff_view.static_text()
+
+
+def show_compare(workbench: Workbench, name: str, *, mode: str | None = None) -> Any:
+    """``%restream compare NAME``: the latest run of cell NAME compared with the serial replay
+    of its program (replayed here unless this session or the catalog has it); the diff."""
+    if (mode or display_mode()) == "text":
+        from widgets.monitor import TextMonitor
+
+        cell = workbench.compare(name, observer=TextMonitor())
+        print(f"diff against {cell.baseline.label}:")
+        print(cell.diff.text())
+        return cell.diff
+    from widgets.diff_view import DiffView
+
+    view = DiffView()
+    view.header.value = f"<b>diff of {name} against its serial replay</b>: replaying serially"
+    shown = _show_static(view)
+    cell = workbench.compare(name)
+    view.set_baseline(cell)
+    view.finish(cell)
+    shown.update(view.static_html(), view.static_text())
+    return cell.diff

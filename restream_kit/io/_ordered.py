@@ -15,6 +15,7 @@ import bisect
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,8 +182,13 @@ class OrderedCopy:
         raise IndexError(position)
 
 
+def _writer() -> str:
+    """A name for this process and thread: a workbench's threads may build one log at once."""
+    return f"{os.getpid()}.{threading.get_ident()}"
+
+
 def write_manifest(path: Path, summary: LogSummary) -> None:
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = path.with_suffix(f".{_writer()}.tmp")
     tmp.write_text(json.dumps(summary.to_json()))
     os.replace(tmp, path)
 
@@ -212,10 +218,10 @@ def write_ordered(
     ``check_lsn`` raises when some sources have ``lsn`` and others not; ``duplicate(lsn,
     source, row)`` is the error for an ``lsn`` given twice.
     """
-    work = target.with_name(f"{target.stem}.{os.getpid()}.work")
+    work = target.with_name(f"{target.stem}.{_writer()}.work")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    tmp = target.with_suffix(f".{_writer()}.tmp")
     try:
         files, in_order, direct = [], True, None
         for position, stream in enumerate(streams):
