@@ -387,8 +387,14 @@ def _read_labels(labels: str, by: str | None) -> Any:
 
 def _baselines(workbench: Workbench) -> set[str]:
     """The run ids of the serial baselines this session's cells recorded."""
-    bases = (getattr(cell, "baseline", None) for cell in workbench.runs.values())
-    return {b.record.run_id for b in bases if b is not None and not b.reused and b.record}
+    ids = set()
+    for cell in workbench.runs.values():
+        base, own = getattr(cell, "baseline", None), getattr(cell, "record", None)
+        if base is None or base.reused or not base.record:
+            continue
+        if own is None or base.record.run_id != own.run_id:  # a serial cell is its own baseline
+            ids.add(base.record.run_id)
+    return ids
 
 
 #: What the first ``%%restream`` cell needs, imported by ``%load_ext`` so that the cell starts at
