@@ -36,6 +36,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.hand_job",
         "Spark engine vs a hand-written Spark job and serial, float or team rule, warm",
     ),
+    "windows": (
+        "bench.windows_bench",
+        "windowed rules (tumbling, hopping, sliding, session) vs the plain counter, serial",
+    ),
     "cells": (
         "bench.cell_bench",
         "time to done of the first and later %%restream cells in a kernel vs the replay's wall",
