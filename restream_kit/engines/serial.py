@@ -129,7 +129,8 @@ def replay(
         hooks=recorded.hooks if recorded is not None else (),
     )
     if not guarded and recorded is None and _options.get("native_windows", True):
-        fuse_windows(compiled, rt)  # windows run natively: the same effects, cheaper
+        # Windows run natively: the same effects, cheaper (closes batched unless checkpointed).
+        fuse_windows(compiled, rt, batch_closes=ck is None and start is None)
     by_kind.update(compiled.handlers_by_kind())
     run_batch = compiled.run_batch
     epochs = cut(log, epoch)

@@ -51,9 +51,28 @@ class _Close(ScheduledEvent):
         self.seq = seq
 
 
-def fuse_windows(compiled: CompiledProgram, rt: SerialRuntime) -> list[str]:
+class _Batch(ScheduledEvent):
+    """The closes of one window's windows that end at the same time ``ts``, in the order
+    they opened: ``items`` of (order, key, start, lsn, seq), run from ``index`` on."""
+
+    def __init__(self, kind: str, ts: int, lsn: int, seq: int, items: list, index: int = 0):
+        self.kind = kind
+        self.ts = ts
+        self.lsn = lsn
+        self.seq = seq
+        self.items = items
+        self.index = index
+
+
+def fuse_windows(
+    compiled: CompiledProgram, rt: SerialRuntime, *, batch_closes: bool = True
+) -> list[str]:
     """Replace the generated helpers of ``compiled``'s windows with native ones; return the
-    names of the windows that run natively (the others keep their expansion)."""
+    names of the windows that run natively (the others keep their expansion).
+
+    ``batch_closes`` puts the closes of a tumbling or hopping window that end at one time in
+    one entry of the runtime's queue (the engine turns it off when it checkpoints, since a
+    checkpoint keeps the queue's events as they are)."""
     program = compiled.program
     listeners: dict[str, set[str]] = {}
     for h in program.handlers:
@@ -67,7 +86,7 @@ def fuse_windows(compiled: CompiledProgram, rt: SerialRuntime) -> list[str]:
         if not isinstance(window, Sliding):
             if listeners.get(close_kind(name), set()) != {f"{name}__close"}:
                 continue
-        replaced = builder(name, window, compiled.namespace, rt)
+        replaced = builder(name, window, compiled.namespace, rt, batch_closes)
         if replaced is None:
             continue
         compiled.namespace.update(replaced)
@@ -122,12 +141,14 @@ def _aggregate(window: Any, namespace: dict, n: str) -> tuple[Callable, Callable
 
 def _closer(
     n: str, window: Any, namespace: dict, rt: SerialRuntime, value_of: Callable, drop: tuple
-) -> Callable:
-    """The close handler: the window's row and ``on_close`` calls, then its state deleted."""
+) -> tuple[Callable, Callable]:
+    """The close handler ``close(e)``, and ``finish(key, w, start, end, lsn, ts, seq)`` that
+    writes a closing window's row, calls the ``on_close`` functions and deletes its state."""
     counts = _store(namespace, f"{n}__n")
     table = window.table
     callbacks = [namespace[fn.__name__] for fn in window.callbacks]
     handler = f"{n}__close"
+    tables = rt.rows  # a table exists once a row goes to it: looked up when one does
     session = isinstance(window, Session)
     if session:
         first = _store(namespace, f"{n}__first")
@@ -138,32 +159,34 @@ def _closer(
         width = window.width
         drop = (counts, *drop)
 
+    def finish(key: Any, w: Any, start: Any, end: Any, lsn: int, ts: int, seq: int) -> None:
+        value = value_of(w)
+        if table is not None:
+            fields = {"key": key, "start": start, "end": end, "value": value}
+            tables[table].append((lsn, ts, handler, seq, fields))
+        for fn in callbacks:
+            fn(key, start, end, value)
+        for d in drop:
+            d.pop(w, None)
+
     def close(e: Any) -> None:
         if session:
             w = e.key
             end = last.get(w)
             if end is None or end + gap > e.ts:
                 return
-            start, end = first.get(w), e.ts
+            finish(e.key, w, first.get(w), e.ts, e.lsn, e.ts, e.seq)
         else:
             w = (e.key, e.start)
-            if not counts.get(w, 0):
-                return
-            start = e.start
-            end = start + width
-        value = value_of(w)
-        if table is not None:
-            fields = {"key": e.key, "start": start, "end": end, "value": value}
-            rt.rows[table].append((e.lsn, e.ts, handler, e.seq, fields))
-        for fn in callbacks:
-            fn(e.key, start, end, value)
-        for d in drop:
-            d.pop(w, None)
+            if counts.get(w, 0):
+                finish(e.key, w, e.start, e.start + width, e.lsn, e.ts, e.seq)
 
-    return close
+    return close, finish
 
 
-def _aligned(n: str, window: Tumbling | Hopping, namespace: dict, rt: SerialRuntime) -> dict:
+def _aligned(
+    n: str, window: Tumbling | Hopping, namespace: dict, rt: SerialRuntime, batch: bool
+) -> dict:
     merge, value_of, drop = _aggregate(window, namespace, n)
     counts = _store(namespace, f"{n}__n")
     width = window.width
@@ -172,10 +195,25 @@ def _aligned(n: str, window: Tumbling | Hopping, namespace: dict, rt: SerialRunt
     per_root = rt.scheduled_per_root
     scheduled = rt.scheduled
     order = rt.order
+    counts_get = counts.get
+    heappush = heapq.heappush
+    pending: dict[int, list] = {}  # close time -> the items of its batch not yet run
+
+    def opened(at: int, root: int, seq: int, key: Any, start: int) -> None:
+        """Queue the close of a window that just got its first value."""
+        o = next(order)
+        if not batch:
+            heappush(scheduled, (at, o, _Close(kind, at, root, seq, key, start)))
+            return
+        items = pending.get(at)
+        if items is None:
+            items = pending[at] = []
+            heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items)))
+        items.append((o, key, start, root, seq))
 
     def into(key: Any, value: Any, start: int) -> None:
         w = (key, start)
-        old = counts.get(w)
+        old = counts_get(w)
         counts[w] = 1 if old is None else old + 1
         if merge is not None:
             merge(w, value)
@@ -184,15 +222,29 @@ def _aligned(n: str, window: Tumbling | Hopping, namespace: dict, rt: SerialRunt
         if at < ev[1]:
             raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
         root = ev[0]
-        per_root[root] += 1
+        seq = per_root[root] + 1
+        per_root[root] = seq
         if not old:  # the window's first value: its close is the one that emits
-            close = _Close(kind, at, root, per_root[root], key, start)
-            heapq.heappush(scheduled, (at, next(order), close))
+            opened(at, root, seq, key, start)
 
     if hop == width:
-
+        # One window per value: ``into`` written out, as the hot path of a tumbling window.
         def add(key: Any, value: Any, ts: int) -> None:
-            into(key, value, ts - ts % width)
+            start = ts - ts % width
+            w = (key, start)
+            old = counts_get(w)
+            counts[w] = 1 if old is None else old + 1
+            if merge is not None:
+                merge(w, value)
+            ev = rt.event
+            at = start + width
+            if at < ev[1]:
+                raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
+            root = ev[0]
+            seq = per_root[root] + 1
+            per_root[root] = seq
+            if not old:
+                opened(at, root, seq, key, start)
 
     else:
 
@@ -202,11 +254,34 @@ def _aligned(n: str, window: Tumbling | Hopping, namespace: dict, rt: SerialRunt
                 into(key, value, start)
                 start -= hop
 
-    close = _closer(n, window, namespace, rt, value_of, drop)
+    one, finish = _closer(n, window, namespace, rt, value_of, drop)
+    callbacks = bool(window.callbacks)
+
+    def close(e: Any) -> None:
+        if type(e) is not _Batch:
+            one(e)
+            return
+        items, at = e.items, e.ts
+        if pending.get(at) is items:
+            del pending[at]  # windows closing at ``at`` from now on go to a new batch
+        for i in range(e.index, len(items)):
+            o, key, start, root, seq = items[i]
+            if i > e.index and scheduled and scheduled[0][:2] < (at, o):
+                # An event queued between these closes runs first, as it would have.
+                heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items, i)))
+                return
+            w = (key, start)
+            if not counts_get(w, 0):
+                continue
+            if callbacks:  # what they emit or schedule comes from this close
+                rt.event = _Close(kind, at, root, seq, key, start)
+                rt.seq = seq
+            finish(key, w, start, start + width, root, at, seq)
+
     return {f"{n}__into": into, f"{n}__add": add, f"{n}__close": close}
 
 
-def _session(n: str, window: Session, namespace: dict, rt: SerialRuntime) -> dict:
+def _session(n: str, window: Session, namespace: dict, rt: SerialRuntime, _batch: bool) -> dict:
     merge, value_of, drop = _aggregate(window, namespace, n)
     counts = _store(namespace, f"{n}__n")
     first = _store(namespace, f"{n}__first")
@@ -236,11 +311,13 @@ def _session(n: str, window: Session, namespace: dict, rt: SerialRuntime) -> dic
             scheduled, (at, next(order), _Close(kind, at, root, per_root[root], key, None))
         )
 
-    close = _closer(n, window, namespace, rt, value_of, drop)
+    close, _finish = _closer(n, window, namespace, rt, value_of, drop)
     return {f"{n}__add": add, f"{n}__close": close}
 
 
-def _sliding(n: str, window: Sliding, namespace: dict, rt: SerialRuntime) -> dict | None:
+def _sliding(
+    n: str, window: Sliding, namespace: dict, rt: SerialRuntime, _batch: bool
+) -> dict | None:
     agg = window.agg
     if agg not in ("count", "sum", "mean"):
         return None  # min, max, distinct: the expansion's helpers are plain code already
