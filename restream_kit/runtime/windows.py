@@ -86,7 +86,8 @@ def fuse_windows(
         if not isinstance(window, Sliding):
             if listeners.get(close_kind(name), set()) != {f"{name}__close"}:
                 continue
-        replaced = builder(name, window, compiled.namespace, rt, batch_closes)
+        fail = _raiser(program.filename, compiled.namespace[f"{name}__add"])
+        replaced = builder(name, window, compiled.namespace, rt, batch_closes, fail)
         if replaced is None:
             continue
         compiled.namespace.update(replaced)
@@ -96,6 +97,16 @@ def fuse_windows(
             (hname, compiled.namespace[hname]) for hname, _fn in compiled.handlers
         )
     return fused
+
+
+def _raiser(filename: str, generated: Callable) -> Callable:
+    """``fail(exc)``: re-raise ``exc`` from the window's declaration line in the program, as
+    the expansion's code (which carries that line) would, so the error names that line."""
+    lineno = generated.__code__.co_firstlineno
+    namespace: dict[str, Any] = {}
+    source = "\n" * (lineno - 1) + "def fail(exc): raise exc"
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace["fail"]
 
 
 def _store(namespace: dict, name: str) -> dict:
@@ -140,7 +151,13 @@ def _aggregate(window: Any, namespace: dict, n: str) -> tuple[Callable, Callable
 
 
 def _closer(
-    n: str, window: Any, namespace: dict, rt: SerialRuntime, value_of: Callable, drop: tuple
+    n: str,
+    window: Any,
+    namespace: dict,
+    rt: SerialRuntime,
+    value_of: Callable,
+    drop: tuple,
+    fail: Callable,
 ) -> tuple[Callable, Callable]:
     """The close handler ``close(e)``, and ``finish(key, w, start, end, lsn, ts, seq)`` that
     writes a closing window's row, calls the ``on_close`` functions and deletes its state."""
@@ -170,22 +187,30 @@ def _closer(
             d.pop(w, None)
 
     def close(e: Any) -> None:
-        if session:
-            w = e.key
-            end = last.get(w)
-            if end is None or end + gap > e.ts:
-                return
-            finish(e.key, w, first.get(w), e.ts, e.lsn, e.ts, e.seq)
-        else:
-            w = (e.key, e.start)
-            if counts.get(w, 0):
-                finish(e.key, w, e.start, e.start + width, e.lsn, e.ts, e.seq)
+        try:
+            if session:
+                w = e.key
+                end = last.get(w)
+                if end is None or end + gap > e.ts:
+                    return
+                finish(e.key, w, first.get(w), e.ts, e.lsn, e.ts, e.seq)
+            else:
+                w = (e.key, e.start)
+                if counts.get(w, 0):
+                    finish(e.key, w, e.start, e.start + width, e.lsn, e.ts, e.seq)
+        except Exception as exc:
+            fail(exc)
 
     return close, finish
 
 
 def _aligned(
-    n: str, window: Tumbling | Hopping, namespace: dict, rt: SerialRuntime, batch: bool
+    n: str,
+    window: Tumbling | Hopping,
+    namespace: dict,
+    rt: SerialRuntime,
+    batch: bool,
+    fail: Callable,
 ) -> dict:
     merge, value_of, drop = _aggregate(window, namespace, n)
     counts = _store(namespace, f"{n}__n")
@@ -212,25 +237,7 @@ def _aligned(
         items.append((o, key, start, root, seq))
 
     def into(key: Any, value: Any, start: int) -> None:
-        w = (key, start)
-        old = counts_get(w)
-        counts[w] = 1 if old is None else old + 1
-        if merge is not None:
-            merge(w, value)
-        ev = rt.event
-        at = start + width
-        if at < ev[1]:
-            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
-        root = ev[0]
-        seq = per_root[root] + 1
-        per_root[root] = seq
-        if not old:  # the window's first value: its close is the one that emits
-            opened(at, root, seq, key, start)
-
-    if hop == width:
-        # One window per value: ``into`` written out, as the hot path of a tumbling window.
-        def add(key: Any, value: Any, ts: int) -> None:
-            start = ts - ts % width
+        try:
             w = (key, start)
             old = counts_get(w)
             counts[w] = 1 if old is None else old + 1
@@ -243,45 +250,79 @@ def _aligned(
             root = ev[0]
             seq = per_root[root] + 1
             per_root[root] = seq
-            if not old:
+            if not old:  # the window's first value: its close is the one that emits
                 opened(at, root, seq, key, start)
+        except Exception as exc:
+            fail(exc)
+
+    if hop == width:
+        # One window per value: ``into`` written out, as the hot path of a tumbling window.
+        def add(key: Any, value: Any, ts: int) -> None:
+            try:
+                start = ts - ts % width
+                w = (key, start)
+                old = counts_get(w)
+                counts[w] = 1 if old is None else old + 1
+                if merge is not None:
+                    merge(w, value)
+                ev = rt.event
+                at = start + width
+                if at < ev[1]:
+                    raise TimeTravelError(
+                        f"schedule at {at} is earlier than the event's time {ev[1]}"
+                    )
+                root = ev[0]
+                seq = per_root[root] + 1
+                per_root[root] = seq
+                if not old:
+                    opened(at, root, seq, key, start)
+            except Exception as exc:
+                fail(exc)
 
     else:
 
         def add(key: Any, value: Any, ts: int) -> None:
-            start = ts - ts % hop
-            while start > ts - width:
-                into(key, value, start)
-                start -= hop
+            try:
+                start = ts - ts % hop
+                while start > ts - width:
+                    into(key, value, start)
+                    start -= hop
+            except Exception as exc:
+                fail(exc)
 
-    one, finish = _closer(n, window, namespace, rt, value_of, drop)
+    one, finish = _closer(n, window, namespace, rt, value_of, drop, fail)
     callbacks = bool(window.callbacks)
 
     def close(e: Any) -> None:
-        if type(e) is not _Batch:
-            one(e)
-            return
-        items, at = e.items, e.ts
-        if pending.get(at) is items:
-            del pending[at]  # windows closing at ``at`` from now on go to a new batch
-        for i in range(e.index, len(items)):
-            o, key, start, root, seq = items[i]
-            if i > e.index and scheduled and scheduled[0][:2] < (at, o):
-                # An event queued between these closes runs first, as it would have.
-                heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items, i)))
+        try:
+            if type(e) is not _Batch:
+                one(e)
                 return
-            w = (key, start)
-            if not counts_get(w, 0):
-                continue
-            if callbacks:  # what they emit or schedule comes from this close
-                rt.event = _Close(kind, at, root, seq, key, start)
-                rt.seq = seq
-            finish(key, w, start, start + width, root, at, seq)
+            items, at = e.items, e.ts
+            if pending.get(at) is items:
+                del pending[at]  # windows closing at ``at`` from now on go to a new batch
+            for i in range(e.index, len(items)):
+                o, key, start, root, seq = items[i]
+                if i > e.index and scheduled and scheduled[0][:2] < (at, o):
+                    # An event queued between these closes runs first, as it would have.
+                    heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items, i)))
+                    return
+                w = (key, start)
+                if not counts_get(w, 0):
+                    continue
+                if callbacks:  # what they emit or schedule comes from this close
+                    rt.event = _Close(kind, at, root, seq, key, start)
+                    rt.seq = seq
+                finish(key, w, start, start + width, root, at, seq)
+        except Exception as exc:
+            fail(exc)
 
     return {f"{n}__into": into, f"{n}__add": add, f"{n}__close": close}
 
 
-def _session(n: str, window: Session, namespace: dict, rt: SerialRuntime, _batch: bool) -> dict:
+def _session(
+    n: str, window: Session, namespace: dict, rt: SerialRuntime, _batch: bool, fail: Callable
+) -> dict:
     merge, value_of, drop = _aggregate(window, namespace, n)
     counts = _store(namespace, f"{n}__n")
     first = _store(namespace, f"{n}__first")
@@ -293,30 +334,33 @@ def _session(n: str, window: Session, namespace: dict, rt: SerialRuntime, _batch
     order = rt.order
 
     def add(key: Any, value: Any, ts: int) -> None:
-        if first.get(key) is None:
-            first[key] = ts
-        else:
-            first[key] = first[key]
-        last[key] = ts
-        counts[key] = counts.get(key, 0) + 1
-        if merge is not None:
-            merge(key, value)
-        ev = rt.event
-        at = ts + gap
-        if at < ev[1]:
-            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
-        root = ev[0]
-        per_root[root] += 1
-        heapq.heappush(
-            scheduled, (at, next(order), _Close(kind, at, root, per_root[root], key, None))
-        )
+        try:
+            if first.get(key) is None:
+                first[key] = ts
+            else:
+                first[key] = first[key]
+            last[key] = ts
+            counts[key] = counts.get(key, 0) + 1
+            if merge is not None:
+                merge(key, value)
+            ev = rt.event
+            at = ts + gap
+            if at < ev[1]:
+                raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
+            root = ev[0]
+            per_root[root] += 1
+            heapq.heappush(
+                scheduled, (at, next(order), _Close(kind, at, root, per_root[root], key, None))
+            )
+        except Exception as exc:
+            fail(exc)
 
-    close, _finish = _closer(n, window, namespace, rt, value_of, drop)
+    close, _finish = _closer(n, window, namespace, rt, value_of, drop, fail)
     return {f"{n}__add": add, f"{n}__close": close}
 
 
 def _sliding(
-    n: str, window: Sliding, namespace: dict, rt: SerialRuntime, _batch: bool
+    n: str, window: Sliding, namespace: dict, rt: SerialRuntime, _batch: bool, fail: Callable
 ) -> dict | None:
     agg = window.agg
     if agg not in ("count", "sum", "mean"):
@@ -328,14 +372,17 @@ def _sliding(
     sums = _store(namespace, f"{n}__sum") if agg in ("sum", "mean") else None
 
     def add(key: Any, value: Any, ts: int) -> None:
-        now = rt.event[1]
-        at = ts + width
-        if counts is not None:
-            counts[key] = counts.get(key, 0) + 1
-            _later(at, now, counts, key, -1)
-        if sums is not None:
-            sums[key] = sums.get(key, 0) + value
-            _later(at, now, sums, key, -value)
+        try:
+            now = rt.event[1]
+            at = ts + width
+            if counts is not None:
+                counts[key] = counts.get(key, 0) + 1
+                _later(at, now, counts, key, -1)
+            if sums is not None:
+                sums[key] = sums.get(key, 0) + value
+                _later(at, now, sums, key, -value)
+        except Exception as exc:
+            fail(exc)
 
     def _later(at: int, now: int, d: dict, key: Any, amount: Any) -> None:
         if at == now:
@@ -348,18 +395,27 @@ def _sliding(
     if agg == "count":
 
         def value(key: Any, ts: int) -> Any:
-            return counts.get(key, 0)
+            try:
+                return counts.get(key, 0)
+            except Exception as exc:
+                fail(exc)
 
     elif agg == "sum":
 
         def value(key: Any, ts: int) -> Any:
-            return sums.get(key, 0)
+            try:
+                return sums.get(key, 0)
+            except Exception as exc:
+                fail(exc)
 
     else:
 
         def value(key: Any, ts: int) -> Any:
-            c = counts.get(key, 0)
-            return sums.get(key, 0) / c if c else None
+            try:
+                c = counts.get(key, 0)
+                return sums.get(key, 0) / c if c else None
+            except Exception as exc:
+                fail(exc)
 
     return {f"{n}__add": add, f"{n}__value": value}
 
