@@ -228,7 +228,8 @@ def _aligned(
         """Queue the close of a window that just got its first value."""
         o = next(order)
         if not batch:
-            heappush(scheduled, (at, o, _Close(kind, at, root, seq, key, start)))
+            fields = {"key": key, "start": start}  # a plain event: checkpoints store it
+            heappush(scheduled, (at, o, ScheduledEvent(kind, at, root, seq, fields)))
             return
         items = pending.get(at)
         if items is None:
@@ -321,7 +322,7 @@ def _aligned(
 
 
 def _session(
-    n: str, window: Session, namespace: dict, rt: SerialRuntime, _batch: bool, fail: Callable
+    n: str, window: Session, namespace: dict, rt: SerialRuntime, batch: bool, fail: Callable
 ) -> dict:
     merge, value_of, drop = _aggregate(window, namespace, n)
     counts = _store(namespace, f"{n}__n")
@@ -332,6 +333,12 @@ def _session(
     per_root = rt.scheduled_per_root
     scheduled = rt.scheduled
     order = rt.order
+    # Checkpoints store the queue's events, and only plain ones (batch is off then).
+    event = (
+        (lambda kind, at, root, seq, key: _Close(kind, at, root, seq, key, None))
+        if batch
+        else (lambda kind, at, root, seq, key: ScheduledEvent(kind, at, root, seq, {"key": key}))
+    )
 
     def add(key: Any, value: Any, ts: int) -> None:
         try:
@@ -349,9 +356,7 @@ def _session(
                 raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
             root = ev[0]
             per_root[root] += 1
-            heapq.heappush(
-                scheduled, (at, next(order), _Close(kind, at, root, per_root[root], key, None))
-            )
+            heapq.heappush(scheduled, (at, next(order), event(kind, at, root, per_root[root], key)))
         except Exception as exc:
             fail(exc)
 

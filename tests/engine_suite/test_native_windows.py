@@ -54,7 +54,7 @@ def window_decls(draw, name: str) -> tuple[str, str, bool]:
 
 
 @st.composite
-def windowed_programs(draw) -> str:
+def windowed_programs(draw, listeners: bool = True) -> str:
     """Two windows added to by kind ``a`` (both keyed by ``k`` or by ``(k, j)``), sliding ones
     read after each add, closing ones emitting to their table or to one table of both; sometimes a user handler on a close kind, or a timer that lands on the
     same times as the closes."""
@@ -67,7 +67,7 @@ def windowed_programs(draw) -> str:
         adds.append(f"    {name}.add({key}, e.v)\n")
         if not closing:
             adds.append(f"    if {name}.value({key}) > 2:\n        emit('hot', w={name!r})\n")
-        elif draw(st.integers(0, 4)) == 0:
+        elif listeners and draw(st.integers(0, 4)) == 0:
             source += (
                 f"@on({name + ':close'!r})\ndef {name}_listener(e):\n"
                 "    emit('listened', key=e.key)\n"
@@ -123,7 +123,7 @@ def test_native_windows_equal_their_expansion(source, log):
 
 
 @settings(max_examples=SPARK_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(source=windowed_programs(), log=logs)
+@given(source=windowed_programs(listeners=False), log=logs)
 def test_spark_equals_the_native_serial_engine(source, log, spark_session):
     program = rk.Program.from_source(source, name="native")
     the_log = rk.Log(log)
@@ -145,3 +145,24 @@ def test_a_window_with_a_listener_on_its_closes_keeps_its_expansion():
     assert got.tables["heard"].num_rows == 4
     assert got.tables["w"].num_rows == 3
     _assert_same(got, rk.replay(program, log, native_windows=False))
+
+
+LISTENED = (
+    HEADER + "w = tumbling(1, 'count', table=None)\n"
+    "@w.on_close\ndef closed(key, start, end, value):\n    emit('closed', key=key, value=value)\n"
+    "@on('w:close')\ndef listen(e):\n    emit('listened', key=e.key)\n"
+    "@on('a')\ndef track(e):\n    w.add(e.k)\n"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap of the Spark engine (also before native windows): with a handler on "
+    "a window's close kind, the rows of the window's on_close functions are missing",
+)
+def test_spark_keeps_on_close_rows_beside_a_listener(spark_session):
+    program = rk.Program.from_source(LISTENED, name="listened_spark")
+    log = rk.Log([{"ts": 0, "kind": "a", "k": 0, "j": 0, "v": 0}])
+    want = rk.replay(program, log)
+    assert want.tables["closed"].num_rows == 1
+    assert_same_result(rk.replay(program, log, engine="spark", partitions=2), want)
