@@ -292,7 +292,27 @@ def _aligned(
                 fail(exc)
 
     one, finish = _closer(n, window, namespace, rt, value_of, drop, fail)
+    close = _batch_closer(n, window, counts, rt, pending, (one, finish, fail))
+    return {f"{n}__into": into, f"{n}__add": add, f"{n}__close": close}
+
+
+def _batch_closer(
+    n: str,
+    window: Tumbling | Hopping,
+    counts: dict,
+    rt: SerialRuntime,
+    pending: dict,
+    closers: tuple[Callable, Callable, Callable],
+) -> Callable:
+    """The close handler of a tumbling or hopping window: runs a batch of closes (``_Batch``),
+    or one close event (restored from a checkpoint, or queued when batches are off)."""
+    one, finish, fail = closers
     callbacks = bool(window.callbacks)
+    kind = close_kind(n)
+    width = window.width
+    scheduled = rt.scheduled
+    counts_get = counts.get
+    heappush = heapq.heappush
 
     def close(e: Any) -> None:
         try:
@@ -318,7 +338,7 @@ def _aligned(
         except Exception as exc:
             fail(exc)
 
-    return {f"{n}__into": into, f"{n}__add": add, f"{n}__close": close}
+    return close
 
 
 def _session(
