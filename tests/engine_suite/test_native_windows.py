@@ -17,7 +17,7 @@ import restream_kit as rk
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
 EXAMPLES = int(os.environ.get("RESTREAM_WINDOW_PROPERTY_EXAMPLES", "40"))
-SPARK_EXAMPLES = int(os.environ.get("RESTREAM_WINDOW_SPARK_EXAMPLES", "6"))
+SPARK_EXAMPLES = int(os.environ.get("RESTREAM_WINDOW_SPARK_EXAMPLES", "5"))
 
 HEADER = (
     "from restream_kit import emit, on, schedule, state\n"
@@ -27,15 +27,16 @@ HEADER = (
 
 
 @st.composite
-def window_decls(draw, name: str) -> tuple[str, str, bool]:
+def window_decls(draw, name: str, callbacks: bool = True) -> tuple[str, str, bool]:
     """(declaration, on_close block, closing?) of one window named ``name``."""
     kind = draw(st.sampled_from(["tumbling", "hopping", "session", "sliding"]))
     agg = draw(st.sampled_from(["count", "sum", "mean", "min", "max", "distinct"]))
     width = draw(st.integers(1, 8))
     if kind == "sliding":
         return f"{name} = sliding({width}, {agg!r})\n", "", False
-    table = draw(st.sampled_from([f"table={name + '_rows'!r}", "table=None"]))
-    callback = table == "table=None" or draw(st.booleans())
+    tables = [f"table={name + '_rows'!r}"] + ["table=None"] * callbacks
+    table = draw(st.sampled_from(tables))
+    callback = table == "table=None" or (callbacks and draw(st.booleans()))
     args = {
         "tumbling": f"{width}",
         "hopping": f"{width}, {draw(st.integers(1, width))}",
@@ -55,14 +56,16 @@ def window_decls(draw, name: str) -> tuple[str, str, bool]:
 
 @st.composite
 def windowed_programs(draw, listeners: bool = True) -> str:
-    """Two windows added to by kind ``a`` (both keyed by ``k`` or by ``(k, j)``), sliding ones
-    read after each add, closing ones emitting to their table or to one table of both; sometimes a user handler on a close kind, or a timer that lands on the
-    same times as the closes."""
+    """Two windows added to by kind ``a`` (both keyed by ``k`` or by ``(k, j)``), sliding
+    ones read after each add, closing ones emitting to their table or from ``on_close``
+    functions; sometimes a user handler on a close kind, or a timer that lands on the same
+    times as the closes. ``listeners=False``: no handler on close kinds and no ``on_close``
+    function (the Spark engine's known gaps, see the xfail below)."""
     source = HEADER
     adds = []
     key = draw(st.sampled_from(["e.k", "(e.k, e.j)"]))
     for name in ("w1", "w2"):
-        decl, block, closing = draw(window_decls(name))
+        decl, block, closing = draw(window_decls(name, callbacks=listeners))
         source += decl + block
         adds.append(f"    {name}.add({key}, e.v)\n")
         if not closing:
@@ -147,22 +150,25 @@ def test_a_window_with_a_listener_on_its_closes_keeps_its_expansion():
     _assert_same(got, rk.replay(program, log, native_windows=False))
 
 
-LISTENED = (
-    HEADER + "w = tumbling(1, 'count', table=None)\n"
-    "@w.on_close\ndef closed(key, start, end, value):\n    emit('closed', key=key, value=value)\n"
-    "@on('w:close')\ndef listen(e):\n    emit('listened', key=e.key)\n"
-    "@on('a')\ndef track(e):\n    w.add(e.k)\n"
+TWO_CALLBACKS = (
+    HEADER + "w1 = tumbling(1, 'count', table=None)\n"
+    "@w1.on_close\ndef one(key, start, end, value):\n    seen[key] += 1\n"
+    "    emit('closed', w='w1', key=key, n=seen[key])\n"
+    "w2 = tumbling(1, 'count', table=None)\n"
+    "@w2.on_close\ndef two(key, start, end, value):\n    seen[key] += 1\n"
+    "    emit('closed', w='w2', key=key, n=seen[key])\n"
+    "@on('a')\ndef track(e):\n    w1.add(e.k)\n    w2.add(e.k)\n"
 )
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known gap of the Spark engine (also before native windows): with a handler on "
-    "a window's close kind, the rows of the window's on_close functions are missing",
+    reason="known gap of the Spark engine (on main before native windows too): with on_close "
+    "functions of two windows writing one state, the closes of some keys are lost",
 )
-def test_spark_keeps_on_close_rows_beside_a_listener(spark_session):
-    program = rk.Program.from_source(LISTENED, name="listened_spark")
-    log = rk.Log([{"ts": 0, "kind": "a", "k": 0, "j": 0, "v": 0}])
+def test_spark_runs_on_close_functions_of_two_windows(spark_session):
+    program = rk.Program.from_source(TWO_CALLBACKS, name="two_callbacks")
+    log = rk.Log([{"ts": 0, "kind": "a", "k": k, "j": 0, "v": 0} for k in (0, 1)])
     want = rk.replay(program, log)
-    assert want.tables["closed"].num_rows == 1
+    assert want.tables["closed"].num_rows == 4
     assert_same_result(rk.replay(program, log, engine="spark", partitions=2), want)
