@@ -6,18 +6,24 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JUPYTER_PORT ?= 8888
 
-.PHONY: setup lab test lint format demo data bench cluster cluster-stop clean help
+.PHONY: setup lab test lint format demo data data-scale bench cluster cluster-stop clean help
 
 help:
 	@echo "make lab    - JupyterLab on notebooks/ (127.0.0.1, token auth); no browser, no root"
 	@echo "make test   - ruff and every test (sets up first; installs Chromium for the browser tests)"
 	@echo "make data   - generate the 1M and 10M event sample logs"
+	@echo "make data-scale EVENTS=N - a large social log of N events (30M), 2M users, not in time order"
 	@echo "make bench  - benchmarks (ratios against a baseline measured in the same run)"
 	@echo "make lint   - ruff check and format check"
 	@echo "make cluster / cluster-stop - a local standalone Spark cluster and a Spark Connect server"
 
 # No browser here: Chromium is only for `make test`'s browser tests.
 setup: $(STAMP)
+	@# JupyterLab saves widget state with notebooks, so a reopened one shows its views (an
+	@# overrides.json of the user's own is left alone).
+	@mkdir -p $(VENV)/share/jupyter/lab/settings
+	@[ -e $(VENV)/share/jupyter/lab/settings/overrides.json ] || \
+		cp scripts/jupyterlab_overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	@# Spark's driver starts from a class-data-sharing archive, made once (about a minute).
 	@$(BIN)/python -c 'import sys; from restream_kit.engines.spark._jvm_archive import main; sys.exit(main())'
 
@@ -59,6 +65,11 @@ data: setup
 	$(BIN)/python -m sample_data.adclicks --minutes 1440 --rate 2000 --out sample_data/generated/adclicks_1d
 	$(BIN)/python -m sample_data.iot --hours 168 --sensors 200 --out sample_data/generated/iot_7d
 	$(BIN)/python -m sample_data.flights --out sample_data/generated/flights_2013
+
+# A log larger than memory would hold in a kernel, written a chunk at a time (docs/scale.md).
+EVENTS ?= 30000000
+data-scale: setup
+	$(BIN)/python -m sample_data.social_scale --events $(EVENTS) --users 2000000 --unordered --out sample_data/generated/social_scale_$(EVENTS)_2000000.parquet
 
 bench: setup
 	$(BIN)/python -m bench

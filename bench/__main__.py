@@ -40,9 +40,25 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.windows_bench",
         "windowed rules (tumbling, hopping, sliding, session) vs the plain counter, serial",
     ),
+    "score": (
+        "bench.score_bench",
+        "scoring a 10M-event anti-spam run against 100k labels vs the serial replay",
+    ),
+    "state-columns": (
+        "bench.state_columns",
+        "recording and loading a run's state as typed Parquet vs its replay; --reuse as processes",
+    ),
+    "scale": (
+        "bench.scale",
+        "peak memory of serial CLI replays at two log sizes, bounded-state rule (cold and warm)",
+    ),
     "cells": (
         "bench.cell_bench",
         "time to done of the first and later %%restream cells in a kernel vs the replay's wall",
+    ),
+    "cell-iterate": (
+        "bench.cell_iterate_bench",
+        "a --baseline threshold edit and a 12-variant --sweep cell vs a full replay, in a kernel",
     ),
 }
 

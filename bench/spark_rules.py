@@ -30,9 +30,14 @@ the time per stage, what ran (``metrics.path``) and the planner's predicted spee
 cost against the uncheckpointed Spark replay. ``--resume`` adds another: a Spark replay
 resumed after the fifth of those 10 epochs (the second half of the log), against the same.
 ``--on-error skip|quarantine`` runs every side with that ``on_error``.
+``--checkpoint-every EVERY`` sets how often the checkpointed side commits (its waves; the
+default is the engine's, 60 s). ``--kills`` kills a checkpointed whole process at a quarter,
+half and three quarters of its time and resumes it (``bench/_kills.py``): the age of the
+commit resumed from, and the result checked identical.
 
 ``python -m bench spark-rules [--events N] [--rules a,b] [--runs R] [--master URL]
-[--no-cold] [--checkpoint] [--resume] [--on-error MODE] [--out JSON]``
+[--no-cold] [--checkpoint] [--checkpoint-every EVERY] [--kills] [--resume] [--on-error MODE]
+[--out JSON]``
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench._kills import kills
 
 __all__ = ["main", "RULES"]
 
@@ -74,6 +81,17 @@ def main(argv: list[str] | None = None) -> int:
         help="also time Spark with --checkpoint (10 epochs), against Spark without it",
     )
     parser.add_argument(
+        "--checkpoint-every",
+        default=None,
+        metavar="EVERY",
+        help="with --checkpoint or --kills: commit this often (60s; 5s, 500000 events...)",
+    )
+    parser.add_argument(
+        "--kills",
+        action="store_true",
+        help="kill a checkpointed whole process at 1/4, 1/2, 3/4 of its time, and resume it",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="also time a Spark resume after 5 of 10 checkpointed epochs",
@@ -92,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     report = {"events": args.events, "master": args.master, "log": str(log_path), "rules": {}}
     report["on_error"] = args.on_error
     sides = ["checkpointed"] * args.checkpoint + ["resumed"] * args.resume
-    warm = _warm(log_path, rules, args.runs, args.master, sides, args.on_error)
+    if args.checkpoint and args.checkpoint_every:
+        sides.append("checkpointed_once")  # the same commits, in one wave: what waves add
+    warm = _warm(
+        log_path, rules, args.runs, args.master, sides, args.on_error, args.checkpoint_every
+    )
     if not args.master.startswith("local"):
         # The warm session holds the cluster's cores: a whole-process run needs them.
         from restream_kit.engines.spark import stop_session
@@ -100,6 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         stop_session()
     for rule in rules:
         report["rules"][rule] = {"warm": warm[rule]}
+        if args.kills:
+            print(f"  {rule}: killed whole processes, --checkpoint-every {args.checkpoint_every}")
+            want = warm[rule].pop("_want")
+            every = args.checkpoint_every or "60s"
+            report["rules"][rule]["kills"] = kills(
+                RULES[rule], log_path, args.master, every, want, _same
+            )
+        warm[rule].pop("_want", None)
         if not args.no_cold:
             report["rules"][rule]["cold"] = _cold(log_path, rule, args.runs, args.master)
     out = Path(args.out)
@@ -110,7 +140,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _warm(
-    log_path: Path, rules: list[str], runs: int, master: str, more: list, on_error: str
+    log_path: Path,
+    rules: list[str],
+    runs: int,
+    master: str,
+    more: list,
+    on_error: str,
+    every: str | None = None,
 ) -> dict:
     """Warm session: both engines in this process, the log loaded and Spark up; ``more``
     sides (``checkpointed``, ``resumed``) timed beside the uncheckpointed Spark replay."""
@@ -130,6 +166,7 @@ def _warm(
         times: dict[str, list[float]] = {side: [] for side in sides}
         epoch = max(1, len(log) // 10)
         stages = []
+        waves = [None]  # how the checkpointed side committed (``metrics.path``)
         half = tempfile.TemporaryDirectory() if "resumed" in more else None
         if half is not None:  # five epochs of ten committed, as if killed then
             ck = Path(half.name) / "ck"
@@ -141,11 +178,18 @@ def _warm(
                 started = time.perf_counter()
                 if side == "serial":
                     rk.replay(program, log, on_error=on_error)
-                elif side == "checkpointed":
+                elif side in ("checkpointed", "checkpointed_once"):
                     with tempfile.TemporaryDirectory() as tmp:
                         done = rk.replay(
-                            program, log, **spark, checkpoint=Path(tmp) / "ck", epoch=epoch
+                            program,
+                            log,
+                            **spark,
+                            checkpoint=Path(tmp) / "ck",
+                            epoch=epoch,
+                            checkpoint_every=every if side == "checkpointed" else len(log),
                         )
+                        if side == "checkpointed":
+                            waves[0] = done.metrics.path.get("checkpoint", "one wave")
                         times[side].append(time.perf_counter() - started)
                     _same(done, want, rule)
                     continue
@@ -179,10 +223,15 @@ def _warm(
         if "checkpointed" in more:
             row["checkpointed_s"] = med["checkpointed"]
             row["checkpoint_cost"] = med["checkpointed"] / med["spark"]
+            row["checkpoint_waves"] = waves[0]
+        if "checkpointed_once" in more:
+            row["checkpointed_once_s"] = med["checkpointed_once"]
+            row["checkpoint_once_cost"] = med["checkpointed_once"] / med["spark"]
         if "resumed" in more:
             row["resumed_s"] = med["resumed"]
             row["resume_cost"] = med["resumed"] / med["spark"]
         out[rule] = row
+        row["_want"] = want  # (for --kills; taken out of the report)
         print(
             f"warm {rule:<9} serial {med['serial']:7.2f} s  spark {med['spark']:7.2f} s  "
             f"ratio {row['ratio']:5.2f}x  ({row['spark_events_per_s']:,.0f} events/s; "
@@ -190,8 +239,13 @@ def _warm(
         )
         if "checkpointed" in more:
             print(
-                f"    with --checkpoint (10 epochs): {med['checkpointed']:.2f} s, "
+                f"    with --checkpoint (10 epochs, {waves[0]}): {med['checkpointed']:.2f} s, "
                 f"{row['checkpoint_cost']:.2f}x the uncheckpointed Spark replay"
+            )
+        if "checkpointed_once" in more:
+            print(
+                f"    the same commits in one wave: {med['checkpointed_once']:.2f} s, "
+                f"{row['checkpoint_once_cost']:.2f}x the uncheckpointed Spark replay"
             )
         if "resumed" in more:
             print(

@@ -51,6 +51,7 @@ __all__ = [
     "param",
     "sweep",
     "explain",
+    "score",
     "milliseconds",
     "seconds",
     "minutes",
@@ -97,6 +98,10 @@ def __getattr__(name: str):
         from .iterate.explain import explain
 
         return explain
+    if name == "score":
+        from .iterate.score import score
+
+        return score
     if name == "check_against_log":
         from .planner.checks import check_against_log
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .engines import EngineUnsupported, get_engine
+from .io._every import check_every
 from .io.log import Log
 from .io.progress import Observer
 from .io.result import Result
@@ -64,6 +65,9 @@ def replay(
     params: dict[str, Any] | None = None,
     history: bool = False,
     reuse: Any = None,
+    ts: str | None = None,
+    kind: str | None = None,
+    require_kinds: bool = False,
     **options: Any,
 ) -> Result:
     """Replay ``log`` through ``program`` on ``engine`` (``restream_kit.engines.engine_names()``:
@@ -80,6 +84,9 @@ def replay(
 
     - ``checkpoint=DIR`` commits each finished epoch to ``DIR``; with ``resume=True`` the
       replay continues after the last committed epoch (``Result.resumed_from_epoch``);
+      ``checkpoint_every=`` (a time such as ``"60s"``, the default, or a number of events)
+      bounds the work a kill can lose: one interval and one epoch (the Spark engine runs in
+      waves of that size, see ``docs/spark_engine.md``);
     - ``start_from=(DIR, epoch)`` (or ``DIR`` for its last committed epoch) starts from the
       state committed after that epoch, over the rest of the same log, with a program whose
       handlers may differ (see :mod:`restream_kit.io.checkpoint`).
@@ -87,8 +94,12 @@ def replay(
     Before any event is replayed (and before Spark starts), the program is checked against
     the log (:func:`check_against_log`): a field no event has or a read of undeclared state
     raises :class:`~restream_kit.model.errors.CheckError`; a kind the log lacks is a
-    :class:`RestreamWarning` at the handler's line. ``check=False`` skips this, for callers
+    :class:`RestreamWarning` at the handler's line, or with ``require_kinds=True`` (as the
+    command line and the notebook replay) a CheckError when the handler would never run. ``check=False`` skips this, for callers
     that ran the check themselves (so that its warnings are shown once).
+
+    ``ts`` and ``kind`` read ``log`` as ``Log(log, ts=..., kind=...)`` does: the name of its
+    time column, the kind of every event of a log without a ``kind`` column.
 
     ``params`` overrides the defaults of the program's parameters (``x = param("x", 2.0)``):
     the program replayed is the one whose text has those defaults (see ``docs/iterate.md``).
@@ -106,13 +117,14 @@ def replay(
     refuses the replay.
     """
     on_error = check_on_error(on_error)
+    check_every(options)
     runner = get_engine(engine)
     program = Program.load(program)
     if params:
         from .model.params import with_params
 
         program = with_params(program, params)
-    log = log if isinstance(log, Log) else Log(log)
+    log = Log.of(log, ts, kind)
     if engine == "spark" and log.uri is not None and log.summary is None:
         # Spark reads a URI log, not this process: the checks below use what Spark found.
         from .engines.spark import describe_uri_log, get_session
@@ -122,7 +134,9 @@ def replay(
         )
         describe_uri_log(session, log, options)
     # Mistakes the log reveals come before any event is replayed and before Spark starts.
-    notes = warn_findings(check_against_log(program, log)) if check else []
+    notes = (
+        warn_findings(check_against_log(program, log, require_kinds=require_kinds)) if check else []
+    )
     if on_error != "stop":
         options["on_error"] = on_error
     reason = runner.supports(program, log, options)

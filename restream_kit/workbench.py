@@ -9,20 +9,33 @@ catalog instead of being replayed again.
 
 from __future__ import annotations
 
-import contextvars
-import threading
 import time
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 from .api import replay
-from .io.catalog import Catalog, CatalogError, RunRecord
+from .engines import ORACLE, is_oracle
+from .io.catalog import Catalog, CatalogError
 from .io.compare import Diff, KeyDiff, diff
 from .io.log import Log
-from .io.progress import CancelToken, Observer, ProgressState, broadcast
+from .io.progress import (
+    CancelToken,
+    Observer,
+    ProgressEvent,
+    ProgressState,
+    ReplayStarted,
+    broadcast,
+)
 from .io.result import Result
+from .iterate._background import BackgroundRun, ReplayCancelled
+from .iterate._beside import BesideBaseline, not_compared_line, sayer, serial_watch
+from .iterate._beside import compare_limit as _compare_limit
+from .iterate._sweep_cell import sweep_cell
 from .iterate.cells import (
-    CellOutcome,
+    CELL_BATCH,
+    Baseline,
+    CellRun,
     CellSweep,
     cancelled_line,
     named_reuse,
@@ -44,18 +57,8 @@ __all__ = [
     "reuse_line",
 ]
 
-#: After a cancel, how long to wait for the engine to stop before giving the kernel back.
-CANCEL_WAIT_S = 30.0
-
-
-class ReplayCancelled(KeyboardInterrupt):
-    """A replay stopped by an interrupt or its Stop button; shown as its one line in a notebook.
-
-    A ``KeyboardInterrupt``, so that Run All stops at the cell as it does for any interrupt.
-    """
-
-    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
-        return [str(self)]
+#: How many serial results a workbench keeps in memory for later cells' baselines.
+KEEP_IN_MEMORY = 4
 
 
 #: From this many events on, a cell leaves Spark's epochs to the engine (see :func:`log_epoch`).
@@ -76,78 +79,36 @@ def log_epoch(log: Log, engine: str = "serial") -> int | None:
     return max(1_000, -(-len(log) // 10))
 
 
-@dataclass
-class Baseline:
-    """What a run is compared with, and where it came from."""
-
-    label: str
-    result: Result
-    reused: bool
-    record: RunRecord | None = None
-
-
-@dataclass
-class CellRun(CellOutcome):
-    """One run of a named program: its result, its baseline and the diff between them."""
-
-    name: str
-    program: Program
-    log: Log
-    engine: str
-    result: Result | None = None
-    baseline: Baseline | None = None
-    diff: Diff | KeyDiff | None = None
-    record: RunRecord | None = None
-    error: BaseException | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    #: The replay's progress as the monitor saw it (epochs and events done, elapsed time).
-    progress: ProgressState = field(default_factory=ProgressState, repr=False)
-    #: With a named baseline: what the replay reused of it (``Result.reuse``, the baseline's
-    #: name as ``reused_run``), or why it reused nothing (``reuse_reason``); None without one.
-    reuse: dict[str, Any] | None = None
-
-    def _made(self) -> Any:
-        return self.result
-
-    def reuse_line(self) -> str | None:
-        """One line on what the replay reused of its baseline, or why it reused nothing."""
-        return reuse_line(self.reuse)
-
-    def __repr__(self) -> str:
-        what = f"<restream run {self.name!r} on {self.engine}: {self.status}"
-        if self.result is not None:
-            m = self.result.metrics
-            tables = ", ".join(f"{n} {rows:,} rows" for n, rows in m.rows.items())
-            what += f", {m.events:,} events in {m.wall_s:.2f} s" + (f"; {tables}" if tables else "")
-        elif self.error is not None and not self.cancelled:
-            what += f": {str(self.error).splitlines()[0] if str(self.error) else type(self.error).__name__}"
-        elif self.cancelled:
-            what += f" ({self.cancelled_line()})"
-        return what + ">"
-
-    def wait(self, timeout: float | None = None) -> CellRun:
-        """A finished run is its own result (the same call as on a ``BackgroundRun``)."""
-        return self
-
-    @property
-    def unexpected_difference(self) -> bool:
-        """True when the baseline is the serial replay of this program and the outputs differ."""
-        return bool(
-            self.baseline
-            and self.baseline.label.startswith("serial")
-            and self.diff
-            and not self.diff.empty
-        )
-
-
 class Workbench:
-    """Named programs and their runs, recorded in a catalog."""
+    """Named programs and their runs, recorded in a catalog.
 
-    def __init__(self, catalog: Catalog | None = None):
+    ``compare_limit``: above this many events a run on a parallel engine is not compared with
+    a serial replay unless asked (see :func:`restream_kit.iterate._beside.compare_limit`).
+    """
+
+    def __init__(self, catalog: Catalog | None = None, compare_limit: int | None = None):
         self.catalog = catalog or Catalog()
         self.programs: dict[str, Program] = {}
         self.runs: dict[str, CellRun] = {}
         self.sweeps: dict[str, CellSweep] = {}
+        self.compare_limit = _compare_limit(compare_limit)
+        # Serial results of this session by (program sha, log fingerprint), latest last: a
+        # later cell's baseline without reading the catalog again.
+        self._serial: OrderedDict[tuple[str, str], Baseline] = OrderedDict()
+        self._loaded: OrderedDict[str, Result] = OrderedDict()  # the last runs read by name
+        self._logs: OrderedDict[str, Log] = OrderedDict()  # the last logs, by fingerprint
+
+    def log(self, sources: Any, **options: Any) -> Log:
+        """``Log(sources, **options)``, the same object as an earlier cell's while its files
+        are unchanged (same fingerprint and options), so that a cell does not read the log's
+        canonical table again."""
+        log = Log(sources, **options)
+        key = f"{log.fingerprint} {sorted(options.items())!r}"
+        kept = self._logs.pop(key, None) or log
+        self._logs[key] = kept
+        while len(self._logs) > KEEP_IN_MEMORY // 2:
+            self._logs.popitem(last=False)
+        return kept
 
     def define(self, name: str, source: str) -> Program:
         """Load a cell's program under ``name`` (replacing an earlier definition)."""
@@ -165,6 +126,52 @@ class Workbench:
         self.programs[name] = program
         return program
 
+    # -- baselines -----------------------------------------------------------------------
+
+    def _remember(self, program: Program, log: Log, base: Baseline) -> None:
+        key = (program.sha256, log.fingerprint)
+        self._serial.pop(key, None)
+        self._serial[key] = base
+        while len(self._serial) > KEEP_IN_MEMORY:
+            self._serial.popitem(last=False)
+
+    def kept(self, program: Program, log: Log) -> Baseline | None:
+        """The serial run of ``program`` on ``log`` this session kept in memory, or None."""
+        return self._serial.get((program.sha256, log.fingerprint))
+
+    def ready_baseline(self, program: Program, log: Log, label: str) -> Baseline | None:
+        """The serial run of ``program`` on ``log`` without replaying it: kept in memory by
+        this workbench, or loaded from the catalog; None when there is none."""
+        kept = self._serial.get((program.sha256, log.fingerprint))
+        if kept is not None:
+            return Baseline(label, kept.result, reused=True, record=kept.record)
+        record = self.catalog.find(program_sha=program.sha256, log_fingerprint=log.fingerprint)
+        if record is None:
+            return None
+        try:
+            base = Baseline(label, self.catalog.load(record), reused=True, record=record)
+        except CatalogError:
+            return None  # forgotten by another process meanwhile
+        self._remember(program, log, base)
+        return base
+
+    def _session_run(self, name: str, log: Log) -> Baseline | None:
+        """Cell ``name``'s finished run in this session, of its current program on ``log``, on
+        any engine (each equals the serial replay), as a baseline; None when there is none."""
+        run = self.runs.get(name)
+        if run is None or not run.ok or run.log.fingerprint != log.fingerprint:
+            return None
+        if run.program.sha256 != self.program(name).sha256:
+            return None
+        return Baseline(f"{name} ({run.engine})", run.result, reused=True, record=run.record)
+
+    def _has_serial(self, program: Program, log: Log) -> bool:
+        key = (program.sha256, log.fingerprint)
+        return key in self._serial or (
+            self.catalog.find(program_sha=program.sha256, log_fingerprint=log.fingerprint)
+            is not None
+        )
+
     def baseline(
         self,
         program: Program,
@@ -172,27 +179,70 @@ class Workbench:
         baseline: str | None = None,
         on_error: str = "stop",
         cancel: CancelToken | None = None,
+        observer: Observer | None = None,
+        history: bool = True,
     ) -> Baseline:
         """The baseline result: the serial replay of ``program``, or of the cell named ``baseline``
-        (with ``on_error``, so that a run that rolls poison events back has a baseline)."""
+        (with ``on_error``, so that a run that rolls poison events back has a baseline), kept
+        in memory or the catalog, else replayed (``observer`` sees that replay)."""
         base_program = program if baseline is None else self.program(baseline)
         label = f"serial replay of {program.name}" if baseline is None else f"{baseline} (serial)"
-        record = self.catalog.find(program_sha=base_program.sha256, log_fingerprint=log.fingerprint)
-        if record is not None:
-            try:
-                return Baseline(label, self.catalog.load(record), reused=True, record=record)
-            except CatalogError:
-                pass  # forgotten by another process meanwhile: replay it again
+        ready = self.ready_baseline(base_program, log, label)
+        if ready is not None:
+            return ready
         # The baseline keeps its history, so that a later cell can re-replay only what it
         # changed (``--baseline``); recording costs about a third of a replay, once.
-        keep = on_error == "stop"
+        keep = history and on_error == "stop"
         result = replay(
-            base_program, log, engine="serial", on_error=on_error, cancel=cancel, history=keep
-        )
+            base_program, log, engine=ORACLE, on_error=on_error, cancel=cancel, history=keep,
+            observer=observer, batch_size=CELL_BATCH,
+        )  # fmt: skip
         record = self.catalog.record(
-            name=base_program.name, program=base_program, log=log, engine="serial", result=result
+            name=base_program.name, program=base_program, log=log, engine=ORACLE, result=result
         )
-        return Baseline(label, result, reused=False, record=record)
+        base = Baseline(label, result, reused=False, record=record)
+        self._remember(base_program, log, base)
+        return base
+
+    def _baseline_for(
+        self, cell: CellRun, baseline: str | None, on_error: str, cancel: Any, compare: Any, say
+    ) -> tuple[Baseline | None, BesideBaseline | None]:
+        """The cell's baseline now (a named one kept or in the catalog, or replayed first on
+        the oracle, where nothing else would start), or one to get beside its replay, or
+        neither: on the oracle the run is its own baseline; above the compare limit (or with
+        ``compare=False``) a parallel run is not compared."""
+        program, log = cell.program, cell.log
+        compare, limit = compare
+
+        # The baseline's own token: stopped with the cell's, or when the cell's replay fails.
+        own = CancelToken()
+        if cancel is not None:
+            cancel.on_cancel(own.cancel)
+
+        def beside() -> Baseline:
+            watch = serial_watch(say)
+            return self.baseline(program, log, baseline, on_error, own, observer=watch)
+
+        if baseline is not None:
+            label = f"{baseline} (serial)"
+            ready = self.ready_baseline(self.program(baseline), log, label)
+            if ready is None:
+                ready = self._session_run(baseline, log)
+            if ready is None and is_oracle(cell.engine):
+                ready = self.baseline(program, log, baseline, on_error, cancel)
+            if ready is not None:
+                return ready, None
+            return None, BesideBaseline(beside, cell.name, own.cancel)
+        if is_oracle(cell.engine):
+            return None, None
+        if compare is False or (
+            not compare and len(log) > limit and not self._has_serial(program, log)
+        ):
+            cell.not_compared = not_compared_line(cell.name, len(log), limit)
+            return None, None
+        return None, BesideBaseline(beside, cell.name, own.cancel)
+
+    # -- runs ----------------------------------------------------------------------------
 
     def run(
         self,
@@ -211,21 +261,36 @@ class Workbench:
         progress: ProgressState | None = None,
         by: str | list[str] | None = None,
         reuse: bool = True,
+        checkpoint: str | None = None,
+        checkpoint_every: str | None = None,
+        compare: bool | None = None,
+        compare_limit: int | None = None,
     ) -> CellRun:
         """Define ``name``, replay it on ``engine``, compare with the baseline, record the run.
 
         Errors are kept in the returned ``CellRun`` (``error``) rather than raised, so that a
         view can show them; ``CellRun.ok`` says whether it worked. ``before_replay(cell_run)``
-        is called once the baseline is ready, before the replay starts. ``by`` compares with
-        the baseline by those fields (a ``KeyDiff``) rather than row by row.
+        is called once the baseline is ready (before the replay when it is at hand, else when
+        it is). ``by`` compares with the baseline by those fields (a ``KeyDiff``) rather than
+        row by row.
 
-        With a named ``baseline`` over the same log, the replay re-runs only the stages that
-        changed since the baseline's serial run and reads the rest from that run's history
-        (``replay(reuse=...)``); ``CellRun.reuse`` says which stages were reused and the time
-        saved, or why nothing was (the replay is then a full one). ``reuse=False`` always
-        replays in full. A run with a named baseline keeps its own history (serial or Spark),
-        so that it can serve as the next cell's baseline.
+        The replay starts first: on the oracle (serial) the run is its own baseline; on a
+        parallel engine the serial replay that checks it runs beside it (started once the
+        replay has started) or comes from this session or the catalog, and above
+        ``compare_limit`` events it is skipped unless ``compare=True`` (``CellRun.not_compared``
+        says so; ``compare_limit`` sets it for this run). ``CellRun.phases`` lists the phases the
+        cell went through (see :class:`~restream_kit.io.progress.Phase`), which observers are
+        told as they begin.
+
+        With a named ``baseline`` over the same log whose run is at hand, the replay re-runs
+        only the stages that changed since the baseline's serial run and reads the rest from
+        that run's history (``replay(reuse=...)``); ``CellRun.reuse`` says which stages were
+        reused and the time saved, or why nothing was (the replay is then a full one).
+        ``reuse=False`` always replays in full. A run with a named baseline keeps its own
+        history (serial or Spark), so that it can serve as the next cell's baseline.
+        ``checkpoint`` and ``checkpoint_every`` go to the replay (``replay(checkpoint=..., resume=True)`` continues a checkpoint it left).
         """
+        started = time.monotonic()
         program = source if isinstance(source, Program) else self.define(name, source)
         self.programs[name] = program
         log = log if isinstance(log, Log) else Log(log)
@@ -237,53 +302,125 @@ class Workbench:
         if progress is not None:
             cell.progress = progress
         self.runs[name] = cell
-        observers = [cell.progress] + ([observer] if observer is not None else [])
+        notify = broadcast([cell.progress] + ([observer] if observer is not None else []))
+        say = sayer(cell, notify, started)
+        beside = None
         try:
             if cancel is not None:
                 cancel.check()
-            cell.baseline = self.baseline(program, log, baseline, on_error, cancel)
-            if before_replay is not None:
+            limit = self.compare_limit if compare_limit is None else compare_limit
+            cell.baseline, beside = self._baseline_for(
+                cell, baseline, on_error, cancel, (compare, limit), say
+            )
+            if cell.baseline is not None and before_replay is not None:
                 before_replay(cell)
-            if cancel is not None:
-                cancel.check()
-            options: dict[str, Any] = {
-                "observer": broadcast(observers),
-                "cancel": cancel,
-                "epoch": epoch,
-            }
-            if on_error != "stop":
-                options["on_error"] = on_error
+            options = self._options(cell, baseline, reuse, on_error, cancel, notify, say, beside)
             if master:
                 options["master"] = master
-            if baseline is not None and reuse:
-                source, why = self.reusable(cell.baseline, log)
-                if source is None:
-                    cell.reuse = no_reuse(baseline, why)
-                else:
-                    options["reuse"] = source
-            if baseline is not None and engine in ("serial", "spark") and on_error == "stop":
-                options["history"] = True
-            cell.result = replay(program, log, engine=engine, **options)
+            if checkpoint:
+                options["checkpoint"] = checkpoint
+                options["checkpoint_every"] = checkpoint_every
+            say("starting", f"starting {engine}")
+            cell.result = replay(program, log, engine=engine, epoch=epoch, **options)
             if "reuse" in options:
                 cell.reuse = named_reuse(cell.result.reuse, baseline)
-            if by:
-                cell.diff = diff(
-                    cell.result, cell.baseline.result, by=by, labels=(name, cell.baseline.label)
-                )
-            else:
-                cell.diff = diff(cell.result, cell.baseline.result)
+            self._compare(cell, beside, before_replay, cancel, by, say)
         except BaseException as exc:  # noqa: BLE001 - kept for the view, re-raised by callers who want it
             cell.error = exc
+            if beside is not None:
+                beside.stop()  # nothing left to compare: no work after the cell
+        say("recording", "recording the run")
         cell.record = self.catalog.record(
             name=name,
             program=program,
             log=log,
             engine=engine,
-            result=cell.result,
+            # A cancelled cell may have its replay's result (cancelled while comparing):
+            # kept in the notebook, recorded as failed.
+            result=None if cell.cancelled else cell.result,
             master=master,
             params=params,
             error=None if cell.error is None else str(cell.error),
         )
+        if cell.baseline is not None and cell.baseline.result is cell.result:
+            cell.baseline.record = cell.record
+            if cell.ok and on_error == "stop":
+                self._remember(program, log, replace(cell.baseline, reused=True))
+        cell.wall_s = time.monotonic() - started
+        return cell
+
+    def _options(self, cell, baseline, reuse, on_error, cancel, notify, say, beside) -> dict:
+        """The replay's options: its observer (which says the replay has started and starts
+        the baseline beside it), reuse of a named baseline, history."""
+        engine = cell.engine
+
+        def replaying(event: ProgressEvent) -> None:
+            if isinstance(event, ReplayStarted):
+                if cancel is not None:
+                    cancel.check()  # cancelled while the engine started: stop before any job
+                say("replaying", f"replaying on {engine}")
+                notify(event)  # the replay's first progress, before the baseline says a word
+                if beside is not None:
+                    beside.start()
+                return
+            notify(event)
+
+        options: dict[str, Any] = {"observer": replaying, "cancel": cancel}
+        if is_oracle(engine):
+            options["batch_size"] = CELL_BATCH
+        if on_error != "stop":
+            options["on_error"] = on_error
+        if baseline is not None and reuse:
+            if cell.baseline is None:
+                cell.reuse = no_reuse(baseline, "its serial run on this log runs beside this one")
+            else:
+                source, why = self.reusable(cell.baseline, cell.log)
+                if source is None:
+                    cell.reuse = no_reuse(baseline, why)
+                else:
+                    options["reuse"] = source
+        own = baseline is None and is_oracle(engine)  # the run is a later cell's baseline
+        if (baseline is not None or own) and engine in ("serial", "spark") and on_error == "stop":
+            options["history"] = True
+        return options
+
+    def _compare(self, cell, beside, before_replay, cancel, by, say) -> None:
+        """The baseline (the run itself on the oracle, or the one got beside it) and the diff."""
+        if cell.baseline is None and beside is None and cell.not_compared is None:
+            cell.baseline = Baseline(f"serial replay of {cell.name}", cell.result, reused=False)
+        elif beside is not None:
+            say(
+                "waiting",
+                f"replayed on {cell.engine} in {cell.result.metrics.wall_s:.2f} s; "
+                "waiting for the serial baseline",
+            )
+            cell.baseline = beside.wait()
+            if before_replay is not None:
+                before_replay(cell)
+        if cell.baseline is None:
+            return
+        if cancel is not None:
+            cancel.check()
+        say("comparing", f"comparing with {cell.baseline.label}")
+        if by:
+            cell.diff = diff(
+                cell.result, cell.baseline.result, by=by, labels=(cell.name, cell.baseline.label)
+            )
+        else:
+            cell.diff = diff(cell.result, cell.baseline.result)
+
+    def compare(
+        self, name: str, cancel: CancelToken | None = None, observer: Any = None
+    ) -> CellRun:
+        """Compare the latest run of cell ``name`` in this session with the serial replay of
+        its program (``%restream compare NAME``): for a run left uncompared (its log above the
+        compare limit). Replays serially unless that replay is at hand."""
+        cell = self.runs.get(name)
+        if cell is None or cell.result is None:
+            raise RestreamError(f"no finished run called {name!r} in this session")
+        base = self.baseline(cell.program, cell.log, None, cancel=cancel, observer=observer)
+        cell.baseline, cell.not_compared = base, None
+        cell.diff = diff(cell.result, base.result)
         return cell
 
     def reusable(self, base: Baseline, log: Log) -> tuple[Result | None, str | None]:
@@ -322,61 +459,11 @@ class Workbench:
             "kept histories; run its cell again)"
         )
 
-    def sweep(
-        self,
-        name: str,
-        source: str | Program,
-        log: Log | Any,
-        *,
-        values: dict[str, list[Any]],
-        baseline: str | None = None,
-        engine: str = "serial",
-        master: str | None = None,
-        epoch: int | str | None = None,
-        observer: Observer | None = None,
-        cancel: CancelToken | None = None,
-        before_replay: Any = None,
-        progress: ProgressState | None = None,
-        by: str | list[str] | None = None,
-    ) -> CellSweep:
-        """Define ``name`` and sweep its parameters over ``values`` (a grid, see
-        :func:`restream_kit.sweep`) on ``engine``, in one scan where it can.
-
-        The baseline each variant is compared with (``CellSweep.diff``) is the serial run of
-        the cell named ``baseline``, or, without one, the serial replay of this program with its
-        parameters' defaults. Errors are kept in the returned ``CellSweep`` (``error``).
-        ``before_replay(cell_sweep)`` is called once the baseline is ready.
-        """
-        from .iterate.sweeps import sweep
-
-        program = source if isinstance(source, Program) else self.define(name, source)
-        self.programs[name] = program
-        log = log if isinstance(log, Log) else Log(log)
-        cell = CellSweep(name, program, log, engine, dict(values), by=by)
-        if progress is not None:
-            cell.progress = progress
-        self.sweeps[name] = cell
-        observers = [cell.progress] + ([observer] if observer is not None else [])
-        try:
-            if cancel is not None:
-                cancel.check()
-            cell.baseline = self.baseline(program, log, baseline, cancel=cancel)
-            if baseline is None:
-                defaults = ", ".join(f"{k}={p.default!r}" for k, p in program.params.items())
-                cell.baseline.label = f"serial replay of {name} with its defaults ({defaults})"
-            if before_replay is not None:
-                before_replay(cell)
-            if cancel is not None:
-                cancel.check()
-            options: dict[str, Any] = {"observer": broadcast(observers), "cancel": cancel}
-            if epoch is not None:
-                options["epoch"] = epoch
-            if master:
-                options["master"] = master
-            cell.sweep = sweep(program, log, engine=engine, options=options, **values)
-        except BaseException as exc:  # noqa: BLE001 - kept for the view, re-raised by callers who want it
-            cell.error = exc
-        return cell
+    def sweep(self, name: str, source: str | Program, log: Log | Any, **options: Any) -> CellSweep:
+        """Define ``name`` and sweep its parameters over ``values=`` (a grid, see
+        :func:`restream_kit.sweep`) on ``engine=``, in one scan where it can; see
+        :func:`restream_kit.iterate._sweep_cell.sweep_cell` for the options and the baseline."""
+        return sweep_cell(self, name, source, log, **options)
 
     def diff(self, a: str, b: str, by: str | list[str] | None = None) -> Diff | KeyDiff:
         """The diff of the latest runs of cells ``a`` and ``b`` (by the fields ``by``)."""
@@ -390,107 +477,9 @@ class Workbench:
         record = self.catalog.latest(name)
         if record is None:
             raise RestreamError(f"no finished run called {name!r}")
-        return self.catalog.load(record)
-
-
-class BackgroundRun:
-    """A ``Workbench.run`` on a thread, so that the kernel can wait for it or go on.
-
-    ``wait()`` returns the finished ``CellRun``; an interrupt while waiting (the kernel's stop
-    button, Ctrl-C) cancels the replay, waits for the engine to stop and raises
-    :class:`ReplayCancelled` with one line. ``cancel()`` asks the engine to stop.
-    """
-
-    def __init__(
-        self,
-        workbench: Workbench,
-        name: str,
-        source: str | Program,
-        log: Log | Any,
-        *,
-        on_done: Any = None,
-        **options: Any,
-    ):
-        self.name = name
-        self.cancel_token = CancelToken()
-        self.progress = ProgressState()
-        self._cell: CellRun | CellSweep | None = None
-        self._done = threading.Event()
-        #: An exception raised by ``on_done`` (a view), re-raised by ``wait()``.
-        self.callback_error: BaseException | None = None
-
-        def work() -> None:
-            try:
-                # ``values=`` (a grid of parameter values) makes the run a sweep.
-                target = workbench.sweep if "values" in options else workbench.run
-                self._cell = target(
-                    name, source, log, cancel=self.cancel_token, progress=self.progress, **options
-                )
-                if on_done is not None:
-                    try:
-                        on_done(self._cell)
-                    except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                        self.callback_error = exc
-            finally:
-                self._done.set()
-
-        # The thread keeps the context of the cell that started it, so that what it prints goes
-        # to that cell's output in a kernel.
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=context.run, args=(work,), name=f"restream-{name}", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    @property
-    def status(self) -> str:
-        """``running`` until the run ends, then its ``CellRun.status``."""
-        return self._cell.status if self.done and self._cell is not None else "running"
-
-    def wait(self, timeout: float | None = None) -> CellRun | CellSweep:
-        """Block until the run has finished; return it. An interrupt cancels the replay."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            # Short waits, so that the interrupt is seen at once.
-            while not self._done.wait(0.1):
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"run {self.name!r} still going after {timeout} s")
-        except KeyboardInterrupt:
-            raise self.stop() from None
-        return self._finished()
-
-    def stop(self) -> ReplayCancelled:
-        """Cancel the replay, wait up to ``CANCEL_WAIT_S`` for it to stop; the exception that
-        says where it stopped (for the caller to raise)."""
-        self.cancel()
-        try:
-            stopped = self._done.wait(CANCEL_WAIT_S)
-        except KeyboardInterrupt:  # a second interrupt: give the kernel back now
-            stopped = False
-        line = cancelled_line(self.progress)
-        if not stopped:
-            line += f"; the engine is still stopping (run {self.name!r} in the background)"
-        return ReplayCancelled(line)
-
-    def _finished(self) -> CellRun | CellSweep:
-        if self.callback_error is not None:
-            raise self.callback_error
-        assert self._cell is not None
-        return self._cell
-
-    def cancel(self) -> None:
-        self.cancel_token.cancel()
-
-    @property
-    def result(self) -> Result | None:
-        """The run's result (waits for it)."""
-        return self.wait().result
-
-    def __repr__(self) -> str:
-        if not self.done or self._cell is None:
-            return f"<restream run {self.name!r}: running>"
-        return repr(self._cell)
+        # ``%restream diff`` reads each side twice (the diff, then its view's field picker).
+        if record.run_id not in self._loaded:
+            self._loaded[record.run_id] = self.catalog.load(record)
+            while len(self._loaded) > 2:
+                self._loaded.popitem(last=False)
+        return self._loaded[record.run_id]

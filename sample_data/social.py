@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 __all__ = [
     "generate",
+    "spammers",
     "write",
     "default_users",
     "default_path",
@@ -119,12 +120,7 @@ def generate(
     def below(n: int, size: int | tuple[int, ...]) -> np.ndarray:
         return np.minimum((uniform(size) * n).astype(np.int64), n - 1)
 
-    # Users: a random id for every activity rank; spammers are drawn outside the head.
-    rank_user = np.argsort(uniform(users), kind="stable").astype(np.int64) + 1
-    spam_by_rank = uniform(users) < spammer_share
-    spam_by_rank[:HEAD_WITHOUT_SPAMMERS] = False
-    is_spammer = np.zeros(users + 1, dtype=bool)  # indexed by user id (0 is nobody)
-    is_spammer[rank_user] = spam_by_rank
+    rank_user, is_spammer = _draw_users(uniform, users, spammer_share)
     cdf = np.cumsum(np.arange(1, users + 1, dtype=np.float64) ** -alpha)
     cdf /= cdf[-1]
 
@@ -168,6 +164,27 @@ def generate(
         ],
         schema=SCHEMA,
     )
+
+
+def _draw_users(uniform, users: int, spammer_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """The first draws of a log: a random id for every activity rank, and which user ids
+    (indexes of the boolean array; 0 is nobody) are spammers, drawn outside the head."""
+    rank_user = np.argsort(uniform(users), kind="stable").astype(np.int64) + 1
+    spam_by_rank = uniform(users) < spammer_share
+    spam_by_rank[:HEAD_WITHOUT_SPAMMERS] = False
+    is_spammer = np.zeros(users + 1, dtype=bool)
+    is_spammer[rank_user] = spam_by_rank
+    return rank_user, is_spammer
+
+
+def spammers(
+    events: int, *, users: int | None = None, seed: int = 0, spammer_share: float = 0.03
+) -> np.ndarray:
+    """The ids of the users ``generate`` (with the same arguments) makes spammers, sorted:
+    the ground truth behind the log, drawn the same way without generating its events."""
+    users = default_users(events) if users is None else users
+    _rank_user, is_spammer = _draw_users(np.random.default_rng(seed).random, users, spammer_share)
+    return np.flatnonzero(is_spammer)
 
 
 def write(table: pa.Table, path: str | Path) -> Path:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbconvert import HTMLExporter
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
@@ -50,7 +52,43 @@ def test_notebook_runs_top_to_bottom(path, mode, tmp_path, monkeypatch, request)
         monkeypatch.setenv("RESTREAM_DEMO_CONNECT", cluster.connect)
         monkeypatch.setenv("RESTREAM_CONNECT_TOKEN", cluster.token)
     monkeypatch.setenv("RESTREAM_DISPLAY", mode)
-    _execute(path, path.parent)
+    nb = _execute(path, path.parent, store_widget_state=mode == "widgets")
+    if mode == "widgets":
+        _check_saved_outputs(nb)
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def _check_saved_outputs(nb) -> None:
+    """What the executed notebook would show saved and reopened without its kernel: each
+    ``%%restream`` cell's outputs carry a static HTML form of the monitor's final line and
+    the diff beside their widget, whose state is saved in the notebook's metadata; converted to
+    HTML it shows them, with its widget state and without."""
+    cells = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%restream")]
+    assert cells
+    state = nb.metadata["widgets"][WIDGET_STATE]["state"]
+    for cell in cells:
+        shown = [o["data"] for o in cell.outputs if WIDGET_VIEW in o.get("data", {})]
+        assert shown and all(d[WIDGET_VIEW]["model_id"] in state for d in shown), cell.source
+        static = "\n".join(d.get("text/html", "") for d in shown)
+        assert "restream-static" in static and "data-status='done'" in static, static[:2000]
+        assert re.search(r"done in \d+\.\d\d s", static), static[:2000]
+        if "--sweep" in cell.source.splitlines()[0]:
+            assert "alt='rows per output table' src='data:image/svg+xml;base64," in static
+        else:
+            assert re.search(r"diff against [^<]+</b>: <span[^>]*>(identical|differs)", static)
+        assert "restream-plan" in static and "alt='handler DAG of " in static
+        assert "waiting" not in "\n".join(d["text/plain"] for d in shown)
+    exporter = HTMLExporter()
+    with_state, _ = exporter.from_notebook_node(nb)
+    assert "done in" in with_state and "diff against" in with_state
+    without = nbformat.from_dict(json.loads(json.dumps(nb)))
+    del without.metadata["widgets"]
+    page, _ = exporter.from_notebook_node(without)
+    assert page.count("restream-static") >= 3 * len(cells), "no static form in the page"
+    assert "model not found" not in page and "done in" in page and "diff against" in page
 
 
 def test_a_copy_of_a_demo_notebook_runs_in_another_folder(tmp_path, monkeypatch, root):
@@ -74,12 +112,13 @@ def test_a_copy_of_a_demo_notebook_runs_in_another_folder(tmp_path, monkeypatch,
     assert (folder / ".restream").is_dir()
 
 
-def _execute(path: Path, folder: Path):
+def _execute(path: Path, folder: Path, store_widget_state: bool = False):
     """Run notebook ``path`` in a kernel whose working folder is ``folder``; fail on errors."""
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
-    )
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}},
+        store_widget_state=store_widget_state,
+    )  # fmt: skip
     client.execute()
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors

@@ -22,6 +22,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from restream_kit import RestreamError
 from restream_kit.engines import engine_names
+from restream_kit.io.log import Log
 from restream_kit.workbench import BackgroundRun, CellRun, ReplayCancelled, Workbench
 
 __all__ = ["RestreamMagics", "register", "awaited_cell", "raise_failure"]
@@ -61,6 +62,13 @@ def _error_lines(error: BaseException) -> list[str]:
     return [f"{name}: {text}" if text else name]
 
 
+def _logs(args: Any) -> list:
+    """The cell's ``--log`` values, read as its ``--ts`` and ``--kind`` say."""
+    if not args.log or (args.ts is None and args.kind is None):
+        return args.log
+    return list(Log(args.log, ts=args.ts, kind=args.kind).sources)
+
+
 def _await_cells(lines: list[str]) -> list[str]:
     """Input transformer: ``%%restream`` cells become an ``await`` of :func:`awaited_cell`."""
     if lines and lines[0].startswith(_MAGIC_CALL):
@@ -93,6 +101,8 @@ class RestreamMagics(Magics):
     def __init__(self, shell):
         super().__init__(shell)
         self.workbench = Workbench()
+        #: Cells started with --labels: name -> (labels read, by), shown when they finish.
+        self._scoring: dict[str, tuple[Any, str]] = {}
 
     @magic_arguments()
     @argument("name", help="the program's name; later cells can use it as --baseline")
@@ -102,6 +112,19 @@ class RestreamMagics(Magics):
         default=[],
         metavar="PATH",
         help="a Parquet or CSV log, or KIND=PATH; repeatable",
+    )
+    @argument(
+        "--ts",
+        default=None,
+        metavar="COLUMN",
+        help="the log's time column, when it is not called ts (integer milliseconds, ISO-8601 "
+        "strings or timestamps)",
+    )
+    @argument(
+        "--kind",
+        default=None,
+        metavar="NAME",
+        help="the kind of every event, for a log without a kind column",
     )
     @argument(
         "--baseline",
@@ -115,6 +138,14 @@ class RestreamMagics(Magics):
         metavar="FIELD[,FIELD]",
         help="compare with the baseline by these fields (keys only in this run, only in the "
         "baseline, in both with different rows) rather than row by row",
+    )
+    @argument(
+        "--labels",
+        default=None,
+        metavar="FILE",
+        help="score the run (and its baseline, side by side) against these labels by the --by "
+        "fields: precision, recall, F1, time to detect, keys that changed class; a --sweep "
+        "plots precision against recall per variant",
     )
     @argument(
         "--sweep",
@@ -131,6 +162,19 @@ class RestreamMagics(Magics):
         help="with --baseline: replay in full rather than re-running only the stages that "
         "changed since the baseline's run",
     )
+    @argument(
+        "--compare",
+        action="store_true",
+        help="on a parallel engine: compare with the serial replay even above the compare limit",
+    )
+    @argument(
+        "--compare-limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="on a parallel engine: above N events (default $RESTREAM_COMPARE_LIMIT or "
+        "5,000,000) the run is not compared with a serial replay unless --compare",
+    )
     @argument("--engine", choices=engine_names(), default="serial", help="where to replay")
     @argument("--master", default=None, metavar="URL", help="Spark master (default local[*])")
     @argument("--plan-only", action="store_true", help="show the plan, do not replay")
@@ -141,6 +185,18 @@ class RestreamMagics(Magics):
     )
     @argument(
         "--epoch", default=None, metavar="SIZE", help="events (100000) or time (1h) per epoch"
+    )
+    @argument(
+        "--checkpoint",
+        default=None,
+        metavar="DIR",
+        help="commit the replay's epochs to DIR as it goes",
+    )
+    @argument(
+        "--checkpoint-every",
+        default=None,
+        metavar="EVERY",
+        help="with --checkpoint: commit at least this often, a time (60s) or events (500000)",
     )
     @argument(
         "--on-error",
@@ -160,12 +216,17 @@ class RestreamMagics(Magics):
         re-run (``--no-reuse``: a full replay); ``NAME.reuse`` says what was reused. With
         ``--sweep PARAM=V1,V2`` every combination of values replays in one scan and a sweep view
         shows rows per table against them (``NAME.rows()``, ``NAME.diff(i)``). With
+        ``--labels FILE --by FIELD`` the cell is scored against the labels when it ends (beside
+        its baseline's scores; a sweep as precision against recall, docs/scoring.md). With
         ``--background`` the cell returns at once and NAME is the running replay
         (``NAME.wait()``, ``NAME.cancel()``).
 
         As a line magic: ``%restream runs`` shows the run catalog; ``%restream diff A B
         [--by FIELD]`` compares the latest runs of cells A and B (``--explain ROW``: why that
-        row of the diff differs, ``restream_kit.explain``); ``%restream forget NAME``
+        row of the diff differs, ``restream_kit.explain``); ``%restream compare NAME``
+        compares cell NAME's run with the serial replay of its program (a run on a parallel
+        engine over a log above the compare limit is not compared unless ``--compare``);
+        ``%restream forget NAME``
         deletes the runs called NAME and their files.
         """
         if cell is None:
@@ -191,10 +252,15 @@ class RestreamMagics(Magics):
         args = parse_argstring(self.restream, line)
         if not args.name.isidentifier():
             raise UsageError(f"the cell's name must be an identifier, got {args.name!r}")
-        if args.by and not args.baseline:
+        if args.by and not args.baseline and not args.labels:
             raise UsageError("--by compares with a baseline: give --baseline NAME too")
+        self._scoring.pop(args.name, None)
+        if args.labels:
+            self._scoring[args.name] = (_read_labels(args.labels, args.by), args.by)
         if args.sweep and args.on_error != "stop":
             raise UsageError("--sweep replays with --on-error stop only")
+        if args.checkpoint_every and not args.checkpoint:
+            raise UsageError("--checkpoint-every needs --checkpoint DIR")
         try:
             from restream_kit.iterate.sweeps import parse_grid
 
@@ -209,7 +275,7 @@ class RestreamMagics(Magics):
                 args.name,
                 # The magic's line counts: line numbers in messages are the cell's own.
                 "\n" + cell,
-                logs=args.log,
+                logs=_logs(args),
                 baseline=args.baseline,
                 by=args.by,
                 engine=args.engine,
@@ -219,6 +285,10 @@ class RestreamMagics(Magics):
                 on_error=args.on_error,
                 sweep=values,
                 reuse=not args.no_reuse,
+                checkpoint=args.checkpoint,
+                checkpoint_every=args.checkpoint_every,
+                compare=True if args.compare else None,
+                compare_limit=args.compare_limit,
             )
         except RestreamError as exc:
             raise UsageError(str(exc)) from None
@@ -230,17 +300,40 @@ class RestreamMagics(Magics):
         """A blocking cell's run has ended: bind it, and fail the cell if it did not finish."""
         self.shell.user_ns[name] = cell
         raise_failure(cell)
+        scoring = self._scoring.pop(name, None)
+        if scoring is not None:
+            from widgets.score_view import show_scores
+            from widgets.workbench import display_mode
+
+            try:
+                show_scores(self.workbench, cell, *scoring, mode=display_mode())
+            except RestreamError as exc:
+                raise UsageError(str(exc)) from None
 
     def _line(self, line: str):
         words = shlex.split(line)
         if words == ["runs"]:
-            return self.workbench.catalog.runs()
+            from widgets.runs_view import runs_table
+
+            return runs_table(self.workbench.catalog, _baselines(self.workbench))
         if len(words) == 2 and words[0] == "forget":
             # The catalog (docs/catalog.md): delete the runs called NAME (or one run id).
             gone = self.workbench.catalog.forget(words[1])
             if not gone:
                 raise UsageError(f"no recorded run is called {words[1]!r}")
             print(f"forgot {len(gone)} run(s) called {words[1]}")
+            return None
+        if len(words) == 2 and words[0] == "compare":
+            # A parallel run left uncompared (its log above the compare limit): compare it now.
+            from widgets.workbench import show_compare
+
+            running = self.shell.user_ns.get(words[1])
+            if hasattr(running, "wait"):
+                running.wait()
+            try:
+                show_compare(self.workbench, words[1])
+            except RestreamError as exc:
+                raise UsageError(str(exc)) from None
             return None
         row = None
         if words[:1] == ["diff"] and "--explain" in words[3:-1]:
@@ -265,6 +358,7 @@ class RestreamMagics(Magics):
             return None
         raise UsageError(
             "use %restream runs, %restream diff A B [--by FIELD] [--explain ROW], "
+            "%restream compare NAME, "
             "%restream forget NAME, or %%restream NAME "
             "as a cell magic "
             "(%%restream? for help)"
@@ -276,6 +370,25 @@ class RestreamMagics(Magics):
 
         runs = self.workbench.runs
         print(explain(runs.get(a, a), runs.get(b, b), row, labels=(a, b)).text())
+
+
+def _read_labels(labels: str, by: str | None) -> Any:
+    """``--labels FILE`` read before the replay, so that a bad file fails the cell at once."""
+    if not by:
+        raise UsageError("--labels needs --by FIELD[,FIELD]: the key fields to score by")
+    from restream_kit.io.compare import parse_by
+    from restream_kit.iterate.score import read_labels
+
+    try:
+        return read_labels(labels, parse_by(by))
+    except RestreamError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _baselines(workbench: Workbench) -> set[str]:
+    """The run ids of the serial baselines this session's cells recorded."""
+    bases = (getattr(cell, "baseline", None) for cell in workbench.runs.values())
+    return {b.record.run_id for b in bases if b is not None and not b.reused and b.record}
 
 
 #: What the first ``%%restream`` cell needs, imported by ``%load_ext`` so that the cell starts at

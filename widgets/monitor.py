@@ -7,6 +7,7 @@ for terminals and notebooks run without a frontend. Both are observers of a repl
 from __future__ import annotations
 
 import html
+import re
 import threading
 import time
 from typing import Any
@@ -15,6 +16,7 @@ import ipywidgets as w
 
 from restream_kit.io.progress import (
     EpochFinished,
+    Phase,
     ProgressEvent,
     ProgressState,
     ReplayFinished,
@@ -23,6 +25,7 @@ from restream_kit.io.progress import (
     StageStarted,
     TextProgress,
 )
+from widgets._static import FG, MUTED
 
 __all__ = ["ReplayMonitor", "TextMonitor"]
 
@@ -68,6 +71,8 @@ class ReplayMonitor:
         self.stop_button.on_click(lambda _b: self._cancel())
         self.log_note = w.HTML("")
         self.reuse_note = w.HTML("")
+        # The serial baseline's progress, while it runs beside the replay.
+        self.baseline_note = w.HTML("")
         self.widget = w.VBox(
             [
                 w.HBox([self.title, self.status, self.stop_button]),
@@ -75,6 +80,7 @@ class ReplayMonitor:
                 w.HBox([self.epoch_bar, self.epoch_label]),
                 self.stages,
                 self.stats,
+                self.baseline_note,
                 self.reuse_note,
                 self.log_note,
             ],
@@ -85,7 +91,10 @@ class ReplayMonitor:
         self._last_draw = 0.0
         self._lock = threading.Lock()
         self._run: Any = None
-        self._set_status("waiting", "preparing the baseline")
+        # "done in X s" is the time from here (the cell's start) to the end of the cell.
+        self._opened = time.monotonic()
+        self._ended = False
+        self._set_status("waiting", f"starting {engine}")
         if engine == "spark":
             self._show_spark_log()
 
@@ -108,16 +117,25 @@ class ReplayMonitor:
         self.stop_button.layout.display = None if status in ("waiting", "running") else "none"
 
     def _show_spark_log(self) -> None:
-        from restream_kit.engines.spark._session import spark_log_path
+        """Where Spark's own log is, and its web UI (a link) once the session has one."""
+        from restream_kit.engines.spark._session import spark_log_path, ui_url
 
+        url = ui_url()
+        ui = (
+            f"; Spark UI: <a href='{html.escape(url)}' target='_blank'>{html.escape(url)}</a>"
+            if url
+            else "; Spark UI off (<code>RESTREAM_SPARK_UI=1</code> in the kernel's environment "
+            "before its first Spark cell turns it on)"
+        )
         self.log_note.value = (
-            "<span style='font-size:85%;color:#777'>Spark's own log: "
-            f"<code>{html.escape(str(spark_log_path().resolve()))}</code></span>"
+            f"<span style='font-size:85%;color:{MUTED}'>Spark's own log: "
+            f"<code>{html.escape(str(spark_log_path().resolve()))}</code>{ui}</span>"
         )
 
     def finish(self, cell: Any) -> None:
         """A run ended: show how (also when it failed before the replay could say so)."""
         with self._lock:
+            self._ended = True
             if cell.error is not None and self.state.finished is None:
                 self.state(
                     ReplayFinished(
@@ -125,8 +143,16 @@ class ReplayMonitor:
                         error=str(cell.error).splitlines()[0] if str(cell.error) else "",
                     )
                 )  # fmt: skip
+            if self.log_note.value:
+                self._show_spark_log()  # Spark's session, and so its UI, exists by now
             status = getattr(cell, "status", "failed" if cell.error is not None else "done")
+            self.baseline_note.value = ""
             self._draw(status="done" if status == "ok" else status)
+            if getattr(cell, "not_compared", None) and cell.error is None:
+                self.baseline_note.value = (
+                    f"<span class='restream-not-compared' style='color:#777'>"
+                    f"{html.escape(cell.not_compared)}</span>"
+                )
             line = cell.reuse_line() if hasattr(cell, "reuse_line") else None
             if line and cell.error is None:
                 # What a --baseline cell reused of its baseline, or why it replayed in full.
@@ -136,8 +162,27 @@ class ReplayMonitor:
                     f"{html.escape(line)}</span>"
                 )
 
+    def static_html(self) -> str:
+        """The monitor as it stands, as HTML without widgets (see ``widgets._static``)."""
+        return (
+            f"<div class='restream-monitor' style='color:{FG}'>{self.title.value}"
+            f"{self.status.value}<br>{html.escape(self.events_label.value)}, epochs "
+            f"{html.escape(self.epoch_label.value)}<br>{self.stats.value}"
+            f"{'<br>' + self.reuse_note.value if self.reuse_note.value else ''}"
+            f"{'<br>' + self.log_note.value if self.log_note.value else ''}</div>"
+        )
+
+    def static_text(self) -> str:
+        """The same as two lines of text."""
+        status = re.sub(r"<[^>]+>|&nbsp;", " ", self.status.value).strip()
+        title = re.sub(r"<[^>]+>", "", self.title.value)
+        return f"{title}: {status}\n{html.unescape(re.sub(r'<[^>]+>', '', self.stats.value))}"
+
     def __call__(self, event: ProgressEvent) -> None:
         with self._lock:
+            if isinstance(event, Phase):
+                self._phase(event)
+                return
             self.state(event)
             if isinstance(event, ReplayStarted):
                 self._set_status("running")
@@ -152,6 +197,19 @@ class ReplayMonitor:
             if boundary or now - self._last_draw >= REDRAW_EVERY_S:
                 self._draw()
                 self._last_draw = now
+
+    def _phase(self, event: Phase) -> None:
+        """What the cell is doing: the serial baseline's progress on its own line, any other
+        phase in the status (a finished monitor keeps its final words)."""
+        if self._ended:
+            return
+        if event.name == "baseline":
+            self.baseline_note.value = (
+                f"<span class='restream-baseline' style='color:#777'>"
+                f"{html.escape(event.words)}</span>"
+            )
+        else:
+            self._set_status("waiting" if event.name == "starting" else "running", event.words)
 
     def _stage_bar(self, stage: str) -> w.IntProgress:
         if stage not in self._stage_bars:
@@ -183,15 +241,18 @@ class ReplayMonitor:
             self.stats.value = html.escape(s.line())
             return
         if status is None:
-            status = "done" if s.finished.ok else "failed"
+            status = "replayed" if s.finished.ok else "failed"
         error = (s.finished.error or "") if s.finished is not None else ""
         if status == "failed" and error == "replay cancelled":
             status = "cancelled"
         bars = [self.events_bar, self.epoch_bar, *self._stage_bars.values()]
-        if status == "done":
+        if status in ("done", "replayed"):
             for bar in bars:
                 bar.bar_style = "success"
-            self._set_status("done", f"done in {s.elapsed_s:.2f} s")
+            if status == "done":
+                self._set_status("done", f"done in {time.monotonic() - self._opened:.2f} s")
+            else:  # the cell goes on (the diff, the catalog): it is done when finish() says so
+                self._set_status("running", f"replayed in {s.elapsed_s:.2f} s")
             self.stats.value = html.escape(s.line())
         elif status == "cancelled":
             for bar in bars:

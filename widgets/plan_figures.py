@@ -7,7 +7,9 @@ for the README, which needs plotly's image export (kaleido).
 
 from __future__ import annotations
 
+from html import escape
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import plotly.graph_objects as go
@@ -187,42 +189,84 @@ def dag_figure(plan: Plan) -> go.Figure:
     return fig
 
 
-def dag_svg(plan: Plan, width: int = 540, height: int = 300) -> str:
-    """The DAG of :func:`dag_figure` as a static SVG: the same layout and colours, hover text as
-    SVG titles. It costs the browser nothing to draw, unlike a plotly figure widget."""
-    from html import escape
+#: The DAG's SVG: pixels per character of a label, between layers and between rows.
+_CHAR_PX, _LAYER_GAP_PX, _ROW_PX, _TOP_PX, _LEGEND_PX = 6.6, 36, 58, 30, 28
+#: Text in the SVG follows JupyterLab's theme (dark on light, light on dark).
+_TEXT = "fill:var(--jp-ui-font-color1, #222)"
+_MUTED_TEXT = "fill:var(--jp-ui-font-color2, #555)"
+#: A halo in the page's colour under each label, so that an edge crossing it leaves it legible.
+_HALO = "paint-order:stroke;stroke:var(--jp-layout-color0, #fff);stroke-width:3px"
 
+
+def _svg_layout(g: nx.DiGraph) -> tuple[dict[Any, tuple[float, float]], float, float]:
+    """Node centres sized to the content: a column per layer as wide as its longest label, a
+    row per node of the tallest layer; the width and height of the drawing."""
+    layers: dict[int, list[Any]] = {}
+    pos = nx.multipartite_layout(g, subset_key="layer", align="vertical", scale=1.0)
+    for node, layer in g.nodes(data="layer"):
+        layers.setdefault(layer, []).append(node)
+    rows = max(len(nodes) for nodes in layers.values())
+    height = _TOP_PX + rows * _ROW_PX
+    centres: dict[Any, tuple[float, float]] = {}
+    x = 12.0
+    for layer in sorted(layers):
+        nodes = sorted(layers[layer], key=lambda n: -pos[n][1])  # top to bottom as networkx
+        width = max(40.0, max(len(n[1]) for n in nodes) * _CHAR_PX)
+        # A layer with fewer nodes than the tallest is centred in the height.
+        offset = _TOP_PX + (rows - len(nodes)) * _ROW_PX / 2
+        for i, node in enumerate(nodes):
+            centres[node] = (x + width / 2, offset + i * _ROW_PX + _ROW_PX / 2 - 6)
+        x += width + _LAYER_GAP_PX
+    return centres, x - _LAYER_GAP_PX + 12, height
+
+
+def dag_svg(plan: Plan) -> str:
+    """The DAG of :func:`dag_figure` as a static SVG, sized to its content (a one-handler plan
+    is small): the same colours, hover text as SVG titles, text in the notebook theme's
+    colour. It costs the browser nothing to draw, unlike a plotly figure widget."""
     g = _graph(plan)
     if not g.nodes:
         return "<svg width='0' height='0'></svg>"
-    pos = nx.multipartite_layout(g, subset_key="layer", align="vertical", scale=1.0)
-    xs = [x for x, _ in pos.values()]
-    ys = [y for _, y in pos.values()]
-    pad = 60
-
-    def at(node) -> tuple[float, float]:
-        x, y = pos[node]
-        sx = (x - min(xs)) / ((max(xs) - min(xs)) or 1)
-        sy = (max(ys) - y) / ((max(ys) - min(ys)) or 1)
-        return pad + sx * (width - 2 * pad), 34 + sy * (height - 70)
-
-    critical = set(plan.critical_path)
-    critical_edges = _critical_edges(plan, g)
+    at, width, height = _svg_layout(g)
     stage_of = {h: s for s in plan.stages for h in s.handlers}
+    used = dict.fromkeys(stage_of[h.name].label for h in plan.handlers)
+    legend_width = sum(20 + _CHAR_PX * len(label) for label in used) + 110
+    width = max(width, legend_width)
+    height += _LEGEND_PX
     parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        "class='restream-dag' font-family='sans-serif' font-size='11'>",
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
+        f"class='restream-dag' font-family='sans-serif' font-size='11' style='{_TEXT}'>",
         "<defs>"
         + "".join(
-            f"<marker id='arrow-{name}' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='7' "
-            f"markerHeight='7' orient='auto-start-reverse'><path d='M0,0L10,5L0,10z' "
-            f"fill='{colour}'/></marker>"
+            f"<marker id='arrow-{name}' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='9' "
+            "markerHeight='9' markerUnits='userSpaceOnUse' orient='auto-start-reverse'>"
+            f"<path d='M0,0L10,5L0,10z' fill='{colour}'/></marker>"
             for name, colour in (("edge", EDGE_COLOR), ("critical", CRITICAL))
         )
         + "</defs>",
+        *_svg_edges(plan, g, at),
+        *_svg_nodes(plan, g, at, stage_of),
     ]
+    legend_x, legend_y = 8.0, height - 12
+    for label in used:
+        parts.append(
+            f"<circle cx='{legend_x + 5:.0f}' cy='{legend_y}' r='5' fill='{MODE_COLORS[label]}'/>"
+            f"<text x='{legend_x + 13:.0f}' y='{legend_y + 4}'>{escape(label)}</text>"
+        )
+        legend_x += 20 + _CHAR_PX * len(label)
+    parts.append(
+        f"<line x1='{legend_x:.0f}' y1='{legend_y}' x2='{legend_x + 18:.0f}' y2='{legend_y}' "
+        f"stroke='{CRITICAL}' stroke-width='3'/><text x='{legend_x + 22:.0f}' "
+        f"y='{legend_y + 4}'>critical path</text></svg>"
+    )
+    return "".join(parts)
+
+
+def _svg_edges(plan: Plan, g: nx.DiGraph, at: dict[Any, tuple[float, float]]) -> list[str]:
+    critical_edges = _critical_edges(plan, g)
+    parts = []
     for u, v, attrs in g.edges(data=True):
-        (x0, y0), (x1, y1) = at(u), at(v)
+        (x0, y0), (x1, y1) = at[u], at[v]
         length = max(((x1 - x0) ** 2 + (y1 - y0) ** 2) ** 0.5, 1)
         # Stop short of the nodes so the arrowheads show.
         dx, dy = (x1 - x0) / length * 15, (y1 - y0) / length * 15
@@ -234,8 +278,17 @@ def dag_svg(plan: Plan, width: int = 540, height: int = 300) -> str:
             f"stroke='{colour}' stroke-width='{3 if kind == 'critical' else 1.3}'{dash} "
             f"marker-end='url(#arrow-{kind})'/>"
         )
+    return parts
+
+
+def _svg_nodes(
+    plan: Plan, g: nx.DiGraph, at: dict[Any, tuple[float, float]], stage_of: dict[str, Any]
+) -> list[str]:
+    """Handlers as circles with their name above, state as squares with its name below."""
+    critical = set(plan.critical_path)
+    parts = []
     for node in g.nodes:
-        x, y = at(node)
+        x, y = at[node]
         kind, name = node
         if kind == "h":
             stage = stage_of[name]
@@ -246,7 +299,8 @@ def dag_svg(plan: Plan, width: int = 540, height: int = 300) -> str:
             parts.append(
                 f"<g><title>{escape(chr(10).join(hover))}</title>"
                 f"<circle cx='{x:.1f}' cy='{y:.1f}' r='12' fill='{MODE_COLORS[stage.label]}' "
-                f"{ring}/><text x='{x:.1f}' y='{y - 17:.1f}' text-anchor='middle'>"
+                f"{ring}/><text x='{x:.1f}' y='{y - 17:.1f}' text-anchor='middle' "
+                f"style='{_HALO}'>"
                 f"{escape(name)}</text></g>"
             )
         else:
@@ -255,23 +309,11 @@ def dag_svg(plan: Plan, width: int = 540, height: int = 300) -> str:
             parts.append(
                 f"<g><title>{escape(hover)}</title><rect x='{x - 8:.1f}' y='{y - 8:.1f}' "
                 f"width='16' height='16' fill='{STATE_COLOR}' stroke='#555'/>"
-                f"<text x='{x:.1f}' y='{y + 21:.1f}' text-anchor='middle' fill='#444'>"
+                f"<text x='{x:.1f}' y='{y + 21:.1f}' text-anchor='middle' "
+                f"style='{_MUTED_TEXT};{_HALO}'>"
                 f"{escape(name)}</text></g>"
             )
-    used = dict.fromkeys(stage_of[h.name].label for h in plan.handlers)
-    legend_x = 8
-    for label in used:
-        parts.append(
-            f"<circle cx='{legend_x + 5}' cy='{height - 10}' r='5' fill='{MODE_COLORS[label]}'/>"
-            f"<text x='{legend_x + 13}' y='{height - 6}'>{escape(label)}</text>"
-        )
-        legend_x += 20 + 7 * len(label)
-    parts.append(
-        f"<line x1='{legend_x}' y1='{height - 10}' x2='{legend_x + 18}' y2='{height - 10}' "
-        f"stroke='{CRITICAL}' stroke-width='3'/><text x='{legend_x + 22}' y='{height - 6}'>"
-        "critical path</text></svg>"
-    )
-    return "".join(parts)
+    return parts
 
 
 def _widest_layer(g: nx.DiGraph) -> int:

@@ -8,12 +8,14 @@ The hot keys and speedup charts are drawn only when their section is opened.
 from __future__ import annotations
 
 import html
+import re
 
 import ipywidgets as w
 import plotly.graph_objects as go
 
 from restream_kit.planner import Plan
 from restream_kit.planner.render import plan_text
+from widgets._static import FG, svg_image
 from widgets.plan_figures import dag_svg, hot_keys_figure, speedup_figure
 
 __all__ = ["PlanView", "stages_html", "WIDTH_PX"]
@@ -78,46 +80,87 @@ def _layout_html(engine: str, stages: dict[str, str]) -> str:
 
 
 class PlanView:
-    """What the planner says about a program: DAG and text plan, charts folded."""
+    """What the planner says about a program, folded to its one-line summary unless ``open``
+    (a button unfolds the DAG, the text plan, the stages and the charts)."""
 
-    def __init__(self, plan: Plan, name: str, layout: tuple[str, dict[str, str]] | None = None):
+    def __init__(
+        self,
+        plan: Plan,
+        name: str,
+        layout: tuple[str, dict[str, str]] | None = None,
+        open: bool = False,  # noqa: A002 - the word a reader expects
+    ):
         self.plan = plan
-        # A static SVG: a plotly widget would cost the first cell seconds in the browser.
+        self.name = name
+        self.summary = _summary(plan, name) + (_layout_html(*layout) if layout else "")
+        self.warnings = "<br>".join(
+            f"⚠ line {x.lineno}: {html.escape(x.message)}" for x in plan.warnings
+        )
+        self.toggle = w.ToggleButton(
+            value=open, description="plan", icon="sitemap", tooltip="show or fold the plan",
+            layout=w.Layout(width="auto", flex="0 0 auto"),
+        )  # fmt: skip
+        self.toggle.observe(self._unfold, names="value")
+        self.details = w.VBox([], layout=w.Layout(display="none"))
+        head = w.HBox(
+            [self.toggle, w.HTML(self.summary, layout=w.Layout(margin="0 0 0 8px"))],
+            layout=w.Layout(align_items="center"),
+        )
+        children: list[w.Widget] = [head]
+        if self.warnings:
+            children.append(w.HTML(self.warnings))
+        self.widget = w.VBox([*children, self.details], layout=w.Layout(max_width=f"{WIDTH_PX}px"))
+        self.dag: w.HTML | None = None
+        if open:
+            self._unfold({"new": True})
+
+    def _unfold(self, change) -> None:
+        """Show (drawing it the first time) or fold the plan's details."""
+        if change["new"] and not self.details.children:
+            self.details.children = self._details()
+        self.details.layout.display = None if change["new"] else "none"
+
+    def _details(self) -> list[w.Widget]:
+        plan = self.plan
+        # A static SVG sized to its content: a plotly widget would cost the cell seconds.
         self.dag = w.HTML(
-            f"<div style='font-size:12px;font-weight:bold'>Handler DAG of {html.escape(name)}</div>"
-            + dag_svg(plan, width=540, height=DAG_HEIGHT_PX - 20)
+            f"<div style='font-size:12px;font-weight:bold'>Handler DAG of "
+            f"{html.escape(self.name)}</div>{dag_svg(plan)}",
+            layout=w.Layout(overflow="auto", flex="0 1 auto"),
         )
         text = w.HTML(
             f"<pre style='font-size:85%;line-height:1.25;margin:0'>"
             f"{html.escape(plan_text(plan))}</pre>",
             layout=w.Layout(
-                max_height=f"{DAG_HEIGHT_PX}px",
-                overflow="auto",
-                width="45%",
-                border="1px solid #ddd",
+                max_height=f"{DAG_HEIGHT_PX}px", overflow="auto", flex="1 1 40%",
+                border="1px solid var(--jp-border-color2, #ddd)", padding="2px 4px",
             ),
-        )
-        self.dag_box = w.Box([self.dag], layout=w.Layout(width="55%"))
+        )  # fmt: skip
         children: list[w.Widget] = [
-            w.HTML(_summary(plan, name) + (_layout_html(*layout) if layout else "")),
-            w.HBox([self.dag_box, text]),
+            w.HBox([self.dag, text], layout=w.Layout(grid_gap="12px")),
             w.HTML(stages_html(plan)),
         ]
-        if plan.warnings:
-            children.append(
-                w.HTML(
-                    "<br>".join(
-                        f"⚠ line {x.lineno}: {html.escape(x.message)}" for x in plan.warnings
-                    )
-                )
-            )
         if plan.data is not None:
             self.charts = w.Accordion([w.VBox([]), w.VBox([])], selected_index=None)
             self.charts.set_title(0, "hot keys")
             self.charts.set_title(1, "predicted speedup")
             self.charts.observe(self._open, names="selected_index")
             children.append(self.charts)
-        self.widget = w.VBox(children, layout=w.Layout(max_width=f"{WIDTH_PX}px"))
+        return children
+
+    def static_html(self) -> str:
+        """The plan as HTML without widgets: the summary, then the DAG and the stages folded
+        in a ``<details>`` (see ``widgets._static``)."""
+        warnings = f"<div>{self.warnings}</div>" if self.warnings else ""
+        return (
+            f"<div class='restream-plan' style='color:{FG}'>{self.summary}{warnings}"
+            f"<details><summary>plan</summary>"
+            f"{svg_image(dag_svg(self.plan), f'handler DAG of {self.name}')}{stages_html(self.plan)}"
+            "</details></div>"
+        )
+
+    def static_text(self) -> str:
+        return html.unescape(re.sub(r"<[^>]+>", "", self.summary.replace("<br>", "\n")))
 
     def _open(self, change) -> None:
         """Draw a folded chart the first time its section is opened."""

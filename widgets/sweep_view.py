@@ -10,11 +10,13 @@ shows that variant's diff against the cell's baseline in the ordinary diff view.
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 import ipywidgets as w
 import plotly.graph_objects as go
 
+from widgets._static import FG, line_chart_svg, svg_image
 from widgets.diff_view import DiffView
 
 __all__ = ["SweepView", "VIEWS", "sweep_figure", "sweep_text", "table_names"]
@@ -166,6 +168,43 @@ class SweepView:
         if self.figure is None:
             self._draw(tables[0] if tables else None)
         self._fill_table(tables)
+
+    def static_html(self) -> str:
+        """The sweep as HTML without widgets: the header, rows per variant as an SVG chart and
+        a table (see ``widgets._static``)."""
+        cell = self.cell
+        if cell is None:
+            return f"<div style='color:{FG}'>{self.header.value}</div>"
+        frame, tables, params = cell.rows(), table_names(cell), list(cell.values)
+        if len(cell.varying) == 1:
+            x, x_title = frame[cell.varying[0]].to_list(), cell.varying[0]
+        else:
+            x, x_title = [v.label for v in cell.variants], "variant"
+        chart = line_chart_svg(
+            x, {t: frame[t].to_list() for t in tables}, title="rows per output table",
+            x_title=x_title,
+        )  # fmt: skip
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in ["", *params, *tables])
+        body = "".join(
+            f"<tr><td>[{i}]</td>"
+            + "".join(f"<td>{html.escape(str(frame[p][i]))}</td>" for p in params)
+            + "".join(f"<td>{frame[t][i]:,}</td>" for t in tables)
+            + f"<td>{html.escape(_diff_words(cell.diff(i)))}</td></tr>"
+            for i in range(len(cell.variants))
+        )
+        return (
+            f"<div class='restream-sweep' style='color:{FG}'>{self.header.value}<br>"
+            f"{svg_image(chart, 'rows per output table')}"
+            f"<table style='font-size:90%'><tr>{head}<th>against the baseline</th></tr>{body}"
+            "</table></div>"
+        )
+
+    def static_text(self) -> str:
+        return (
+            html.unescape(re.sub(r"<[^>]+>", "", self.header.value))
+            if self.cell is None
+            else (sweep_text(self.cell))
+        )
 
     def _draw(self, table: str | None) -> None:
         if self.cell is None:

@@ -16,7 +16,7 @@ from restream_kit.io.progress import broadcast
 from restream_kit.planner.render import plan_text
 from restream_kit.workbench import BackgroundRun, CellRun, CellSweep, Workbench, log_epoch
 
-__all__ = ["display_mode", "run_cell", "show_diff"]
+__all__ = ["display_mode", "run_cell", "show_compare", "show_diff"]
 
 
 def display_mode() -> str:
@@ -29,12 +29,6 @@ def display_mode() -> str:
     except NameError:
         return "text"
     return "widgets" if shell == "ZMQInteractiveShell" else "text"
-
-
-def _display(*objects: Any) -> None:
-    from IPython.display import display
-
-    display(*objects)
 
 
 def run_cell(
@@ -53,12 +47,18 @@ def run_cell(
     on_error: str = "stop",
     sweep: dict[str, list[Any]] | None = None,
     reuse: bool = True,
+    checkpoint: str | None = None,
+    checkpoint_every: str | None = None,
+    compare: bool | None = None,
+    compare_limit: int | None = None,
 ) -> BackgroundRun | None:
     """Define the cell's program, show its plan and, given logs, start its replay against the
     baseline on a thread; the caller waits for it (a blocking cell) or not (``--background``).
 
     ``sweep`` (parameter name to values) replays every variant of the grid instead, and shows
-    the sweep view; ``reuse=False`` replays in full even with a baseline that could be reused.
+    the sweep view; ``reuse=False`` replays in full even with a baseline that could be reused;
+    ``compare`` (True: always, False: never) and ``compare_limit`` decide whether a parallel
+    run is compared with a serial replay (see ``Workbench.run``).
     Widgets put the monitor first, so that it is at the top of the cell while the replay runs.
     """
     mode = mode or display_mode()
@@ -69,10 +69,11 @@ def run_cell(
 
         for values in grid(sweep):  # an unknown parameter fails the cell before any replay
             check_values(program, values, "--sweep")
-    log = Log(logs) if logs else None
-    the_plan = planner.plan(program, log)
+    log = workbench.log(logs) if logs else None
+    # A handler that would never run fails the cell in one line, before any replay.
+    the_plan = planner.plan(program, log, require_kinds=True)
     if plan_only or log is None:
-        _show_plan(the_plan, name, mode)
+        _show_plan(the_plan, name, mode, open_plan=True)
         return None
     if epoch is None:
         # About ten epochs, so that the monitor moves (never larger than the engines' default;
@@ -90,6 +91,12 @@ def run_cell(
         return _start_sweep(workbench, name, program, log, the_plan, mode, sweep, options, layout)
     if not reuse:
         options["reuse"] = False
+    if checkpoint:  # (committed as it goes: ``checkpoint_every``)
+        options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+    if compare is not None:
+        options["compare"] = compare
+    if compare_limit is not None:
+        options["compare_limit"] = compare_limit
     if mode == "text":
         _show_plan(the_plan, name, mode, layout)
         from widgets.monitor import TextMonitor
@@ -104,14 +111,18 @@ def run_cell(
 
     monitor, diff_view = ReplayMonitor(f"{name} on {engine}", engine), DiffView(by=by)
     quarantine_view = QuarantineView()
-    _display(monitor.widget)
-    _display(quarantine_view.widget, diff_view.widget)
+    monitor_out = _show_static(monitor)
+    results = _Results(quarantine_view, diff_view)
+    results_out = _show_static(results)
     _show_plan(the_plan, name, mode, layout)
 
     def finished(cell: CellRun) -> None:
         monitor.finish(cell)
         quarantine_view.finish(cell)
         diff_view.finish(cell)
+        # What a saved notebook shows without its kernel: the final state, as HTML.
+        for out, view in ((monitor_out, monitor), (results_out, results)):
+            out.update(view.static_html(), view.static_text())
 
     run = BackgroundRun(
         workbench,
@@ -160,13 +171,14 @@ def _start_sweep(
 
     monitor, view = ReplayMonitor(title, options["engine"]), SweepView()
     VIEWS[name] = view
-    _display(monitor.widget)
-    _display(view.widget)
+    monitor_out, view_out = _show_static(monitor), _show_static(view)
     _show_plan(the_plan, name, mode, layout)
 
     def finished(cell: CellSweep) -> None:
         monitor.finish(cell)
         view.finish(cell)
+        for out, shown in ((monitor_out, monitor), (view_out, view)):
+            out.update(shown.static_html(), shown.static_text())
 
     run = BackgroundRun(
         workbench, name, program, log, values=values, observer=monitor, on_done=finished,
@@ -191,7 +203,9 @@ def _layout(engine: str, program: Any, log: Log, options: dict[str, Any]) -> Any
         return None
 
 
-def _show_plan(the_plan: Any, name: str, mode: str, layout: Any = None) -> None:
+def _show_plan(
+    the_plan: Any, name: str, mode: str, layout: Any = None, open_plan: bool = False
+) -> None:
     """The plan, with how the engine will run each stage (``layout``, see :func:`_layout`)."""
     if mode == "text":
         print(plan_text(the_plan))
@@ -202,7 +216,8 @@ def _show_plan(the_plan: Any, name: str, mode: str, layout: Any = None) -> None:
         return
     from widgets.plan_view import PlanView
 
-    _display(PlanView(the_plan, name, layout).widget)
+    # Folded to its summary line in a replaying cell; open with --plan-only.
+    _show_static(PlanView(the_plan, name, layout, open=open_plan))
 
 
 def _print_outcome(cell: CellRun) -> None:
@@ -216,14 +231,18 @@ def _print_outcome(cell: CellRun) -> None:
         print(quarantine_text(cell.result.quarantine))
     if cell.reuse_line():
         print(cell.reuse_line())
-    print(f"diff against {cell.baseline.label}:")
-    print(cell.diff.text())
+    if cell.diff is None:
+        print(cell.not_compared)
+    else:
+        print(f"diff against {cell.baseline.label}:")
+        print(cell.diff.text())
     if cell.unexpected_difference:
         print(
             "The parallel result differs from the serial replay of the same program: "
             "the engine is wrong. Please report this.",
             file=sys.stderr,
         )
+    print(f"done in {cell.wall_s:.2f} s")
 
 
 def show_diff(
@@ -239,5 +258,51 @@ def show_diff(
 
     view = DiffView(by=by)
     view.show(d, f"{b} ({a} compared with it)", sides=(workbench, a, b))
-    _display(view.widget)
+    _show_static(view)
     return d
+
+
+def _show_static(view: Any) -> Any:
+    """Display ``view``'s widget with a static form of its state (``widgets._static``)."""
+    from widgets._static import StaticOutput
+
+    return StaticOutput(view.widget, view.static_html(), view.static_text())
+
+
+class _Results:
+    """A replay's quarantine and diff, shown as one output."""
+
+    def __init__(self, quarantine_view: Any, diff_view: Any) -> None:
+        import ipywidgets as w
+
+        self.quarantine_view, self.diff_view = quarantine_view, diff_view
+        self.widget = w.VBox([quarantine_view.widget, diff_view.widget])
+
+    def static_html(self) -> str:
+        shown = self.quarantine_view.widget.layout.display != "none"
+        return (self.quarantine_view.widget.value if shown else "") + self.diff_view.static_html()
+
+    def static_text(self) -> str:
+        return self.diff_view.static_text()
+
+
+def show_compare(workbench: Workbench, name: str, *, mode: str | None = None) -> Any:
+    """``%restream compare NAME``: the latest run of cell NAME compared with the serial replay
+    of its program (replayed here unless this session or the catalog has it); the diff."""
+    if (mode or display_mode()) == "text":
+        from widgets.monitor import TextMonitor
+
+        cell = workbench.compare(name, observer=TextMonitor())
+        print(f"diff against {cell.baseline.label}:")
+        print(cell.diff.text())
+        return cell.diff
+    from widgets.diff_view import DiffView
+
+    view = DiffView()
+    view.header.value = f"<b>diff of {name} against its serial replay</b>: replaying serially"
+    shown = _show_static(view)
+    cell = workbench.compare(name)
+    view.set_baseline(cell)
+    view.finish(cell)
+    shown.update(view.static_html(), view.static_text())
+    return cell.diff

@@ -42,7 +42,17 @@ from ..model.errors import RestreamError, RestreamWarning
 __all__ = ["DRIVEN_OPTIONS", "Driver", "find_driver", "serve", "socket_path"]
 
 #: The replay options a driver takes, as JSON; a replay with any other goes its own way.
-DRIVEN_OPTIONS = ("master", "epoch", "checkpoint", "resume", "start_from", "on_error", "params")
+DRIVEN_OPTIONS = (
+    "master",
+    "epoch",
+    "checkpoint",
+    "checkpoint_every",
+    "resume",
+    "start_from",
+    "on_error",
+    "params",
+    "require_kinds",
+)
 
 
 def socket_path(master: str) -> Path:
@@ -62,9 +72,16 @@ class Driver:
         self.conn = conn
         self.pid: int | None = None
 
-    def start(self, program: Any, logs: list[str], options: dict[str, Any]) -> None:
+    def start(
+        self,
+        program: Any,
+        logs: list[str],
+        options: dict[str, Any],
+        columns: dict[str, str | None] | None = None,
+    ) -> None:
         """Send the replay: the driver starts at once, while this process goes on (loading
-        the log for its catalog, say) until :meth:`finish`."""
+        the log for its catalog, say) until :meth:`finish`. ``columns`` (``ts``, ``kind``)
+        say how to read the log, as ``Log`` takes them."""
         request = {
             "program": {
                 "source": program.source,
@@ -72,6 +89,7 @@ class Driver:
                 "name": program.name,
             },
             "logs": [_absolute_log(value) for value in logs],
+            "columns": {k: v for k, v in (columns or {}).items() if v is not None},
             "options": _request_options(options),
         }
         self.conn.send_bytes(json.dumps(request).encode())
@@ -240,13 +258,14 @@ class _Logs:
     def __init__(self) -> None:
         self.loaded: dict[tuple, Any] = {}
 
-    def get(self, values: list[str]) -> Any:
+    def get(self, values: list[str], columns: dict[str, str] | None = None) -> Any:
         from ..io.log import Log
 
-        key = tuple((v, _stat(v)) for v in values)
+        columns = columns or {}
+        key = (*((v, _stat(v)) for v in values), tuple(sorted(columns.items())))
         if key not in self.loaded:
             self.loaded.clear()  # one log at a time: a driver should not hoard memory
-            self.loaded[key] = Log(values)
+            self.loaded[key] = Log(values, ts=columns.get("ts"), kind=columns.get("kind"))
         return self.loaded[key]
 
 
@@ -291,7 +310,7 @@ def _serve_one(conn: Connection, logs: _Logs) -> None:
                     options["start_from"] = tuple(options["start_from"])
                 outcome["result"] = replay(
                     program,
-                    logs.get(request["logs"]),
+                    logs.get(request["logs"], request.get("columns")),
                     engine="spark",
                     observer=lambda event: send("event", event),
                     cancel=cancel,

@@ -1,4 +1,4 @@
-"""The ``restream`` command line: ``plan``, ``replay``, ``diff``, ``runs``, ``bench``.
+"""The ``restream`` command line: ``plan``, ``replay``, ``diff``, ``score``, ``runs``, ``bench``.
 
 Every user error exits non-zero with one line naming the problem; ``--debug`` shows the
 traceback instead.
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from ..engines import engines
 from ..model.errors import RestreamError
+from ._score import add_label_options, add_score_parser, check_label_options, cmd_score
 
 __all__ = ["main", "build_parser"]
 
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         "social_small), checked against the program and used for hot keys and predicted "
         "speedups; repeatable",
     )
+    _add_own_data(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument(
         "--engine",
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Parquet or CSV log, NAME=PATH to set its kind, or a sample name such as "
         "social_small; repeatable",
     )
+    _add_own_data(replay)
     replay.add_argument(
         "--engine",
         choices=tuple(engines()),
@@ -97,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="commit every finished epoch (state, outputs, manifest) to DIR",
+    )
+    replay.add_argument(
+        "--checkpoint-every",
+        default=None,
+        metavar="EVERY",
+        help="with --checkpoint: commit at least this often, a time (60s, the default) or "
+        "events (500000); a kill loses at most that and one epoch",
     )
     replay.add_argument(
         "--resume",
@@ -135,8 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FIELD[,FIELD]",
         help="with --baseline: compare by these fields (keys only in this run, only in the "
-        "baseline, in both with different rows) rather than row by row",
+        "baseline, in both with different rows) rather than row by row; with --labels: the "
+        "key fields to score by",
     )
+    add_label_options(replay, by=False)
     replay.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
     # The run catalog (docs/catalog.md): replays are recorded, `restream runs` lists them.
@@ -167,11 +179,30 @@ def build_parser() -> argparse.ArgumentParser:
         help='override a parameter declared with NAME = param("NAME", default); repeatable',
     )
     _add_diff_parser(commands)
+    add_score_parser(commands)
     _add_runs_parser(commands)
     _add_bench_parser(commands)
     _add_sweep_parser(commands)
     _add_driver_parser(commands)
     return parser
+
+
+def _add_own_data(parser: argparse.ArgumentParser) -> None:
+    """``--ts`` and ``--kind``: how to read a log of one's own (see docs/logs.md)."""
+    parser.add_argument(
+        "--ts",
+        default=None,
+        metavar="COLUMN",
+        help="the log's time column, when it is not called ts: integer milliseconds, ISO-8601 "
+        "strings or timestamps",
+    )
+    parser.add_argument(
+        "--kind",
+        default=None,
+        metavar="NAME",
+        help="the kind of every event, for a log without a kind column (default: the NAME of "
+        "NAME=PATH, else 'event')",
+    )
 
 
 def _add_driver_parser(commands) -> None:
@@ -233,6 +264,7 @@ def _add_sweep_parser(commands) -> None:
     sweep.add_argument(
         "--log", action="append", required=True, metavar="LOG", help="as for replay; repeatable"
     )
+    _add_own_data(sweep)
     sweep.add_argument(
         "--param",
         action="append",
@@ -252,6 +284,8 @@ def _add_sweep_parser(commands) -> None:
         "--out", default=None, metavar="DIR", help="write DIR/<NAME=V,...>/<table>.parquet"
     )
     sweep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_label_options(sweep, by=True)
+    sweep.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _add_runs_parser(commands) -> None:
@@ -303,6 +337,7 @@ def _add_diff_parser(commands) -> None:
         metavar="LOG",
         help="with --explain: the log both runs replayed (default: the catalog run's own log)",
     )
+    _add_own_data(diff)
     diff.add_argument(
         "--programs",
         nargs=2,
@@ -310,6 +345,7 @@ def _add_diff_parser(commands) -> None:
         metavar=("A.py", "B.py"),
         help="with --explain over --out directories: the programs that wrote A and B",
     )
+    add_label_options(diff, by=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -359,10 +395,11 @@ def _where(w: warnings.WarningMessage) -> str:
     return "" if inside or not w.filename else f"{w.filename}:{w.lineno}: "
 
 
-def _log_arg(values: list[str]):
+def _log_arg(values: list[str], args: argparse.Namespace):
+    """The ``--log`` values as one log, read as ``--ts`` and ``--kind`` say."""
     from ..io.log import Log
 
-    return Log(values)
+    return Log(values, ts=args.ts, kind=args.kind)
 
 
 def _conf_arg(items: list[str]) -> dict[str, str]:
@@ -391,6 +428,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ._progress import cli_observer
 
     options: dict = {} if args.quiet else {"observer": cli_observer()}
+    # A handler that would never run (no event of its kinds) is an error here, not a warning.
+    options["require_kinds"] = True
     if args.master:
         options["master"] = args.master
     if args.conf:
@@ -399,6 +438,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         options["epoch"] = args.epoch
     if args.checkpoint:
         options["checkpoint"] = args.checkpoint
+    if args.checkpoint_every:
+        options["checkpoint_every"] = args.checkpoint_every
     if args.resume:
         options["resume"] = True
     if args.start_from:
@@ -420,8 +461,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         partial = PartialOutputs(args.out)
         options["observer"] = broadcast([o for o in (options.get("observer"), partial) if o])
-    if args.by and not args.baseline:
+    if args.by and not args.baseline and not args.labels:
         raise RestreamError("--by compares with a baseline: give --baseline RUN too")
+    check_label_options(args)
     program = log = driver = None
     if args.engine == "spark":
         from ._driver import find_driver
@@ -437,8 +479,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if driver is not None:
             # The driver loads and replays while this process loads the log for its catalog.
             program = _program_arg(args.program)
-            driver.start(program, args.log, options)
-        log = _log_arg(args.log)
+            driver.start(program, args.log, options, {"ts": args.ts, "kind": args.kind})
+        log = _log_arg(args.log, args)
         if len(log) == 0:
             raise RestreamError(f"{', '.join(args.log)}: the log has no events, nothing to replay")
         # A baseline that cannot be found fails before the replay, not after it.
@@ -473,6 +515,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         differences = diff(result, tables, by=args.by, labels=("this run", label))
         summary["baseline"] = label
         summary["diff"] = _diff_json(differences)
+    scores = None
+    if args.labels:
+        from ._score import scores_of
+
+        scores = scores_of(args, result, args.name or "this run")
+        summary["scores"] = scores.to_dict()
     if args.json:
         print(json.dumps(summary, default=str))
     else:
@@ -480,39 +528,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if differences is not None:
             print(f"compared with {baseline[0]}:")
             print(_diff_text(differences, samples=3))
+        if scores is not None:
+            print(scores.summary())
     return 0
 
 
 def _load_run(ref: str, log=None) -> tuple[str, dict]:
-    """The output tables of ``ref``: a directory of ``<table>.parquet`` files (``--out``), or
-    the latest successful run of that name in the catalog (on ``log``, when there is one)."""
-    from pathlib import Path
+    """The output tables of ``ref``: a ``--out`` directory or a catalog run (``load_run``)."""
+    from ..io.compare import load_run
 
-    import pyarrow.parquet as pq
-
-    path = Path(ref)
-    if not path.is_dir():
-        from ..io.catalog import Catalog
-
-        catalog = Catalog()
-        record = None
-        if log is not None:
-            record = catalog.latest(ref, log_fingerprint=log.fingerprint)
-        record = record or catalog.latest(ref)
-        if record is None or not record.outputs:
-            raise RestreamError(
-                f"{ref}: no such directory, and no successful run called {ref!r} in the "
-                f"catalog ({catalog.path})"
-            )
-        if log is not None and record.log_fingerprint != log.fingerprint:
-            warnings.warn(f"baseline {ref!r} ran on another log than this replay", stacklevel=2)
-        path = Path(record.outputs)
-        ref = f"{ref} ({record.run_id})"
-    files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("_"))
-    # A catalog run (manifest.json) or an --out directory (metrics.json) may have no table.
-    if not files and not any((path / f).exists() for f in ("metrics.json", "manifest.json")):
-        raise RestreamError(f"{path}: no <table>.parquet files (give a replay --out directory)")
-    return ref, {p.stem: pq.read_table(p) for p in files}
+    return load_run(ref, log)
 
 
 def _diff_json(differences) -> dict:
@@ -543,14 +568,24 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.explain:
         return _explain(args)
 
+    check_label_options(args)
     a_label, a = _load_run(args.a)
     b_label, b = _load_run(args.b)
     differences = diff(a, b, by=args.by, labels=(a_label, b_label))
+    scored = None
+    if args.labels:
+        from ._score import diff_scores
+
+        scored = diff_scores(args, a, b, (a_label, b_label))
     if args.json:
         out = {"a": a_label, "b": b_label, **_diff_json(differences)}
+        if scored is not None:
+            out["scores"] = scored[0]
         print(json.dumps(out, default=str))
     else:
         print(_diff_text(differences, samples=args.samples))
+        if scored is not None:
+            print(scored[1])
     return 0 if differences.empty else 1
 
 
@@ -567,7 +602,7 @@ def _explain(args: argparse.Namespace) -> int:
                 f"--explain: {side} is a directory of outputs; give the programs that wrote "
                 "them with --programs A.py B.py (and the log with --log)"
             )
-    log = _log_arg(args.log) if args.log else None
+    log = _log_arg(args.log, args) if args.log else None
     labels = (args.a, args.b) if args.programs else None
     explanation = explain(sides[0], sides[1], args.explain, log=log, labels=labels)
     if args.json:
@@ -688,10 +723,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..model.program import Program
     from ..planner.render import plan_text
 
-    log = _log_arg(args.log) if args.log else None
+    log = _log_arg(args.log, args) if args.log else None
     # With a log, plan checks the program against it first (a field no event has: exit 2).
     program = Program.from_file(args.program)
-    the_plan = planner.plan(program, log, allow_nondeterminism=args.allow_nondeterminism)
+    the_plan = planner.plan(
+        program, log, allow_nondeterminism=args.allow_nondeterminism, require_kinds=True
+    )
     layout = None
     if args.engine:
         how = getattr(engines()[args.engine], "layout", None)
@@ -748,12 +785,31 @@ def _params_arg(items: list[str], many: bool) -> dict:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``restream sweep``: every variant of a grid of parameter values, in one scan."""
     from ..iterate.sweeps import sweep
+    from ._progress import cli_observer
 
     values = _params_arg(args.param, many=True)
-    log = _log_arg(args.log)
-    options = {"master": args.master} if args.master else {}
-    result = sweep(_program_arg(args.program), log, engine=args.engine, options=options, **values)
+    log = _log_arg(args.log, args)
+    options: dict = {} if args.quiet else {"observer": cli_observer()}
+    if args.master:
+        options["master"] = args.master
+    check_label_options(args)
+    result = sweep(
+        _program_arg(args.program),
+        log,
+        engine=args.engine,
+        options=options,
+        require_kinds=True,
+        **values,
+    )
     summary = result.summary()
+    scored = None
+    if args.labels:
+        from ._score import sweep_scores
+
+        scored = sweep_scores(args, result)
+        for variant, v in zip(summary["variants"], result.variants):
+            mine = scored.filter(scored["variant"] == v.label).drop("variant", *v.params)
+            variant["scores"] = {r.pop("table"): r for r in mine.to_dicts()}
     if args.out:
         written = result.write(args.out)
         for variant in summary["variants"]:
@@ -775,11 +831,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         counts = ", ".join(f"{t}: {variant['tables'].get(t, 0):,}" for t in tables) or "no rows"
         where = f" -> {args.out}/{label.replace(', ', ',')}" if args.out else ""
         print(f"  {label}: {counts}{where}")
+        for table, t in variant.get("scores", {}).items():
+            front = ", on the Pareto front" if t["pareto"] else ""
+            print(
+                f"    {table}: precision {_num(t['precision'])}, recall {_num(t['recall'])}, "
+                f"F1 {_num(t['f1'])} ({t['tp']:,} TP, {t['fp']:,} FP, {t['fn']:,} FN){front}"
+            )
     return 0
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 COMMANDS = {
     "replay": cmd_replay,
+    "score": cmd_score,
     "plan": cmd_plan,
     "diff": cmd_diff,
     "runs": cmd_runs,

@@ -36,10 +36,21 @@ __all__ = [
     "engine_names",
     "engines",
     "get_engine",
+    "ORACLE",
+    "is_oracle",
 ]
 
 #: The entry point group engines are registered under (``[project.entry-points."..."]``).
 ENTRY_POINT_GROUP = "restream_kit.engines"
+
+#: The engine every other one must equal: its replay of a program is that program's baseline.
+ORACLE = "serial"
+
+
+def is_oracle(name: str) -> bool:
+    """True for the engine that defines a correct result (a replay on it needs no check)."""
+    return name == ORACLE
+
 
 #: The engines of this package, by name -> ``module:Class``; what the registry falls back on.
 BUILTIN = {

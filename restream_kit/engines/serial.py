@@ -169,7 +169,7 @@ def replay(
                 ck.commit(ep.index, ep.stop, state, new_rows, last=last and final)
                 committed = {n: len(r) for n, r in rt.rows.items()}
             # Every event earlier than the epoch's last one has run, scheduled ones included.
-            settled = None if last or not len(ep) else log.table.column("ts")[ep.stop - 1].as_py()
+            settled = None if last or not len(ep) else log.ts_at(ep.stop - 1)
             notify(
                 EpochFinished(ep.index, done, time.perf_counter() - epoch_started, outputs, settled)
             )

@@ -11,8 +11,11 @@ Stored under the run's directory in the catalog as ``history/probes/NNNN.parquet
 ``value`` and ``absent``) next to ``history/history.json`` (the log's fingerprint, each
 stage's identity and handlers, each state's writers, each probe's signature and the encoding
 of its values). Values of one plain type (int, float, str, bool) are stored as that Arrow
-type; anything else goes through the value codec (:mod:`restream_kit.model.values`) as JSON text.
-No pickles. The rows a stage emitted are the run's own tables (every row names its handler);
+type; others as the typed columns a run's state is stored as (:mod:`restream_kit.io._columns`:
+structs for tuples, lists for lists and sets, a tag per value when kinds mix, JSON text only
+for values Arrow cannot type), encoding ``columns:`` and the column's spec. No pickles.
+Histories of format 3 (values that are not plain as codec JSON text, ``codec``) are still
+read. The rows a stage emitted are the run's own tables (every row names its handler);
 the final state is the run's own.
 """
 
@@ -27,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..io import _columns as columns
 from ..io.catalog import HISTORY_DIR
 from ..model import values
 from .probes import ABSENT, ReadSites, Signature, hook_source, signature
@@ -46,7 +50,10 @@ __all__ = [
 ]
 
 _INDEX = "history.json"
-_FORMAT = 3
+_FORMAT = 4
+_READS = (3, 4)
+#: The encoding of a probe stored as :mod:`restream_kit.io._columns` columns (then its spec).
+COLUMNS = "columns:"
 
 _ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 _ABSENT_TYPE = type(ABSENT)
@@ -65,7 +72,10 @@ class RecordedProbe:
 
     def python_values(self) -> list:
         """The values as Python objects, :data:`ABSENT` where the store had none."""
-        out = decode_column(self.value.to_pylist(), self.encoding)
+        if self.encoding.startswith(COLUMNS):
+            out = columns.decode_column(self.value, json.loads(self.encoding[len(COLUMNS) :]))
+        else:
+            out = decode_column(self.value.to_pylist(), self.encoding)
         if self.absent is not None:
             for i in pc.indices_nonzero(self.absent).to_pylist():
                 out[i] = ABSENT
@@ -149,8 +159,8 @@ def encode_probe(items: list) -> tuple[pa.Array, str, pa.Array | None]:
     """A probe's values as (Arrow array, encoding, absent mask or None).
 
     Values of one plain Python type (by exact type: 1, 1.0 and True are kept apart) are
-    stored as that type, anything else as codec JSON text; :data:`ABSENT` is a null in
-    ``value`` and True in ``absent``."""
+    stored as that type, anything else as typed columns (encoding ``columns:`` and their
+    spec); :data:`ABSENT` is a null in ``value`` and True in ``absent``."""
     types = set(map(type, items))
     has_absent = _ABSENT_TYPE in types
     types.discard(_ABSENT_TYPE)
@@ -174,12 +184,15 @@ def encode_probe(items: list) -> tuple[pa.Array, str, pa.Array | None]:
             return arr, str(_ARROW_TYPES[t]), pa.array(mask, pa.bool_())
         except (OverflowError, pa.ArrowException):
             pass
-    texts = [None if type(x) is _ABSENT_TYPE else codec_text(x) for x in items]
-    return pa.array(texts, pa.string()), "codec", None if mask is None else pa.array(mask)
+    present = [None if type(x) is _ABSENT_TYPE else x for x in items] if has_absent else items
+    array, spec = columns.encode_column(present)
+    encoding = COLUMNS + json.dumps(spec, separators=(",", ":"))
+    return array, encoding, None if mask is None else pa.array(mask, pa.bool_())
 
 
 def decode_column(items: list, encoding: str) -> list:
-    """Python values of a column :func:`encode_probe` made (nulls stay None)."""
+    """Python values of a column of plain values or codec text (a format 3 history's),
+    nulls staying None."""
     if encoding != "codec":
         return items
     return [None if x is None else values.decode(json.loads(x)) for x in items]
@@ -270,7 +283,7 @@ class History:
         if not (where / _INDEX).exists():
             return None
         index = json.loads((where / _INDEX).read_text())
-        if index.get("format") != _FORMAT:
+        if index.get("format") not in _READS:
             return None
         hist = cls(
             log_fingerprint=index["log_fingerprint"],

@@ -1,30 +1,40 @@
-"""Big state stores in a checkpoint as Arrow files: one column per key part, one for values;
-an epoch's output rows the same way, one column per row field; and the timed writes waiting
-at an epoch's end (the sliding windows of a rule are as many as its events in a window).
+"""State stores as tables of typed columns (a run's state, a checkpoint's big stores): one
+column per key part, one for values; an epoch's output rows, one column per row field; and
+the timed writes waiting at an epoch's end (the sliding windows of a rule are as many as its
+events in a window).
 
-A replay's state is mostly a few large dicts whose keys (or the parts of tuple keys) and
-values are plain ``str``, ``int``, ``float`` or ``bool`` (``None`` allowed beside them). JSON
-with type tags spends most of a commit walking such a dict; an Arrow table of its columns is
-written and read at C speed. Each column holds one Python type, which its Arrow type keeps:
-``int64`` reads back as ``int``, ``double`` as ``float``, ``bool`` as ``bool``, ``string`` as
-``str`` and nulls as ``None``, so a store read back equals the one written, types included.
-A store that does not fit (mixed types in a column, ints beyond 64 bits, tuple keys of
-different lengths, other values) is left to the JSON codec, as are small stores. So are the
-rows of a table whose rows do not all have the same fields in the same order.
+A store is :func:`store_table`: keys ``k0`` (or ``k0..kN-1`` for tuple keys of N parts) and
+values ``v``, each column as :mod:`._columns` encodes it (``int64``, ``double``, ``bool``,
+``string``, structs for tuples, lists for lists and sets, a tag per value when types mix, JSON
+text for what Arrow cannot type), the specs that read it back in the schema's metadata
+(:data:`STORE_META`); a store read back equals the one written, types included. JSON with
+type tags spends most of a commit walking a big dict; its columns are written and read at C
+speed. An engine that folds a store's columns itself (the Spark prefix path) asks
+:func:`store_columns` for plain ones only (one of ``int64``, ``double``, ``bool``,
+``string``, nulls per column). Rows and timed writes go to columns when their values are
+plain and of one type per field; otherwise (and when few) they stay in the JSON codec.
 
 A table is data, never code: reading one cannot run anything.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 import pyarrow as pa
 
+from ..model.values import ValueCodecError
+from ._columns import decode_column, encode_column, spec_of_type
+
 __all__ = [
     "MIN_KEYS",
+    "STORE_META",
+    "store_table",
+    "table_arity",
     "store_columns",
     "store_from_table",
     "StoreColumns",
@@ -40,6 +50,9 @@ __all__ = [
 
 #: Stores smaller than this stay in the JSON document (one file fewer per epoch).
 MIN_KEYS = 512
+
+#: The schema metadata key of a state store table: its key shape and each column's spec.
+STORE_META = "restream.columns"
 
 _ARROW_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 _NONE = type(None)
@@ -62,26 +75,69 @@ def _column(items: list) -> pa.Array | None:
         return None  # an int beyond 64 bits, a string Arrow refuses
 
 
-def store_columns(store: dict) -> tuple[pa.Table, int | None] | None:
-    """The store as a table ``k0.., v`` and its key shape (the tuple length, None for plain
-    keys), or None when it must stay JSON."""
+def store_columns(store: dict, *, plain: bool = True) -> tuple[pa.Table, int | None] | None:
+    """The store as a table ``k0.., v`` (:func:`store_table`) and its key shape (the tuple
+    length, None for other keys), or None when it stays in the JSON document: a small store,
+    one holding a value the codec cannot store (the JSON path names it), or, when ``plain``,
+    one whose columns are not each of one plain type (``int64``, ``double``, ``bool``,
+    ``string``, nulls): what an engine folding the columns itself can take."""
     if len(store) < MIN_KEYS:
         return None
-    keys = list(store)
-    if type(keys[0]) is tuple:
-        arity = len(keys[0])
-        if not arity or set(map(type, keys)) != {tuple} or set(map(len, keys)) != {arity}:
-            return None
-        parts = _key_parts(list(chain.from_iterable(keys)), arity)
-        if parts is None:
-            return None
-    else:
-        arity, parts = None, [_column(keys)]
-    columns = {f"k{i}": part for i, part in enumerate(parts)}
-    columns["v"] = _column(list(store.values()))
-    if any(c is None for c in columns.values()):
+    try:
+        table = store_table(store)
+    except ValueCodecError:
         return None
-    return pa.table(columns), arity
+    if plain and any(spec["k"] not in _PLAIN for spec in _store_meta(table)["columns"].values()):
+        return None
+    return table, table_arity(table)
+
+
+#: The column kinds of a plain store (see :mod:`._columns`).
+_PLAIN = frozenset({"int", "float", "bool", "str", "none"})
+
+
+def store_table(store: Mapping) -> pa.Table:
+    """A state store as a table of typed columns: ``k0`` (or ``k0..kN-1``, one per part of
+    tuple keys that all have N parts) and ``v``, each column as :mod:`._columns` encodes it,
+    with the specs that read it back in the schema's metadata. ValueCodecError when a key or
+    value cannot be stored at all."""
+    keys = list(store)
+    arity = None
+    if keys and type(keys[0]) is tuple:
+        width = len(keys[0])
+        if width and set(map(type, keys)) == {tuple} and set(map(len, keys)) == {width}:
+            arity = width
+    if arity is None:
+        parts = [encode_column(keys)]
+    else:
+        flat = list(chain.from_iterable(keys))
+        parts = [encode_column(flat[i::arity]) for i in range(arity)]
+    parts.append(encode_column(list(store.values())))
+    names = [f"k{i}" for i in range(len(parts) - 1)] + ["v"]
+    meta = {"arity": arity, "columns": {n: spec for n, (_, spec) in zip(names, parts)}}
+    table = pa.table(dict(zip(names, (a for a, _ in parts))))
+    return table.replace_schema_metadata({STORE_META: json.dumps(meta)})
+
+
+def table_arity(table: pa.Table) -> int | None:
+    """The key shape of a :func:`store_table` (None: keys that are not split in parts)."""
+    meta = _store_meta(table)
+    if meta is not None:
+        return meta["arity"]
+    width = table.num_columns - 1
+    return None if width == 1 else width
+
+
+def _store_meta(table: pa.Table) -> dict | None:
+    raw = (table.schema.metadata or {}).get(STORE_META.encode())
+    if raw is None:
+        return None
+    try:
+        meta = json.loads(raw)
+        meta["arity"], meta["columns"]  # noqa: B018 - the keys must be there
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"a state store table's metadata is damaged ({exc})") from None
+    return meta
 
 
 def _key_parts(flat: list, arity: int) -> list | None:
@@ -106,12 +162,22 @@ class StoreColumns:
     arity: int | None
 
 
-def store_from_table(table: pa.Table, arity: int | None) -> dict:
-    """The dict :func:`store_columns` made ``table`` of."""
+def store_from_table(table: pa.Table, arity: int | None = None) -> dict:
+    """The dict :func:`store_table` (or an engine's own ``k0.., v`` columns) made ``table``
+    of; ``arity``, when given, must be the table's key shape."""
     names = table.column_names
-    if names[-1] != "v" or len(names) != (arity or 1) + 1:
+    meta = _store_meta(table)
+    if meta is None:  # an engine's own plain columns: their Arrow types say what they are
+        specs = {name: spec_of_type(table.schema.field(name).type) for name in names}
+    else:
+        specs = meta["columns"]
+        if arity is None:
+            arity = meta["arity"]
+        elif meta["arity"] != arity:
+            raise ValueError(f"a state store table of key shape {meta['arity']}, not {arity}")
+    if names[-1] != "v" or len(names) != (arity or 1) + 1 or set(specs) != set(names):
         raise ValueError(f"a state store table has columns {names}, not k0.., v")
-    columns = [_values(table.column(name)) for name in names]
+    columns = [decode_column(table.column(name), specs[name]) for name in names]
     keys = zip(*columns[:-1]) if arity is not None else columns[0]
     return dict(zip(keys, columns[-1]))
 

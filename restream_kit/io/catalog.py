@@ -2,7 +2,8 @@
 
 A run records the program (source and hash), the log (fingerprint and sources), the engine
 and master, parameters, timings and metrics, its output tables (Parquet) and final state
-(JSON through :mod:`restream_kit.model.values`, never a pickle). A baseline whose program and log
+(typed Parquet, one file per state, read only when used: :mod:`._state_files`; never a
+pickle). A baseline whose program and log
 have not changed is loaded from here instead of replayed again. The catalog lives under
 ``.restream/`` in the working directory (or ``$RESTREAM_HOME``), readable by its owner only.
 
@@ -33,9 +34,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..model import values
-from ..model.errors import RestreamError, StateError
+from ..model.errors import RestreamError
 from ..model.program import Program
 from ._atomic import fsync_path, synced_file, write_synced
+from ._state_files import LazyState, write_state
 from .log import Log, default_home, private_dir
 from .result import QUARANTINE_FILE, Metrics, Result, quarantine_table
 
@@ -49,10 +51,12 @@ __all__ = [
     "disk_size",
 ]
 
-#: The run directory format this module writes and reads (``manifest.json``'s ``format``).
-FORMAT = 1
+#: The run directory format this module writes (``manifest.json``'s ``format``): 2 keeps
+#: the state as Parquet (``state/``), 1 as one JSON document (``state.json``), still read.
+FORMAT = 2
+_READS = (1, 2)
 MANIFEST = "manifest.json"
-STATE_FILE = "state.json"
+STATE_FILE = "state.json"  # format 1
 QUARANTINE = QUARANTINE_FILE  # "_quarantine.parquet", apart from the tables
 INDEX = "index.parquet"
 #: The folder of a run directory that holds its history (``restream_kit.history``).
@@ -201,9 +205,10 @@ class Catalog:
                 result.history is not None
             ):  # history/: every state write (restream_kit.history.recorder)
                 result.history.write(tmp)
-            write_synced(tmp / STATE_FILE, _state_bytes(result.state), exclusive=True)
+            state = write_state(tmp, result.state)
             metrics = result.metrics.as_dict()
             extra = {
+                "state": state,
                 "metrics": _metrics(result.metrics),
                 "warnings": list(result.warnings),
                 "on_error": result.on_error,
@@ -368,7 +373,7 @@ class Catalog:
             ) from None
         except (OSError, ValueError) as exc:
             raise CatalogError(f"run {run_id}: {path} cannot be read: {exc}") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        if not isinstance(manifest, dict) or manifest.get("format") not in _READS:
             fmt = manifest.get("format") if isinstance(manifest, dict) else None
             newer = (
                 f" (format {fmt}, from a newer restream)"
@@ -390,7 +395,7 @@ class Catalog:
                 name: pq.read_table(_inside(out_dir, rel))
                 for name, rel in manifest["tables"].items()
             }
-            state = values.loads((out_dir / STATE_FILE).read_bytes())
+            state = _state_in(out_dir, manifest)
             fields = values.decode(manifest["metrics"])
             schemas = _schemas_in(manifest.get("schemas", {}))
             quarantine = (
@@ -615,22 +620,11 @@ def _run_dirs(runs_dir: Path) -> list[str]:
         return []
 
 
-def _state_bytes(state: dict[str, dict]) -> bytes:
-    """The final state as codec JSON; a value it cannot hold is a StateError naming it."""
-    try:
-        return values.dumps({name: dict(d) for name, d in state.items()})
-    except values.ValueCodecError:
-        pass
-    for name, d in state.items():  # find the key to name
-        bad = values.unstorable(dict(d))
-        if bad is not None:
-            key, what, obj, exc = bad
-            # The words of the serial engine's check_state, on every engine.
-            raise StateError(
-                f"state {name!r}, key {key!r}: the {what} {obj!r:.80} cannot be "
-                f"serialized ({exc}); state must hold plain values"
-            )
-    raise StateError("the final state cannot be stored")  # pragma: no cover
+def _state_in(run_dir: Path, manifest: dict[str, Any]) -> Any:
+    """A run's state: lazy, from its Parquet files; a format 1 run's JSON document, read."""
+    if "state" in manifest:
+        return LazyState(run_dir, manifest["state"])
+    return values.loads((run_dir / STATE_FILE).read_bytes())
 
 
 def _metrics(metrics: Metrics) -> list:

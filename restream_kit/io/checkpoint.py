@@ -5,12 +5,15 @@ A checkpoint directory holds one sub-directory per committed epoch and a manifes
     DIR/manifest.json               written last, by an atomic rename: what is committed
     DIR/epoch-000003/state.json     the replay's state after epoch 3 (engine-specific)
     DIR/epoch-000003/rows.json      the output rows epoch 3 emitted (the engine's raw rows)
-    DIR/epoch-000003/state-0.arrow  an Arrow table inside the state (Arrow IPC file)
+    DIR/epoch-000003/state-0.parquet  a state store of 512 keys or more, as typed columns
+    DIR/epoch-000003/state-1.arrow  an Arrow table inside the state (Arrow IPC file)
     DIR/epoch-000003/rows-0.arrow   a big table's rows of epoch 3, as columns
 
 No file is a pickle: values go through :mod:`restream_kit.model.values` (JSON with type tags), Arrow
-tables inside them to ``.arrow`` files, a big state store of plain keys and values to an
-``.arrow`` file of its columns (:mod:`._arrow_stores`; what JSON would take longest over), as
+tables inside them to ``.arrow`` files, a state store of :data:`MIN_KEYS` keys or more to a
+Parquet file of typed key and value columns (:func:`._arrow_stores.store_table`, the layout of
+a run's state in the catalog; values Arrow cannot type are a JSON column, and the file's
+metadata says so), the timed writes waiting to an ``.arrow`` file of their columns, as
 do an epoch's rows of one table when they all have the same fields of plain values, the log's events and scheduled events by their fields,
 and a merge function waiting with ``at=`` by reference to the program's code (its name, line
 and a digest of its code) with the values of its closure; a replay rebuilds it from its own
@@ -579,8 +582,8 @@ def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
             name = f"{stem}-{len(tables)}.arrow"
             tables.append((name, v))
             return "arrow", name
-        if type(v) is _StoreTable:
-            name = f"{stem}-{len(tables)}.arrow"
+        if type(v) is _StoreTable:  # a state store: typed Parquet, as a run's state
+            name = f"{stem}-{len(tables)}.parquet"
             tables.append((name, v.table))
             return "store", [name, v.arity]
         if type(v) is _RowsTable:
@@ -602,10 +605,14 @@ def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
         ) from None
     for name, table in tables:
         import pyarrow as pa
+        import pyarrow.parquet as pq
 
-        with pa.OSFile(str(directory / name), "wb") as sink:
-            with pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
+        if name.endswith(".parquet"):
+            pq.write_table(table, directory / name)
+        else:
+            with pa.OSFile(str(directory / name), "wb") as sink:
+                with pa.ipc.new_file(sink, table.schema) as writer:
+                    writer.write_table(table)
         os.chmod(directory / name, 0o600)
         fsync_path(directory / name)
     write_synced(directory / f"{stem}.json", data)
@@ -618,8 +625,12 @@ def load_value(directory: Path, stem: str) -> Any:
     def arrow(name: Any) -> Any:
         import pyarrow as pa
 
-        if not isinstance(name, str) or "/" in name or not name.endswith(".arrow"):
+        if not isinstance(name, str) or "/" in name or not name.endswith((".arrow", ".parquet")):
             raise values.ValueCodecError(f"bad Arrow file reference {name!r}")
+        if name.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            return pq.read_table(directory / name)
         with pa.memory_map(str(directory / name)) as source:
             return pa.ipc.open_file(source).read_all()
 
@@ -670,7 +681,7 @@ def _with_store_tables(value: Any) -> Any:
         if type(store) is StoreColumns:  # columns already: committed as they are
             swapped[name] = _StoreTable(store.table, store.arity)
             continue
-        columns = store_columns(store) if type(store) is dict else None
+        columns = store_columns(store, plain=False) if type(store) is dict else None
         swapped[name] = store if columns is None else _StoreTable(*columns)
     value = {**value, "stores": swapped}
     future = value.get("future")

@@ -22,7 +22,16 @@ import pyarrow as pa
 
 from .result import Result
 
-__all__ = ["diff", "Diff", "TableDiff", "KeyDiff", "TableKeyDiff", "IDENTITY", "format_moved"]
+__all__ = [
+    "diff",
+    "Diff",
+    "TableDiff",
+    "KeyDiff",
+    "TableKeyDiff",
+    "IDENTITY",
+    "format_moved",
+    "load_run",
+]
 
 IDENTITY = ("lsn", "seq", "n")
 #: Columns derived from others (``time`` from ``ts``): never a difference on their own.
@@ -496,3 +505,57 @@ def _aligned(frame: pl.DataFrame | None, other: pl.DataFrame | None, by: tuple[s
             if col not in frame.columns:
                 frame = frame.with_columns(pl.lit(None, dtype=other.schema[col]).alias(col))
     return frame.select(sorted(frame.columns))
+
+
+def load_run(ref: str | Any, log: Any = None) -> tuple[str, dict[str, pa.Table]]:
+    """The label and output tables of ``ref``: a directory of ``<table>.parquet`` files
+    (``replay --out``), or the latest successful run of that name (or id) in the catalog (on
+    ``log``, when there is one; a run on another log is a warning).
+
+    Raises :class:`~restream_kit.model.errors.RestreamError` naming the directory or the
+    catalog when there is no such run.
+    """
+    import warnings
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from ..model.errors import RestreamError
+    from .catalog import Catalog
+
+    ref = str(ref)
+    path = Path(ref)
+    if not path.is_dir():
+        catalog = Catalog()
+        record = None
+        if log is not None:
+            record = catalog.latest(ref, log_fingerprint=log.fingerprint)
+        record = record or catalog.latest(ref) or _by_id(catalog, ref)
+        if record is None or not record.outputs:
+            raise RestreamError(
+                f"{ref}: no such directory, and no successful run called {ref!r} in the "
+                f"catalog ({catalog.path})"
+            )
+        if log is not None and record.log_fingerprint != log.fingerprint:
+            warnings.warn(f"baseline {ref!r} ran on another log than this replay", stacklevel=2)
+        path = Path(record.outputs)
+        ref = f"{ref} ({record.run_id})" if record.run_id != ref else ref
+    files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("_"))
+    # A catalog run (manifest.json) or an --out directory (metrics.json) may have no table.
+    if not files and not any((path / f).exists() for f in ("metrics.json", "manifest.json")):
+        raise RestreamError(f"{path}: no <table>.parquet files (give a replay --out directory)")
+    return ref, {p.stem: pq.read_table(p) for p in files}
+
+
+def _by_id(catalog: Any, run_id: str) -> Any:
+    """The catalog's successful run whose id is ``run_id`` (None when there is none)."""
+    from .catalog import RunRecord
+
+    if not catalog.runs_dir.exists():
+        return None
+    rows = catalog.runs().filter(pl.col("run_id") == run_id, pl.col("status") == "ok")
+    if not rows.height:
+        return None
+    row = rows.row(0, named=True)
+    fields = RunRecord.__dataclass_fields__
+    return RunRecord(**{k: row.get(k) for k in fields})

@@ -69,9 +69,21 @@ def cut(log: Log, epoch: int | str | None = None) -> list[Epoch]:
         size = parsed[1]
         bounds = list(range(0, n, size)) + [n]
     else:
-        ts = log.table.column("ts").to_numpy()
-        width = parsed[1]
-        buckets = ts // width
-        starts = np.flatnonzero(np.diff(buckets)) + 1
-        bounds = [0, *starts.tolist(), n]
+        bounds = [0, *_time_starts(log, parsed[1]), n]
     return [Epoch(i, a, b) for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+
+
+def _time_starts(log: Log, width: int) -> list[int]:
+    """Positions where a new ``width``-aligned time bucket starts, reading ``ts`` a row group
+    at a time (the log is never held whole)."""
+    starts: list[int] = []
+    position, last = 0, None
+    for table in log.tables(columns=["ts"]):
+        buckets = table.column("ts").to_numpy() // width
+        if last is not None and len(buckets) and buckets[0] != last:
+            starts.append(position)
+        starts.extend((np.flatnonzero(np.diff(buckets)) + 1 + position).tolist())
+        position += len(buckets)
+        if len(buckets):
+            last = buckets[-1]
+    return starts

@@ -5,6 +5,10 @@ The canonical log has the columns ``lsn``, ``ts`` (int64 milliseconds since the 
 (``ts``, position of the source, row order in the source). The result is cached under the
 cache directory, keyed by the sources' fingerprint, so that a second replay does not sort again.
 
+A source's time column may have another name (``ts=``: it becomes ``ts``) and a source without
+a ``kind`` column may be given one kind for all its events (``kind=``); both are part of the
+log's fingerprint.
+
 A source may be a URI (``scheme://...``: ``hdfs:``, ``s3a:``, ``file:``...), a Parquet file or
 directory, or a CSV file. The Spark engine hands it to Spark's reader untouched and describes
 the log from Spark (:class:`LogSummary`, set on the log); anything that needs the rows in this
@@ -20,18 +24,29 @@ import os
 import re
 from collections import namedtuple
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..model.errors import LogError
+from ._ordered import ROW_GROUP, LogSummary, OrderedCopy, SourceStream, summarize, write_ordered
 
-__all__ = ["Log", "LogSummary", "Source", "as_source", "default_home", "is_uri", "DEFAULT_KIND"]
+__all__ = [
+    "Log",
+    "LogSummary",
+    "Source",
+    "as_source",
+    "default_home",
+    "is_uri",
+    "own_columns",
+    "DEFAULT_KIND",
+]
 
 DEFAULT_KIND = "event"
 RESERVED = ("lsn", "ts", "kind")
@@ -43,20 +58,6 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def is_uri(text: Any) -> bool:
     """True for ``scheme://...`` strings (a log the cluster may read where this process cannot)."""
     return isinstance(text, str) and _URI.match(text) is not None
-
-
-@dataclass(frozen=True)
-class LogSummary:
-    """What a replay needs to know of a log without its rows in this process (a URI log the
-    Spark engine read): exactly what :class:`Log` would compute from its table."""
-
-    rows: int
-    kinds: tuple[str, ...]  # in order of first appearance
-    counts: dict[str, int]
-    first_ts: int | None
-    last_ts: int | None
-    schema: pa.Schema
-    kind_fields: dict[str, frozenset[str]]  # per kind, the columns with a value in some row
 
 
 def default_home() -> Path:
@@ -93,11 +94,17 @@ def scratch_parquet(table: pa.Table, name: str) -> Path:
 
 @dataclass(frozen=True)
 class Source:
-    """One input of a log: a file (Parquet or CSV) or an in-memory table, with a kind name."""
+    """One input of a log: a file (Parquet or CSV) or an in-memory table, with a kind name.
+
+    ``ts`` names its time column when that is not ``ts``; ``kind`` is the kind of all its
+    events, for a source without a ``kind`` column.
+    """
 
     name: str | None
     path: str | None = None
     table: pa.Table | None = None
+    ts: str | None = None
+    kind: str | None = None
 
     @property
     def label(self) -> str:
@@ -112,7 +119,7 @@ def as_source(item: Any) -> Source:
     if isinstance(item, tuple) and len(item) == 2:
         name, inner = item
         src = as_source(inner)
-        return Source(name, src.path, src.table)
+        return replace(src, name=name)
     if isinstance(item, (str, Path)):
         text = str(item)
         if is_uri(text):
@@ -177,9 +184,21 @@ class Log:
     mapping of name to path, or in-memory tables (pyarrow, polars, a list of row dicts). A
     string that is not an existing file may name a packaged sample (``"social_small"``, see
     :func:`restream_kit.sample_data`).
+
+    ``ts="time"`` names the time column when it is not called ``ts`` (integer milliseconds,
+    ISO-8601 strings, timestamps or dates); ``kind="message"`` gives every event of a log
+    without a ``kind`` column that kind (else each source's name, or ``"event"``).
     """
 
-    def __init__(self, sources: Any, *, cache_dir: str | Path | None = None, cache: bool = True):
+    def __init__(
+        self,
+        sources: Any,
+        *,
+        ts: str | None = None,
+        kind: str | None = None,
+        cache_dir: str | Path | None = None,
+        cache: bool = True,
+    ):
         if isinstance(sources, Log):
             sources = sources.sources
         sources = _expand_samples(sources)
@@ -201,14 +220,28 @@ class Log:
         if not items:
             raise LogError("no log given")
         self.sources: tuple[Source, ...] = tuple(as_source(item) for item in items)
+        # ``ts=`` names the time column of every source, ``kind=`` gives them all one kind.
+        given = {k: v for k, v in (("ts", ts), ("kind", kind)) if v is not None}
+        if given:
+            self.sources = tuple(replace(s, **given) for s in self.sources)
         self.cache_dir = Path(cache_dir) if cache_dir else default_home() / "logs"
         # A URI log is not copied to this machine's cache: it may be far larger than the disk.
         self.cache = cache and all(s.path and not is_uri(s.path) for s in self.sources)
         self._table: pa.Table | None = None
+        self._copy: OrderedCopy | None = None
+        self._summary: LogSummary | None = None
         self._fingerprint: str | None = None
         #: Set by an engine that read the log itself (Spark, for a URI): then the log's size,
         #: kinds, times and schema come from it, and the rows are never read here.
         self.summary: LogSummary | None = None
+
+    @classmethod
+    def of(cls, log: Any, ts: str | None = None, kind: str | None = None) -> Log:
+        """``log`` as a :class:`Log` (itself when it is one and neither ``ts`` nor ``kind`` is
+        given), its time column named by ``ts`` and its kind given by ``kind``."""
+        if isinstance(log, Log) and ts is None and kind is None:
+            return log
+        return cls(log, ts=ts, kind=kind)
 
     @property
     def uri(self) -> str | None:
@@ -230,6 +263,8 @@ class Log:
             h.update(json.dumps([_CACHE_VERSION]).encode())
             for src in self.sources:
                 h.update(json.dumps([src.name]).encode())
+                if src.ts is not None or src.kind is not None:
+                    h.update(json.dumps(["columns", src.ts, src.kind]).encode())
                 if src.path is not None and is_uri(src.path):
                     h.update(json.dumps([src.path, _uri_files(src.path)]).encode())
                 elif src.path is not None:
@@ -250,8 +285,15 @@ class Log:
     # -- the canonical table ----------------------------------------------------------
 
     @property
+    def streamed(self) -> bool:
+        """Whether the log is read from its ordered copy on disk, a row group at a time (file
+        sources with the cache on), rather than held whole in memory."""
+        return self.cache
+
+    @property
     def table(self) -> pa.Table:
-        """The canonical log as an Arrow table (built once, cached on disk for file sources)."""
+        """The canonical log as one Arrow table, read whole into memory (built once). A serial
+        replay never needs it: it streams the ordered copy (:meth:`iter_events`)."""
         if self._table is None:
             self._table = self._load()
         return self._table
@@ -262,31 +304,42 @@ class Log:
         return self._table is not None
 
     def _load(self) -> pa.Table:
-        cached = self.cache_dir / f"{self.fingerprint}.parquet"
-        if self.cache and cached.exists():
-            return pq.read_table(cached)
-        table = canonicalize(self.sources)
         if self.cache:
-            private_dir(self.cache_dir)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            pq.write_table(table, tmp)
-            os.replace(tmp, cached)
-        return table
+            return pq.read_table(self.ordered().path)
+        return canonicalize(self.sources)
 
-    def _described(self) -> LogSummary | None:
-        return self.summary if self._table is None else None
+    def ordered(self) -> OrderedCopy:
+        """The ordered copy of a file log (``<cache>/<fingerprint>.parquet``), written once,
+        out of core, the first time it is asked for (see ``docs/scale.md``)."""
+        if not self.cache:
+            raise LogError(f"{self!r} has no ordered copy on disk (an in-memory or URI log)")
+        if self._copy is None:
+            cached = self.cache_dir / f"{self.fingerprint}.parquet"
+            if not cached.exists():
+                private_dir(self.cache_dir)
+                write_canonical(self.sources, cached)
+            self._copy = OrderedCopy(cached)
+        return self._copy
+
+    def describe(self) -> LogSummary:
+        """Size, kinds, counts, times, schema and per-kind columns: from the engine that read
+        the log (a URI log on Spark), else the ordered copy's manifest, else the table."""
+        if self.summary is not None and self._table is None:
+            return self.summary
+        if self._summary is None:
+            if self.cache:
+                self._summary = self.ordered().summary()
+            else:
+                self._summary = summarize(self.table.to_batches(ROW_GROUP), self.table.schema)
+        return self._summary
 
     def __len__(self) -> int:
-        described = self._described()
-        return described.rows if described else self.table.num_rows
+        return self.describe().rows
 
     @property
     def kinds(self) -> list[str]:
         """The kinds present, in order of first appearance."""
-        described = self._described()
-        if described:
-            return list(described.kinds)
-        return list(dict.fromkeys(self.table.column("kind").unique().to_pylist()))
+        return list(self.describe().kinds)
 
     @property
     def columns(self) -> list[str]:
@@ -295,30 +348,44 @@ class Log:
     @property
     def schema(self) -> pa.Schema:
         """The canonical log's columns and types."""
-        described = self._described()
-        return described.schema if described else self.table.schema
+        return self.describe().schema
 
     @property
     def span_ms(self) -> int:
         """Time from the first event to the last, in milliseconds."""
-        described = self._described()
-        if described:
-            return (described.last_ts - described.first_ts) if described.rows else 0
-        ts = self.table.column("ts")
-        return int(ts[-1].as_py() - ts[0].as_py()) if len(ts) else 0
+        described = self.describe()
+        return (described.last_ts - described.first_ts) if described.rows else 0
 
     @property
     def last_ts(self) -> int | None:
         """The last event's time (None for an empty log)."""
-        described = self._described()
-        if described:
-            return described.last_ts
-        ts = self.table.column("ts")
-        return int(ts[-1].as_py()) if len(ts) else None
+        return self.describe().last_ts
 
     def event_type(self) -> type:
         """The named tuple type of this log's events (``e.ts``, ``e.lsn``, ``e.kind``, ...)."""
         return namedtuple("Event", self.columns, rename=True)
+
+    def tables(
+        self, start: int = 0, stop: int | None = None, columns: Sequence[str] | None = None
+    ) -> Iterator[pa.Table]:
+        """Rows ``start`` to ``stop`` in log order as Arrow tables of at most a row group each:
+        from the ordered copy when :attr:`streamed` and the table was not read whole."""
+        if self.cache and self._table is None:
+            yield from self.ordered().tables(start, stop, columns)
+            return
+        table = self.table if columns is None else self.table.select(list(columns))
+        stop = table.num_rows if stop is None else min(stop, table.num_rows)
+        if start < stop:
+            yield from (
+                pa.Table.from_batches([b])
+                for b in table.slice(start, stop - start).to_batches(ROW_GROUP)
+            )
+
+    def ts_at(self, position: int) -> int:
+        """The time of the event at ``position`` in log order."""
+        for table in self.tables(position, position + 1, columns=["ts"]):
+            return int(table.column("ts")[0].as_py())
+        raise IndexError(position)
 
     def iter_events(
         self,
@@ -329,21 +396,19 @@ class Log:
         stop: int | None = None,
     ) -> Iterator[list[tuple]]:
         """Events ``start`` to ``stop`` in log order, a list per batch: named tuples, or plain
-        tuples of the columns in order when ``named`` is False (``lsn``, ``ts``, ``kind`` first)."""
+        tuples of the columns in order when ``named`` is False (``lsn``, ``ts``, ``kind`` first).
+        A file log is read a row group at a time: the log is never held whole."""
         # tuple.__new__ straight away skips namedtuple._make's Python frame, once per event.
         make = functools.partial(tuple.__new__, self.event_type()) if named else None
-        stop = self.table.num_rows if stop is None else stop
-        for batch in self.table.slice(start, stop - start).to_batches(max_chunksize=batch_size):
-            rows = zip(*(col.to_pylist() for col in batch.columns))
-            yield list(map(make, rows)) if make else list(rows)
+        for table in self.tables(start, stop):
+            for batch in table.to_batches(max_chunksize=batch_size):
+                rows = zip(*(col.to_pylist() for col in batch.columns))
+                yield list(map(make, rows)) if make else list(rows)
 
     def kinds_by_frequency(self) -> list[str]:
         """The kinds present, most frequent first."""
-        described = self._described()
-        if described:
-            return sorted(described.kinds, key=lambda k: -described.counts[k])
-        counts = self.table.column("kind").value_counts().to_pylist()
-        return [c["values"] for c in sorted(counts, key=lambda c: -c["counts"])]
+        described = self.describe()
+        return sorted(described.kinds, key=lambda k: -described.counts[k])
 
 
 def canonicalize(sources: Sequence[Source]) -> pa.Table:
@@ -378,6 +443,133 @@ def canonicalize(sources: Sequence[Source]) -> pa.Table:
         )
     merged = merged.drop_columns(["_src", "_row"])
     return merged.combine_chunks()
+
+
+def write_canonical(sources: Sequence[Source], target: Path) -> LogSummary:
+    """Write the canonical log of file ``sources`` to ``target``, out of core: each source
+    normalized a row group at a time, then ordered by DuckDB's external sort when it is not
+    already in order (see :mod:`restream_kit.io._ordered`). The same rows, order, ``lsn``,
+    schema and errors as :func:`canonicalize`."""
+    named = len(sources) > 1
+    kinds = [
+        src.name or (Path(src.path).stem if named and src.path else DEFAULT_KIND) for src in sources
+    ]
+    opened, schemas = [], []
+    for src, kind_name in zip(sources, kinds):
+        try:
+            raw_schema, batches = _raw_batches(src.path)
+            schema = _normalize(raw_schema.empty_table(), src, kind_name).schema
+            opened.append((raw_schema, batches))
+            schemas.append(schema)
+        except LogError as exc:  # raised when this source's turn comes, as when read whole
+            opened.append(exc)
+    unified = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+    streams = [
+        item
+        if isinstance(item, LogError)
+        else SourceStream(
+            _normalized(src, kind_name, unified, item[1]), explicit="lsn" in item[0].names
+        )
+        for src, kind_name, item in zip(sources, kinds, opened)
+    ]
+    streams = [SourceStream(_raising(s), False) if isinstance(s, LogError) else s for s in streams]
+
+    def check_lsn(found: list[SourceStream]) -> None:
+        with_lsn = [s.explicit for s in found]
+        if any(with_lsn) and not all(with_lsn):
+            raise LogError(
+                "some sources have an lsn column and others do not; give lsn everywhere or nowhere"
+            )
+
+    def duplicate(lsn: int, position: int, row: int) -> LogError:
+        return LogError(
+            f"lsn {lsn} is duplicated", path=sources[position].label, column="lsn", row=row
+        )
+
+    memory = os.environ.get("RESTREAM_SORT_MEMORY", "256MB")
+    return write_ordered(
+        target, unified, streams, check_lsn=check_lsn, duplicate=duplicate, memory=memory
+    )
+
+
+def _raising(error: LogError) -> Iterator[pa.Table]:
+    """The batches of a source that could not be opened: its error, when its turn comes."""
+    yield from ()
+    raise error
+
+
+def _raw_batches(path: str) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """A file source's schema and its rows a row group at a time (a CSV is read whole)."""
+    _stat(path)
+    suffix = Path(path).suffix.lower()
+    if suffix in (".csv", ".tsv", ".txt"):
+        table = _read(path)
+        return table.schema, iter([table])
+    if not (Path(path).is_dir() or suffix in (".parquet", ".pq", "")):
+        raise LogError("unknown log format (use .parquet or .csv)", path=path)
+    try:
+        if Path(path).is_dir():
+            dataset = ds.dataset(path, format="parquet", partitioning="hive")
+            schema, reader = dataset.schema, dataset.to_batches(batch_size=ROW_GROUP)
+        else:
+            file = pq.ParquetFile(path)
+            schema, reader = file.schema_arrow, file.iter_batches(batch_size=ROW_GROUP)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise LogError(f"cannot read log: {str(exc).splitlines()[0]}", path=path) from None
+
+    def tables() -> Iterator[pa.Table]:
+        try:
+            for batch in reader:
+                yield pa.Table.from_batches([batch])
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise LogError(f"cannot read log: {str(exc).splitlines()[0]}", path=path) from None
+
+    return schema, tables()
+
+
+def _normalized(
+    src: Source, kind_name: str, schema: pa.Schema, raw: Iterator[pa.Table]
+) -> Iterator[pa.Table]:
+    """One source's rows normalized a batch at a time, in ``schema``; ``lsn`` is the row number
+    when the source has none. Errors name the row in the source, as for the whole source."""
+    offset, prev = 0, None
+    for table in raw:
+        explicit = "lsn" in table.column_names
+        try:
+            table = _normalize(table, src, kind_name)
+        except LogError as exc:
+            raise _shifted(exc, offset) from None
+        n = table.num_rows
+        if explicit and prev is not None and n:
+            ts, lsn = table.column("ts"), table.column("lsn")
+            try:  # the order across the batches' boundary
+                _check_ordered(
+                    pa.chunked_array([[prev[0], ts[0].as_py()]], pa.int64()),
+                    pa.chunked_array([[prev[1], lsn[0].as_py()]], pa.int64()),
+                    src.label,
+                )
+            except LogError as exc:
+                raise _shifted(exc, offset - 1) from None
+        if not explicit:
+            table = table.set_column(0, "lsn", pa.array(range(offset, offset + n), pa.int64()))
+        if n:
+            prev = (table.column("ts")[n - 1].as_py(), table.column("lsn")[n - 1].as_py())
+        offset += n
+        yield pa.table(
+            [
+                table.column(f.name).cast(f.type)
+                if f.name in table.column_names
+                else pa.nulls(n, f.type)
+                for f in schema
+            ],
+            schema=schema,
+        )
+
+
+def _shifted(exc: LogError, rows: int) -> LogError:
+    if exc.row is None:
+        return exc
+    return LogError(exc.message, path=exc.path, column=exc.column, row=exc.row + rows)
 
 
 def _stat(path: str) -> os.stat_result:
@@ -454,12 +646,11 @@ def _read(path: str) -> pa.Table:
 def _normalize(table: pa.Table, src: Source, kind_name: str) -> pa.Table:
     """Give one source the canonical leading columns, with ``ts`` as int64 milliseconds."""
     label = src.label
-    if "ts" not in table.column_names:
-        raise LogError(
-            f"no 'ts' column (columns: {', '.join(table.column_names)})", path=label, column="ts"
-        )
+    table = own_columns(table, src)
     ts = _ts_to_ms(table.column("ts"), label)
-    if "kind" in table.column_names:
+    if src.kind is not None:
+        kind = pa.array([src.kind] * table.num_rows, pa.string())
+    elif "kind" in table.column_names:
         kind = table.column("kind")
         if not pa.types.is_string(kind.type) and not pa.types.is_large_string(kind.type):
             kind = pc.cast(kind, pa.string())
@@ -478,6 +669,101 @@ def _normalize(table: pa.Table, src: Source, kind_name: str) -> pa.Table:
     )
 
 
+def own_columns(table: pa.Table, src: Source) -> pa.Table:
+    """``table`` with its time column called ``ts`` (``src.ts`` renamed), checked for what
+    ``src`` says of its columns: a LogError that says how to name the time column when there
+    is none, or when ``src.kind`` is given to a table with its own ``kind`` column. (The
+    Spark engine checks a URI log's schema with it, as an empty table.)"""
+    names = table.column_names
+    if src.kind is not None and "kind" in names:
+        raise LogError(
+            f"kind={src.kind!r} gives every event one kind, but the log has its own 'kind' "
+            "column: leave out kind= (--kind), or rename that column",
+            path=src.label,
+            column="kind",
+        )
+    if src.ts is None or src.ts == "ts":
+        if "ts" not in names:
+            raise LogError(_no_ts_message(table, src), path=src.label, column="ts")
+        return table
+    if src.ts not in names:
+        raise LogError(
+            f"no column {src.ts!r}, given as the time column (ts=) (columns: {', '.join(names)})",
+            path=src.label,
+            column=src.ts,
+        )
+    if "ts" in names:
+        raise LogError(
+            f"has a 'ts' column besides the time column {src.ts!r} given as ts=: rename one "
+            "of them (ts is the time of every event)",
+            path=src.label,
+            column="ts",
+        )
+    return table.rename_columns(["ts" if n == src.ts else n for n in names])
+
+
+_TIME_NAME = re.compile(r"(^|_)(time|timestamp|datetime|date|epoch|when|at|ms|millis)($|_)", re.I)
+
+
+def _no_ts_message(table: pa.Table, src: Source) -> str:
+    """Why a source without ``ts`` is refused, and how to name its time column (and kind)."""
+    names = table.column_names
+    candidates = [n for n in names if _looks_like_time(table.column(n), n)]
+    if candidates:
+        first = candidates[0]
+        how = (
+            f"the time column may be {' or '.join(repr(c) for c in candidates[:3])}: "
+            f'name it with --ts {first} (ts="{first}" in Python)'
+        )
+    else:
+        how = 'name the time column with --ts COLUMN (ts="COLUMN" in Python)'
+    message = (
+        f"no 'ts' column (columns: {', '.join(names)}); {how}; integer milliseconds, "
+        "ISO-8601 strings and timestamps are accepted"
+    )
+    if "kind" not in names and src.name is None and src.kind is None:
+        message += (
+            f"; it has no 'kind' column either: --kind NAME (kind=\"NAME\") gives its events "
+            f"a kind (else {DEFAULT_KIND!r})"
+        )
+    return message
+
+
+def _looks_like_time(col: pa.ChunkedArray, name: str) -> bool:
+    """A temporal column, a column of ISO-8601 strings, or an integer column named like time."""
+    t = col.type
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return True
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        first = next((v for v in col.drop_null().slice(0, 1).to_pylist()), None)
+        return first is not None and _parse_ms(first) is not None and not first.isdigit()
+    return pa.types.is_integer(t) and _TIME_NAME.search(name) is not None
+
+
+#: The types a string column of times is read as, in turn: integer milliseconds, then ISO-8601
+#: wall times (read as UTC), then ISO-8601 times with a zone (``Z``, ``+02:00``).
+_STRING_TIMES = (pa.int64(), pa.timestamp("ns"), pa.timestamp("ns", tz="UTC"))
+
+
+def _as_ms(values: pa.ChunkedArray | pa.Array, target: pa.DataType) -> pa.ChunkedArray:
+    """Strings cast to ``target`` (one of :data:`_STRING_TIMES`) as int64 milliseconds;
+    ArrowInvalid when one does not parse."""
+    cast = pc.cast(values, target)
+    if pa.types.is_integer(target):
+        return cast
+    return pc.cast(pc.cast(cast, pa.timestamp("ms", tz=target.tz), safe=False), pa.int64())
+
+
+def _parse_ms(text: str) -> int | None:
+    """One string as milliseconds (None when it is no time)."""
+    for target in _STRING_TIMES:
+        try:
+            return _as_ms(pa.array([text]), target)[0].as_py()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return None
+
+
 def _first_true(mask: pa.ChunkedArray | pa.Array) -> int:
     return pc.index(mask, True).as_py()
 
@@ -489,8 +775,8 @@ def _ts_to_ms(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:
     t = col.type
     if pa.types.is_integer(t):
         return pc.cast(col, pa.int64())
-    if pa.types.is_timestamp(t):
-        return pc.cast(pc.cast(col, pa.timestamp("ms", tz=t.tz)), pa.int64())
+    if pa.types.is_timestamp(t):  # finer than milliseconds: cut to the millisecond
+        return pc.cast(pc.cast(col, pa.timestamp("ms", tz=t.tz), safe=False), pa.int64())
     if pa.types.is_date(t):
         return pc.cast(pc.cast(pc.cast(col, pa.date32()), pa.timestamp("ms")), pa.int64())
     if pa.types.is_floating(t):
@@ -504,25 +790,30 @@ def _ts_to_ms(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:
             )
         return pc.cast(col, pa.int64())
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        values = col.to_pylist()
-        out = []
-        for row, text in enumerate(values):
-            try:
-                out.append(int(text))
-            except ValueError:
-                try:
-                    out.append(
-                        pc.cast(pa.scalar(text).cast(pa.timestamp("ms")), pa.int64()).as_py()
-                    )
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                    raise LogError(
-                        f"ts {text!r} is neither integer milliseconds nor a timestamp",
-                        path=label,
-                        column="ts",
-                        row=row,
-                    ) from None
-        return pa.chunked_array([pa.array(out, pa.int64())])
+        return _strings_to_ms(col, label)
     raise LogError(f"ts has type {t}, which cannot be ordered as time", path=label, column="ts")
+
+
+def _strings_to_ms(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:
+    """Times written as text: integer milliseconds or ISO-8601, the whole column at once when
+    it is all of one form, value by value (naming the first bad row) when not."""
+    for target in _STRING_TIMES:
+        try:
+            return _as_ms(col, target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    out = []
+    for row, text in enumerate(col.to_pylist()):
+        ms = _parse_ms(text)
+        if ms is None:
+            raise LogError(
+                f"ts {text!r} is neither integer milliseconds nor an ISO-8601 time",
+                path=label,
+                column="ts",
+                row=row,
+            )
+        out.append(ms)
+    return pa.chunked_array([pa.array(out, pa.int64())])
 
 
 def _lsn(col: pa.ChunkedArray, label: str) -> pa.ChunkedArray:

@@ -20,6 +20,7 @@ __all__ = [
     "EpochFinished",
     "Progress",
     "ReplayFinished",
+    "Phase",
     "ProgressEvent",
     "broadcast",
     "Recorder",
@@ -88,8 +89,19 @@ class ReplayFinished:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class Phase:
+    """What a notebook cell is doing around its replay, said by the workbench (not by engines):
+    ``name`` is one of ``starting``, ``replaying``, ``baseline``, ``comparing``, ``recording``,
+    ``done``; ``words`` is what a monitor shows."""
+
+    name: str
+    words: str
+
+
 ProgressEvent = (
-    ReplayStarted
+    Phase
+    | ReplayStarted
     | EpochStarted
     | StageStarted
     | StageFinished
@@ -148,7 +160,11 @@ class CancelToken:
             callback()
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on cancel; at once when already cancelled (a replay that was
+        cancelled while it started, before it could register)."""
         self._callbacks.append(callback)
+        if self.cancelled:
+            callback()
 
     def check(self) -> None:
         if self.cancelled:
@@ -171,9 +187,14 @@ class ProgressState:
         self.elapsed_s = 0.0
         self.stages: dict[str, str] = {}  # stage -> "running" | "done"
         self.finished: ReplayFinished | None = None
+        #: The cell's phase (:class:`Phase`), when a workbench says it.
+        self.phase = ""
         self._started = time.monotonic()
 
     def __call__(self, event: ProgressEvent) -> None:
+        if isinstance(event, Phase):
+            self.phase = event.name
+            return
         if isinstance(event, ReplayStarted):
             self.engine = event.engine
             self.events_total = event.events_total
@@ -263,6 +284,9 @@ class TextProgress:
         self._last = 0.0
 
     def __call__(self, event: ProgressEvent) -> None:
+        if isinstance(event, Phase):  # a cell's phase: its own line, as it changes
+            print(event.words, file=self.stream, flush=True)
+            return
         self.state(event)
         now = time.monotonic()
         if isinstance(event, (EpochFinished, ReplayFinished)) or now - self._last >= self.every_s:

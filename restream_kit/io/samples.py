@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["sample_data", "sample_program", "sample_sources", "SAMPLES", "SAMPLE_PROGRAMS"]
+__all__ = [
+    "sample_data",
+    "sample_program",
+    "sample_sources",
+    "SAMPLES",
+    "SAMPLE_PROGRAMS",
+    "SAMPLE_LABELS",
+]
 
 #: Every packaged sample: name -> its files under the ``sample_data`` package, in log order.
 SAMPLES: dict[str, tuple[str, ...]] = {
@@ -26,6 +33,12 @@ SAMPLES: dict[str, tuple[str, ...]] = {
     "adclicks_small": ("adclicks_small/impressions.parquet", "adclicks_small/clicks.parquet"),
 }
 
+
+#: Labels shipped beside the samples (what really happened, for ``rk.score``): name -> file
+#: under the ``sample_data`` package. ``social_small_labels``: the spammers of ``social_small``
+#: who sent a message (``sender``, ``ts`` of their first message, ``class``), made by
+#: ``sample_data/spam_labels.py``.
+SAMPLE_LABELS: dict[str, str] = {"social_small_labels": "labels/social_small.parquet"}
 
 #: Programs shipped beside the samples: name -> file under the ``sample_data`` package, so
 #: that the demo notebooks reach them from any folder (``examples/`` links to these files).
@@ -74,13 +87,19 @@ def sample_data(name: str) -> Path:
     of several streams (``Log`` reads such a folder as its streams, in order).
 
     ``name`` is one of :data:`SAMPLES` (``social_small``, ``iot_small``,
-    ``streamscope_small``, ``adclicks_small``) or ``SAMPLE/STREAM`` for one stream of a
-    folder (``adclicks_small/clicks``). Raises :class:`~restream_kit.model.errors.LogError` naming
+    ``streamscope_small``, ``adclicks_small``), ``SAMPLE/STREAM`` for one stream of a
+    folder (``adclicks_small/clicks``), or sample labels (:data:`SAMPLE_LABELS`:
+    ``social_small_labels``, a Parquet file for ``rk.score``). Raises :class:`~restream_kit.model.errors.LogError` naming
     the samples there are for any other name.
     """
     from ..model.errors import LogError
 
     root = _root()
+    if name in SAMPLE_LABELS:
+        path = root / SAMPLE_LABELS[name]
+        if not path.exists():
+            raise LogError(f"sample {name!r} is missing from the installation", path=str(path))
+        return path
     if name in SAMPLES:
         files = SAMPLES[name]
         path = root / files[0] if len(files) == 1 else root / name
@@ -97,7 +116,7 @@ def sample_data(name: str) -> Path:
 
 def _names() -> list[str]:
     streams = [f.removesuffix(".parquet") for files in SAMPLES.values() for f in files if "/" in f]
-    return [*SAMPLES, *streams]
+    return [*SAMPLES, *streams, *SAMPLE_LABELS]
 
 
 def sample_sources(item: object) -> list[str] | None:

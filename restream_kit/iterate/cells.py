@@ -1,26 +1,49 @@
-"""What the workbench keeps of a notebook cell that iterates on a rule: a ``--sweep`` cell's
-variants and baseline (:class:`CellSweep`), and the one line that says what a ``--baseline``
-cell's replay reused (:func:`reuse_line`). Plain data, no UI: ``widgets/`` draws it.
+"""What the workbench keeps of a notebook cell: a run, its baseline and diff (:class:`CellRun`,
+:class:`Baseline`), a ``--sweep`` cell's variants and baseline (:class:`CellSweep`), and the
+one line that says what a ``--baseline`` cell's replay reused (:func:`reuse_line`). Plain
+data, no UI: ``widgets/`` draws it; ``restream_kit.workbench`` makes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..io.catalog import RunRecord
 from ..io.compare import Diff, KeyDiff, diff
 from ..io.log import Log
 from ..io.progress import Cancelled, ProgressState
 from ..io.result import Result
 from ..model.program import Program
 
-if TYPE_CHECKING:
-    from ..workbench import Baseline
+__all__ = [
+    "Baseline",
+    "CELL_BATCH",
+    "CellRun",
+    "CellSweep",
+    "reuse_line",
+    "no_reuse",
+    "named_reuse",
+]
 
-__all__ = ["CellSweep", "reuse_line", "no_reuse", "named_reuse"]
+#: Events per batch of a cell's serial replays: the serial engine looks at the cancel token
+#: between batches, so that an interrupt stops a slow rule's replay within a second or so
+#: (the engine's own 65,536 take a rule at 100 microseconds an event 6 s).
+CELL_BATCH = 4096
+
 
 #: How ``replay_reusing`` names a reused run given as a ``Result`` (replaced by the cell's name).
 _GIVEN = "the given result"
+
+
+@dataclass
+class Baseline:
+    """What a run is compared with, and where it came from."""
+
+    label: str
+    result: Result
+    reused: bool
+    record: RunRecord | None = None
 
 
 def no_reuse(baseline: str, why: str) -> dict[str, Any]:
@@ -101,6 +124,67 @@ class CellOutcome:
 
 
 @dataclass
+class CellRun(CellOutcome):
+    """One run of a named program: its result, its baseline and the diff between them."""
+
+    name: str
+    program: Program
+    log: Log
+    engine: str
+    result: Result | None = None
+    baseline: Baseline | None = None
+    diff: Diff | KeyDiff | None = None
+    record: RunRecord | None = None
+    error: BaseException | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    #: The replay's progress as the monitor saw it (epochs and events done, elapsed time).
+    progress: ProgressState = field(default_factory=ProgressState, repr=False)
+    #: Why the result was not compared with a serial replay (its log above the compare
+    #: limit); None when it was, or will be.
+    not_compared: str | None = None
+    #: The phases the cell went through, each with when it began (seconds from the start).
+    phases: list[tuple[str, float]] = field(default_factory=list, repr=False)
+    #: Seconds from the cell's start to its end: what its user waited.
+    wall_s: float = 0.0
+    #: With a named baseline: what the replay reused of it (``Result.reuse``, the baseline's
+    #: name as ``reused_run``), or why it reused nothing (``reuse_reason``); None without one.
+    reuse: dict[str, Any] | None = None
+
+    def _made(self) -> Any:
+        return self.result
+
+    def reuse_line(self) -> str | None:
+        """One line on what the replay reused of its baseline, or why it reused nothing."""
+        return reuse_line(self.reuse)
+
+    def __repr__(self) -> str:
+        what = f"<restream run {self.name!r} on {self.engine}: {self.status}"
+        if self.result is not None:
+            m = self.result.metrics
+            tables = ", ".join(f"{n} {rows:,} rows" for n, rows in m.rows.items())
+            what += f", {m.events:,} events in {m.wall_s:.2f} s" + (f"; {tables}" if tables else "")
+        elif self.error is not None and not self.cancelled:
+            what += f": {str(self.error).splitlines()[0] if str(self.error) else type(self.error).__name__}"
+        elif self.cancelled:
+            what += f" ({self.cancelled_line()})"
+        return what + ">"
+
+    def wait(self, timeout: float | None = None) -> CellRun:
+        """A finished run is its own result (the same call as on a ``BackgroundRun``)."""
+        return self
+
+    @property
+    def unexpected_difference(self) -> bool:
+        """True when the baseline is the serial replay of this program and the outputs differ."""
+        return bool(
+            self.baseline
+            and self.baseline.label.startswith("serial")
+            and self.diff
+            and not self.diff.empty
+        )
+
+
+@dataclass
 class CellSweep(CellOutcome):
     """One ``%%restream NAME --sweep ...`` run: every variant's result and its baseline.
 
@@ -114,7 +198,7 @@ class CellSweep(CellOutcome):
     engine: str
     values: dict[str, list[Any]]
     sweep: Any = None  # restream_kit.iterate.sweeps.Sweep
-    baseline: Baseline | None = None  # restream_kit.workbench.Baseline
+    baseline: Baseline | None = None
     error: BaseException | None = None
     by: str | list[str] | None = None
     progress: ProgressState = field(default_factory=ProgressState, repr=False)

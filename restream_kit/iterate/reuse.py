@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from ..compiler.inline import SCHEDULED_RUNNER_NAME
 from ..history.probes import ABSENT, ReadSites, Uncovered, counter_var, signature
 from ..history.recorder import History, probe_sites
+from ..io._state_files import LazyStore
 from ..io.log import Log
 from ..io.progress import (
     EpochFinished,
@@ -186,7 +187,7 @@ def _served_array(probe, default: Any) -> pa.Array | None:
         if type(default) not in (int, float, str, bool):
             return None
         return pa.array([default] * n)
-    if probe.encoding == "codec":
+    if probe.encoding == "codec" or probe.encoding.startswith("columns:"):
         return None
     if probe.absent is None or not pc.any(probe.absent).as_py():
         return probe.value
@@ -416,7 +417,9 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
         if name in prep.reused_states:
             # _decide made sure every recorded writer of this state is reused: its recorded
             # final values are the ones a full replay ends with.
-            state[name] = dict(recorded.state.get(name, {}))
+            # A recorded store not yet read stays so: recording this run links its file.
+            kept = recorded.state.get(name, {})
+            state[name] = kept if type(kept) is LazyStore else dict(kept)
         else:
             state[name] = stores[name]
     check_state({n: d for n, d in state.items() if n not in prep.reused_states})

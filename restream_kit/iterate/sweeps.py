@@ -378,15 +378,20 @@ def sweep(
     engine: str = "serial",
     params: Mapping[str, Any] | None = None,
     options: Mapping[str, Any] | None = None,
+    ts: str | None = None,
+    kind: str | None = None,
+    require_kinds: bool = False,
     **values: Sequence[Any],
 ) -> Sweep:
     """Replay every combination of the parameter values given (a grid), in one scan.
 
     ``sweep(program, log, ratio=[1.5, 2, 3], share=[0.1, 0.2])`` gives 6 variants; each
     variant's result equals ``replay(program, log, params={...})``. ``params`` fixes other
-    parameters for every variant; ``options`` go to the engine (``{"master": "local[2]"}``),
-    apart from the values, whose names are the program's. When a handler that varies schedules events, the variants
-    run as separate replays (``Sweep.single_scan`` False, and a warning says why).
+    parameters for every variant; ``ts`` and ``kind`` read ``log`` as ``Log(log, ts=...,
+    kind=...)`` does, and ``require_kinds`` checks it as ``replay`` does; ``options`` go to
+    the engine (``{"master": "local[2]"}``), apart from the values, whose names are the
+    program's. When a handler that varies schedules events, the variants run as separate
+    replays (``Sweep.single_scan`` False, and a warning says why).
     """
     from ..api import check_against_log, replay, warn_findings
     from ..io.emits import emit_schemas
@@ -394,11 +399,11 @@ def sweep(
     program = Program.load(program)
     if params:
         program = with_params(program, params)
-    log = log if isinstance(log, Log) else Log(log)
+    log = Log.of(log, ts, kind)
     variants = grid(values)
     for v in variants:
         check_values(program, v, "sweep")
-    notes = warn_findings(check_against_log(program, log))
+    notes = warn_findings(check_against_log(program, log, require_kinds=require_kinds))
     variant, states, _out = partition(program, list(values))
     schedulers = _schedules(program, variant)
     # Spark workers rebuild a program from its source text: the sweep program must have its

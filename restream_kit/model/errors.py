@@ -50,6 +50,7 @@ class LogError(RestreamError):
         column: str | None = None,
         row: int | None = None,
     ):
+        self.message = message
         self.path = path
         self.column = column
         self.row = row

@@ -64,12 +64,18 @@ def plan(
     *,
     allow_nondeterminism: bool = False,
     sample_events: int = SAMPLE_EVENTS,
+    ts: str | None = None,
+    kind: str | None = None,
+    require_kinds: bool = False,
 ) -> Plan:
     """Plan ``program``; with ``log``, also its data critical path on that log.
 
     With ``log``, the program is first checked against it (``restream_kit.planner.checks``): a field
     no event has or a read of undeclared state raises
-    :class:`~restream_kit.model.errors.CheckError`, a kind the log lacks becomes a warning.
+    :class:`~restream_kit.model.errors.CheckError`, a kind the log lacks becomes a warning
+    (with ``require_kinds``, a CheckError when a handler would never run).
+
+    ``ts`` and ``kind`` read ``log`` as ``Log(log, ts=..., kind=...)`` does.
 
     Raises :class:`~restream_kit.model.errors.ProgramError` naming the line when a handler is not
     deterministic (unless ``allow_nondeterminism``: then the findings become warnings) or
@@ -78,8 +84,8 @@ def plan(
     program = Program.load(program)
     # Mistakes the log (or the declarations alone) reveal, before any analysis of keys.
     if log is not None:
-        log = log if isinstance(log, Log) else Log(log)
-        checked = check_against_log(program, log)
+        log = Log.of(log, ts, kind)
+        checked = check_against_log(program, log, require_kinds=require_kinds)
     else:
         checked = check_program(program)
     mod = ModuleInfo(program)

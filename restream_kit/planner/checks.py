@@ -11,7 +11,9 @@ before that, so :func:`check_against_log` finds these mistakes up front:
   that is a column of the log but null in every row of those kinds is a warning (the handler
   reads None), one that is not a column at all is an error naming the closest field;
 - a handler bound to a kind that neither the log nor any ``schedule`` call provides is one
-  warning at the handler's line, listing the kinds the log has;
+  warning at the handler's line, listing the kinds the log has; with ``require_kinds`` (the
+  command line and the notebook ask for it) a handler none of whose kinds is provided, which
+  would never run, is an error instead (else the replay ends green with no tables);
 - a name read like state (``x[k]``, ``x.get(k)``, ``k in x``) that is neither declared
   state nor any other module-level or built-in name is an error, as a write to one already is
   when the program loads; so is any other name a function uses that nothing defines (both
@@ -32,6 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..compiler.scopes import bound_by
+from ..io.log import DEFAULT_KIND
 from ..model.errors import CheckError
 from ..model.program import Program
 
@@ -81,12 +84,14 @@ def check_program(program: Program) -> list[Finding]:
     return findings
 
 
-def check_against_log(program: Program, log: Any) -> list[Finding]:
+def check_against_log(program: Program, log: Any, *, require_kinds: bool = False) -> list[Finding]:
     """Check ``program`` against ``log``'s kinds and fields; return the warnings.
 
     Raises :class:`~restream_kit.model.errors.CheckError` (a ``ProgramError`` with ``lineno``,
     ``handler`` and ``findings``) for the first error: a field no event of the handler's kinds
-    has, or a read of undeclared state. Costs one pass over the log's columns (no replay).
+    has, or a read of undeclared state; with ``require_kinds``, also a handler that would
+    never run (none of its kinds in the log or scheduled). Costs one pass over the log's
+    columns (no replay).
     """
     from ..io.log import Log
 
@@ -95,7 +100,7 @@ def check_against_log(program: Program, log: Any) -> list[Finding]:
     present = kind_fields(log)
     columns = [c for c in log.columns if c not in EVENT_ATTRIBUTES]
     scheduled = scheduled_fields(program)
-    findings.extend(_missing_kinds(program, present, scheduled))
+    findings.extend(_missing_kinds(program, present, scheduled, require_kinds))
     findings.extend(_field_findings(program, present, columns, scheduled))
     _raise_errors(findings)
     return findings
@@ -121,28 +126,8 @@ def _raise_errors(findings: list[Finding]) -> None:
 
 def kind_fields(log: Any) -> dict[str, set[str]]:
     """Per kind of ``log``, the columns with a value in at least one row of that kind."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    described = getattr(log, "summary", None)
-    if described is not None:  # a URI log that Spark read: it counted the values
-        return {k: set(v) for k, v in described.kind_fields.items()}
-    table = log.table
-    others = [c for c in table.column_names if c not in EVENT_ATTRIBUTES]
-    if table.num_rows == 0:
-        return {}
-    # A column without nulls is every kind's; only the others need a pass per kind.
-    full = {c for c in others if table.column(c).null_count == 0}
-    partial = [c for c in others if c not in full]
-    out: dict[str, set[str]] = {k: set(full) for k in log.kinds}
-    if partial:
-        valid = pa.table(
-            {"kind": table.column("kind"), **{c: pc.is_valid(table.column(c)) for c in partial}}
-        )
-        grouped = valid.group_by("kind").aggregate([(c, "any") for c in partial])
-        for row in grouped.to_pylist():
-            out[row["kind"]] |= {c for c in partial if row[f"{c}_any"]}
-    return out
+    # The log's summary (its manifest, or what Spark counted for a URI log): no rows read.
+    return {k: set(v) for k, v in log.describe().kind_fields.items()}
 
 
 def scheduled_fields(program: Program) -> dict[str, set[str] | None]:
@@ -187,28 +172,41 @@ def scheduled_fields(program: Program) -> dict[str, set[str] | None]:
 
 
 def _missing_kinds(
-    program: Program, present: dict[str, set[str]], scheduled: dict[str, set[str] | None]
+    program: Program,
+    present: dict[str, set[str]],
+    scheduled: dict[str, set[str] | None],
+    require_kinds: bool,
 ) -> Iterator[Finding]:
     kinds_present = list(present)
     listed = ", ".join(repr(k) for k in kinds_present) or "none"
-    warned: set[str] = set()
-    for h in program.handlers:
-        for kind in h.kinds:
-            if kind in present or kind in scheduled or kind in warned:
-                continue
-            warned.add(kind)
-            handlers = [x.name for x in program.handlers if kind in x.kinds]
-            close = difflib.get_close_matches(kind, kinds_present, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            yield Finding(
-                "warning",
-                "missing-kind",
-                f"no {kind!r} events in the log: handler(s) {', '.join(handlers)} will never "
-                f"run (the log's kinds: {listed}){hint}",
-                h.name,
-                _decorator_line(h),
-                program.filename,
+
+    def provided(kind: str) -> bool:
+        return kind in present or kind in scheduled
+
+    missing = dict.fromkeys(k for h in program.handlers for k in h.kinds if not provided(k))
+    for kind in missing:
+        handlers = [x for x in program.handlers if kind in x.kinds]
+        # A handler with none of its kinds never runs: when kinds are required, an error rather
+        # than a green replay without rows.
+        idle = [x for x in handlers if not any(provided(k) for k in x.kinds)]
+        names = ", ".join(x.name for x in (idle or handlers))
+        close = difflib.get_close_matches(kind, kinds_present, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        if not close and kinds_present == [DEFAULT_KIND]:
+            hint = (
+                f"; a log without a 'kind' column is all {DEFAULT_KIND!r} events: give it its "
+                f'kind with --kind {kind} (kind="{kind}" in Python)'
             )
+        what = "will never run" if idle else "run on their other kinds only"
+        yield Finding(
+            "error" if idle and require_kinds else "warning",
+            "missing-kind",
+            f"no {kind!r} events in the log: handler(s) {names} {what} (the log's kinds: "
+            f"{listed}){hint}",
+            (idle or handlers)[0].name,
+            _decorator_line((idle or handlers)[0]),
+            program.filename,
+        )
 
 
 def _decorator_line(handler: Any) -> int:

@@ -163,7 +163,7 @@ class _Loads:
         self.con = con
         self.log = log
         self.program = program
-        self.columns = set(log.table.column_names)
+        self.columns = set(log.columns)
 
     def by_columns(self, cols: list[str], w: _Weights, limit: int | None) -> tuple[list, int, int]:
         """Top keys as (key values, events, runs, cost); number of keys; heaviest runs."""
@@ -197,12 +197,12 @@ class _Loads:
 
     def by_python(self, key: Callable[[Any], Any], w: _Weights) -> dict[Any, list]:
         """Per key [events, runs, cost], evaluating the key on each event of the stage's kinds."""
-        table = self.log.table
-        mask = pc.is_in(table.column("kind"), value_set=pa.array(list(w.runs), pa.string()))
-        table = table.filter(mask)
+        kinds = pa.array(list(w.runs), pa.string())
         make = self.log.event_type()._make
         acc: dict[Any, list] = {}
-        for batch in table.to_batches(max_chunksize=65_536):
+        # A row group at a time: the log is never held whole (see docs/scale.md).
+        tables = (t.filter(pc.is_in(t.column("kind"), value_set=kinds)) for t in self.log.tables())
+        for batch in (b for t in tables for b in t.to_batches(max_chunksize=65_536)):
             columns = [col.to_pylist() for col in batch.columns]
             for ev in map(make, zip(*columns)):
                 k = _safe_key(key, ev)
@@ -232,8 +232,7 @@ def data_path(
     sample_events: int = SAMPLE_EVENTS,
 ) -> tuple[DataPath, tuple[str, ...]]:
     """The data critical path of ``plan`` on ``log``, and the static path weighted by cost."""
-    table = log.table
-    total_events = table.num_rows
+    total_events = len(log)
     sample = measure_sample(program, log, sample_events) if program.handlers else Sample()
     notes = []
     measured = sample.error is None and sum(sample.runs.values()) > 0
@@ -251,7 +250,11 @@ def data_path(
     import duckdb  # only with a log: ``import restream_kit`` stays light
 
     con = duckdb.connect()
-    con.register("plan_log", table)
+    if log.streamed and not log.loaded:  # DuckDB reads the ordered copy where it lies
+        path = str(log.ordered().path).replace("'", "''")
+        con.execute(f"CREATE VIEW plan_log AS SELECT * FROM read_parquet('{path}')")
+    else:
+        con.register("plan_log", log.table)
     kind_counts = dict(con.execute("SELECT kind, COUNT(*) FROM plan_log GROUP BY kind").fetchall())
     loads = _Loads(con, log, program)
     per_stage = []

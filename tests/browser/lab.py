@@ -76,6 +76,8 @@ USER_SETTINGS = {
     # No network calls and no toasts over the notebook.
     "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/extensionmanager-extension/plugin": {"enabled": False},
+    # Widget state saved with the notebook, as `make setup`'s JupyterLab overrides set it.
+    "@jupyter-widgets/jupyterlab-manager/plugin": {"saveState": True},
 }
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -147,7 +147,11 @@ def check_workbench_notebook(page, server, name: str) -> None:
         f"no progress bar of {name} has a label reading 100 %: {bars}"
     )
 
-    # (b) the handler DAG is drawn (a static SVG beside the text plan) with its handlers.
+    # (b) the plan is folded to one line; its button unfolds the handler DAG (a static SVG
+    # beside the text plan) with its handlers.
+    page.locator(".jp-NotebookPanel .jp-OutputArea-output").get_by_role(
+        "button", name="plan"
+    ).first.click()
     dag = page.locator(".jp-NotebookPanel svg.restream-dag").first
     dag.wait_for(state="visible", timeout=WIDGET_TIMEOUT_MS)
     box = dag.bounding_box()

@@ -3,12 +3,17 @@
 Every case must end with exit status 2 and exactly one line on stderr that names the file,
 column, row, handler or line, without a traceback. The Spark cases run in this process, on
 the shared session, through ``restream_kit.cli.main`` (one child process per case would cost
-a JVM start each); ``test_cli.py`` covers the real executable.
+a JVM start each). The real executable with ``--engine spark`` runs, each in its own process,
+cases that fail before the replay, while the JVM starts on another thread (its output must not
+take the line with it): one per stage they fail at (reading the log, parsing its columns,
+loading the program, checking it against the log); and one that a Spark task finds.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +57,7 @@ class Case:
     expected: str = ""  # a regular expression; {d} is the case's directory
     args: tuple = ()  # more arguments; {d} is the case's directory
     files: dict = field(default_factory=dict)  # other files to make (path -> text)
+    in_replay: bool = False  # found by the replay itself, not before it (on Spark: in Spark)
 
 
 CASES = {
@@ -107,21 +113,25 @@ CASES = {
         expected=r"{d}/program.py:7: write to 'unknown', which is undeclared state: declare it",
     ),
     "write into the past": Case(
+        in_replay=True,
         program=_handler("seen.add(e.user, 1, at=e.ts - 1)"),
         expected=r"{d}/program.py:7: handler 'count' raised TimeTravelError: write at -1 is "
         r"earlier than the event's time 0 on 'click' event lsn 0 at ts 0",
     ),
     "handler raising": Case(
+        in_replay=True,
         program=_handler("seen[e.user] += 1\nif e.ts == 5:\n    raise KeyError(e.user)"),
         expected=r"{d}/program.py:9: handler 'count' raised KeyError: 'c' on 'click' event lsn 5 "
         r"at ts 5 {user=.c.}; `raise KeyError\(e.user\)`",
     ),
     "non-serializable state": Case(
+        in_replay=True,
         program=_handler("seen[e.user] = lambda: 1"),
         expected=r"state 'seen', key 'a': the value <function count.<locals>.<lambda> at 0x[0-9a-f]+> "
         r"cannot be serialized",
     ),
     "non-serializable emitted value": Case(
+        in_replay=True,
         program=_handler("emit('bad', user=e.user, f=lambda: 1)"),
         expected=r"table 'bad': field 'f' holds values that cannot be stored in a table",
     ),
@@ -131,6 +141,7 @@ CASES = {
         expected=r".*busy.*not empty and is not a restream checkpoint",
     ),
     "one field, two types": Case(
+        in_replay=True,
         program=_handler("emit('mixed', v=e.ts if e.ts < 4 else str(e.ts))"),
         expected=r"table 'mixed': field 'v' is int in earlier rows but str \('4'\) in the row "
         r"emitted by handler 'count' at lsn 4",
@@ -209,3 +220,38 @@ def test_finished_epochs_stay_on_disk_with_an_error_file(engine, tmp_path, capsy
     assert code == 0, err
     assert not (out / "ERROR").exists()
     assert pq.read_table(out / "counts.parquet").num_rows == 12
+
+
+#: The cases a ``restream replay --engine spark`` process runs: one per stage of the checks
+#: before the replay (they fail while the JVM starts) and one that a Spark task finds (a JVM
+#: start: seconds each, hence not all of them; in this process every case runs on Spark).
+ON_SPARK = ["missing log", "missing ts", "syntax error", "undeclared state", "handler raising"]
+assert all(not CASES[name].in_replay for name in ON_SPARK[:-1]) and CASES[ON_SPARK[-1]].in_replay
+
+
+def _restream(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "restream_kit", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("name", ON_SPARK)
+def test_spark_on_the_command_line_prints_the_line_as_serial_does(name, root, tmp_path):
+    """``restream replay ... --engine spark`` as a user runs it: the error line on stderr,
+    not in the JVM's log."""
+    case = CASES[name]
+    program, logs = _materialize(case, tmp_path)
+    out = tmp_path / "out"
+    extra = [arg.replace("{d}", str(tmp_path)) for arg in case.args]
+    args = ["replay", str(program), *logs, "--engine", "spark", "--master", "local[1]", "--quiet"]
+    done = _restream(*args, "--out", str(out), *extra, cwd=root)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    expected = "^error: " + case.expected.replace("{d}", re.escape(str(tmp_path)))
+    assert re.search(expected, lines[0]), f"{lines[0]!r} does not match {expected!r}"
+    assert (out / "ERROR").read_text().splitlines()[0] == lines[0]

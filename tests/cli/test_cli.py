@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -96,14 +97,95 @@ def test_handler_error_names_handler_line_and_event(root, tmp_path):
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 
 
-def test_missing_kind_is_a_warning_not_an_error(root, tmp_path):
+def test_a_kind_the_log_lacks_is_one_error_line_before_the_replay(root, tmp_path):
     log = tmp_path / "only_messages.csv"
     log.write_text("ts,kind,src,dst,ip,has_email\n1,message,1,2,a,true\n")
     done = restream("replay", "examples/antispam.py", "--log", str(log), cwd=root)
-    assert done.returncode == 0
-    # Once, at the program's own @on line, listing the kinds the log has.
-    warning = (
-        "warning: examples/antispam.py:12: no 'friendship' events in the log: handler(s) "
+    assert done.returncode == 2
+    # One line, at the program's own @on line, listing the kinds the log has; no progress.
+    assert done.stderr.splitlines() == [
+        "error: examples/antispam.py:12: no 'friendship' events in the log: handler(s) "
         "befriend will never run (the log's kinds: 'message')"
+    ]
+    assert done.stdout == ""
+
+
+CLICKS = "time,user\n2026-03-01T09:30:01Z,b\n2026-03-01T09:30:00Z,a\n2026-03-01T09:30:02Z,a\n"
+COUNT = """\
+from restream_kit import emit, on, param, state
+
+seen = state.Counter()
+least = param("least", 1)
+
+@on("click")
+def count(e):
+    seen[e.user] += 1
+    if seen[e.user] >= least:
+        emit("counts", user=e.user, n=seen[e.user])
+"""
+
+
+def test_own_data_with_ts_and_kind(root, tmp_path):
+    """A CSV with an ISO time column called time and no kind column: refused with the way to
+    name them, then read with --ts time --kind click by plan, replay and sweep."""
+    (tmp_path / "clicks.csv").write_text(CLICKS)
+    (tmp_path / "count.py").write_text(COUNT)
+    refused = restream("replay", "count.py", "--log", "clicks.csv", "--quiet", cwd=tmp_path)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert refused.stderr.startswith("error: clicks.csv, column 'ts': no 'ts' column (columns: ")
+    assert 'name it with --ts time (ts="time" in Python)' in refused.stderr
+    assert "--kind NAME" in refused.stderr
+
+    own = ("--log", "clicks.csv", "--ts", "time", "--kind", "click")
+    done = restream("replay", "count.py", *own, "--json", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tables"] == {"counts": 3}
+    planned = restream("plan", "count.py", *own, "--json", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    swept = restream("sweep", "count.py", *own, "--param", "least=1,2", "--json", cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    rows = [v["tables"].get("counts", 0) for v in json.loads(swept.stdout)["variants"]]
+    assert rows == [3, 1]
+    # sweep shows its progress on stderr as replay does, and --quiet leaves it out.
+    assert "events (100%)" in swept.stderr
+    quiet = restream(
+        "sweep", "count.py", *own, "--param", "least=1,2", "--json", "--quiet", cwd=tmp_path
     )
-    assert done.stderr.count(warning) == 1
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert json.loads(quiet.stdout)["variants"] == json.loads(swept.stdout)["variants"]
+
+
+def test_spark_prints_progress_and_summary_as_serial_does(root, tmp_path):
+    """``--engine spark`` in a process of its own: progress on stderr, the summary on stdout,
+    and the JVM's own output in .restream/spark.log only."""
+    home = tmp_path / "home"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "restream_kit",
+            "replay",
+            "examples/antispam.py",
+            "--log",
+            SAMPLE,
+            "--engine",
+            "spark",
+            "--master",
+            "local[1]",
+            "--epoch",
+            "25000",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+        env={**os.environ, "RESTREAM_HOME": str(home)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("replayed 50,000 events on spark")
+    assert "spam:" in done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("epoch 2/2 · 50,000/50,000 events (100%)"), done.stderr
+    assert lines[-1].endswith("done")
+    jvm = (home / "spark.log").read_text()
+    assert "log4j" in jvm and "events (" not in jvm and "replayed" not in jvm

@@ -1,5 +1,5 @@
 """The command line has the commands the README promises, and ``--help`` lists exactly those:
-``plan``, ``replay``, ``diff``, ``runs``, ``sweep``, ``bench`` and ``driver``
+``plan``, ``replay``, ``diff``, ``score``, ``runs``, ``sweep``, ``bench`` and ``driver``
 (``restream_kit/cli/main.py``)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 from restream_kit.cli import COMMANDS, build_parser
 
-PROMISED = {"plan", "replay", "diff", "runs", "sweep", "bench", "driver"}
+PROMISED = {"plan", "replay", "diff", "score", "runs", "sweep", "bench", "driver"}
 
 
 def restream(*args: str, cwd=None) -> subprocess.CompletedProcess:

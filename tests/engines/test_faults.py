@@ -97,7 +97,7 @@ def test_with_speculation_on_a_retried_replay_is_still_the_serial_result(
     """On the prefix path this time. Local mode never launches speculative copies (Spark
     starts its speculation checker only off local mode, and never puts a copy on the host
     running the original), so this shows that the setting changes nothing; why copies would
-    be harmless is in the README."""
+    be harmless is in docs/errors.md ("Worker faults")."""
     summary, struck = replay_with_faults(
         root, tmp_path, "kill:stage=round2;fail:stage=round3", "spark.speculation=true",
         "spark.speculation.interval=100ms", "spark.speculation.multiplier=1.1", path="prefix",

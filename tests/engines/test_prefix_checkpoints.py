@@ -153,8 +153,8 @@ def test_each_committed_epoch_is_the_serial_engines(case, logs, root, tmp_path, 
         assert set(stores[-1]["last"]) == {2, 3, 4}  # deletes, committed
         assert all(type(k) is tuple for k in stores[-1]["pair"])
     else:
-        # The big store went to an Arrow file, and reads back the same.
-        assert list((spark_ck / "epoch-000004").glob("state-*.arrow"))
+        # The big store went to a Parquet file, and reads back the same.
+        assert list((spark_ck / "epoch-000004").glob("state-*.parquet"))
         assert max(map(len, got.state.values())) > 1000  # (so it went as columns)
 
 

@@ -14,6 +14,7 @@ import json
 import math
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -91,21 +92,36 @@ def test_stores_read_back_with_the_same_types(tmp_path, kind, values, odd):
     assert typed_store(back["small"]) == typed_store({("a", 1): 2.5, "b": None})
 
 
-def test_a_plain_store_goes_to_an_arrow_file_and_others_stay_json(tmp_path):
+def test_every_big_store_goes_to_a_typed_parquet_file_and_small_ones_stay_json(tmp_path):
     n = MIN_KEYS
     plain = {(f"u{i}", i): i % 3 == 0 for i in range(n)}
-    mixed = {i: (1 if i % 2 else 1.0) for i in range(n)}  # ints and floats: JSON keeps both
-    huge = {i: 2**70 for i in range(n)}  # beyond int64
+    mixed = {i: (1 if i % 2 else 1.0) for i in range(n)}  # ints and floats: a column each
+    huge = {i: 2**70 for i in range(n)}  # beyond int64: a JSON column
     ragged = {(i,) * (1 + i % 2): i for i in range(n)}
     nested = {i: [i] for i in range(n)}
-    stores = {"plain": plain, "mixed": mixed, "huge": huge, "ragged": ragged, "nested": nested}
+    small = {"a": 1}
+    stores = {
+        "plain": plain,
+        "mixed": mixed,
+        "huge": huge,
+        "ragged": ragged,
+        "nested": nested,
+        "small": small,
+    }
     back = round_trip(tmp_path, stores)
     for name, store in stores.items():
         assert typed_store(back[name]) == typed_store(store), name
-    files = sorted(p.name for p in tmp_path.glob("state-*.arrow"))
-    assert files == ["state-0.arrow"]
+    files = sorted(p.name for p in tmp_path.glob("state-*"))
+    assert files == [f"state-{i}.parquet" for i in range(5)]
+    assert not list(tmp_path.glob("*.pickle"))
+    types = {
+        name: pq.read_schema(tmp_path / f"state-{i}.parquet").field("v").type
+        for i, name in enumerate(["plain", "mixed", "huge", "ragged", "nested"])
+    }
+    assert types["plain"] == pa.bool_() and types["huge"] == pa.string()
+    assert pa.types.is_struct(types["mixed"]) and pa.types.is_large_list(types["nested"])
     document = json.loads((tmp_path / "state.json").read_text())
-    assert document[:2] == ["d", "stores"] and ["store", ["state-0.arrow", 2]] in document[2]
+    assert document[:2] == ["d", "stores"] and ["store", ["state-0.parquet", 2]] in document[2]
 
 
 def test_store_columns_keep_nulls_nan_and_signed_zero():
@@ -128,11 +144,15 @@ def test_a_table_that_is_not_what_its_tag_says_is_refused_in_one_line(tmp_path):
         for old in tmp_path.iterdir():
             old.unlink()
         checkpoint.save_value(tmp_path, stem, value, stem)
-        with pa.OSFile(str(tmp_path / f"{stem}-0.arrow"), "wb") as sink:
-            table = pa.table({"x": [[1]]})  # a list column: none of theirs
-            with pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
-        with pytest.raises(checkpoint.CheckpointError, match=f"{stem}-0.arrow"):
+        (name,) = [p.name for p in tmp_path.glob(f"{stem}-0.*")]
+        table = pa.table({"x": [[1]]})  # a list column: none of theirs
+        if name.endswith(".parquet"):
+            pq.write_table(table, tmp_path / name)
+        else:
+            with pa.OSFile(str(tmp_path / name), "wb") as sink:
+                with pa.ipc.new_file(sink, table.schema) as writer:
+                    writer.write_table(table)
+        with pytest.raises(checkpoint.CheckpointError, match=name):
             checkpoint.load_value(tmp_path, stem)
 
 
@@ -200,3 +220,19 @@ def test_rows_of_one_shape_go_to_an_arrow_file_and_others_stay_json(tmp_path):
         assert typed_rows(back[name]) == typed_rows(rows), name
     assert math.copysign(1, back["plain"][0][4]["c"]) == -1
     assert rows_from_table(rows_columns(plain)) == plain
+
+
+def test_a_checkpoint_written_with_arrow_store_files_still_resumes(tmp_path):
+    """Before stores were Parquet they were Arrow IPC files: such a commit still reads."""
+    store = {(f"u{i}", i): i * 0.5 for i in range(MIN_KEYS)}
+    checkpoint.save_value(tmp_path, "state", {"stores": {"s": store}}, "the state")
+    table = pq.read_table(tmp_path / "state-0.parquet")
+    table = table.replace_schema_metadata(None)  # the old files had no column specs
+    with pa.OSFile(str(tmp_path / "state-0.arrow"), "wb") as sink:
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    (tmp_path / "state-0.parquet").unlink()
+    document = (tmp_path / "state.json").read_text().replace("state-0.parquet", "state-0.arrow")
+    (tmp_path / "state.json").write_text(document)
+    back = checkpoint.load_value(tmp_path, "state")["stores"]["s"]
+    assert typed_store(back) == typed_store(store)

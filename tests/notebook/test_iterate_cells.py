@@ -257,5 +257,5 @@ def test_a_spark_cell_says_how_each_stage_will_run_before_the_replay(shell, caps
     assert path["over_quota"].startswith("parallel over"), path
     layout = ("spark", {"charge": "sequential in one task: a reason"})
     view = PlanView(rk.plan(rk.Program.from_source(ONE_TASK, "teams")), "teams", layout)
-    summary = view.widget.children[0].value
+    summary = view.summary
     assert "<b>on spark</b>" in summary and "color:#b00'>charge: sequential in one task" in summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import textwrap
@@ -13,6 +14,7 @@ import pytest
 import restream_kit as rk
 from restream_kit.io.catalog import Catalog
 from restream_kit.io.compare import diff
+from restream_kit.io.progress import Phase
 from restream_kit.workbench import BackgroundRun, Workbench
 
 SAMPLE = "sample_data/social_small.parquet"
@@ -107,11 +109,19 @@ def test_baseline_is_reused_when_program_and_log_are_unchanged(root, tmp_path):
     first = wb.run("v1", source, str(root / SAMPLE))
     again = wb.run("v1", source, str(root / SAMPLE))
     assert first.ok and again.ok
-    assert not first.baseline.reused and again.baseline.reused
+    # A serial run is its own baseline: one replay, one run in the catalog.
+    assert first.baseline.result is first.result and first.baseline.record == first.record
     assert first.diff.empty and again.diff.empty
+    assert wb.catalog.runs()["name"].to_list() == ["v1", "v1"]
     changed = wb.run("v2", source.replace("> 2 *", "> 3 *"), str(root / SAMPLE), baseline="v1")
     assert changed.baseline.reused and not changed.diff.empty
+    assert changed.reuse["rerun_stages"] == ["flag"], changed.reuse
     assert wb.diff("v2", "v1").summary() == changed.diff.summary()
+    # Another session (a new kernel) finds v1's run in the catalog.
+    fresh = Workbench(Catalog(tmp_path / "home"))
+    later = fresh.run("v3", source.replace("> 2 *", "> 3 *"), str(root / SAMPLE), baseline="v1")
+    assert later.baseline.reused and later.reuse["rerun_stages"] == ["flag"], later.reuse
+    assert later.diff.summary() == changed.diff.summary()
 
 
 def test_background_run_can_be_cancelled(root, tmp_path):
@@ -230,13 +240,83 @@ def test_program_error_in_a_cell_is_one_line(shell):
 def test_line_magic_lists_runs(shell, capsys):
     shell.run_cell_magic("restream", f"v1 --log {SAMPLE}", pathlib_text("examples/antispam.py"))
     runs = shell.run_line_magic("restream", "runs")
-    assert set(runs["name"].to_list()) == {"v1"} and len(runs) == 2  # the baseline and the run
+    # One row per cell run: a serial cell is its own baseline.
+    assert set(runs["name"].to_list()) == {"v1"} and len(runs) == 1, runs
+    assert runs["role"].to_list() == ["cell"], runs
+    assert runs.columns == [
+        "name", "engine", "events", "time", "when", "status", "size", "role", "run"
+    ]  # fmt: skip
+    assert runs["time"].str.ends_with(" s").all() and runs["when"].str.ends_with("UTC").all()
+
+
+def test_a_spark_cell_above_the_compare_limit_says_so_and_compare_compares_it(
+    shell, capsys, spark_session
+):
+    source = pathlib_text("examples/antispam.py").replace("> 2 *", "> 4 *")
+    shell.run_cell_magic(
+        "restream", f"big --log {SAMPLE} --engine spark --compare-limit 100", source
+    )
+    shown = capsys.readouterr().out
+    assert "not compared with serial: the log has 50,000 events, above the compare limit" in shown
+    assert "%restream compare big" in shown and "serial baseline" not in shown, shown
+    shell.run_line_magic("restream", "compare big")
+    shown = capsys.readouterr().out
+    assert "diff against serial replay of big:" in shown and "identical" in shown, shown
 
 
 def pathlib_text(path: str) -> str:
     from pathlib import Path
 
     return Path(path).read_text()
+
+
+def test_the_monitor_says_each_phase_and_done_only_when_the_cell_ends(root, tmp_path):
+    from widgets.monitor import ReplayMonitor
+
+    monitor = ReplayMonitor("v1 on serial")
+    statuses = []
+
+    def status(event):
+        monitor(event)
+        statuses.append(monitor.status.value)
+
+    wb = Workbench(Catalog(tmp_path / "home"))
+    cell = wb.run("v1", (root / "examples" / "antispam.py").read_text(), SAMPLE, observer=status)
+    assert cell.ok and [p for p, _t in cell.phases] == [
+        "starting", "replaying", "comparing", "recording"
+    ]  # fmt: skip
+    assert not any("data-status='done'" in s for s in statuses), statuses
+    assert "replayed in" in statuses[-3] and "comparing with" in statuses[-2], statuses
+    monitor.finish(cell)
+    assert "data-status='done'" in monitor.status.value and "done in" in monitor.status.value
+    monitor(Phase("recording", "late"))  # a finished monitor keeps its words
+    assert "done in" in monitor.status.value
+
+
+def test_a_sweep_cell_compares_with_its_own_default_variant(root, tmp_path):
+    wb = Workbench(Catalog(tmp_path / "home"))
+    source = (root / "bench" / "programs" / "antispam_params.py").read_text()
+    cell = wb.sweep("s", source, SAMPLE, values={"share": [0.1, 0.2, 0.3]})
+    assert cell.ok and cell.baseline.result is cell.variant({"share": 0.2}).result
+    assert cell.diff({"share": 0.2}).empty and not cell.diff({"share": 0.1}).empty
+    assert wb.catalog.runs().height == 0  # no serial replay of the defaults besides the sweep
+
+
+def test_a_parallel_run_above_the_compare_limit_is_not_compared_until_asked(
+    root, tmp_path, spark_session
+):
+    wb = Workbench(Catalog(tmp_path / "home"), compare_limit=10)
+    source = (root / "examples" / "antispam.py").read_text()
+    log = rk.Log(SAMPLE)
+    # The oracle's limit does not apply: a serial run is its own baseline.
+    assert wb.run("own", source, log).diff.empty
+    program = rk.Program.from_source(source.replace("> 2 *", "> 3 *"), "v9")
+    cell = wb.run("v9", program, log, engine="spark")
+    assert cell.ok and cell.diff is None and cell.baseline is None
+    assert "above the compare limit of 10" in cell.not_compared
+    assert "%restream compare v9" in cell.not_compared
+    compared = wb.compare("v9")
+    assert compared.diff.empty and compared.not_compared is None
 
 
 def test_diff_view_fills_in_epoch_by_epoch_before_the_replay_ends(root, tmp_path):
@@ -358,3 +438,17 @@ def grind(e):
         )
     # The slow rule takes minutes on 2 cores; a lost cancel would run it to the end.
     assert time.monotonic() - started < 30
+
+
+def test_a_cell_commits_its_checkpoint_as_it_goes(shell, tmp_path):
+    from IPython.core.error import UsageError
+
+    ck = tmp_path / "ck"
+    line = f"c1 --log {SAMPLE} --epoch 10000 --checkpoint {ck} --checkpoint-every 20000"
+    shell.run_cell_magic("restream", line, pathlib_text("examples/antispam.py"))
+    run = shell.user_ns["c1"].wait()
+    assert run.ok, run.error
+    manifest = json.loads((ck / "manifest.json").read_text())
+    assert [e["epoch"] for e in manifest["epochs"]] == [0, 1, 2, 3, 4] and manifest["complete"]
+    with pytest.raises(UsageError, match="--checkpoint-every needs --checkpoint"):
+        shell.run_cell_magic("restream", f"c2 --log {SAMPLE} --checkpoint-every 5s", "x = 1")

@@ -165,6 +165,56 @@ def test_a_missing_kind_is_one_warning_at_the_on_line_listing_the_kinds(log):
     assert result.warnings == [str(w.message)]
 
 
+def test_with_require_kinds_a_handler_that_would_never_run_is_an_error(log):
+    """The command line and the notebook ask for it: one error at the @on line, before any
+    event; a handler whose other kinds the log has, or a scheduled kind, is no error."""
+    p = program(
+        """
+        n = state.Counter()
+
+        @on("mesage")
+        def count(e):
+            n[e.src] += 1
+        """
+    )
+    seen = []
+    with pytest.raises(CheckError) as caught:
+        rk.replay(p, log, observer=seen.append, require_kinds=True)
+    assert (caught.value.filename, caught.value.lineno, caught.value.handler) == (
+        "<restream prog>",
+        5,
+        "count",
+    )
+    assert seen == []  # before any event
+    message = str(caught.value)
+    assert "no 'mesage' events in the log: handler(s) count will never run" in message
+    assert "the log's kinds: 'message', 'friendship'" in message
+    assert "did you mean 'message'?" in message
+    with pytest.raises(CheckError, match="will never run"):
+        rk.plan(p, log, require_kinds=True)
+
+    partly = program(
+        """
+        n = state.Counter()
+
+        @on("message", "mesage")
+        def count(e):
+            n[e.src] += 1
+
+        @on("message")
+        def later(e):
+            schedule("remind", at=e.ts + 10, who=e.src)
+
+        @on("remind")
+        def remind(e):
+            emit("reminders", who=e.who)
+        """
+    )
+    findings = check_against_log(partly, log, require_kinds=True)
+    assert [(f.level, f.code) for f in findings] == [("warning", "missing-kind")]
+    assert "handler(s) count run on their other kinds only" in findings[0].message
+
+
 def test_replay_check_false_leaves_the_check_to_the_caller(log):
     p = program(
         """

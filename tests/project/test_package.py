@@ -88,6 +88,7 @@ def test_the_wheel_holds_the_package_its_samples_and_no_checkout_files(installed
         "widgets/workbench.py",
         "sample_data/antispam.py",
         "sample_data/social_small.parquet",
+        "sample_data/labels/social_small.parquet",  # rk.sample_data("social_small_labels")
         "sample_data/adclicks_small/clicks.parquet",
         # The demo notebooks' rules: rk.sample_program("iot") and the others.
         *(f"sample_data/programs/{n}.py" for n in ("iot", "streamscope", "adclicks", "flights")),

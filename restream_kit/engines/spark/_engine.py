@@ -43,11 +43,12 @@ from ._pass_driver import _TaskError as _PassTaskError
 from ._pass_driver import run_passes
 from ._passes import passes_of
 from ._prefix import default_epoch, prefix_plan, run_prefix
-from ._prefix_commits import why_not_resumed
+from ._prefix_commits import Carried, why_not_resumed
 from ._prefix_jobs import SparkEpochs
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
 from ._uri_log import describe as _describe_uri
+from ._waves import in_waves
 
 
 def describe_uri_log(session: Any, log: Log, options: dict[str, Any]) -> None:
@@ -140,6 +141,8 @@ class _Replay:
         self.history_why: str | None = None
         self.opened: tuple[Any, Any] | None = None  # (checkpointer, start), once opened
         self.begun: Any = None  # the pass path's start, made once (``_pass_epochs._begun``)
+        self.until: int | None = None  # the last epoch of the wave running (``_waves``)
+        self.carried: Carried | None = None  # where the prefix path's last wave left off
         self.job_group = f"restream-{id(self):x}-{time.monotonic_ns()}"
         if self.cancel is not None:
             self.cancel.on_cancel(self._interrupt)
@@ -180,8 +183,8 @@ class _Replay:
             if low is not None:
                 if self.history is not None and probes is None:
                     return self._serial_history(self._prefix(low, started, None), why)
-                return self._prefix(low, started, probes)
-            return self._passes(started)
+                return in_waves(self, lambda: self._prefix(low, started, probes))
+            return in_waves(self, lambda: self._passes(started))
         except _PassTaskError:
             raise  # the serial engine has published the error (see _passes)
         except Cancelled as exc:
@@ -193,6 +196,14 @@ class _Replay:
                 self._finished_cancelled(started, "replay cancelled")
                 raise Cancelled("replay cancelled") from None
             raise
+
+    def resume_next_wave(self) -> None:
+        """Start the next wave from what the last one committed: on the prefix path from the
+        values it kept (``self.carried``, what the checkpoint holds), else from the checkpoint
+        opened again, as a resume."""
+        self.options = {**self.options, "resume": True}
+        if self.carried is None:
+            self.opened = self.begun = None
 
     def open_checkpoint(self) -> tuple[Any, Any]:
         """The replay's checkpointer and where it starts (a resume's or a ``start_from``'s;
@@ -218,6 +229,7 @@ class _Replay:
 
     def _prefix(self, low: Lowered, started: float, probes: Any) -> Result:
         ck, start = self.open_checkpoint()
+        start = self.carried or start  # (a wave after the first: ``_waves``)
         epoch = self.options.get("epoch")
         if epoch is None and ck is None:  # a checkpoint's epochs are its own
             epoch = default_epoch(len(self.log), self.cores)
@@ -237,7 +249,9 @@ class _Replay:
             checkpoint=ck,
             start=start,
             cores=self.cores if ck is not None else None,  # a checkpoint's epochs, grouped
+            until=self.until,
         )
+        self.carried = result.state if isinstance(result.state, Carried) else None
         if probes is not None:
             # A lowered program schedules nothing: its last event is the log's last.
             result.history = self.history.finish(self.log.last_ts)

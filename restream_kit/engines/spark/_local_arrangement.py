@@ -76,6 +76,7 @@ class LocalInput:
     # it, and per partition the file of its share of the start state ("" for none).
     after: int | None = None
     starts: tuple[str, ...] = ()
+    until: int | None = None  # a wave's last event (its lsn): none after it is read
 
 
 def use_local(session: Any, events: Any, rows: int, by_columns: list[list[str]]) -> bool:
@@ -266,6 +267,11 @@ def local_batches(local: LocalInput, part: int) -> Iterator:
         reader = pa.ipc.open_file(source)
         for i in range(first, stop):
             batch = reader.get_batch(i)
+            if local.until is not None:
+                lsn = batch.column("lsn").to_numpy()
+                if len(lsn) and lsn[0] > local.until:
+                    return
+                batch = batch.slice(0, int(np.searchsorted(lsn, local.until, side="right")))
             if local.after is not None:
                 lsn = batch.column("lsn").to_numpy()  # (increasing: log order)
                 if not len(lsn) or lsn[-1] <= local.after:

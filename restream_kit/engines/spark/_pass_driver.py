@@ -94,7 +94,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         from ._pass_epochs import run_checkpointed, start_state
 
         start = start_state(rep)
-    if start is not None and any(p.lookup for p in pp.passes):
+    if (start is not None or rep.until is not None) and any(p.lookup for p in pp.passes):
         # From a start state the passes forward events only where the driver deals each pass
         # its share of the start by its key (``_pass_setup.prepare``); a looked-up pass's
         # keys are known only as its events come: the same program takes the copies.
@@ -186,6 +186,8 @@ def run_jobs(
                     local = replace(
                         local, after=starts.after, starts=starts.shares.get(p.index, ())
                     )
+                if setup.until is not None:
+                    local = replace(local, until=setup.until)
                 zipped = rows if p.index in setup.zips else None
                 if len(kinds) == 1 and plain:
                     one_kind = kinds[0]

@@ -45,7 +45,7 @@ from ._emitted import committed_rows, emitted_rows, emitted_tables
 from ._pass_driver import Ran, _names, run_jobs, shared_passes
 from ._pass_results import finish_finals, handler_names, make_result
 from ._pass_rows import PH_LOG
-from ._pass_setup import Setup
+from ._pass_setup import Setup, wave_end
 from ._passes import BY_KEY, ORDER, SINGLE
 from ._program_ref import key_function
 from ._start_shares import Starts, deal
@@ -95,10 +95,10 @@ def run_checkpointed(setup: Setup) -> Result:
     epochs = [
         Epoch(e.index, max(e.start, begun.done), e.stop) for e in epochs if e.stop > begun.done
     ]
+    until = rep.until
+    epochs, ends = _ends(setup, epochs, until)
     rep.notify(ReplayStarted("spark", total, len(epochs), _names(setup.pp), log.span_ms))
     lsn = log.table.column("lsn")
-    ts = log.table.column("ts")
-    ends = tuple((ts[e.stop - 1].as_py(), PH_LOG, lsn[e.stop - 1].as_py()) for e in epochs[:-1])
     events, carry, starts = setup.df, None, None
     if begun.state is not None:
         after = lsn[begun.done - 1].as_py()
@@ -110,7 +110,8 @@ def run_checkpointed(setup: Setup) -> Result:
             carry = _carry_frame(setup, begun.state, skip=frozenset(frames))
             starts = Starts(after, frames=frames)
     if epochs:
-        ran = run_jobs(setup, events, carry, (begun.done, total), total, bounds=ends, starts=starts)
+        reach = epochs[-1].stop  # (a wave's end, for its progress)
+        ran = run_jobs(setup, events, carry, (begun.done, reach), total, bounds=ends, starts=starts)
     else:  # a complete checkpoint resumed: nothing is left to run
         ran = Ran(finals={name: dict(begun.state["stores"][name]) for name in program.states})
     finish_finals(program, ran)
@@ -125,6 +126,7 @@ def run_checkpointed(setup: Setup) -> Result:
         rep.notify(EpochStarted(ep.index, len(ep)))
         committing = time.perf_counter()
         last = j == len(epochs) - 1
+        final = last and until is None  # (a wave's last epoch is committed from its end)
         rows, columns = ran.emitted_at.get(j, ([], {}))
         every[0].extend(rows)
         for name, chunks in columns.items():
@@ -133,8 +135,8 @@ def run_checkpointed(setup: Setup) -> Result:
         seen.update(dict.fromkeys(new_rows))
         # Every table emitted so far, as the serial engine commits them (empty: none now).
         new_rows = {name: new_rows.get(name, []) for name in seen}
-        failed = [q[2] for q in quarantined if last or q[0][:3] <= ends[j]]
-        if last:
+        failed = [q[2] for q in quarantined if final or q[0][:3] <= ends[j]]
+        if final:
             state = _state_after(program, ran.finals, [], begun.quarantined + failed)
             state["scheduled_total"] = begun.scheduled + ran.scheduled
         else:
@@ -146,9 +148,9 @@ def run_checkpointed(setup: Setup) -> Result:
             )
             state["scheduled_total"] = begun.scheduled + made
         if ck is not None:
-            ck.commit(ep.index, ep.stop, state, new_rows, last=last)
+            ck.commit(ep.index, ep.stop, state, new_rows, last=final)
         outputs = emitted_tables(rows, columns, names)
-        settled = None if last else ends[j][0]
+        settled = None if final else ends[j][0]
         elapsed = time.perf_counter() - committing
         rep.notify(EpochFinished(ep.index, ep.stop, elapsed, outputs, settled))
         rep.notify(Progress(ep.stop, total, time.perf_counter() - setup.started))
@@ -161,7 +163,8 @@ def run_checkpointed(setup: Setup) -> Result:
         for stage in ran.path:
             ran.path[stage] += committed
     tables = emitted_tables(*every, names)
-    if begun.rows:  # a resume's result has the rows committed before it too
+    # A resume's result has the rows committed before it too (a wave's is not the result).
+    if begun.rows and until is None:
         tables = _with_committed(begun.rows, tables, every, names)
     # Scheduled events in all, as the serial engine counts them (those before a start too).
     ran.scheduled += begun.scheduled
@@ -173,6 +176,21 @@ def run_checkpointed(setup: Setup) -> Result:
     if start is not None and start.resumed:
         result.resumed_from_epoch = start.next_epoch
     return result
+
+
+def _ends(setup: Setup, epochs: list[Epoch], until: int | None) -> tuple[list[Epoch], tuple]:
+    """The epochs a run commits and the ends its tasks report, ``(ts, phase, lsn)`` of each
+    epoch's last event: every epoch's but the last, which the run's final state is. A wave
+    (``_waves``) runs up to epoch ``until``, whose end is reported as every other's, and its
+    passes read no event after it."""
+    if until is not None:
+        epochs = [e for e in epochs if e.index <= until]
+    lsn, ts = setup.log.table.column("lsn"), setup.log.table.column("ts")
+    reported = epochs if until is not None else epochs[:-1]
+    ends = tuple((ts[e.stop - 1].as_py(), PH_LOG, lsn[e.stop - 1].as_py()) for e in reported)
+    if until is not None and epochs:
+        wave_end(setup, lsn[epochs[-1].stop - 1].as_py())
+    return epochs, ends
 
 
 def _with_committed(committed: dict, tables: dict, every: tuple, names: list) -> dict:

@@ -82,6 +82,17 @@ class Setup:
     # and the replay's own directory for the values they send each other.
     local: dict = field(default_factory=dict)
     values_dir: str | None = None
+    # A wave's run (``_waves``): the lsn of its last event; no pass reads an event after it.
+    until: int | None = None
+
+
+def wave_end(setup: Setup, lsn: int) -> None:
+    """Run ``setup``'s passes over the log's events up to the one numbered ``lsn`` only: the
+    log's frame is cut there, and the driver's arrangement is read up to it
+    (``_local_arrangement.local_batches``)."""
+    setup.until = lsn
+    if setup.df is not None:
+        setup.df = setup.df.where(f"lsn <= {int(lsn)}")
 
 
 def prepare(

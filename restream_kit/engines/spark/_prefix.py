@@ -280,6 +280,7 @@ def run_prefix(
     checkpoint: Any = None,
     start: Any = None,
     cores: int | None = None,
+    until: int | None = None,
 ) -> Result:
     """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
     ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
@@ -302,8 +303,12 @@ def run_prefix(
     ``cores`` (the engine gives them with a checkpoint, whose epochs are what it commits, not
     what Spark need run): the epochs run several to a task, in as few tasks as
     :func:`default_epoch` makes of the events but at least one per core, each epoch's deltas
-    and rows kept apart."""
-    epochs = [ep for ep in remaining(cut(log, epoch), start) if len(ep)]
+    and rows kept apart.
+
+    ``until``: the last epoch this run replays and commits (a wave, ``_waves``; None: to
+    the log's end). A wave's result holds, as its state, where it left off
+    (``_prefix_commits.Carried``), and ``start`` may be such a value: the next wave's start."""
+    epochs = [ep for ep in remaining(cut(log, epoch), start, until) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
     groups = [(i, i + 1) for i in range(len(bounds))]
     if cores and bounds:
@@ -330,6 +335,7 @@ def run_prefix(
     stages: dict[str, float] = {}
     ran: dict[str, str] = {}  # what ran, per round (metrics.path)
     ahead = start.done if start is not None else 0  # a resume's events, done before
+    reach = bounds[-1][1] if bounds else total  # the last event this run replays (a wave's)
     cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 and path else None
     try:
         for job in range(rounds):
@@ -348,7 +354,7 @@ def run_prefix(
             def on_tasks(done: int, tasks: int, job: int = job) -> None:
                 # Work done so far, in events: every round replays every event once.
                 share = (job * tasks + min(done, tasks)) / (rounds * tasks)
-                events_done = ahead + int((total - ahead) * share)
+                events_done = ahead + int((reach - ahead) * share)
                 notify(Progress(events_done, total, time.perf_counter() - started))
 
             table = map_epochs(task, len(spans), shipped, on_tasks, events)
@@ -390,9 +396,9 @@ def run_prefix(
         committing = time.perf_counter()
         state, committed = commit_epochs(
             checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify, check_cancel,
-            start,
+            start, until,
         )  # fmt: skip
-        if start is not None:
+        if start is not None and until is None:  # (a wave's tables are not the result)
             tables = resumed_tables(start, committed)
         stages["state per epoch, committed (driver)"] = time.perf_counter() - committing
     else:

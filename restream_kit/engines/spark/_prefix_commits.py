@@ -26,6 +26,7 @@ columns at every commit cost most of a checkpoint's time.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -40,7 +41,14 @@ from ...io.result import build_table
 from ...model.program import Program
 from ._columnar import DELTA_CHUNK
 
-__all__ = ["commit_epochs", "remaining", "why_not_resumed", "start_deltas", "resumed_tables"]
+__all__ = [
+    "Carried",
+    "commit_epochs",
+    "remaining",
+    "why_not_resumed",
+    "start_deltas",
+    "resumed_tables",
+]
 
 
 def commit_epochs(
@@ -55,27 +63,36 @@ def commit_epochs(
     notify: Any,
     check_cancel: Any = None,
     start: Start | None = None,
-) -> tuple[dict[str, dict], dict[int, dict[str, list]]]:
+    until: int | None = None,
+) -> tuple[dict[str, dict] | Carried, dict[int, dict[str, list]]]:
     """Commit every epoch of ``cut(log, epoch)`` to ``ck`` (those after ``start``, a resume);
-    the final state and each committed epoch's rows (by epoch number).
+    the final state (a wave's :class:`Carried`) and each committed epoch's rows (by epoch
+    number).
 
     ``deltas`` and ``emitted`` are ``run_prefix``'s (chunk ``i`` is the ``i``-th epoch with
     events), ``per_epoch`` each chunk's output tables, for the ``EpochFinished`` events.
     ``check_cancel()`` runs before each commit: a cancelled replay stops between epochs, the
-    ones committed intact, as on the pass path."""
-    epochs = remaining(cut(log, epoch), start)
+    ones committed intact, as on the pass path. ``until``: the last epoch to commit (a
+    wave's; the checkpoint is complete only when it is None)."""
+    epochs = remaining(cut(log, epoch), start, until)
     chunks = {ep.index: i for i, ep in enumerate(e for e in epochs if len(e))}
     by_chunk = {name: _split(frames) for name, frames in deltas.items()}
     rows_by_chunk = _rows_by_chunk(low, log, emitted)
     stores: dict[str, dict] = {name: {} for name in program.states}
     declared = state_declarations(program)
     tables: dict[str, None] = {}  # tables emitted so far, in order of first emission
-    if start is not None:
+    kept: dict[str, _Kept] = {}
+    if isinstance(start, Carried):  # the wave before's values, as it kept them
+        stores.update(start.stores)
+        kept.update(start.kept)
+    elif start is not None:
         for name, values in start.state["stores"].items():
             stores[name] = dict(values)
-        for rows in start.rows:
-            tables.update(dict.fromkeys(rows))
-    kept = {name: _Kept(low.states[name], stores[name]) for name in by_chunk}
+    for rows in start.rows if start is not None else ():
+        tables.update(dict.fromkeys(rows))
+    for name in by_chunk:
+        if name not in kept:
+            kept[name] = _Kept(low.states[name], stores[name])
     committed = {}
     for ep in epochs:
         if check_cancel is not None:
@@ -101,19 +118,25 @@ def commit_epochs(
             "scheduled_per_root": {},
             "quarantined": [],
         }
-        last = ep is epochs[-1]
+        last = ep is epochs[-1] and until is None
         committed[ep.index] = {t: new_rows.get(t, []) for t in tables}
         ck.commit(ep.index, ep.stop, state, committed[ep.index], last=last)
         outputs = per_epoch.get(chunk, {}) if chunk is not None else {}
         # Every event of the log has run: all rows are final.
         notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
+    if until is not None:  # a wave: the next one starts from these values as they are
+        plain = {name: store for name, store in stores.items() if name not in kept}
+        return _carried(epochs, start, kept, plain, committed), committed
     return {
         name: kept[name].final() if name in kept else store for name, store in stores.items()
     }, committed
 
 
-def remaining(epochs: list[Epoch], start: Start | None) -> list[Epoch]:
-    """The epochs a replay runs: all, or those after ``start``'s events."""
+def remaining(epochs: list[Epoch], start: Start | None, until: int | None = None) -> list[Epoch]:
+    """The epochs a replay runs: all, or those after ``start``'s events; up to epoch
+    ``until`` when it is not None (a wave's last)."""
+    if until is not None:
+        epochs = [e for e in epochs if e.index <= until]
     if start is None:
         return epochs
     return [Epoch(e.index, max(e.start, start.done), e.stop) for e in epochs if e.stop > start.done]
@@ -134,13 +157,50 @@ def why_not_resumed(start: Start | None) -> str | None:
     return None
 
 
-def start_deltas(low: Lowered, start: Start | None) -> dict[str, list[pl.DataFrame]]:
+@dataclass
+class Carried:
+    """Where a wave (``_waves``) left the state, for the next wave of the same replay: the
+    values as :class:`_Kept` holds them (columns stay columns), the states no epoch wrote
+    (``stores``), and every committed epoch's rows. It stands for the :class:`Start` a
+    resume would read back from the checkpoint, without reading it."""
+
+    epoch: int
+    done: int
+    kept: dict[str, Any]
+    stores: dict[str, dict]
+    rows: list[dict[str, list]]
+    resumed: bool = True
+
+    @property
+    def next_epoch(self) -> int:
+        return self.epoch + 1
+
+
+def _carried(epochs: list[Epoch], start: Any, kept: dict, stores: dict, committed: dict) -> Carried:
+    """Where a wave that committed ``epochs`` (from ``start``) leaves the next one."""
+    rows = [*(start.rows if start is not None else ()), *committed.values()]
+    if not epochs:
+        return Carried(start.epoch, start.done, kept, stores, rows)
+    return Carried(epochs[-1].index, epochs[-1].stop, kept, stores, rows)
+
+
+def start_deltas(low: Lowered, start: Start | Carried | None) -> dict[str, list[pl.DataFrame]]:
     """The committed state as a delta of an epoch before all others (chunk -1): what the
     epochs after it read as their base, and fold into the final state."""
     deltas: dict[str, list[pl.DataFrame]] = {}
     if start is None:
         return deltas
-    for name, values in start.state["stores"].items():
+    if isinstance(start, Carried):
+        for name, kept in start.kept.items():
+            if kept.frame is not None:
+                deltas[name] = [_frame_delta(kept.frame, low.states[name])]
+        values_of = {
+            **start.stores,
+            **{name: k.store for name, k in start.kept.items() if k.frame is None},
+        }
+    else:
+        values_of = start.state["stores"]
+    for name, values in values_of.items():
         info = low.states.get(name)
         if info is None or not values:
             continue
@@ -158,7 +218,16 @@ def start_deltas(low: Lowered, start: Start | None) -> dict[str, list[pl.DataFra
     return deltas
 
 
-def resumed_tables(start: Start, committed: dict[int, dict[str, list]]) -> dict[str, Any]:
+def _frame_delta(frame: pl.DataFrame, info: Any) -> pl.DataFrame:
+    """A state's values held as columns (``_Kept.frame``) as the delta ``start_deltas`` makes."""
+    if info.kind == "merge":  # a merge delta holds the sums only
+        delta = frame.with_columns(pl.col("v") - info.default)
+    else:
+        delta = frame.with_columns(pl.lit(False).alias("_del"))
+    return delta.with_columns(pl.lit(-1, dtype=pl.Int32).alias(DELTA_CHUNK))
+
+
+def resumed_tables(start: Start | Carried, committed: dict[int, dict[str, list]]) -> dict[str, Any]:
     """A resumed replay's tables: the committed epochs' rows and the new ones, built as the
     serial engine builds them."""
     every: dict[str, list] = {}

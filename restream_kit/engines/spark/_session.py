@@ -58,6 +58,7 @@ __all__ = [
     "Watchdog",
     "current",
     "master_of",
+    "ui_url",
     "spark_log_path",
 ]
 
@@ -188,28 +189,30 @@ def spark_log_path() -> Path:
     return default_home() / "spark.log"
 
 
-@contextmanager
-def _jvm_output_to_log() -> Iterator[None]:
-    """Start the JVM with its stdout and stderr on :func:`spark_log_path`.
+def _launch_jvm(settings: Mapping[str, str]) -> None:
+    """Start the JVM (unless this process has one) with its stdout and stderr on
+    :func:`spark_log_path`, and make it the gateway PySpark's session uses.
 
-    The JVM (and the Python workers it starts) inherit this process's file descriptors 1 and 2
-    when it is launched, so they point at the log file just for that moment.
+    Only the JVM's own descriptors point at the log (and so those of the Python workers it
+    starts, whose output it copies to its stderr): this process's stay where they are, so
+    that a command line's messages and progress, written by another thread while the JVM
+    starts, reach the terminal.
     """
+    from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+    conf = SparkConf()
+    for key, value in settings.items():
+        conf.set(key, value)
     path = spark_log_path()
     private_dir(path.parent)
-    sys.stdout.flush()
-    sys.stderr.flush()
     with open(path, "ab") as log:
-        saved = [os.dup(1), os.dup(2)]
-        try:
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            yield
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def _classic_session(target: config.SparkTarget) -> Any:
@@ -236,8 +239,8 @@ def _classic_session(target: config.SparkTarget) -> Any:
     before = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = python
     try:
-        with _jvm_output_to_log():
-            session = builder.getOrCreate()
+        _launch_jvm({"spark.master": master, "spark.app.name": "restream", **settings})
+        session = builder.getOrCreate()
     finally:
         if before is None:
             del os.environ["PYSPARK_PYTHON"]
@@ -530,6 +533,15 @@ def current() -> Any:
     """The process's classic session when one is running, else None."""
     with _LOCK:
         return _SESSION if _SESSION is not None and not _stopped(_SESSION) else None
+
+
+def ui_url() -> str | None:
+    """The web UI of the process's classic session (``RESTREAM_SPARK_UI=1``), else None."""
+    session = current()
+    try:
+        return None if session is None else session.sparkContext.uiWebUrl
+    except Exception:  # noqa: BLE001 - no SparkContext (Spark Connect): no UI of ours
+        return None
 
 
 def master_of(session: Any) -> str | None:

@@ -5,7 +5,8 @@ directory of files) or ``spark.read.csv`` untouched, and Spark builds the canoni
 as :class:`restream_kit.io.log.Log` builds it from a local file:
 
 - ``ts`` to int64 milliseconds (integers, timestamps, dates, whole floats), ``kind`` filled
-  with the default kind name, the other columns as they are;
+  with the default kind name, the other columns as they are; the column the source's ``ts=``
+  names becomes ``ts``, and its ``kind=`` is every event's kind;
 - without an ``lsn`` column, the events sorted by ``ts`` and, among equal times, by position in
   the input, and numbered from 0 in that order. The position is explicit, never Spark's task
   order: (file path, start of the file split, row within the split), so a directory of files
@@ -25,7 +26,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
-from ...io.log import DEFAULT_KIND, RESERVED, Log, LogSummary
+from ...io.log import DEFAULT_KIND, RESERVED, Log, LogSummary, own_columns
 from ...model.errors import LogError, RestreamError
 
 __all__ = ["describe", "uri_frame", "uri_events"]
@@ -98,8 +99,11 @@ def _read(session: Any, log: Log) -> Any:
         raise
     except Exception as exc:  # noqa: BLE001 - e.g. PATH_NOT_FOUND: one line, naming the URI
         raise LogError(f"Spark cannot read the log: {_first_line(exc)}", path=uri) from None
-    if "ts" not in fields:
-        raise LogError(f"no 'ts' column (columns: {', '.join(fields)})", path=uri, column="ts")
+    # The time column named by ts= becomes ts, as Log makes it; the same checks and errors.
+    own_columns(_empty_like(raw), source)
+    renamed = source.ts is not None and source.ts != "ts"
+    if renamed:
+        fields = {("ts" if name == source.ts else name): typ for name, typ in fields.items()}
     # The position in the input, made explicit: Spark's task order is not the file order.
     df = raw.select(
         "*",
@@ -107,9 +111,13 @@ def _read(session: Any, log: Log) -> Any:
         F.col("_metadata.file_block_start").alias("_rs_b"),
         F.monotonically_increasing_id().alias("_rs_m"),
     )
+    if renamed:  # after the file's metadata is read: that needs the scan's own columns
+        df = df.withColumnRenamed(source.ts, "ts")
     ts = _ts(fields["ts"], uri, df)
     kind_name = source.name or DEFAULT_KIND
-    if "kind" in fields:
+    if source.kind is not None:  # kind=: one kind for every event (own_columns checked it)
+        kind = F.lit(source.kind)
+    elif "kind" in fields:
         kind = F.coalesce(F.col("kind").cast("string"), F.lit(kind_name))
     else:
         kind = F.lit(kind_name)
@@ -170,6 +178,19 @@ def _read(session: Any, log: Log) -> Any:
     within = F.col("_rs_n") - F.shiftleft(F.col("_rs_p").cast("bigint"), 33)
     names = [n for n in fields if n not in RESERVED]
     return ordered.select((start + within).alias("lsn"), "ts", "kind", *[_q(n) for n in names])
+
+
+def _empty_like(df: Any) -> pa.Table:
+    """An empty Arrow table with ``df``'s columns (their types where Arrow has them)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    fields = []
+    for f in df.schema.fields:
+        try:
+            fields.append(pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC")))
+        except Exception:  # noqa: BLE001 - a type Arrow cannot name: only the name matters here
+            fields.append(pa.field(f.name, pa.null()))
+    return pa.schema(fields).empty_table()
 
 
 def _ts(typ: Any, uri: str, df: Any) -> Any:

@@ -1,0 +1,156 @@
+"""Kills of a checkpointed replay, for ``python -m bench spark-rules --kills``.
+
+A whole ``restream replay ... --engine spark --checkpoint DIR --checkpoint-every EVERY``
+process is timed once to its end, and its replay from when it opened its checkpoint (after
+the session's start and the log's read); then, for each fraction of the replay's time (a
+quarter, a half, three quarters), the same process is started afresh and killed with SIGKILL
+at that moment of its replay (its process group: its JVM goes with it). What it left is read from the checkpoint's
+manifest: the events committed, and the age of the last commit when the kill came (the
+time since the manifest naming it was written). The replay is then resumed in this
+process and its result compared with the uncheckpointed one, table for table and state for
+state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["kills", "FRACTIONS"]
+
+FRACTIONS = (0.25, 0.5, 0.75)
+
+
+def kills(
+    program_path: Path, log_path: Path, master: str, every: str, want: Any, same: Any
+) -> dict:
+    """The kills of one rule (``want``: the uncheckpointed result, ``same(got, want)``
+    checks a result against it)."""
+    import restream_kit as rk
+
+    program, log = rk.Program.from_file(program_path), rk.Log(log_path)
+    out: dict[str, Any] = {"checkpoint_every": every}
+    with tempfile.TemporaryDirectory() as tmp:
+        ck = Path(tmp) / "whole"
+        began = time.perf_counter()
+        proc = _start(program_path, log_path, master, every, ck)
+        opened_at = _opened(ck, proc)
+        if proc.wait() != 0:
+            raise RuntimeError(f"the checkpointed process failed: {proc.stderr.read()[-2000:]}")
+        whole = time.perf_counter() - began
+        # The replay's own time: from when it opened its checkpoint (after the session's
+        # start and the log's read) to the process's end. The kills are fractions of it.
+        replay = time.perf_counter() - opened_at
+        out["whole_process_s"], out["replay_s"] = whole, replay
+        out["commits"] = len(_manifest(ck)["epochs"])
+        runs = []
+        for fraction in FRACTIONS:
+            ck = Path(tmp) / f"killed-{fraction}"
+            proc = _start(program_path, log_path, master, every, ck)
+            began = time.perf_counter()
+            opened = _wait(ck, _opened(ck, proc) + fraction * replay)
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed_at = time.time()
+            proc.wait()
+            manifest = _manifest(ck) if (ck / "manifest.json").exists() else {"epochs": []}
+            epochs = manifest["epochs"]
+            done = epochs[-1]["done"] if epochs else 0
+            age = killed_at - (ck / "manifest.json").stat().st_mtime if epochs else None
+            started = time.perf_counter()
+            got = rk.replay(program, log, engine="spark", master=master, checkpoint=ck, resume=True)
+            resume_s = time.perf_counter() - started
+            same(got, want, program_path.stem)
+            runs.append(
+                {
+                    "killed_at": fraction,
+                    "killed_after_s": time.perf_counter() - began - resume_s,
+                    "committed_epochs": len(epochs),
+                    "committed_events": done,
+                    "commit_age_s": age,
+                    # The replay's work lost: since its last commit, or since it began
+                    # (when it opened its checkpoint, after the session's start).
+                    "lost_s": age if age is not None else _since(opened, killed_at),
+                    "resumed_from_epoch": got.resumed_from_epoch,
+                    "resume_s": resume_s,
+                    "identical": True,
+                }
+            )
+            said = f"{age:.1f} s old" if age is not None else "none yet"
+            if age is None:
+                said += (
+                    f", {_since(opened, killed_at):.1f} s into the replay"
+                    if opened is not None
+                    else ", before the replay began (its session was starting)"
+                )
+            print(
+                f"    killed at {fraction:.0%} of the replay ({fraction * replay:.1f} s of "
+                f"{replay:.1f} s; the process ran {whole:.1f} s in all): "
+                f"{done:,} of {len(log):,} events committed, last commit {said}; "
+                f"resumed in {resume_s:.1f} s, result identical"
+            )
+        out["kills"] = runs
+    return out
+
+
+def _start(program: Path, log: Path, master: str, every: str, ck: Path) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "restream_kit",
+        "replay",
+        str(program),
+        "--log",
+        str(log),
+        "--engine",
+        "spark",
+        "--master",
+        master,
+        "--checkpoint",
+        str(ck),
+        "--checkpoint-every",
+        every,
+        "--quiet",
+        "--no-record",
+    ]
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _opened(ck: Path, proc: subprocess.Popen) -> float:
+    """When (``perf_counter``) the replay of ``proc`` opened its checkpoint directory."""
+    while not ck.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"the checkpointed process failed: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.02)
+    return time.perf_counter()
+
+
+def _wait(ck: Path, until: float) -> float | None:
+    """Sleep until ``until`` (``perf_counter``); when the replay opened its checkpoint
+    directory (``time.time()``), if it did."""
+    opened = None
+    while time.perf_counter() < until:
+        if opened is None and ck.exists():
+            opened = time.time()
+        time.sleep(0.05)
+    return opened
+
+
+def _since(opened: float | None, killed_at: float) -> float:
+    return killed_at - opened if opened is not None else 0.0
+
+
+def _manifest(directory: Path) -> dict:
+    return json.loads((directory / "manifest.json").read_text())

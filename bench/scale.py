@@ -1,0 +1,174 @@
+"""Peak memory of a serial CLI replay at two log sizes: memory bounded by state, not the log.
+
+The rule (``bench/programs/bounded_state.py``) keeps a per-sender EWMA and a per-IP sliding
+count: its state stops growing once the users and IPs have been seen. The logs are written by
+``sample_data.social_scale`` (a bounded population, rows not in time order) at each size. For
+each size, ``restream replay --engine serial`` runs as a whole process twice:
+
+- **cold**: a fresh ``RESTREAM_HOME``, so the run includes putting the log in order (DuckDB's
+  external sort into the cached ordered copy);
+- **warm**: the same home again, reading the ordered copy.
+
+The peak resident memory of the whole process tree is polled with psutil. The figure is
+``peak(large) / peak(small)`` for each kind of run; the target is at most 1.5x.
+
+``python -m bench scale [--sizes 1000000,10000000] [--users N] [--out JSON]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+__all__ = ["main", "run", "peak_of", "TARGET"]
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "bench" / "programs" / "bounded_state.py"
+DEFAULT_OUT = ROOT / "bench" / "results" / "scale.json"
+#: The most that the peak at the large size may be, as a multiple of the peak at the small one.
+TARGET = 1.5
+
+
+def peak_of(command: list[str], env: dict[str, str], interval: float = 0.05) -> dict:
+    """Run ``command`` and poll its process tree's resident memory; its peak, wall time, rc."""
+    started = time.perf_counter()
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as proc:
+        root = psutil.Process(proc.pid)
+        peak = 0
+        while proc.poll() is None:
+            try:
+                tree = [root, *root.children(recursive=True)]
+                peak = max(peak, sum(_rss(p) for p in tree))
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(interval)
+        out = proc.stdout.read()
+    return {
+        "peak_mb": round(peak / 2**20, 1),
+        "wall_s": round(time.perf_counter() - started, 2),
+        "rc": proc.returncode,
+        "summary": [line for line in out.splitlines() if line.startswith("replayed")],
+    }
+
+
+def _rss(proc: psutil.Process) -> int:
+    try:
+        return proc.memory_info().rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
+
+
+def _log(events: int, users: int) -> Path:
+    """The generated log of ``events`` events (written once, rows not in time order)."""
+    path = ROOT / "sample_data" / "generated" / f"social_scale_{events}_{users}.parquet"
+    if not path.exists():
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sample_data.social_scale",
+                "--events",
+                str(events),
+                "--users",
+                str(users),
+                "--unordered",
+                "--out",
+                str(path),
+            ],
+            check=True,
+            cwd=ROOT,
+        )
+    return path
+
+
+def run(sizes: list[int], users: int, out: Path) -> dict:
+    """Measure every size cold and warm; write and return the results."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    rows = {}
+    for events in sizes:
+        log = _log(events, users)
+        with tempfile.TemporaryDirectory(prefix="restream-scale-") as home:
+            env["RESTREAM_HOME"] = home
+            command = [
+                sys.executable,
+                "-m",
+                "restream_kit",
+                "replay",
+                str(PROGRAM),
+                "--log",
+                str(log),
+                "--engine",
+                "serial",
+                "--quiet",
+            ]
+            cold = peak_of(command, env)
+            warm = peak_of(command, env)
+        for name, got in (("cold", cold), ("warm", warm)):
+            if got["rc"] != 0:
+                raise RuntimeError(f"the {name} replay of {log} failed (exit {got['rc']})")
+        rows[events] = {"cold": cold, "warm": warm}
+        print(
+            f"{events:>12,} events: cold peak {cold['peak_mb']:8.1f} MB in {cold['wall_s']:7.1f} s"
+            f" · warm peak {warm['peak_mb']:8.1f} MB in {warm['wall_s']:7.1f} s",
+            flush=True,
+        )
+    small, large = rows[min(sizes)], rows[max(sizes)]
+    ratios = {k: round(large[k]["peak_mb"] / small[k]["peak_mb"], 3) for k in ("cold", "warm")}
+    print(
+        f"peak({max(sizes):,}) / peak({min(sizes):,}): cold {ratios['cold']:.2f}x, "
+        f"warm {ratios['warm']:.2f}x (target at most {TARGET}x)"
+    )
+    result = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "program": PROGRAM.relative_to(ROOT).as_posix(),
+        "users": users,
+        "runs": {str(k): v for k, v in rows.items()},
+        "ratio": ratios,
+        "target": TARGET,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the options and run the benchmark."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench scale", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--sizes", default="1000000,10000000", help="comma-separated log sizes (1000000,10000000)"
+    )
+    parser.add_argument("--users", type=int, default=2_000_000, help="users in the logs (2M)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
+    args = parser.parse_args(argv)
+    try:
+        sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    except ValueError:
+        parser.error(f"--sizes must be numbers, not {args.sizes!r}")
+    if len(sizes) < 2 or sizes[0] < 1:
+        parser.error("--sizes needs two positive sizes or more")
+    try:
+        run(sizes, args.users, Path(args.out))
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"scale FAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

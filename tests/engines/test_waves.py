@@ -1,0 +1,201 @@
+"""Checkpoints that commit as the replay goes (``checkpoint_every``): the Spark engine's waves.
+
+A checkpointed Spark replay runs its rounds (prefix path) or passes (pass path) over a slice
+of the log at a time and commits that slice's epochs when it ends, so commits come while the
+rest of the log is still to run. A replay killed after a commit resumes from it, and every
+result is the uncheckpointed one, row for row and state for state. The serial engine commits
+each epoch as it replays it. The kills are real: a ``restream replay`` process killed with
+SIGKILL once its first commit is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import pyarrow.parquet as pq
+import pytest
+from engine_matrix import assert_same_result, social_sample
+
+import restream_kit as rk
+from restream_kit.engines.spark import _prefix_commits
+from restream_kit.engines.spark._waves import FIRST_RATE, Waves
+from restream_kit.io._every import parse_every
+from restream_kit.io.epochs import Epoch
+from restream_kit.io.progress import EpochFinished, StageStarted
+from restream_kit.model.errors import RestreamError
+
+pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = {
+    "prefix": ROOT / "examples" / "antispam.py",  # lowers: the prefix path
+    "passes": ROOT / "bench" / "programs" / "windows.py",  # timed closes: the pass path
+}
+EPOCH = 1000
+
+
+@pytest.fixture(scope="module")
+def log_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("waves") / "social.parquet"
+    pq.write_table(social_sample(6000).table.drop_columns(["lsn"]), path)
+    return path
+
+
+def _manifest(directory: Path) -> dict:
+    return json.loads((directory / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("path", sorted(RULES))
+def test_a_checkpointed_replay_commits_before_its_end(path, log_file, tmp_path, spark_session):
+    program, log = rk.Program.load(RULES[path]), rk.Log(log_file)
+    want = rk.replay(program, log)
+    ck = tmp_path / "ck"
+    seen: list = []  # what came, and at each commit what the checkpoint held
+
+    def observe(event):
+        if isinstance(event, EpochFinished):
+            manifest = _manifest(ck)
+            seen.append(("commit", len(manifest["epochs"]), manifest["complete"]))
+        elif isinstance(event, StageStarted):
+            seen.append(("stage",))
+
+    # States of 50 keys or more are carried from wave to wave as columns (``_Kept``).
+    with mock.patch.object(_prefix_commits, "COLUMN_KEYS", 50):
+        got = rk.replay(
+            program,
+            log,
+            engine="spark",
+            master="local[2]",
+            path=path,
+            epoch=EPOCH,
+            checkpoint=ck,
+            checkpoint_every=3 * EPOCH,
+            observer=observe,
+        )
+    assert_same_result(got, want)
+    assert "2 waves" in got.metrics.path["checkpoint"], got.metrics.path
+    assert got.resumed_from_epoch is None and got.metrics.events == len(log)
+    first = seen.index(("commit", 1, False))
+    # The first epoch was on disk while rounds or passes over later events were still to run.
+    assert ("stage",) in seen[first:], seen
+    assert seen[-1] == ("commit", 6, True)
+
+
+def test_checkpoint_every_is_checked(log_file):
+    program = rk.Program.load(RULES["passes"])
+    with pytest.raises(RestreamError, match="neither a number of events nor a time"):
+        rk.replay(program, log_file, checkpoint="unused", checkpoint_every="soon")
+    with pytest.raises(RestreamError, match="needs a checkpoint directory"):
+        rk.replay(program, log_file, checkpoint_every="5s")
+
+
+# A handler that works a while per event, so that a serial replay outlives its first commit.
+SLOW_SERIAL = """
+from restream_kit import emit, on, state
+
+seen = state.Counter()
+
+@on("message")
+def count(e):
+    work = 0
+    for i in range(3000):
+        work += i % 7
+    seen[e.src] += 1
+    if seen[e.src] % 50 == 0:
+        emit("busy", src=e.src, n=seen[e.src], work=work)
+"""
+
+KILLED = {
+    # name: (engine options on the command line, program)
+    "prefix": (["--engine", "spark", "--master", "local[2]"], RULES["prefix"]),
+    "passes": (["--engine", "spark", "--master", "local[2]"], RULES["passes"]),
+    "serial": ([], None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KILLED))
+def test_a_replay_killed_after_a_commit_resumes_from_it(name, log_file, tmp_path, request):
+    engine_args, program_path = KILLED[name]
+    if program_path is None:
+        program_path = tmp_path / "slow.py"
+        program_path.write_text(SLOW_SERIAL)
+    if engine_args:
+        request.getfixturevalue("spark_session")  # (the resume below runs in this process)
+    ck = tmp_path / "ck"
+    env = {**os.environ, "RESTREAM_SPARK_PATH": name if engine_args else "auto"}
+    command = [
+        sys.executable,
+        "-m",
+        "restream_kit",
+        "replay",
+        str(program_path),
+        "--log",
+        str(log_file),
+        *engine_args,
+        "--epoch",
+        str(EPOCH // 2),
+        "--checkpoint",
+        str(ck),
+        "--checkpoint-every",
+        str(EPOCH // 2),
+        "--quiet",
+        "--no-record",
+    ]
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its JVM goes with it
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (ck / "manifest.json").exists() or not _manifest(ck)["epochs"]:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "no commit in 120 s"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed = _manifest(ck)
+    committed = len(killed["epochs"])
+    assert 1 <= committed < 12 and not killed["complete"], killed["epochs"]
+
+    program, log = rk.Program.load(program_path), rk.Log(log_file)
+    want = rk.replay(program, log)
+    options = dict(engine="spark", master="local[2]") if engine_args else {}
+    got = rk.replay(program, log, **options, epoch=EPOCH // 2, checkpoint=ck, resume=True)
+    assert got.resumed_from_epoch == committed
+    assert_same_result(got, want)
+    assert _manifest(ck)["complete"]
+
+
+def test_waves_are_whole_epochs_of_about_the_interval():
+    epochs = [Epoch(i, 100 * i, 100 * (i + 1)) for i in range(10)]
+    waves = Waves(parse_every(250), epochs, FIRST_RATE)
+    ends = []
+    while True:
+        ends.append(waves.next())
+        waves.ran()
+        if ends[-1] is None:
+            break
+    # 300 events each (the epoch that reaches 250 included), the rest in the last wave.
+    assert ends == [2, 5, 8, None]
+    # A time: the first wave at the assumed rate, later ones at the rate measured so far.
+    timed = Waves(
+        parse_every("1s"), [Epoch(i, 1000 * i, 1000 * (i + 1)) for i in range(500)], FIRST_RATE
+    )
+    first = timed.next()
+    assert first == FIRST_RATE // 1000 - 1
+    timed.seconds, timed.events = 1.0, 10_000  # as if it had run at 10,000 events/s
+    assert timed.next() == first + 10
+    assert parse_every("5min") == ("time", 300.0) and parse_every("500000")[0] == "events"
