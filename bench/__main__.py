@@ -36,6 +36,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.hand_job",
         "Spark engine vs a hand-written Spark job and serial, float or team rule, warm",
     ),
+    "windows": (
+        "bench.windows_bench",
+        "windowed rules (tumbling, hopping, sliding, session) vs the plain counter, serial",
+    ),
     "score": (
         "bench.score_bench",
         "scoring a 10M-event anti-spam run against 100k labels vs the serial replay",
