@@ -166,7 +166,9 @@ class DiffView:
         if cell.diff is None:  # not compared with serial (a log above the compare limit)
             self.header.value = f"<b>diff</b>: {html.escape(cell.not_compared or 'none')}"
             return
-        self._sides = (cell.result, cell.baseline.result, (cell.name, cell.baseline.label))
+        base = cell.baseline  # a serial cell is its own baseline: no set_baseline() came
+        self.baseline_label = base.label + (" (reused from the catalog)" if base.reused else "")
+        self._sides = (cell.result, base.result, (cell.name, base.label))
         self._render(cell.diff, partial=None, serial_check=cell.unexpected_difference)
 
     def show(self, d: Diff | KeyDiff, label: str, sides: Any = None, results: Any = None) -> None:
