@@ -128,9 +128,11 @@ def replay(
         guarded=guarded,
         hooks=recorded.hooks if recorded is not None else (),
     )
-    if not guarded and recorded is None and _options.get("native_windows", True):
-        # Windows run natively: the same effects, cheaper (closes batched unless checkpointed).
-        fuse_windows(compiled, rt, batch_closes=ck is None and start is None)
+    native = _options.get("native_windows", True) and ck is None and start is None
+    if native and not guarded and recorded is None:
+        # Windows run natively: the same effects, cheaper. Not with a checkpoint: its queue of
+        # scheduled events must be the expansion's, which every engine reads and writes.
+        fuse_windows(compiled, rt)
     by_kind.update(compiled.handlers_by_kind())
     run_batch = compiled.run_batch
     epochs = cut(log, epoch)
