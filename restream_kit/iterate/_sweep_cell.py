@@ -96,5 +96,5 @@ def _sweep_baseline(workbench: Workbench, cell: CellSweep, cancel: CancelToken |
                 base = Baseline(label, variant.result, reused=False)
                 break
     if base is None:
-        base = workbench.baseline(program, log, None, cancel=cancel, history=False)
+        base = workbench.baseline(program, log, None, cancel=cancel)
     return replace(base, label=label)
