@@ -9,14 +9,17 @@ catalog instead of being replayed again.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import OrderedDict
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from .api import replay
 from .engines import ORACLE, is_oracle
-from .io.catalog import Catalog, CatalogError
+from .io._state_files import recorded_state
+from .io.catalog import MANIFEST, Catalog, CatalogError
 from .io.compare import Diff, KeyDiff, diff
 from .io.log import Log
 from .io.progress import (
@@ -431,7 +434,7 @@ class Workbench:
         from .history.recorder import History
 
         if base.result.history is not None:
-            return base.result, None
+            return _on_record(base), None
         if base.record is None:
             return None, "its run is not in the catalog"
         if base.record.log_fingerprint != log.fingerprint:
@@ -483,3 +486,21 @@ class Workbench:
             while len(self._loaded) > 2:
                 self._loaded.popitem(last=False)
         return self._loaded[record.run_id]
+
+
+def _on_record(base: Baseline) -> Result:
+    """The baseline's result, its states in memory tied to the files its record wrote, so
+    that a run reusing them links those files rather than encoding them again (a state file
+    and history probe is most of what recording a reusing run costs)."""
+    result, record = base.result, base.record
+    if record is None or record.outputs is None or record.status != "ok":
+        return result
+    try:
+        entries = json.loads((Path(record.outputs) / MANIFEST).read_text()).get("state")
+    except (OSError, ValueError):
+        return result  # forgotten meanwhile: encoded again
+    if not isinstance(entries, dict):
+        return result
+    history = result.history.recorded_at(record.outputs)  # its probes: linked too
+    state = recorded_state(result.state, Path(record.outputs), entries)
+    return replace(result, state=state, history=history)

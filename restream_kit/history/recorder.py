@@ -22,7 +22,8 @@ the final state is the run's own.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,9 @@ class RecordedProbe:
     value: pa.Array
     encoding: str
     absent: pa.Array | None
+    #: The file of a stored history that holds exactly these values (format ``_FORMAT``):
+    #: writing the probe again links it rather than encoding it again.
+    file: Path | None = field(default=None, compare=False, repr=False)
 
     def python_values(self) -> list:
         """The values as Python objects, :data:`ABSENT` where the store had none."""
@@ -257,10 +261,11 @@ class History:
         probes = []
         for i, probe in enumerate(self.probes.values()):
             rel = f"probes/{i:04d}.parquet"
-            columns = {"value": probe.value}
-            if probe.absent is not None:
-                columns["absent"] = probe.absent
-            pq.write_table(pa.table(columns), out / rel)
+            if probe.file is None or not _linked(probe.file, out / rel):
+                columns = {"value": probe.value}
+                if probe.absent is not None:
+                    columns["absent"] = probe.absent
+                pq.write_table(pa.table(columns), out / rel)
             probes.append({**probe.signature.to_json(), "file": rel, "encoding": probe.encoding})
         index = {
             "format": _FORMAT,
@@ -301,8 +306,41 @@ class History:
                 table.column("absent").combine_chunks() if "absent" in table.column_names else None
             )
             value = table.column("value").combine_chunks()
-            hist.probes[sig] = RecordedProbe(sig, value, info["encoding"], absent)
+            file = where / info["file"] if index["format"] == _FORMAT else None
+            hist.probes[sig] = RecordedProbe(sig, value, info["encoding"], absent, file)
         return hist
+
+    def recorded_at(self, run_dir: str | Path) -> History:
+        """This history with each probe tied to the file :meth:`write` wrote it to under
+        ``run_dir``, so that a history reusing the probe links that file; itself when
+        ``run_dir`` holds no history of this format."""
+        where = Path(run_dir) / HISTORY_DIR
+        try:
+            index = json.loads((where / _INDEX).read_text())
+        except (OSError, ValueError):
+            return self
+        if index.get("format") != _FORMAT:
+            return self
+        files = {
+            Signature.from_json(info): (where / info["file"], info["encoding"])
+            for info in index["probes"]
+        }
+        probes = {}
+        for sig, probe in self.probes.items():
+            file, encoding = files.get(sig, (None, None))
+            if probe.file is None and file is not None and encoding == probe.encoding:
+                probe = replace(probe, file=file)
+            probes[sig] = probe
+        return replace(self, probes=probes)
+
+
+def _linked(src: Path, dst: Path) -> bool:
+    """Whether ``dst`` is now a hard link to ``src`` (files of a run never change)."""
+    try:
+        os.link(src, dst)
+    except OSError:  # gone (its run forgotten), or another file system: written instead
+        return False
+    return True
 
 
 def schedulers(plan: Any) -> dict[str, list[str]]:

@@ -28,7 +28,7 @@ from ..model import values
 from ..model.errors import StateError
 from ._arrow_stores import STORE_META, store_from_table, store_table
 
-__all__ = ["STATE_DIR", "write_state", "LazyState", "LazyStore"]
+__all__ = ["STATE_DIR", "write_state", "LazyState", "LazyStore", "recorded_state"]
 
 #: The folder of a run directory that holds its state files.
 STATE_DIR = "state"
@@ -55,6 +55,22 @@ def write_state(run_dir: Path, state: Mapping[str, Mapping]) -> dict[str, dict[s
         specs = _specs(table.schema.metadata)
         entries[name] = {"file": rel, "keys": table.num_rows, "columns": specs}
     return entries
+
+
+def recorded_state(state: Mapping[str, Mapping], run_dir: Path, entries: dict) -> dict:
+    """``state`` (a run's states in memory) as :class:`LazyStore`\\ s over the files it was
+    recorded to (``entries``: its manifest's ``state``), holding the same values, so that a
+    run reusing them records them again by linking those files. A state that is not a plain
+    dict of as many keys as its file stays as it is."""
+    out: dict[str, Mapping] = {}
+    for name, store in state.items():
+        entry = entries.get(name)
+        if type(store) is dict and entry is not None and int(entry["keys"]) == len(store):
+            rel = entry["file"]
+            if isinstance(rel, str) and not rel.startswith("/") and ".." not in Path(rel).parts:
+                store = LazyStore(run_dir / rel, len(store), entry.get("columns"), data=store)
+        out[name] = store
+    return out
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -84,11 +100,13 @@ def _unstorable(name: str, store: dict) -> StateError:
 class LazyStore(Mapping):
     """One state of a recorded run, read from its Parquet file when first used."""
 
-    def __init__(self, path: Path, keys: int, columns: dict[str, Any] | None = None):
+    def __init__(
+        self, path: Path, keys: int, columns: dict[str, Any] | None = None, data: dict | None = None
+    ):
         self.path = Path(path)
         self.columns = columns or {}
         self._keys = keys
-        self._data: dict | None = None
+        self._data: dict | None = data  # given: the values the file holds, already in memory
 
     @property
     def loaded(self) -> bool:

@@ -175,6 +175,35 @@ def test_a_baseline_cell_re_replays_only_what_changed_and_equals_a_full_replay(
     assert_same(again.result, full)
 
 
+def test_a_baseline_cell_records_the_reused_states_and_probes_as_links_to_its_baselines(
+    shell, tmp_path
+):
+    """Recording a reusing cell links its baseline's files for what it reused (neither
+    encoded nor written again), and the run reads back as the full replay, history too."""
+    from restream_kit.history.recorder import History
+
+    shell.run_cell_magic("restream", f"v1 --log {LOG}", ANTISPAM)
+    shell.run_cell_magic("restream", f"v2 --log {LOG} --baseline v1", STRICTER)
+    v1, v2 = shell.user_ns["v1"], shell.user_ns["v2"]
+    assert v2.ok and v2.reuse["reused_stages"], v2.reuse
+    old, new = Path(v1.record.outputs), Path(v2.record.outputs)
+
+    def inodes(run: Path, folder: str) -> set[int]:
+        return {f.stat().st_ino for f in (run / folder).rglob("*.parquet")}
+
+    # friends, to_friends, to_strangers: the states of the two reused stages.
+    assert len(inodes(old, "state") & inodes(new, "state")) == 3
+    assert inodes(old, "history") & inodes(new, "history")
+    stored = History.read(new)
+    assert stored is not None and stored.probes == v2.result.history.probes
+    assert_same(v2.result, rk.replay(STRICTER, LOG))
+    # A cell on top of the linked run reuses it and still equals a full replay.
+    shell.run_cell_magic("restream", f"v3 --log {LOG} --baseline v2", ANTISPAM)
+    v3 = shell.user_ns["v3"]
+    assert v3.ok and v3.reuse["reused_stages"], v3.reuse
+    assert_same(v3.result, rk.replay(ANTISPAM, LOG))
+
+
 def test_a_baseline_cell_that_cannot_reuse_says_why_in_one_line(shell, capsys):
     shell.run_cell_magic("restream", f"v1 --log {LOG}", ANTISPAM)
     shell.run_cell_magic("restream", f"v2 --log {LOG} --baseline v1 --on-error skip", STRICTER)
