@@ -86,6 +86,16 @@ def apply_write(d: dict, default: Any, op: str, key: Any, arg: Any) -> None:
 class TimeTravelError(ValueError):
     """A write or a scheduled event earlier than the current event's time."""
 
+    @classmethod
+    def write(cls, at: int, now: int) -> TimeTravelError:
+        """The error for a write at ``at``, before the event's time ``now``."""
+        return cls(f"write at {at} is earlier than the event's time {now}")
+
+    @classmethod
+    def schedule(cls, at: int, now: int) -> TimeTravelError:
+        """The error for an event scheduled at ``at``, before the event's time ``now``."""
+        return cls(f"schedule at {at} is earlier than the event's time {now}")
+
 
 class SerialRuntime:
     """The runtime behind compiled handlers: the serial engine's, the planner's replays',
@@ -112,7 +122,7 @@ class SerialRuntime:
             apply_write(d, default, op, key, arg)
             return
         if at < now:
-            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+            raise TimeTravelError.write(at, now)
         heapq.heappush(self.future, (at, next(self.order), d, default, op, key, arg))
 
     def emit(self, table: str, **fields: Any) -> None:
@@ -121,9 +131,7 @@ class SerialRuntime:
 
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
         if at < self.event[1]:
-            raise TimeTravelError(
-                f"schedule at {at} is earlier than the event's time {self.event[1]}"
-            )
+            raise TimeTravelError.schedule(at, self.event[1])
         clash = RESERVED_FIELDS & set(fields)
         if clash:
             raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")

@@ -247,7 +247,7 @@ def _aligned(
             ev = rt.event
             at = start + width
             if at < ev[1]:
-                raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
+                raise TimeTravelError.schedule(at, ev[1])
             root = ev[0]
             seq = per_root[root] + 1
             per_root[root] = seq
@@ -269,9 +269,7 @@ def _aligned(
                 ev = rt.event
                 at = start + width
                 if at < ev[1]:
-                    raise TimeTravelError(
-                        f"schedule at {at} is earlier than the event's time {ev[1]}"
-                    )
+                    raise TimeTravelError.schedule(at, ev[1])
                 root = ev[0]
                 seq = per_root[root] + 1
                 per_root[root] = seq
@@ -373,7 +371,7 @@ def _session(
             ev = rt.event
             at = ts + gap
             if at < ev[1]:
-                raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
+                raise TimeTravelError.schedule(at, ev[1])
             root = ev[0]
             per_root[root] += 1
             heapq.heappush(scheduled, (at, next(order), event(kind, at, root, per_root[root], key)))
@@ -413,7 +411,7 @@ def _sliding(
         if at == now:
             d[key] = d.get(key, 0) + amount
         elif at < now:
-            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+            raise TimeTravelError.write(at, now)
         else:
             heapq.heappush(future, (at, next(order), d, 0, "add", key, amount))
 

@@ -180,7 +180,7 @@ class _Runtime(Routing):
                 apply_op(d, default, key, shipped)
             return
         if at < now:
-            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+            raise TimeTravelError.write(at, now)
         if type(d) is BlindStore:
             self.ship(d.state, key, shipped, at, self.spec.blind[d.state])
             return
@@ -197,7 +197,7 @@ class _Runtime(Routing):
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
         ev = self.event
         if at < ev[1]:
-            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
+            raise TimeTravelError.schedule(at, ev[1])
         if fields.keys() & RESERVED_FIELDS:
             clash = RESERVED_FIELDS & set(fields)
             raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")

@@ -118,12 +118,12 @@ class Shipping(Routing):
             if at is None or at == now:
                 apply_write(d, default, op, key, arg)
             elif at < now:
-                raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+                raise TimeTravelError.write(at, now)
             else:
                 heapq.heappush(self.future, (at, next(self._order), d, default, op, key, arg))
             return
         if at is not None and at < now:
-            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+            raise TimeTravelError.write(at, now)
         if d.state in self.spec.folds and op == "add" and (at is None or at == now):
             self._fold(d.state, key, arg)
             return
@@ -162,7 +162,7 @@ class Shipping(Routing):
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
         ev = self.event
         if at < ev[1]:
-            raise TimeTravelError(f"schedule at {at} is earlier than the event's time {ev[1]}")
+            raise TimeTravelError.schedule(at, ev[1])
         if not RESERVED_FIELDS.isdisjoint(fields):
             clash = RESERVED_FIELDS & set(fields)
             raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
@@ -292,7 +292,7 @@ class MadeByRuntime(SerialRuntime):
             apply_write(d, default, op, key, arg)
             return
         if at < now:
-            raise TimeTravelError(f"write at {at} is earlier than the event's time {now}")
+            raise TimeTravelError.write(at, now)
         self.count += 1
         made = (now, ev[0], self.number[self.handler], self.count)
         heapq.heappush(self.future, (at, made, d, default, op, key, arg))
