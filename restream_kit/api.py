@@ -6,7 +6,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .engines import EngineUnsupported, get_engine
+from .engines import (
+    EngineUnsupported,
+    capabilities_of,
+    get_engine,
+    options_of,
+    replay_on,
+    with_options,
+)
 from .io._every import check_every
 from .io.log import Log
 from .io.progress import Observer
@@ -114,45 +121,43 @@ def replay(
 
     Raises :class:`restream_kit.model.errors.RestreamError` on bad input, and
     :class:`~restream_kit.engines.EngineUnsupported` when the engine's ``supports``
-    refuses the replay.
+    refuses the replay. The engine options are built once (:mod:`restream_kit.engines.options`)
+    before anything is read: an option no engine has (``bogus=1``) or a value of the wrong type
+    is an :class:`~restream_kit.engines.OptionError` naming it.
     """
     on_error = check_on_error(on_error)
     check_every(options)
     runner = get_engine(engine)
+    can = capabilities_of(runner)
+    if on_error != "stop":
+        options["on_error"] = on_error
+    # Built and checked once, before anything is read: an unknown or mistyped option is one line.
+    opts = options_of(runner, options)
     program = Program.load(program)
     if params:
         from .model.params import with_params
 
         program = with_params(program, params)
     log = Log.of(log, ts, kind)
-    if engine == "spark" and log.uri is not None and log.summary is None:
-        # Spark reads a URI log, not this process: the checks below use what Spark found.
-        from .engines.spark import describe_uri_log, get_session
-
-        session = options.get("session") or get_session(
-            options.get("master"), options.get("conf"), None, options.get("executor_wait")
-        )
-        describe_uri_log(session, log, options)
+    if can.reads_uri_logs and log.uri is not None and log.summary is None:
+        # The engine reads a URI log, not this process: the checks below use what it found.
+        runner.describe_log(log, opts)
     # Mistakes the log reveals come before any event is replayed and before Spark starts.
     notes = (
         warn_findings(check_against_log(program, log, require_kinds=require_kinds)) if check else []
     )
-    if on_error != "stop":
-        options["on_error"] = on_error
-    reason = runner.supports(program, log, options)
+    reason = runner.supports(program, log, opts)
     if reason is not None:
         raise EngineUnsupported(runner.name, reason)
-    if engine == "spark" and options.get("session") is None:
-        from .engines.spark import warm_up
-
-        warm_up(options.get("master"), options.get("conf"))  # the JVM starts as we compile
-    if history and engine not in ("serial", "spark"):
+    if can.slow_start:
+        runner.warm_up(opts)  # (Spark's JVM starts as we compile)
+    if history and not can.history:
         notes.append(f"the run's history is recorded on serial and spark only, not on {engine}")
         history = False
 
     def full(history: bool = history) -> Result:
-        more = {"history": True} if history else {}
-        return runner.replay(program, log, observer=observer, **options, **more)
+        chosen = with_options(opts, history=True) if history else opts
+        return replay_on(runner, program, log, chosen, observer)
 
     if reuse is not None:
         from .iterate.reuse import replay_reusing
@@ -166,7 +171,7 @@ def replay(
             history=history,
             options=options,
         )
-        if engine != "serial" and result.reuse.get("reused_stages"):
+        if not can.in_process and result.reuse.get("reused_stages"):
             how = (
                 "as polars columns in the driver"
                 if result.reuse.get("rerun_as") == "columns"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .api import replay
-from .engines import ORACLE, is_oracle
+from .engines import ORACLE, capabilities_of, get_engine, is_oracle
 from .io._state_files import recorded_state
 from .io.catalog import MANIFEST, Catalog, CatalogError
 from .io.compare import Diff, KeyDiff, diff
@@ -64,20 +64,18 @@ __all__ = [
 KEEP_IN_MEMORY = 4
 
 
-#: From this many events on, a cell leaves Spark's epochs to the engine (see :func:`log_epoch`).
-SPARK_OWN_EPOCHS_FROM = 1_000_000
-
-
 def log_epoch(log: Log, engine: str = "serial") -> int | None:
     """An epoch size that cuts ``log`` into about ten epochs, so that progress moves on small
     logs too (the engines' default epoch is at least 100,000 events).
 
-    None (the engine's own epochs) for Spark on a log of :data:`SPARK_OWN_EPOCHS_FROM` events
-    or more: its prefix path runs one task per epoch, and ten tasks a round cost about twice
-    the few the engine cuts such a log into (each task has a share that does not shrink with
-    its epoch), while those few tasks, finishing round after round, move the monitor anyway.
+    None (the engine's own epochs) on a log of the engine's ``own_epochs_from`` events or
+    more (:class:`~restream_kit.engines.Capabilities`; Spark's: its prefix path runs one task
+    per epoch, and ten tasks a round cost about twice the few the engine cuts such a log into,
+    each task having a share that does not shrink with its epoch, while those few tasks,
+    finishing round after round, move the monitor anyway).
     """
-    if engine == "spark" and len(log) >= SPARK_OWN_EPOCHS_FROM:
+    own = capabilities_of(get_engine(engine)).own_epochs_from
+    if own is not None and len(log) >= own:
         return None
     return max(1_000, -(-len(log) // 10))
 
@@ -383,7 +381,8 @@ class Workbench:
                 else:
                     options["reuse"] = source
         own = baseline is None and is_oracle(engine)  # the run is a later cell's baseline
-        if (baseline is not None or own) and engine in ("serial", "spark") and on_error == "stop":
+        records = capabilities_of(get_engine(engine)).history
+        if (baseline is not None or own) and records and on_error == "stop":
             options["history"] = True
         return options
 

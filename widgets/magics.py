@@ -21,7 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from restream_kit import RestreamError
-from restream_kit.engines import engine_names
+from restream_kit.engines import engine_names, error_line
 from restream_kit.io.log import Log
 from restream_kit.workbench import BackgroundRun, CellRun, ReplayCancelled, Workbench
 
@@ -52,13 +52,9 @@ def _error_lines(error: BaseException) -> list[str]:
     """What a failed cell shows: ``Type: message``; a Java exception as its root cause's line."""
     name = type(error).__name__
     text = str(error)
-    if type(error).__module__.startswith(("py4j", "pyspark")):
-        causes = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Caused by:")]
-        first = causes[-1].removeprefix("Caused by:").strip() if causes else ""
-        first = first or next((ln.strip() for ln in text.splitlines() if ln.strip()), name)
-        from restream_kit.engines.spark._session import spark_log_path
-
-        return [f"{name}: {first} (Spark's log: {spark_log_path()})"]
+    engines_line = error_line(error)  # a Java exception: its root cause, where Spark logs
+    if engines_line is not None:
+        return [engines_line]
     return [f"{name}: {text}" if text else name]
 
 

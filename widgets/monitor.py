@@ -14,6 +14,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from restream_kit.engines import Diagnostics, diagnostics
 from restream_kit.io.progress import (
     EpochFinished,
     Phase,
@@ -95,8 +96,7 @@ class ReplayMonitor:
         self._opened = time.monotonic()
         self._ended = False
         self._set_status("waiting", f"starting {engine}")
-        if engine == "spark":
-            self._show_spark_log()
+        self._show_engine_log(diagnostics(engine))
 
     def attach(self, run: Any) -> None:
         """Let the Stop button cancel ``run`` (anything with ``cancel()``)."""
@@ -116,20 +116,20 @@ class ReplayMonitor:
         )
         self.stop_button.layout.display = None if status in ("waiting", "running") else "none"
 
-    def _show_spark_log(self) -> None:
-        """Where Spark's own log is, and its web UI (a link) once the session has one."""
-        from restream_kit.engines.spark._session import spark_log_path, ui_url
-
-        url = ui_url()
+    def _show_engine_log(self, said: Diagnostics | None) -> None:
+        """Where the engine's own log is, and its web UI (a link) once it has one."""
+        if said is None:
+            return
+        name, url = html.escape(said.label), said.ui_url
         ui = (
-            f"; Spark UI: <a href='{html.escape(url)}' target='_blank'>{html.escape(url)}</a>"
+            f"; {name} UI: <a href='{html.escape(url)}' target='_blank'>{html.escape(url)}</a>"
             if url
-            else "; Spark UI off (<code>RESTREAM_SPARK_UI=1</code> in the kernel's environment "
-            "before its first Spark cell turns it on)"
+            else f"; {name} UI off (<code>{html.escape(said.ui_switch)}</code> in the kernel's "
+            f"environment before its first {name} cell turns it on)"
         )
         self.log_note.value = (
-            f"<span style='font-size:85%;color:{MUTED}'>Spark's own log: "
-            f"<code>{html.escape(str(spark_log_path().resolve()))}</code>{ui}</span>"
+            f"<span style='font-size:85%;color:{MUTED}'>{name}'s own log: "
+            f"<code>{html.escape(str(said.log_path))}</code>{ui}</span>"
         )
 
     def finish(self, cell: Any) -> None:

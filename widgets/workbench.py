@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from restream_kit import Log, planner
+from restream_kit.engines import capabilities_of, get_engine
 from restream_kit.io.progress import broadcast
 from restream_kit.planner.render import plan_text
 from restream_kit.workbench import BackgroundRun, CellRun, CellSweep, Workbench, log_epoch
@@ -190,11 +191,10 @@ def _start_sweep(
 
 def _layout(engine: str, program: Any, log: Log, options: dict[str, Any]) -> Any:
     """``(engine, {stage: how it will run})`` for a parallel engine, else None."""
-    if engine == "serial":
+    runner = get_engine(engine)
+    if not capabilities_of(runner).parallel:
         return None
-    from restream_kit.engines import engines
-
-    how = getattr(engines().get(engine), "layout", None)
+    how = getattr(runner, "layout", None)
     if how is None:
         return None
     try:

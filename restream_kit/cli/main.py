@@ -13,7 +13,8 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from ..engines import engines
+from ..engines import capabilities_of, engines, get_engine, options_of
+from ..engines.options import known_options
 from ..model.errors import RestreamError
 from ._score import add_label_options, add_score_parser, check_label_options, cmd_score
 
@@ -465,16 +466,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise RestreamError("--by compares with a baseline: give --baseline RUN too")
     check_label_options(args)
     program = log = driver = None
-    if args.engine == "spark":
+    runner = get_engine(args.engine)
+    can = capabilities_of(runner)
+    # Checked before anything starts: a value of the wrong kind (--epoch banana) is one line.
+    engine_options = options_of(runner, {k: v for k, v in options.items() if k in known_options()})
+    if can.driver_process:
         from ._driver import find_driver
 
         # A running `restream driver` for this master replays with its session up.
         driver = find_driver(args.master, {k: v for k, v in options.items() if k != "observer"})
-        if driver is None:
-            from ..engines.spark import warm_up
-
-            # The JVM takes seconds to start, and so does loading a large log: side by side.
-            warm_up(options.get("master"), options.get("conf"))
+    if driver is None and can.slow_start:
+        # Spark's JVM takes seconds to start, and so does loading a large log: side by side.
+        runner.warm_up(engine_options)
     try:
         if driver is not None:
             # The driver loads and replays while this process loads the log for its catalog.

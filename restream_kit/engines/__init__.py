@@ -1,8 +1,13 @@
 """Engines replay a compiled program over a log. ``serial`` is the reference; ``spark`` is parallel.
 
-Every engine honours one contract, :class:`Engine`: a ``name``, ``supports(program, log,
-options)`` that returns ``None`` when the engine can run that replay or one line saying why it
-cannot, and ``replay(program, log, observer=..., **options)``. Engines are found through the
+Every engine honours one contract, :class:`Engine` (``_contract``): a ``name``,
+``supports(program, log, options)`` that returns ``None`` when the engine can run that replay
+or one line saying why it cannot, and ``replay(program, log, observer=..., **options)``. It
+says what it can do in its :class:`Capabilities` (the oracle, a history, a slow start, a log
+given as a URI...), and takes its options as one frozen dataclass (``options``:
+:class:`SerialOptions`, :class:`SparkOptions`) built and checked once by :func:`options_of`:
+code outside this package asks these, and never compares an engine's name
+(``tests/project/test_engine_names.py``). Engines are found through the
 ``restream_kit.engines`` entry point group (``pyproject.toml``), so another package can add
 one; the command line's and the magics' ``--engine`` choices and the test suite's engine
 matrix all come from :func:`engine_names`. The built-in engines are always there, even when
@@ -17,11 +22,15 @@ notebook layer (``widgets``, ipywidgets, plotly); only ``engines/spark/`` import
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Mapping
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from ..model.errors import RestreamError
+from ._contract import Capabilities, Diagnostics, Engine, EngineUnsupported, capabilities_of
+from .options import EngineOptions, OptionError, SerialOptions, SparkOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..io.log import Log
@@ -30,14 +39,26 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "ENGINES",
+    "Capabilities",
+    "Diagnostics",
     "Engine",
+    "EngineOptions",
     "EngineUnsupported",
     "ENTRY_POINT_GROUP",
+    "OptionError",
+    "SerialOptions",
+    "SparkOptions",
+    "capabilities_of",
+    "diagnostics",
     "engine_names",
     "engines",
+    "error_line",
     "get_engine",
+    "options_of",
     "ORACLE",
     "is_oracle",
+    "replay_on",
+    "with_options",
 ]
 
 #: The entry point group engines are registered under (``[project.entry-points."..."]``).
@@ -57,38 +78,6 @@ BUILTIN = {
     "serial": "restream_kit.engines._builtin:SerialEngine",
     "spark": "restream_kit.engines._builtin:SparkEngine",
 }
-
-
-@runtime_checkable
-class Engine(Protocol):
-    """What every engine provides. Modelled on ibis' backends (``has_operation``)."""
-
-    #: The name users pick it by (``--engine NAME``, ``replay(..., engine=NAME)``).
-    name: str
-    #: One line for ``--help``.
-    description: str
-
-    def supports(self, program: Program, log: Log, options: dict[str, Any]) -> str | None:
-        """None when this engine can replay ``log`` through ``program`` with ``options``;
-        otherwise one line saying why not (a missing dependency, an option it refuses).
-        Cheap: called before every replay, before any event is read."""
-        ...
-
-    def replay(self, program: Program, log: Log, *, observer: Any = None, **options: Any) -> Result:
-        """Replay ``log`` through ``program``; the result must equal the serial engine's."""
-        ...
-
-    # Optional: ``layout(program, log=None, options=None) -> dict[str, str]``, how a replay
-    # will run each stage, said before it starts (``restream plan --engine NAME``).
-
-
-class EngineUnsupported(RestreamError):
-    """An engine cannot run a replay: its :meth:`Engine.supports` gave this reason."""
-
-    def __init__(self, engine: str, reason: str):
-        self.engine = engine
-        self.reason = reason
-        super().__init__(f"the {engine} engine cannot run this replay: {reason}")
 
 
 def _load(target: str) -> Any:
@@ -148,6 +137,51 @@ def get_engine(name: str) -> Engine:
         raise RestreamError(
             f"unknown engine {name!r}; choose one of {', '.join(engine_names())}"
         ) from None
+
+
+def options_of(engine: Engine, given: Mapping[str, Any]) -> EngineOptions | dict[str, Any]:
+    """``engine``'s options built and checked once from the keyword options ``given`` (its
+    ``options_type``); for an engine without one, the keywords as given."""
+    kind = getattr(engine, "options_type", None)
+    return kind.of(given) if kind is not None else dict(given)
+
+
+def with_options(options: EngineOptions | Mapping[str, Any], **changes: Any) -> Any:
+    """``options`` (from :func:`options_of`) with ``changes``."""
+    if isinstance(options, EngineOptions):
+        return dataclasses.replace(options, **changes)
+    return {**options, **changes}
+
+
+def replay_on(
+    engine: Engine,
+    program: Program,
+    log: Log,
+    options: EngineOptions | Mapping[str, Any],
+    observer: Any = None,
+) -> Result:
+    """``engine``'s replay with ``options`` (from :func:`options_of`)."""
+    if isinstance(options, EngineOptions):
+        return engine.replay(program, log, observer=observer, options=options)
+    return engine.replay(program, log, observer=observer, **options)
+
+
+def diagnostics(name: str) -> Diagnostics | None:
+    """Where to look while a replay on engine ``name`` runs (its own log and web UI), or None."""
+    engine = get_engine(name)
+    said = getattr(engine, "diagnostics", None)
+    return said() if callable(said) else None
+
+
+def error_line(error: BaseException) -> str | None:
+    """One line for an error an engine's machinery raised (a Java exception as its root
+    cause), asked of every engine; None for any other error."""
+    for engine in engines().values():
+        said = getattr(engine, "error_line", None)
+        line = said(error) if callable(said) else None
+        if line:
+            return line
+    return None
 
 
 def __getattr__(name: str) -> Any:

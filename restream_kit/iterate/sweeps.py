@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..engines import capabilities_of, get_engine
 from ..io.log import Log
 from ..io.result import Metrics, Result
 from ..model import handlers as declared
@@ -408,7 +409,8 @@ def sweep(
     schedulers = _schedules(program, variant)
     # Spark workers rebuild a program from its source text: the sweep program must have its
     # own, and windows would be expanded twice from it.
-    windows = engine != "serial" and _dump(ast.parse(program.source)) != _dump(program.module_ast)
+    from_source = capabilities_of(get_engine(engine)).from_source
+    windows = from_source and _dump(ast.parse(program.source)) != _dump(program.module_ast)
     started = time.perf_counter()
     if schedulers or windows or not variants:
         results = [
@@ -438,7 +440,7 @@ def sweep(
             notes,
         )
     rewritten = sweep_program(program, variants)
-    if engine != "serial":
+    if from_source:
         text = ast.unparse(rewritten.program.module_ast) + "\n"
         sweep_prog = Program(text, f"{program.filename} [sweep]", program.name)
         rewritten = SweepProgram(sweep_prog, *astuple_rest(rewritten))
@@ -446,7 +448,7 @@ def sweep(
     wall = time.perf_counter() - started
     schemas = emit_schemas(program, log)
     out = [Variant(v, _split(combined, i, states, schemas, notes)) for i, v in enumerate(variants)]
-    if engine != "serial":
+    if from_source:
         notes.append(
             f"the {engine} engine replayed one program holding every variant (one plan, one "
             "scan of the log; each variant's handlers are stages of their own); an error in a "

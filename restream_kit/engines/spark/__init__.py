@@ -1,6 +1,8 @@
 """The Spark engine: a serial-equivalent replay over Spark's DataFrame API.
 
-``replay(program, log, observer=None, **options)`` with options:
+``replay(program, log, observer=None, **options)`` with options (built and checked once as
+``restream_kit.engines.options.SparkOptions``; ``replay(..., options=SparkOptions(...))``
+takes them built):
 
 - ``master``: Spark master URL (default ``local[*]``; ``spark://`` and ``sc://`` for clusters);
   ``conf``: extra Spark settings for a new session; ``session``: a SparkSession to use;

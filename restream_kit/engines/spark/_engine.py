@@ -24,7 +24,6 @@ lost for good into one clear error.
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 import warnings
@@ -37,8 +36,7 @@ from ...io.progress import Cancelled, ReplayFinished, ReplayStarted, broadcast
 from ...io.result import Result
 from ...model.errors import RestreamError, RestreamWarning
 from ...model.program import Program
-from ...runtime.quarantine import check_on_error
-from .._builtin import spark_option_problem
+from ..options import SparkOptions
 from ._pass_driver import _TaskError as _PassTaskError
 from ._pass_driver import run_passes
 from ._passes import passes_of
@@ -51,9 +49,9 @@ from ._uri_log import describe as _describe_uri
 from ._waves import in_waves
 
 
-def describe_uri_log(session: Any, log: Log, options: dict[str, Any]) -> None:
+def describe_uri_log(session: Any, log: Log, options: SparkOptions) -> None:
     """Read a URI log with Spark's reader (see ``_uri_log``), for a replay with ``options``."""
-    refused = [k for k in ("checkpoint", "resume", "start_from") if options.get(k)]
+    refused = [k for k in ("checkpoint", "resume", "start_from") if getattr(options, k)]
     if refused:
         raise RestreamError(
             f"{log.uri}: {refused[0]}= is not supported yet for a log given as a URI; "
@@ -71,15 +69,15 @@ STATE_FORMAT = "serial"  # the serial engine's: checkpoints move between the eng
 _STARTING = ("start_from",)
 
 
-def option_blockers(options: dict[str, Any], on_error: str) -> list[str]:
+def option_blockers(options: SparkOptions, on_error: str) -> list[str]:
     """The options of a replay that keep it off the prefix path."""
-    blockers = [name for name in _STARTING if options.get(name)]
+    blockers = [name for name in _STARTING if getattr(options, name)]
     if on_error != "stop":
         blockers.append("on_error")
     return blockers
 
 
-def _read_meanwhile(log: Log, options: dict[str, Any]) -> threading.Thread | None:
+def _read_meanwhile(log: Log, options: Any) -> threading.Thread | None:
     """A thread reading the log the kernel holds while a local master's session starts (the
     read waits on the disk, the start on the JVM): a process's first replay starts about a
     second sooner on a large log. A log it cannot read is left for the replay to read again,
@@ -107,26 +105,18 @@ def _read_meanwhile(log: Log, options: dict[str, Any]) -> threading.Thread | Non
 class _Replay:
     """One replay on Spark: what the paths share (``_pass_driver`` reads these attributes)."""
 
-    def __init__(self, program: Program, log: Log, observer: Any, options: dict[str, Any]):
-        self.path = options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
-        problem = spark_option_problem({**options, "path": self.path})
-        if problem is not None:
-            where = "$RESTREAM_SPARK_PATH: " if problem.startswith("path") else ""
-            where = "" if options.get("path") else where
-            raise RestreamError(f"the spark engine cannot run this replay: {where}{problem}")
+    def __init__(self, program: Program, log: Log, observer: Any, options: SparkOptions):
+        self.path = options.path  # (checked, and taken from $RESTREAM_SPARK_PATH, by the options)
         self.program = program
         self.log = log
         self.notify = broadcast(observer)
         self.options = options
         # Handler runs that raise: stop, or roll back and record (see _pass_task).
-        self.on_error = check_on_error(options.get("on_error"))
+        self.on_error = options.on_error
         reading = _read_meanwhile(log, options)
         try:
             self.session = get_session(
-                options.get("master"),
-                options.get("conf"),
-                options.get("session"),
-                options.get("executor_wait"),
+                options.master, options.conf, options.session, options.executor_wait
             )
         finally:
             if reading is not None:
@@ -135,7 +125,7 @@ class _Replay:
         if log.uri is not None:
             describe_uri_log(self.session, log, options)
         self.cores = session_cores(self.session)
-        self.cancel = options.get("cancel")
+        self.cancel = options.cancel
         # history=True: record the run's history as the serial engine would (``_history``).
         self.history, self.history_note = _history_of(program, log, options, self.on_error)
         self.history_why: str | None = None
@@ -201,7 +191,7 @@ class _Replay:
         """Start the next wave from what the last one committed: on the prefix path from the
         values it kept (``self.carried``, what the checkpoint holds), else from the checkpoint
         opened again, as a resume."""
-        self.options = {**self.options, "resume": True}
+        self.options = dataclasses.replace(self.options, resume=True)
         if self.carried is None:
             self.opened = self.begun = None
 
@@ -210,7 +200,7 @@ class _Replay:
         (None, None) without checkpoint options), opened once, whichever path runs: so
         either path, or the serial engine, continues what the other wrote (the same
         identity, the serial engine's state format)."""
-        if not any(self.options.get(name) for name in _CHECKPOINTING):
+        if not any(getattr(self.options, name) for name in _CHECKPOINTING):
             return None, None
         if self.opened is None:  # a resume without a checkpoint is refused here, in one line
             from ...io.checkpoint import open_for_replay
@@ -219,18 +209,18 @@ class _Replay:
                 self.program,
                 self.log,
                 engine="spark",
-                epoch=self.options.get("epoch"),
+                epoch=self.options.epoch,
                 state_format=STATE_FORMAT,
-                checkpoint=self.options.get("checkpoint"),
-                resume=bool(self.options.get("resume")),
-                start_from=self.options.get("start_from"),
+                checkpoint=self.options.checkpoint,
+                resume=self.options.resume,
+                start_from=self.options.start_from,
             )
         return self.opened
 
     def _prefix(self, low: Lowered, started: float, probes: Any) -> Result:
         ck, start = self.open_checkpoint()
         start = self.carried or start  # (a wave after the first: ``_waves``)
-        epoch = self.options.get("epoch")
+        epoch = self.options.epoch
         if epoch is None and ck is None:  # a checkpoint's epochs are its own
             epoch = default_epoch(len(self.log), self.cores)
         result = run_prefix(
@@ -302,7 +292,7 @@ class _Replay:
             if blockers
             else prefix_plan(self.program, self.log)
         )
-        if low is not None and self.options.get("resume"):
+        if low is not None and self.options.resume:
             why = why_not_resumed(self.open_checkpoint()[1])
             low = None if why else low
         if low is None and self.path == "prefix":
@@ -333,7 +323,7 @@ class _Replay:
                 self.program,
                 self.log,
                 observer=self.notify,
-                epoch=self.options.get("epoch"),
+                epoch=self.options.epoch,
                 on_error=self.on_error,
             )
             raise
@@ -368,7 +358,7 @@ class _Replay:
 
         opts = self.options
         checkpointer = None
-        if any(opts.get(name) for name in _CHECKPOINTING):
+        if any(getattr(opts, name) for name in _CHECKPOINTING):
             # Opened as the paths open it, so that the checkpoint is Spark's.
             checkpointer = _Opened(*self.open_checkpoint())
 
@@ -381,7 +371,7 @@ class _Replay:
             self.program,
             self.log,
             observer=relay,
-            epoch=opts.get("epoch"),
+            epoch=opts.epoch,
             cancel=self.cancel,
             on_error=self.on_error,
             checkpoint=checkpointer,
@@ -439,17 +429,26 @@ class _Opened:
             self.ck.commit(*args, **kwargs)
 
 
-def _history_of(program: Program, log: Log, options: dict, on_error: str) -> tuple:
+def _history_of(program: Program, log: Log, options: SparkOptions, on_error: str) -> tuple:
     """(the recorder, None) when ``options`` ask for a history that can be kept; (None, why
     not) when it cannot; (None, None) when none is asked for."""
-    if not options.get("history"):
+    if not options.history:
         return None, None
     from ._history import SparkHistory, not_recorded_note
 
-    note = not_recorded_note({**options, "on_error": on_error})
+    note = not_recorded_note(options)
     return (None, note) if note else (SparkHistory(program, log), None)
 
 
-def replay(program: Program, log: Log, *, observer: Any = None, **options: Any) -> Result:
-    """Replay ``log`` through ``program`` on Spark (see the package docstring for options)."""
-    return _Replay(program, log, observer, options).run()
+def replay(
+    program: Program,
+    log: Log,
+    *,
+    observer: Any = None,
+    options: SparkOptions | None = None,
+    **given: Any,
+) -> Result:
+    """Replay ``log`` through ``program`` on Spark with ``options``, else with those built
+    from ``given`` (see the package docstring for what they are)."""
+    opts = options if options is not None else SparkOptions.of(given)
+    return _Replay(program, log, observer, opts).run()
