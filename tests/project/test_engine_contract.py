@@ -135,3 +135,21 @@ def test_the_command_line_refuses_a_bad_option_in_one_line_before_spark_starts(t
     assert lines == [
         "error: epoch 'banana' is neither a number of events nor a duration like 30s, 15min, 1h, 1d"
     ], out.stderr
+
+
+def test_where_to_look_and_engine_errors_come_from_the_engine():
+    """The notebook's monitor and error lines ask the engines, not Spark's modules."""
+    from restream_kit.engines import diagnostics, error_line
+    from widgets.magics import _error_lines
+
+    assert diagnostics("serial") is None
+    said = diagnostics("spark")
+    assert said.label == "Spark" and said.log_path.name == "spark.log" and said.ui_switch
+    java = type("Py4JJavaError", (Exception,), {"__module__": "py4j.protocol"})
+    error = java("An error occurred\n\tat x\nCaused by: java.io.IOException: disk full\n\tat y")
+    line = error_line(error)
+    assert line.startswith("Py4JJavaError: java.io.IOException: disk full (Spark's log: ")
+    assert line.endswith("spark.log)")
+    assert _error_lines(error) == [error_line(error)]
+    assert error_line(ValueError("x")) is None
+    assert _error_lines(ValueError("x")) == ["ValueError: x"]

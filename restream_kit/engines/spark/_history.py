@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from ...compiler.lower import Arith, Col, Lit, Lowered, Neg
 from ...history.probes import ABSENT, hook_source
+from ..options import SparkOptions
 from ._columnar import _align, _dtype, _keyed, combine_deltas
 from ._pass_rows import HIST, dumps
 
@@ -49,10 +50,10 @@ __all__ = [
 ]
 
 
-def not_recorded_note(options: dict[str, Any]) -> str | None:
+def not_recorded_note(options: SparkOptions) -> str | None:
     """Why a replay with ``options`` keeps no history (as the serial engine says), or None."""
-    if options.get("on_error", "stop") != "stop" or any(
-        options.get(k) for k in ("checkpoint", "resume", "start_from")
+    if options.on_error != "stop" or any(
+        getattr(options, k) for k in ("checkpoint", "resume", "start_from")
     ):
         return (
             "the run's history was not recorded: it is kept for whole replays that stop on "

@@ -88,7 +88,7 @@ class Ran:
 
 def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
     """Replay with the passes of ``pp`` (``rep`` is the engine's ``_Replay``)."""
-    checkpointing = any(rep.options.get(k) for k in ("checkpoint", "resume", "start_from"))
+    checkpointing = any(getattr(rep.options, k) for k in ("checkpoint", "resume", "start_from"))
     start = None
     if checkpointing:
         from ._pass_epochs import run_checkpointed, start_state
