@@ -36,6 +36,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
+from ..engines import get_engine, options_of
 from ..io.log import as_source, default_home, is_uri, private_dir
 from ..model.errors import RestreamError, RestreamWarning
 
@@ -178,8 +179,6 @@ def _request_options(options: dict[str, Any]) -> dict[str, Any]:
 def serve(master: str, conf: dict[str, str] | None = None, ready: Callable | None = None) -> None:
     """Serve replays on ``master`` until killed. ``ready(path)`` is called once the session
     is up and the socket listens."""
-    from ..engines.spark import get_session
-
     path = socket_path(master)
     private_dir(path.parent)
     if path.exists():
@@ -191,7 +190,8 @@ def serve(master: str, conf: dict[str, str] | None = None, ready: Callable | Non
             raise RestreamError(f"a driver for {master} already listens at {path}")
     # Up and warm before it listens: a client never waits for the JVM, the executors or their
     # first Python workers.
-    _warm_up(get_session(master, conf))
+    spark = get_engine("spark")
+    _warm_up(*spark.session(options_of(spark, {"master": master, "conf": conf})))
     logs = _Logs()
     with Listener(str(path), family="AF_UNIX") as listener:
         os.chmod(path, 0o600)
@@ -234,16 +234,14 @@ def smooth(e):
 }
 
 
-def _warm_up(session: Any, rounds: int = 3) -> None:
+def _warm_up(session: Any, cores: int, rounds: int = 3) -> None:
     """Replay a small log a few times on each path, every executor's core taking a task:
     the executors' Python workers, the package's imports and the JVM's compiled code are
     then ready for the first client's replay."""
     from ..api import replay
-    from ..engines.spark._session import session_cores
     from ..io.log import Log
     from ..model.program import Program
 
-    cores = session_cores(session)
     n = 2_000 * cores
     log = Log([{"kind": "tick", "ts": i, "key": i % 13, "x": float(i % 7)} for i in range(n)])
     for _ in range(rounds):

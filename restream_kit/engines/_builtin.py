@@ -132,6 +132,14 @@ class SparkEngine:
         )
         describe_uri_log(session, log, options)
 
+    def session(self, options: SparkOptions) -> Any:
+        """The SparkSession a replay with ``options`` runs on, made now (what a ``restream
+        driver`` keeps up), and its cores."""
+        from .spark._session import get_session, session_cores
+
+        session = get_session(options.master, options.conf, options.session, options.executor_wait)
+        return session, session_cores(session)
+
     def diagnostics(self) -> Diagnostics:
         """Spark's own log, and its web UI once the session has one."""
         from .spark._session import spark_log_path, ui_url

@@ -43,7 +43,8 @@ class Capabilities:
     reads_uri_logs: bool = False
     #: It is slow to start: ``warm_up(options)`` starts it while the caller loads the log.
     slow_start: bool = False
-    #: A ``restream driver`` process, kept running, can replay for it.
+    #: A ``restream driver`` process, kept running, can replay for it (``session(options)``
+    #: makes what the driver keeps up, and says its cores).
     driver_process: bool = False
     #: From this many events on, its own epochs beat the ten a notebook cell cuts a log into.
     own_epochs_from: int | None = None

@@ -82,10 +82,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "loading a program compiles it: Program() expands its windows and checks its handlers "
         "with the compiler, lazily (the compiler imports the model, never the reverse at import)"
     ),
-    ("restream_kit/cli/_driver.py", "restream_kit.engines.spark"): (
-        "`restream driver` is the Spark driver process: it keeps one SparkSession up, warm, "
-        "between replays (a session handle on the engine contract would remove it)"
-    ),
     ("restream_kit/__init__.py", "widgets"): (
         "load_ipython_extension, the hook of %load_ext restream_kit, imports the magics "
         "(widgets.magics) when IPython calls it, never on import restream_kit"
