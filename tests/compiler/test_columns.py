@@ -87,9 +87,8 @@ CASES = [
     ("or_nan", "not (e.f > 0 or e.g < 0)"),
 ]
 
-PROGRAM = "from restream_kit import emit, on\n\n@on('e')\ndef h(e):\n    emit('out', %s)\n" % (
-    ", ".join(f"{name}={source}" for name, source in CASES)
-)
+FIELDS = ", ".join(f"{name}={source}" for name, source in CASES)
+PROGRAM = f"from restream_kit import emit, on\n\n@on('e')\ndef h(e):\n    emit('out', {FIELDS})\n"
 
 
 def _same(a, b) -> bool:

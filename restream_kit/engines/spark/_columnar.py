@@ -15,7 +15,8 @@ of a :class:`restream_kit.compiler.lower.Lowered` program:
   next to moving them.
 
 Semantics follow the serial engine exactly because lowering only admits expressions whose
-column evaluation cannot differ from Python's (see ``restream_kit.compiler.lower``).
+column evaluation cannot differ from Python's (see ``restream_kit.compiler.lower``), and
+``restream_kit.compiler.columns`` evaluates them (as the column re-run of changed stages does).
 """
 
 from __future__ import annotations
@@ -79,11 +80,6 @@ class _Epoch:
         if not sites:
             return self.df
         return self.df.with_columns([self.read(s).alias(read_column(s)) for s in sites])
-
-    def series(self, x: Expr) -> pl.Series:
-        """The expression at every event."""
-        got = self.frame(x).select(pl.col("_o"), self.ev.value(x).alias("_v"))
-        return got.get_column("_v")
 
     def picked(self, handler: int, when: Expr | None, named: dict, *uses: Any) -> pl.DataFrame:
         """The ``named`` polars expressions (over the columns of the expressions ``uses``) at
