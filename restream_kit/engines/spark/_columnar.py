@@ -87,7 +87,8 @@ class _Epoch:
         frame = self.frame(when, *uses).filter(self.mask(handler))
         if when is not None:
             frame = frame.filter(self.ev.truth(when))
-        return frame.select(**named)
+        # with_columns, not select: a constant (a key ``m[0]``) stands at every event.
+        return frame.with_columns(**named).select(list(named))
 
     def position(self, handler: int, n: int) -> pl.Expr:
         """The packed position of operation ``n`` of ``handler`` at each event."""
