@@ -26,6 +26,8 @@ plotly or (outside ``engines/spark/``) ``pyspark``: ``import restream_kit`` work
 
 from __future__ import annotations
 
+import importlib
+
 from .api import RestreamWarning, replay
 from .io.log import Log
 from .io.result import Metrics, Result
@@ -80,32 +82,20 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+#: Names imported on first use only (they pull in networkx, duckdb and polars): name -> module.
+_LAZY = {
+    "plan": "restream_kit.planner",
+    "diff": "restream_kit.io.compare",
+    "sweep": "restream_kit.iterate.sweeps",
+    "explain": "restream_kit.iterate.explain",
+    "score": "restream_kit.iterate.score",
+    "check_against_log": "restream_kit.planner.checks",
+}
+
+
 def __getattr__(name: str):
-    # plan and diff pull in networkx, duckdb and polars: import them on first use only.
-    if name == "plan":
-        from .planner import plan
-
-        return plan
-    if name == "diff":
-        from .io.compare import diff
-
-        return diff
-    if name == "sweep":
-        from .iterate.sweeps import sweep
-
-        return sweep
-    if name == "explain":
-        from .iterate.explain import explain
-
-        return explain
-    if name == "score":
-        from .iterate.score import score
-
-        return score
-    if name == "check_against_log":
-        from .planner.checks import check_against_log
-
-        return check_against_log
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'restream_kit' has no attribute {name!r}")
 
 

@@ -6,24 +6,7 @@ notebooks use (``from restream_kit import config``).
 
 from __future__ import annotations
 
-from .io.config import (
-    DEFAULT_EXECUTOR_WAIT,
-    TOKEN_ENV,
-    SparkTarget,
-    parse_conf,
-    profile_path,
-    redact,
-    resolve,
-    with_token,
-)
+from .io import config as _public
+from .io.config import *  # noqa: F403 (the names io.config exports, listed there once)
 
-__all__ = [
-    "SparkTarget",
-    "resolve",
-    "parse_conf",
-    "profile_path",
-    "redact",
-    "with_token",
-    "TOKEN_ENV",
-    "DEFAULT_EXECUTOR_WAIT",
-]
+__all__ = list(_public.__all__)

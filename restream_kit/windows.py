@@ -5,34 +5,7 @@ The declarations live in :mod:`restream_kit.model.windows`; this module keeps th
 
 from __future__ import annotations
 
-from .model.windows import (
-    AGGREGATES,
-    Ewma,
-    Hopping,
-    Session,
-    Sliding,
-    Tumbling,
-    Window,
-    ewma,
-    expanded_source,
-    hopping,
-    session,
-    sliding,
-    tumbling,
-)
+from .model import windows as _public
+from .model.windows import *  # noqa: F403 (the names model.windows exports, listed there once)
 
-__all__ = [
-    "AGGREGATES",
-    "Window",
-    "Tumbling",
-    "Hopping",
-    "Session",
-    "Sliding",
-    "Ewma",
-    "tumbling",
-    "hopping",
-    "session",
-    "sliding",
-    "ewma",
-    "expanded_source",
-]
+__all__ = list(_public.__all__)

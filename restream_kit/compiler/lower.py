@@ -86,22 +86,27 @@ class ReadOf:
 
 
 @dataclass(frozen=True)
-class Arith:
-    op: str  # "+", "-", "*"
+class _Binary:
+    op: str
     left: Expr
     right: Expr
 
 
 @dataclass(frozen=True)
-class Neg:
+class _Unary:
     operand: Expr
 
 
-@dataclass(frozen=True)
-class Cmp:
-    op: str  # "==", "!=", "<", "<=", ">", ">="
-    left: Expr
-    right: Expr
+class Arith(_Binary):
+    """``left op right``, ``op`` one of "+", "-", "*"."""
+
+
+class Neg(_Unary):
+    """``-operand``."""
+
+
+class Cmp(_Binary):
+    """``left op right``, ``op`` one of "==", "!=", "<", "<=", ">", ">="."""
 
 
 @dataclass(frozen=True)
@@ -112,9 +117,8 @@ class Logic:
     operands: tuple[Expr, ...]
 
 
-@dataclass(frozen=True)
-class Not:
-    operand: Expr
+class Not(_Unary):
+    """``not operand``: the negation of its truth."""
 
 
 Expr = Col | Lit | ReadOf | Arith | Neg | Cmp | Logic | Not
@@ -628,9 +632,9 @@ def walk(*exprs: Any):
         if x is None:
             continue
         yield x
-        if isinstance(x, (Arith, Cmp)):
+        if isinstance(x, _Binary):
             stack += [x.left, x.right]
-        elif isinstance(x, (Neg, Not)):
+        elif isinstance(x, _Unary):
             stack.append(x.operand)
         elif isinstance(x, Logic):
             stack += list(x.operands)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import polars as pl
 import pyarrow as pa
@@ -38,8 +38,23 @@ IDENTITY = ("lsn", "seq", "n")
 DERIVED = ("time",)
 
 
+class _Rows:
+    """``counts`` and ``empty`` of a table's differences, whose rows are in the frames named
+    by ``FRAMES``."""
+
+    FRAMES: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {name: getattr(self, name).height for name in self.FRAMES}
+
+    @property
+    def empty(self) -> bool:
+        return not any(getattr(self, name).height for name in self.FRAMES)
+
+
 @dataclass(frozen=True)
-class TableDiff:
+class TableDiff(_Rows):
     """One table's differences; the frames hold the rows (``changed`` has both sides, the
     baseline's columns suffixed ``_baseline``). ``n`` is the row's rank among its event's
     rows in this table (0 for the first), which with ``lsn`` and ``seq`` identifies it."""
@@ -53,17 +68,7 @@ class TableDiff:
     #: The name of the rank column: ``n``, or ``_n`` when the table has a field ``n``.
     rank: str = "n"
 
-    @property
-    def counts(self) -> dict[str, int]:
-        return {
-            "added": self.added.height,
-            "removed": self.removed.height,
-            "changed": self.changed.height,
-        }
-
-    @property
-    def empty(self) -> bool:
-        return not (self.added.height or self.removed.height or self.changed.height)
+    FRAMES: ClassVar[tuple[str, ...]] = ("added", "removed", "changed")
 
 
 @dataclass(frozen=True)
@@ -206,7 +211,7 @@ def _diff_table(name: str, ours: pl.DataFrame | None, theirs: pl.DataFrame | Non
 
 
 @dataclass(frozen=True)
-class TableKeyDiff:
+class TableKeyDiff(_Rows):
     """One table compared by key (the values of the ``by`` fields).
 
     - ``only_a`` / ``only_b``: keys with rows on one side only; columns: the ``by`` fields,
@@ -228,18 +233,11 @@ class TableKeyDiff:
     #: Keys on both sides with identical rows.
     same: int = 0
 
-    @property
-    def counts(self) -> dict[str, int]:
-        return {
-            "only_a": self.only_a.height,
-            "only_b": self.only_b.height,
-            "changed": self.changed.height,
-            "same": self.same,
-        }
+    FRAMES: ClassVar[tuple[str, ...]] = ("only_a", "only_b", "changed")
 
     @property
-    def empty(self) -> bool:
-        return not (self.only_a.height or self.only_b.height or self.changed.height)
+    def counts(self) -> dict[str, int]:
+        return {**super().counts, "same": self.same}
 
     def moved(self) -> dict[str, int]:
         """Changed keys by direction: ``earlier`` / ``later`` in A, ``same_time``."""

@@ -25,16 +25,11 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from ..compiler.columns import ColumnEvaluator, read_column
 from ..compiler.inline import _function_locals
 from ..compiler.lower import (
-    Arith,
-    Cmp,
     Col,
-    Lit,
-    Logic,
     LoweredRead,
-    Neg,
-    Not,
     NotLowerable,
     ReadOf,
     _column_types,
@@ -48,7 +43,6 @@ from ..io.result import ROW_COLUMNS, build_table
 
 __all__ = ["ColumnRun", "plan_columns", "NotLowerable"]
 
-_PL = {"int": pl.Int64, "float": pl.Float64, "bool": pl.Boolean, "str": pl.String}
 _ARROW = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "str": pa.string()}
 
 
@@ -71,7 +65,7 @@ class ColumnRun:
     emits: list[_Emit]
     reads: dict[int, int]
     columns: list[str]
-    typer: Any
+    evaluator: ColumnEvaluator
     handler_kinds: dict[str, tuple[str, ...]]
 
     def run(self, events: pa.Table, read_values: dict[int, pl.Series], names: dict) -> dict:
@@ -79,10 +73,6 @@ class ColumnRun:
         order), ``read_values`` the served values of each site, aligned with the events of
         its handler's kinds (``names``: handler -> its served sites)."""
         frame = pl.from_arrow(events.select(self.columns))
-        frame = frame.with_columns(
-            [pl.col(c).cast(pl.Int64) for c, t in frame.schema.items() if t.is_integer()]
-            + [pl.col(c).cast(pl.Float64) for c, t in frame.schema.items() if t == pl.Float32]
-        )
         kinds = frame.get_column("kind")
         every = set(kinds.unique().to_list())
         added = []
@@ -93,7 +83,7 @@ class ColumnRun:
                 at = kinds.is_in(list(self.handler_kinds[handler])).arg_true()
                 full = pl.repeat(None, frame.height, dtype=values.dtype, eager=True)
                 values = full.scatter(at, values)
-            added.append(values.alias(f"_rs_r{read}"))
+            added.append(values.alias(read_column(read)))
         frame = frame.with_columns(added).with_row_index("_rs_o")
         lsn = events.column("lsn").combine_chunks().cast(pa.int64())
         ts = events.column("ts").combine_chunks().cast(pa.int64())
@@ -110,10 +100,10 @@ class ColumnRun:
     def _table(self, name, sites, frame, lsn, ts, every) -> pa.Table | None:
         parts = []
         for number, e in enumerate(sites):
-            cond = _truth(e.when, self.typer)
+            cond = self.evaluator.truth(e.when)
             if not every <= set(e.kinds):
                 cond = pl.col("kind").is_in(list(e.kinds)) & cond
-            sel = [pl.col("_rs_o")] + [_expr(x, self.typer).alias(f) for f, x, _t in e.fields]
+            sel = [pl.col("_rs_o")] + [self.evaluator.value(x).alias(f) for f, x, _t in e.fields]
             got = frame.lazy().filter(cond).select(sel).collect()
             parts.append((number, e, got))
         types: dict[str, str] = {}
@@ -177,53 +167,6 @@ def _rows(name: str, parts, lsn: pa.Array, ts: pa.Array) -> pa.Table:
     at = pa.array([r[0][0] for r in rows], pa.int64())
     lsns, tss = lsn.take(at).to_pylist(), ts.take(at).to_pylist()
     return build_table(name, [(a, b, r[1], 0, r[2]) for r, a, b in zip(rows, lsns, tss)])
-
-
-def _expr(x: Any, typer) -> pl.Expr:
-    if isinstance(x, Col):
-        return pl.col(x.name)
-    if isinstance(x, Lit):
-        v = x.value
-        return pl.lit(v, dtype=_PL[_lit(v).type])
-    if isinstance(x, ReadOf):
-        return pl.col(f"_rs_r{x.site}")
-    if isinstance(x, Neg):
-        return -_expr(x.operand, typer)
-    if isinstance(x, Arith):
-        a, b = _expr(x.left, typer), _expr(x.right, typer)
-        return {"+": a + b, "-": a - b, "*": a * b}[x.op]
-    if isinstance(x, Cmp):
-        a, b = _expr(x.left, typer), _expr(x.right, typer)
-        return {
-            "==": a == b,
-            "!=": a != b,
-            "<": a < b,
-            "<=": a <= b,
-            ">": a > b,
-            ">=": a >= b,
-        }[x.op]
-    if isinstance(x, Logic):
-        parts = [_truth(o, typer) for o in x.operands]
-        out = parts[0]
-        for p in parts[1:]:
-            out = (out & p) if x.op == "and" else (out | p)
-        return out
-    if isinstance(x, Not):
-        return ~_truth(x.operand, typer)
-    raise TypeError(x)
-
-
-def _truth(x: Any, typer) -> pl.Expr:
-    """Python's ``bool(x)``; all True for no condition."""
-    if x is None:
-        return pl.lit(True)
-    t = typer.of(x).type
-    e = _expr(x, typer)
-    if t == "bool":
-        return e.fill_null(False)
-    if t == "str":
-        return e.str.len_bytes() > 0
-    return e != 0
 
 
 class _SiteLowerer(_Lowerer):
@@ -373,7 +316,10 @@ def plan_columns(
         emits,
         dict(low.site_of),
         list(cols),
-        typer,
+        ColumnEvaluator(
+            {name: t.type for name, t in low.columns.items()},
+            {read: typer.state_types[f"#{read}"].type for read in low.site_of},
+        ),
         {name: index[name].kinds for name in handlers},
     )
     return run, None

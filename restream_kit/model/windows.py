@@ -108,14 +108,22 @@ class _Closing(Window):
     """A window that emits a row when it closes: tumbling, hopping, session."""
 
     methods = {"add": (1, 2)}
+    #: The declaration's durations, in the order it takes them (whole milliseconds each).
+    sizes: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, agg: str, table: str | None):
+    def __init__(self, agg: str, table: str | None, *sizes: Any):
         super().__init__()
         self.agg = _aggregate(agg)
         if table is not None and (not isinstance(table, str) or not table):
             raise ValueError(f"table must be a non-empty string, not {table!r}")
         self.table = table
         self.callbacks: list[Callable] = []
+        for name, value in zip(self.sizes, sizes):
+            setattr(self, name, _duration(name, value))
+
+    def __repr__(self) -> str:
+        sizes = "".join(f"{getattr(self, name)}, " for name in self.sizes)
+        return f"{self.kind}({sizes}{self.agg!r}, table={self.table!r})"
 
     def on_close(self, fn: Callable) -> Callable:
         """Decorate a module-level ``fn(key, start, end, value)`` to call when a window closes."""
@@ -133,45 +141,39 @@ class Tumbling(_Closing):
     """Windows ``[k * width, (k + 1) * width)``: see :func:`tumbling`."""
 
     kind = "tumbling"
+    sizes = ("width",)
+    width: int
 
     def __init__(self, width: int, agg: str = "count", *, table: str | None = None):
-        super().__init__(agg, table)
-        self.width = _duration("width", width)
-
-    def __repr__(self) -> str:
-        return f"tumbling({self.width}, {self.agg!r}, table={self.table!r})"
+        super().__init__(agg, table, width)
 
 
 class Hopping(_Closing):
     """Windows ``[k * hop, k * hop + width)``: see :func:`hopping`."""
 
     kind = "hopping"
+    sizes = ("width", "hop")
+    width: int
+    hop: int
 
     def __init__(self, width: int, hop: int, agg: str = "count", *, table: str | None = None):
-        super().__init__(agg, table)
-        self.width = _duration("width", width)
-        self.hop = _duration("hop", hop)
+        super().__init__(agg, table, width, hop)
         if self.hop > self.width:
             raise ValueError(
                 f"hop ({self.hop}) must not exceed width ({self.width}): events would fall "
                 "between windows"
             )
 
-    def __repr__(self) -> str:
-        return f"hopping({self.width}, {self.hop}, {self.agg!r}, table={self.table!r})"
-
 
 class Session(_Closing):
     """Per key, runs of events less than ``gap`` apart: see :func:`session`."""
 
     kind = "session"
+    sizes = ("gap",)
+    gap: int
 
     def __init__(self, gap: int, agg: str = "count", *, table: str | None = None):
-        super().__init__(agg, table)
-        self.gap = _duration("gap", gap)
-
-    def __repr__(self) -> str:
-        return f"session({self.gap}, {self.agg!r}, table={self.table!r})"
+        super().__init__(agg, table, gap)
 
 
 class Sliding(Window):

@@ -440,6 +440,11 @@ class _Walker:
     def _is_value(self, name: str) -> bool:
         return name in self.mod.states and self.mod.states[name] == "value"
 
+    def _reaches_state(self, where: str, name: str) -> bool:
+        """Is ``name`` a module-level value (not an import, not a def) that reaches state? Its
+        accesses cannot be followed."""
+        return where == "module" and name not in self.mod.imports and self.mod.mentions_state(name)
+
     def visit_Name(self, node: ast.Name, stack: list[Scope]) -> None:
         where, payload = self.lookup(node.id, stack)
         if not isinstance(node.ctx, ast.Load):
@@ -452,11 +457,7 @@ class _Walker:
                 f"helper {node.id!r} uses state and is passed as a value, so its accesses "
                 "cannot be followed; call it directly instead",
             )
-        elif (
-            where == "module"
-            and node.id not in self.mod.imports
-            and self.mod.mentions_state(node.id)
-        ):
+        elif self._reaches_state(where, node.id):
             raise self.error(
                 node.lineno,
                 f"{node.id!r} reaches state but is not a function defined with def, so its "
@@ -574,11 +575,7 @@ class _Walker:
                 if nested is not None:
                     self._follow(node, nested, func.id, stack[: payload + 1], stack)
                     return
-            if (
-                where == "module"
-                and func.id not in self.mod.imports
-                and self.mod.mentions_state(func.id)
-            ):
+            if self._reaches_state(where, func.id):
                 raise self.error(
                     node.lineno,
                     f"cannot follow the call of {func.id!r}: it reaches state but is not a "
@@ -586,11 +583,7 @@ class _Walker:
                 )
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             where, _ = self.lookup(func.value.id, stack)
-            if (
-                where == "module"
-                and func.value.id not in self.mod.imports
-                and self.mod.mentions_state(func.value.id)
-            ):
+            if self._reaches_state(where, func.value.id):
                 raise self.error(
                     node.lineno,
                     f"cannot follow the call {func.value.id}.{func.attr}(...): {func.value.id!r} "

@@ -126,28 +126,21 @@ class _RecordingDict(dict):
         self.tracker.wrote(self.state, key, "delete", self.tracker.stamp())
         return dict.pop(self, key, *default)
 
-    def _whole(self) -> None:
+
+def _reading_whole(name: str):
+    """``dict``'s method ``name``, first telling the tracker the whole state is read."""
+    method = getattr(dict, name)
+
+    def whole(self: _RecordingDict, *args: Any) -> Any:
         self.tracker.read_whole(self.state)
+        return method(self, *args)
 
-    def __iter__(self):
-        self._whole()
-        return dict.__iter__(self)
+    whole.__name__ = name
+    return whole
 
-    def __len__(self) -> int:
-        self._whole()
-        return dict.__len__(self)
 
-    def keys(self):
-        self._whole()
-        return dict.keys(self)
-
-    def values(self):
-        self._whole()
-        return dict.values(self)
-
-    def items(self):
-        self._whole()
-        return dict.items(self)
+for _name in ("__iter__", "__len__", "keys", "values", "items"):
+    setattr(_RecordingDict, _name, _reading_whole(_name))
 
 
 class _StampedEvent(ScheduledEvent):

@@ -12,41 +12,8 @@ May import: the program model and the compiler (``restream_kit.model``,
 
 from __future__ import annotations
 
+from . import semantics
 from .quarantine import ON_ERROR, check_on_error, event_fields, quarantine_row
-from .semantics import (
-    JOURNAL_ABSENT,
-    MAX_FLUSH,
-    RESERVED_FIELDS,
-    GuardedRuntime,
-    JournalDict,
-    RunHook,
-    ScheduledEvent,
-    SerialRuntime,
-    TimeTravelError,
-    apply_write,
-    check_state,
-    flush,
-    run_events,
-    run_scheduled,
-)
+from .semantics import *  # noqa: F403 (what semantics exports, listed there once)
 
-__all__ = [
-    "MAX_FLUSH",
-    "RESERVED_FIELDS",
-    "ScheduledEvent",
-    "apply_write",
-    "TimeTravelError",
-    "SerialRuntime",
-    "JOURNAL_ABSENT",
-    "JournalDict",
-    "GuardedRuntime",
-    "check_state",
-    "run_scheduled",
-    "flush",
-    "run_events",
-    "RunHook",
-    "ON_ERROR",
-    "check_on_error",
-    "event_fields",
-    "quarantine_row",
-]
+__all__ = [*semantics.__all__, "ON_ERROR", "check_on_error", "event_fields", "quarantine_row"]

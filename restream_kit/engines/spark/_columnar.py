@@ -15,7 +15,8 @@ of a :class:`restream_kit.compiler.lower.Lowered` program:
   next to moving them.
 
 Semantics follow the serial engine exactly because lowering only admits expressions whose
-column evaluation cannot differ from Python's (see ``restream_kit.compiler.lower``).
+column evaluation cannot differ from Python's (see ``restream_kit.compiler.lower``), and
+``restream_kit.compiler.columns`` evaluates them (as the column re-run of changed stages does).
 """
 
 from __future__ import annotations
@@ -27,20 +28,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ...compiler.lower import (
-    Arith,
-    Cmp,
-    Col,
-    Expr,
-    Lit,
-    Logic,
-    Lowered,
-    Neg,
-    Not,
-    ReadOf,
-    low_reads,
-    walk,
-)
+from ...compiler.columns import ColumnEvaluator, read_column, type_class
+from ...compiler.lower import Col, Expr, Lowered, low_reads, walk
 
 __all__ = [
     "run_epoch",
@@ -53,8 +42,6 @@ __all__ = [
 
 #: Column naming the epoch a delta row comes from.
 DELTA_CHUNK = "_chunk"
-
-_LIT_TYPES = {bool: pl.Boolean, int: pl.Int64, float: pl.Float64, str: pl.String}
 
 
 def positions_per_event(low: Lowered) -> tuple[int, int]:
@@ -75,6 +62,9 @@ class _Epoch:
         self.masks: dict[int, pl.Series] = {}
         self.reads: dict[int, pl.Series] = dict(carried)
         self.writes: dict[str, pl.DataFrame] = {}
+        fields = {c: type_class(t) for c, t in events.schema.items()}
+        reads = {r.index: low.states[r.state].value_type for r in low.reads}
+        self.ev = ColumnEvaluator({c: t for c, t in fields.items() if t is not None}, reads)
 
     # -- expressions ------------------------------------------------------------------------
 
@@ -84,63 +74,32 @@ class _Epoch:
             self.masks[handler] = self.df.get_column("kind").is_in(kinds).fill_null(False)
         return self.masks[handler]
 
-    def value(self, x: Expr) -> pl.Series | Any:
-        """The expression over every event (a Series, or a Python constant)."""
-        if isinstance(x, Col):
-            s = self.df.get_column(x.name)
-            return s.cast(pl.Float64) if s.dtype == pl.Float32 else s
-        if isinstance(x, Lit):
-            return x.value
-        if isinstance(x, ReadOf):
-            return self.read(x.site)
-        if isinstance(x, Neg):
-            return -self.series(x.operand)
-        if isinstance(x, Arith):
-            a, b = self.value(x.left), self.value(x.right)
-            if x.op == "+":
-                return a + b
-            if x.op == "-":
-                return a - b
-            return a * b
-        if isinstance(x, Cmp):
-            a, b = self.value(x.left), self.value(x.right)
-            if not isinstance(a, pl.Series) and not isinstance(b, pl.Series):
-                a = self.const(a)
-            return {
-                "==": lambda: a == b,
-                "!=": lambda: a != b,
-                "<": lambda: a < b,
-                "<=": lambda: a <= b,
-                ">": lambda: a > b,
-                ">=": lambda: a >= b,
-            }[x.op]()
-        if isinstance(x, Logic):
-            parts = [self.truth(o) for o in x.operands]
-            out = parts[0]
-            for p in parts[1:]:
-                out = (out & p) if x.op == "and" else (out | p)
-            return out
-        if isinstance(x, Not):
-            return ~self.truth(x.operand)
-        raise TypeError(x)
+    def frame(self, *uses: Any) -> pl.DataFrame:
+        """The epoch's events with the columns of the reads ``uses`` (expressions) need."""
+        sites = sorted(low_reads(*uses))
+        if not sites:
+            return self.df
+        return self.df.with_columns([self.read(s).alias(read_column(s)) for s in sites])
 
-    def const(self, v: Any) -> pl.Series:
-        return pl.repeat(v, self.n, dtype=_LIT_TYPES[type(v)], eager=True)
+    def picked(self, handler: int, when: Expr | None, named: dict, *uses: Any) -> pl.DataFrame:
+        """The ``named`` polars expressions (over the columns of the expressions ``uses``) at
+        the events of ``handler`` where ``when`` holds, in event order."""
+        frame = self.frame(when, *uses).filter(self.mask(handler))
+        if when is not None:
+            frame = frame.filter(self.ev.truth(when))
+        # with_columns, not select: a constant (a key ``m[0]``) stands at every event.
+        return frame.with_columns(**named).select(list(named))
 
-    def series(self, x: Expr) -> pl.Series:
-        v = self.value(x)
-        return v if isinstance(v, pl.Series) else self.const(v)
+    def position(self, handler: int, n: int) -> pl.Expr:
+        """The packed position of operation ``n`` of ``handler`` at each event."""
+        return pl.col("_o") * self.per_event + (handler * self.per_handler + n)
 
-    def truth(self, x: Expr | None) -> pl.Series:
-        """Python's ``bool(x)`` over every event (all True for no condition)."""
-        if x is None:
-            return pl.repeat(True, self.n, dtype=pl.Boolean, eager=True)
-        s = self.series(x)
-        if s.dtype == pl.Boolean:
-            return s.fill_null(False)
-        if s.dtype == pl.String:
-            return s.str.len_bytes() > 0
-        return s != 0
+    def requests(self, handler: int, key: tuple, n: int) -> pl.DataFrame:
+        """A read's requests at the events of ``handler``: its key parts ``k0``, ``k1`` ...
+        and its position ``_p`` (as operation ``n``), in event order."""
+        named = {f"k{i}": self.ev.value(k) for i, k in enumerate(key)}
+        named["_p"] = self.position(handler, n)
+        return self.picked(handler, None, named, key)
 
     # -- writes and reads -------------------------------------------------------------------
 
@@ -151,25 +110,20 @@ class _Epoch:
         info = self.low.states[state]
         frames = []
         for w in self.low.writes_of(state):
-            keep = self.mask(w.handler) & self.truth(w.when)
-            cols = {f"k{i}": self.series(k).filter(keep) for i, k in enumerate(w.key)}
-            o = self.df.get_column("_o").filter(keep)
-            cols["_p"] = o * self.per_event + (w.handler * self.per_handler + w.n)
+            named = {f"k{i}": self.ev.value(k) for i, k in enumerate(w.key)}
+            named["_p"] = self.position(w.handler, w.n)
             if info.kind == "merge":
-                cols["v"] = self.series(w.value).filter(keep).cast(pl.Int64)
+                named["v"] = self.ev.value(w.value).cast(pl.Int64)
             else:
-                value = self.series(w.value) if w.op == "set" else self.typed_nulls(info)
-                cols["v"] = value.filter(keep).cast(_dtype(info.value_type))
-                cols["_del"] = pl.repeat(w.op == "delete", len(o), dtype=pl.Boolean, eager=True)
-            frames.append(pl.DataFrame(cols))
+                value = self.ev.value(w.value) if w.op == "set" else pl.lit(None)
+                named["v"] = value.cast(_dtype(info.value_type))
+                named["_del"] = pl.lit(w.op == "delete", dtype=pl.Boolean)
+            frames.append(self.picked(w.handler, w.when, named, w.key, w.value))
         if not frames:
             frames.append(self.empty_writes(info))
         out = pl.concat(frames, how="vertical_relaxed").sort("_p")
         self.writes[state] = out
         return out
-
-    def typed_nulls(self, info) -> pl.Series:
-        return pl.repeat(None, self.n, dtype=_dtype(info.value_type), eager=True)
 
     def empty_writes(self, info) -> pl.DataFrame:
         cols = {f"k{i}": pl.Series([], dtype=pl.Null) for i in range(info.arity)}
@@ -189,11 +143,7 @@ class _Epoch:
         info = self.low.states[r.state]
         if info.kind == "merge" and self.inline(r):
             return self.read_inline(r)
-        keep = self.mask(r.handler)
-        req = {f"k{i}": self.series(k).filter(keep) for i, k in enumerate(r.key)}
-        o = self.df.get_column("_o").filter(keep)
-        req["_p"] = o * self.per_event + (r.handler * self.per_handler + r.n)
-        requests, on = _keyed(pl.DataFrame(req), info)
+        requests, on = _keyed(self.requests(r.handler, r.key, r.n), info)
         got = self.with_base(self.last_writes(r.state, info, requests, on), r.state, info, on)
         default = info.default
         if info.kind == "merge":
@@ -213,7 +163,7 @@ class _Epoch:
                 .otherwise(pl.col("v"))
             )
         values = got.select(out.alias("v")).get_column("v")  # requests stay in event order
-        return self.spread(site, keep, values)
+        return self.spread(site, self.mask(r.handler), values)
 
     def last_writes(self, state: str, info, requests: pl.DataFrame, on: list) -> pl.DataFrame:
         """``requests`` (keyed, sorted by ``_p``), each with the last write of its key at or
@@ -252,23 +202,23 @@ class _Epoch:
         The running sum includes the event's own merges; those made after the read (by later
         handlers, or later in the same one) are taken off again."""
         info = self.low.states[r.state]
-        keep = self.mask(r.handler)
-        cols = {f"k{i}": self.series(k).filter(keep) for i, k in enumerate(r.key)}
+        named = {f"k{i}": self.ev.value(k) for i, k in enumerate(r.key)}
         every = after = None
+        uses = [r.key]
         for w in self.low.writes_of(r.state):
-            c = (self.series(w.value) * self.truth(w.when).cast(pl.Int64)).filter(keep)
+            c = self.ev.value(w.value) * self.ev.truth(w.when).cast(pl.Int64)
             every = c if every is None else every + c
             if (w.handler, w.n) > (r.handler, r.n):
                 after = c if after is None else after + c
-        cols["_c"] = every
-        cols["_a"] = (
-            after if after is not None else pl.repeat(0, len(every), dtype=pl.Int64, eager=True)
-        )
-        got, on = _keyed(pl.DataFrame(cols), info)
+            uses += [w.value, w.when]
+        named["_c"] = every
+        named["_a"] = after if after is not None else pl.lit(0, dtype=pl.Int64)
+        got, on = _keyed(self.picked(r.handler, None, named, *uses), info)
         got = got.with_columns((pl.col("_c").cum_sum().over(on) - pl.col("_a")).alias("_run"))
         got = self.with_base(got, r.state, info, on)
         value = pl.lit(info.default, dtype=pl.Int64) + pl.col("_base").fill_null(0) + pl.col("_run")
-        return self.spread(r.index, keep, got.select(value.alias("v")).get_column("v"))
+        values = got.select(value.alias("v")).get_column("v")
+        return self.spread(r.index, self.mask(r.handler), values)
 
     def with_base(self, got: pl.DataFrame, state: str, info, on: list[str]) -> pl.DataFrame:
         """``got`` with each key's value when the epoch began in ``_base`` (None if none).
@@ -318,11 +268,9 @@ class _Epoch:
 
     def emitted(self, site_index: int) -> pl.DataFrame:
         site = self.low.emits[site_index]
-        keep = self.mask(site.handler) & self.truth(site.when)
-        cols = {"_o": self.df.get_column("_o").filter(keep)}
-        for name, x in site.fields:
-            cols[f"f_{name}"] = self.series(x).filter(keep)
-        return pl.DataFrame(cols)
+        named = {"_o": pl.col("_o")}
+        named.update((f"f_{name}", self.ev.value(x)) for name, x in site.fields)
+        return self.picked(site.handler, site.when, named, *(x for _n, x in site.fields))
 
 
 def _dtype(value_type: str) -> Any:

@@ -260,11 +260,8 @@ def _probe_frame(ep: Any, h: int, state: str, key: tuple) -> pl.DataFrame:
     keeping whether the key was there: a merge state holds a key once any merge reached it,
     a set state while its last write is not a delete."""
     info = ep.low.states[state]
-    keep = ep.mask(h)
-    req = {f"k{i}": ep.series(k).filter(keep) for i, k in enumerate(key)}
-    o = ep.df.get_column("_o").filter(keep)
-    req["_p"] = o * ep.per_event + h * ep.per_handler  # before the handler's own operations
-    requests, on = _keyed(pl.DataFrame(req), info)
+    # As operation 0 of the handler: before its own operations.
+    requests, on = _keyed(ep.requests(h, key, 0), info)
     requests = _with_base(ep, requests, state, info, on)
     got = ep.last_writes(state, info, requests, on)
     if info.kind == "merge":

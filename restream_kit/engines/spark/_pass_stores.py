@@ -18,21 +18,14 @@ from ..serial import JOURNAL_ABSENT
 __all__ = ["JournalStore", "RecordingStore", "BlindStore", "apply_op"]
 
 
-_BINOPS = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
-    "/": operator.truediv,
-    "//": operator.floordiv,
-    "%": operator.mod,
-    "**": operator.pow,
-    "|": operator.or_,
-    "&": operator.and_,
-    "^": operator.xor,
-    "<<": operator.lshift,
-    ">>": operator.rshift,
-    "@": operator.matmul,
-}
+#: The operators of ``m[k] op= x`` on a blind write: symbol -> the name of its dunder method.
+_OPERATORS = dict(
+    zip(
+        "+ - * / // % ** | & ^ << >> @".split(),
+        "add sub mul truediv floordiv mod pow or and xor lshift rshift matmul".split(),
+    )
+)
+_BINOPS = {symbol: getattr(operator, f"__{name}__") for symbol, name in _OPERATORS.items()}
 
 
 class _Delta:
@@ -58,35 +51,28 @@ def _binop(symbol: str):
     return method
 
 
-for _symbol, _name in [
-    ("+", "add"),
-    ("-", "sub"),
-    ("*", "mul"),
-    ("/", "truediv"),
-    ("//", "floordiv"),
-    ("%", "mod"),
-    ("**", "pow"),
-    ("|", "or"),
-    ("&", "and"),
-    ("^", "xor"),
-    ("<<", "lshift"),
-    (">>", "rshift"),
-    ("@", "matmul"),
-]:
+for _symbol, _name in _OPERATORS.items():
     setattr(_Hole, f"__{_name}__", _binop(_symbol))
 
 
 _HOLE = _Hole()
 
 
-class JournalStore(dict):
-    """A state held here, under ``on_error`` skip or quarantine: every change is journaled
-    (store, key, old value) so that a handler run that raises can be undone."""
+class _PassStore(dict):
+    """A state's store in a pass: the pass's runtime ``rt`` and the state's name."""
 
     def __init__(self, rt: Any, state: str):
         super().__init__()
         self.rt = rt
         self.state = state
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+
+class JournalStore(_PassStore):
+    """A state held here, under ``on_error`` skip or quarantine: every change is journaled
+    (store, key, old value) so that a handler run that raises can be undone."""
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.rt.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
@@ -96,17 +82,9 @@ class JournalStore(dict):
         self.rt.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
         return dict.pop(self, key, *default)
 
-    def __delitem__(self, key: Any) -> None:
-        self.pop(key)
 
-
-class RecordingStore(dict):
+class RecordingStore(_PassStore):
     """A state held here that later passes also fold: every change is also sent to them."""
-
-    def __init__(self, rt: Any, state: str):
-        super().__init__()
-        self.rt = rt
-        self.state = state
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if self.rt.journal is not None:
@@ -120,17 +98,9 @@ class RecordingStore(dict):
         self.rt.ship(self.state, key, ("del",), None, self.rt.feeds[self.state])
         return dict.pop(self, key, *default)
 
-    def __delitem__(self, key: Any) -> None:
-        self.pop(key)
 
-
-class BlindStore(dict):
+class BlindStore(_PassStore):
     """A state written here but held by a later pass: every write becomes a row for it."""
-
-    def __init__(self, rt: Any, state: str):
-        super().__init__()
-        self.rt = rt
-        self.state = state
 
     def get(self, key: Any, default: Any = None) -> Any:
         return _HOLE
@@ -144,9 +114,6 @@ class BlindStore(dict):
 
     def pop(self, key: Any, *default: Any) -> None:
         self.rt.ship(self.state, key, ("del",), None, self.rt.spec.blind[self.state])
-
-    def __delitem__(self, key: Any) -> None:
-        self.pop(key)
 
     def __contains__(self, key: Any) -> bool:
         raise RuntimeError(f"state {self.state!r} is read where the plan said it is only written")
