@@ -74,7 +74,7 @@ def replay(
     reuse: Any = None,
     ts: str | None = None,
     kind: str | None = None,
-    require_kinds: bool = False,
+    require_kinds: bool = True,
     **options: Any,
 ) -> Result:
     """Replay ``log`` through ``program`` on ``engine`` (``restream_kit.engines.engine_names()``:
@@ -100,10 +100,13 @@ def replay(
 
     Before any event is replayed (and before Spark starts), the program is checked against
     the log (:func:`check_against_log`): a field no event has or a read of undeclared state
-    raises :class:`~restream_kit.model.errors.CheckError`; a kind the log lacks is a
-    :class:`RestreamWarning` at the handler's line, or with ``require_kinds=True`` (as the
-    command line and the notebook replay) a CheckError when the handler would never run. ``check=False`` skips this, for callers
-    that ran the check themselves (so that its warnings are shown once).
+    raises :class:`~restream_kit.model.errors.CheckError`, and so does a handler that would
+    never run because the log has none of its kinds (the message names the kinds the log has),
+    as on the command line and in the notebook. ``require_kinds=False`` turns that error into
+    a :class:`RestreamWarning` at the handler's line, for a replay that means to leave some
+    handlers idle; a kind the log lacks on a handler that also listens on other kinds is always
+    a warning. ``check=False`` skips the check, for callers that ran it themselves (so that its
+    warnings are shown once).
 
     ``ts`` and ``kind`` read ``log`` as ``Log(log, ts=..., kind=...)`` does: the name of its
     time column, the kind of every event of a log without a ``kind`` column.

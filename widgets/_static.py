@@ -7,6 +7,13 @@ widget state saved in the notebook); a notebook opened without either (untrusted
 ``nbconvert``, rendered by a notebook viewer) shows the HTML. When the replay ends the view's
 output is updated (``update_display``) with the HTML of its final state.
 
+A ``--background`` cell's run ends after its cell: its update carries that finished cell's
+request, which JupyterLab routes by display id but nbclient (and so ``nbconvert --execute``)
+ignores. Such a late update is sent again, from the kernel's main thread, when the next cell
+ends (an IPython ``post_run_cell`` hook), under that cell's request, which every frontend
+applies to the output wherever it is; a notebook whose last cell is a ``--background`` one
+keeps it only in a live frontend.
+
 The HTML uses JupyterLab's theme variables (with light fallbacks elsewhere), no script and no
 external resource: it reads the same offline, in a dark theme and in a converted page. Its
 drawings are SVG images (``<img src="data:image/svg+xml;base64,...">``) on a light card of
@@ -18,9 +25,11 @@ from __future__ import annotations
 import base64
 import html
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+from IPython import get_ipython
 from IPython.display import DisplayHandle, display
 
 __all__ = [
@@ -39,11 +48,57 @@ MUTED = "var(--jp-ui-font-color2, #666)"
 BORDER = "var(--jp-border-color2, #ddd)"
 
 
+class _Cells:
+    """Which cell of the kernel runs now, and the outputs updated after their own cell ended,
+    to be sent again when the next cell ends (see the module doc)."""
+
+    def __init__(self, shell: Any) -> None:
+        self.started = 1  # the cell that made the first view is running
+        self.running: int | None = 1
+        self.late: dict[int, tuple[StaticOutput, dict[str, Any]]] = {}
+        self.lock = threading.Lock()
+        shell.events.register("pre_run_cell", self._started)
+        shell.events.register("post_run_cell", self._ended)
+
+    def _started(self, _info: Any) -> None:
+        with self.lock:
+            self.started += 1
+            self.running = self.started
+
+    def _ended(self, _result: Any) -> None:
+        with self.lock:
+            self.running = None
+            late, self.late = list(self.late.values()), {}
+        for out, bundle in late:  # on the main thread, under the cell that just ended
+            if out.handle is not None:
+                out.handle.update(bundle, raw=True)
+
+    def updated(self, out: StaticOutput, bundle: dict[str, Any]) -> None:
+        """``out`` was just updated: keep it for the next cell's end unless its cell runs."""
+        with self.lock:
+            if self.running != out.cell:
+                self.late[id(out)] = (out, bundle)
+
+
+_CELLS: _Cells | None = None
+
+
+def _cells() -> _Cells | None:
+    """The kernel's cell tracker, made with the first view (None outside IPython)."""
+    global _CELLS
+    shell = get_ipython()
+    if _CELLS is None and shell is not None and hasattr(shell, "events"):
+        _CELLS = _Cells(shell)
+    return _CELLS
+
+
 class StaticOutput:
     """One output holding a widget and the static form of its state (see the module doc)."""
 
     def __init__(self, widget: Any, html_form: str, text_form: str) -> None:
         self.widget = widget
+        cells = _cells()
+        self.cell = cells.running if cells is not None else None
         handle = display(self._bundle(html_form, text_form), raw=True, display_id=True)
         self.handle: DisplayHandle | None = handle
 
@@ -56,7 +111,10 @@ class StaticOutput:
     def update(self, html_form: str, text_form: str) -> None:
         """Replace the static form (the widget stays as it is)."""
         if self.handle is not None:
-            self.handle.update(self._bundle(html_form, text_form), raw=True)
+            bundle = self._bundle(html_form, text_form)
+            self.handle.update(bundle, raw=True)
+            if _CELLS is not None:
+                _CELLS.updated(self, bundle)
 
 
 def svg_image(svg: str, alt: str) -> str:
@@ -132,9 +190,11 @@ def stacked_bars_svg(
     title: str,
     width: int = 640,
     height: int = 180,
+    every_label: bool = False,
 ) -> str:
     """A stacked bar chart as inline SVG: ``series`` maps a name to its colour and one value
-    per ``x``; a bar's title gives its numbers on hover. A few x labels, evenly spaced."""
+    per ``x``; a bar's title gives its numbers on hover. A few x labels, evenly spaced (each
+    bar's with ``every_label``)."""
     totals = [sum(ys[i] for _c, ys in series.values()) for i in range(len(x))]
     top = max(totals, default=0) or 1
     left, right, upper, lower = 48, 8, 24, 34
@@ -167,10 +227,12 @@ def stacked_bars_svg(
                 )
                 y -= h
         parts.append("</g>")
-    every = max(1, len(x) // 4)
+    every = 1 if every_label else max(1, len(x) // 4)
+    fits = max(3, int(slot * every / 6.5))  # characters of 11 px type in a label's room
     for i in range(0, len(x), every):
         parts.append(
-            f"<text x='{left + i * slot:.1f}' y='{height - lower + 14}'>{html.escape(x[i])}</text>"
+            f"<text x='{left + i * slot:.1f}' y='{height - lower + 14}'>"
+            f"{html.escape(x[i][:fits])}</text>"
         )
     parts.append(
         f"<line x1='{left}' y1='{height - lower}' x2='{width - right}' y2='{height - lower}' "

@@ -15,10 +15,10 @@ import plotly.graph_objects as go
 
 from restream_kit.planner import Plan
 from restream_kit.planner.render import plan_text
-from widgets._static import FG, svg_image
-from widgets.plan_figures import dag_svg, hot_keys_figure, speedup_figure
+from widgets._static import FG, line_chart_svg, stacked_bars_svg, svg_image
+from widgets.plan_figures import MODE_COLORS, dag_svg, hot_keys_figure, speedup_figure
 
-__all__ = ["PlanView", "stages_html", "WIDTH_PX"]
+__all__ = ["PlanView", "charts_html", "stages_html", "WIDTH_PX"]
 
 #: The widest a view gets: a notebook at 1,000 px shows all of it.
 WIDTH_PX = 1000
@@ -45,6 +45,40 @@ def stages_html(plan: Plan) -> str:
     return (
         "<table style='font-size:90%'><tr><th>stage</th><th>handlers</th><th>mode</th>"
         f"<th>partition key</th><th>why</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def charts_html(plan: Plan) -> str:
+    """The hot keys and predicted speedup charts as folded sections of SVG images, for the
+    static form of the view (the widget draws them with plotly when opened); empty without a
+    log."""
+    data = plan.data
+    if data is None:
+        return ""
+    hot = []
+    for s in (s for s in data.per_stage if s.hot_keys):
+        title = (
+            f"{s.stage} (by {plan.stage(s.stage).partition_key}): heaviest key "
+            f"{s.heaviest_share:.1%} of the stage's work"
+        )
+        colour = MODE_COLORS.get(s.mode, "#1f77b4")
+        svg = stacked_bars_svg(
+            [str(k) for k, _n in s.hot_keys], {"events": (colour, [n for _k, n in s.hot_keys])},
+            title=title, every_label=True,
+        )  # fmt: skip
+        hot.append(svg_image(svg, f"hot keys of {s.stage}"))
+    workers = [p for p, _s in data.predicted_speedup]
+    speedup = line_chart_svg(
+        workers,
+        {"ideal (P)": workers, "predicted": [s for _p, s in data.predicted_speedup]},
+        title=f"Predicted speedup of {plan.program}",
+        x_title="workers P",
+    )
+    return (
+        "<details><summary>hot keys</summary>"
+        f"{''.join(hot) or 'no partitioned stage'}</details>"
+        "<details><summary>predicted speedup</summary>"
+        f"{svg_image(speedup, f'predicted speedup of {plan.program}')}</details>"
     )
 
 
@@ -149,14 +183,14 @@ class PlanView:
         return children
 
     def static_html(self) -> str:
-        """The plan as HTML without widgets: the summary, then the DAG and the stages folded
-        in a ``<details>`` (see ``widgets._static``)."""
+        """The plan as HTML without widgets: the summary, then the DAG, the stages and the
+        charts folded in a ``<details>`` (see ``widgets._static``)."""
         warnings = f"<div>{self.warnings}</div>" if self.warnings else ""
         return (
             f"<div class='restream-plan' style='color:{FG}'>{self.summary}{warnings}"
             f"<details><summary>plan</summary>"
             f"{svg_image(dag_svg(self.plan), f'handler DAG of {self.name}')}{stages_html(self.plan)}"
-            "</details></div>"
+            f"{charts_html(self.plan)}</details></div>"
         )
 
     def static_text(self) -> str:

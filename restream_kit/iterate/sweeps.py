@@ -381,7 +381,7 @@ def sweep(
     options: Mapping[str, Any] | None = None,
     ts: str | None = None,
     kind: str | None = None,
-    require_kinds: bool = False,
+    require_kinds: bool = True,
     **values: Sequence[Any],
 ) -> Sweep:
     """Replay every combination of the parameter values given (a grid), in one scan.
@@ -389,7 +389,8 @@ def sweep(
     ``sweep(program, log, ratio=[1.5, 2, 3], share=[0.1, 0.2])`` gives 6 variants; each
     variant's result equals ``replay(program, log, params={...})``. ``params`` fixes other
     parameters for every variant; ``ts`` and ``kind`` read ``log`` as ``Log(log, ts=...,
-    kind=...)`` does, and ``require_kinds`` checks it as ``replay`` does; ``options`` go to
+    kind=...)`` does; a handler the log never feeds is an error, as in ``replay`` (which
+    ``require_kinds=False`` makes a warning); ``options`` go to
     the engine (``{"master": "local[2]"}``), apart from the values, whose names are the
     program's. When a handler that varies schedules events, the variants run as separate
     replays (``Sweep.single_scan`` False, and a warning says why).

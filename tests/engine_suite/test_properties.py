@@ -29,7 +29,7 @@ EXAMPLES = int(os.environ.get("RESTREAM_PROPERTY_EXAMPLES", "200"))
 @given(spec=programs(), log=events)
 def test_serial_engine_equals_the_naive_interpreter(spec, log):
     program = rk.Program.from_source(render(spec), name="prop")
-    result = rk.replay(program, rk.Log(log))
+    result = rk.replay(program, rk.Log(log), require_kinds=False)
     want_rows, want_state = run_naive(spec, log)
     got = rows_of(result, "out")
     assert len(got) == len(want_rows)
@@ -51,8 +51,10 @@ def test_spark_engine_equals_the_serial_engine(case, spark_session):
     source, log, epoch, path = case
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
-    want = rk.replay(program, the_log)
-    got = rk.replay(program, the_log, engine="spark", epoch=epoch, partitions=2, path=path)
+    want = rk.replay(program, the_log, require_kinds=False)
+    got = rk.replay(
+        program, the_log, engine="spark", epoch=epoch, partitions=2, path=path, require_kinds=False
+    )
     assert_same_result(got, want)
     if path == "passes":
         assert_ran_as_planned(program, got)
@@ -76,9 +78,9 @@ def test_passes_the_driver_arranges_equal_the_serial_engine(case, spark_session)
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
     with mock.patch.object(_local_arrangement, "LOCAL_ROWS", 0):
-        got = rk.replay(program, the_log, engine="spark", path="passes")
+        got = rk.replay(program, the_log, engine="spark", path="passes", require_kinds=False)
     assume(any("arranged by the driver" in what for what in got.metrics.path.values()))
-    assert_same_result(got, rk.replay(program, the_log))
+    assert_same_result(got, rk.replay(program, the_log, require_kinds=False))
     assert_ran_as_planned(program, got)
 
 
@@ -104,12 +106,12 @@ def test_a_checkpoint_run_once_over_the_log_commits_the_serial_engines_epochs(
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
     root = tmp_path_factory.mktemp("ck")
-    want = rk.replay(program, the_log, epoch=cut, checkpoint=root / "serial")
+    want = rk.replay(program, the_log, epoch=cut, checkpoint=root / "serial", require_kinds=False)
     with mock.patch.object(_local_arrangement, "LOCAL_ROWS", 0 if arranged else 10**9):
         got = rk.replay(
             program, the_log, engine="spark", path="passes", partitions=2, epoch=cut,
             checkpoint=root / "spark",
-        )  # fmt: skip
+         require_kinds=False)  # fmt: skip
     assert_same_result(got, want)
     assert_ran_as_planned(program, got)
     assert all("committed to the checkpoint" in what for what in got.metrics.path.values())
@@ -137,12 +139,12 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
     root = tmp_path_factory.mktemp("ck")
-    want = rk.replay(program, the_log, epoch=cut, checkpoint=root / "serial")
+    want = rk.replay(program, the_log, epoch=cut, checkpoint=root / "serial", require_kinds=False)
     ck = root / "spark"
     options = dict(engine="spark", partitions=2, epoch=cut, checkpoint=ck)
     large = mock.patch.object(_local_arrangement, "LOCAL_ROWS", 0 if arranged else 10**9)
     with large:
-        got = rk.replay(program, the_log, **options)
+        got = rk.replay(program, the_log, **options, require_kinds=False)
     assert_same_result(got, want)
     manifest = json.loads((ck / "manifest.json").read_text())
     assert manifest["state_format"] == "serial"
@@ -151,18 +153,22 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
         return
     keep_first_epochs(ck, 1)  # as if killed after the first epoch committed
     with large:
-        resumed = rk.replay(program, the_log, **options, resume=True)
+        resumed = rk.replay(program, the_log, **options, resume=True, require_kinds=False)
     assert resumed.resumed_from_epoch == 1
     assert_same_result(resumed, want)
     assert_ran_as_planned(program, resumed)
     assert_same_commits(root / "serial", ck, range(1, epochs))
     # Resumed again, complete: nothing is left to run, and the result is the same.
     with large:
-        again = rk.replay(program, the_log, **options, resume=True)
+        again = rk.replay(program, the_log, **options, resume=True, require_kinds=False)
     assert (again.resumed_from_epoch, again.metrics.epochs) == (epochs, 0)
     assert_same_result(again, want)
     # Started from the first epoch (of either engine's checkpoint): the serial engine's rest.
-    start = rk.replay(program, the_log, epoch=cut, start_from=(root / "serial", 0))
+    start = rk.replay(
+        program, the_log, epoch=cut, start_from=(root / "serial", 0), require_kinds=False
+    )
     with large:
-        again = rk.replay(program, the_log, engine="spark", partitions=2, start_from=(ck, 0))
+        again = rk.replay(
+            program, the_log, engine="spark", partitions=2, start_from=(ck, 0), require_kinds=False
+        )
     assert_same_result(again, start)

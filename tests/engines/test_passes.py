@@ -135,8 +135,9 @@ PARALLEL = [
 def test_programs_run_in_parallel_passes_and_equal_serial(path, spark_session):
     p = program(path)
     log = social_sample()
-    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
-    assert_same_result(got, rk.replay(p, log))
+    # Some of the plans' examples listen on kinds the social log lacks: those handlers idle.
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3, require_kinds=False)
+    assert_same_result(got, rk.replay(p, log, require_kinds=False))
     assert_ran_as_planned(p, got)
     assert_said_before(p, log, got)
     planned = {s.name: s.mode for s in plan(p).stages}
@@ -428,8 +429,8 @@ def test_a_log_with_none_of_the_serving_passes_kinds_reads_defaults(spark_sessio
     p = rk.Program.from_source(source, name="no_b")
     assert _forwarding(p)
     log = rk.Log([{"ts": 0, "kind": "a", "k": 0, "j": 0, "v": 0}])
-    got = rk.replay(p, log, engine="spark", partitions=2, path="passes")
-    assert_same_result(got, rk.replay(p, log))
+    got = rk.replay(p, log, engine="spark", partitions=2, path="passes", require_kinds=False)
+    assert_same_result(got, rk.replay(p, log, require_kinds=False))
     assert "no event reaches it" in got.metrics.path["h1"], got.metrics.path
 
 
@@ -447,8 +448,10 @@ def test_forwarded_events_equal_the_serial_engine(case, spark_session):
     program = rk.Program.from_source(source, name="fwd")
     assume(_forwarding(program))
     the_log = rk.Log(log)
-    got = rk.replay(program, the_log, engine="spark", partitions=2, path="passes")
-    assert_same_result(got, rk.replay(program, the_log))
+    got = rk.replay(
+        program, the_log, engine="spark", partitions=2, path="passes", require_kinds=False
+    )
+    assert_same_result(got, rk.replay(program, the_log, require_kinds=False))
     assert_ran_as_planned(program, got)
 
 

@@ -213,20 +213,22 @@ def test_ts_and_kind_enter_the_fingerprint(tmp_path):
     assert rk.Log.of(plain) is plain and rk.Log.of(plain, kind="a").kinds == ["a"]
 
 
-def test_kind_absent_from_log_warns(root):
+def test_kind_absent_from_log_warns_with_require_kinds_false(root):
     with pytest.warns(rk.RestreamWarning, match="no 'friendship' events in the log: handler"):
         result = rk.replay(
             root / "examples" / "antispam.py",
             [{"ts": 1, "kind": "message", "src": 1, "dst": 2, "ip": "a", "has_email": True}],
+            require_kinds=False,
         )
     assert "befriend" in result.warnings[0]
 
 
-def test_with_require_kinds_a_handler_that_would_never_run_is_an_error(root):
-    """As the command line and the notebook replay: an error naming the log's kinds."""
+def test_a_handler_that_would_never_run_is_an_error_naming_the_logs_kinds(root):
+    """By default, as the command line and the notebook replay: an error naming the log's
+    kinds."""
     log = [{"ts": 1, "kind": "message", "src": 1, "dst": 2, "ip": "a", "has_email": True}]
     with pytest.raises(rk.CheckError) as info:
-        rk.replay(root / "examples" / "antispam.py", log, require_kinds=True)
+        rk.replay(root / "examples" / "antispam.py", log)
     assert info.value.lineno == 12 and info.value.handler == "befriend"
     assert "no 'friendship' events in the log: handler(s) befriend will never run" in str(
         info.value
@@ -237,7 +239,6 @@ def test_with_require_kinds_a_handler_that_would_never_run_is_an_error(root):
         rk.replay(
             "from restream_kit import on\n\n@on('click')\ndef f(e):\n    pass\n",
             [{"ts": 1}],
-            require_kinds=True,
         )
 
 

@@ -68,6 +68,8 @@ class Kernel:
                 msg = None
             if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
                 kind = msg["msg_type"]
+                if kind == "execute_input":  # the cell starts (the frontend shows [*])
+                    self.started = time.monotonic()
                 if kind in ("stream", "error", "display_data", "execute_result"):
                     outputs.append({"type": kind, **msg["content"]})
                     if until is not None:

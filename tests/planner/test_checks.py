@@ -142,7 +142,7 @@ def test_scheduled_kinds_have_the_fields_of_their_schedule_calls(log):
         check_against_log(bad, log)
 
 
-def test_a_missing_kind_is_one_warning_at_the_on_line_listing_the_kinds(log):
+def test_with_require_kinds_false_a_missing_kind_is_one_warning_at_the_on_line(log):
     p = program(
         """
         n = state.Counter()
@@ -154,7 +154,7 @@ def test_a_missing_kind_is_one_warning_at_the_on_line_listing_the_kinds(log):
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = rk.replay(p, log)
+        result = rk.replay(p, log, require_kinds=False)
     mine = [w for w in caught if issubclass(w.category, rk.RestreamWarning)]
     assert len(mine) == 1
     w = mine[0]
@@ -165,8 +165,8 @@ def test_a_missing_kind_is_one_warning_at_the_on_line_listing_the_kinds(log):
     assert result.warnings == [str(w.message)]
 
 
-def test_with_require_kinds_a_handler_that_would_never_run_is_an_error(log):
-    """The command line and the notebook ask for it: one error at the @on line, before any
+def test_a_handler_that_would_never_run_is_an_error_by_default(log):
+    """As on the command line and in the notebook: one error at the @on line, before any
     event; a handler whose other kinds the log has, or a scheduled kind, is no error."""
     p = program(
         """
@@ -179,7 +179,7 @@ def test_with_require_kinds_a_handler_that_would_never_run_is_an_error(log):
     )
     seen = []
     with pytest.raises(CheckError) as caught:
-        rk.replay(p, log, observer=seen.append, require_kinds=True)
+        rk.replay(p, log, observer=seen.append)
     assert (caught.value.filename, caught.value.lineno, caught.value.handler) == (
         "<restream prog>",
         5,
@@ -192,6 +192,8 @@ def test_with_require_kinds_a_handler_that_would_never_run_is_an_error(log):
     assert "did you mean 'message'?" in message
     with pytest.raises(CheckError, match="will never run"):
         rk.plan(p, log, require_kinds=True)
+    with pytest.raises(CheckError, match="will never run"):
+        rk.sweep(p, log)
 
     partly = program(
         """
