@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -287,6 +286,9 @@ def _regrouped(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
 
 def _sort(files, explicit, schema, tmp, work, memory, duplicate) -> LogSummary:
     """Order the normalized source files with DuckDB's external sort into ``tmp``."""
+    # Imported here: only a log that is not in order needs it, once (0.1 s of every start).
+    import duckdb
+
     con = duckdb.connect(config={"memory_limit": memory, "temp_directory": str(work / "spill")})
     try:
         con.execute("SET preserve_insertion_order = false")
