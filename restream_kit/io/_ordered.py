@@ -158,19 +158,24 @@ class OrderedCopy:
         return found
 
     def tables(
-        self, start: int = 0, stop: int | None = None, columns: Sequence[str] | None = None
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        columns: Sequence[str] | None = None,
+        dictionaries: Sequence[str] = (),
     ) -> Iterator[pa.Table]:
-        """Rows ``start`` to ``stop`` as one table per row group (sliced at both ends)."""
+        """Rows ``start`` to ``stop`` as one table per row group (sliced at both ends); the
+        ``dictionaries`` columns as dictionary arrays (cheap to filter, decoded afterwards)."""
         stop = self.starts[-1] if stop is None else min(stop, self.starts[-1])
         if start >= stop:
             return
-        file = pq.ParquetFile(self.path)
+        file = pq.ParquetFile(self.path, read_dictionary=list(dictionaries) or None)
         first = bisect.bisect_right(self.starts, start) - 1
         for group in range(first, len(self.starts) - 1):
             lo, hi = self.starts[group], self.starts[group + 1]
             if lo >= stop:
                 break
-            table = file.read_row_group(group, columns=columns)
+            table = file.read_row_group(group, columns=columns, use_threads=False)
             a, b = max(start, lo) - lo, min(stop, hi) - lo
             yield table.slice(a, b - a) if (a, b) != (0, hi - lo) else table
 

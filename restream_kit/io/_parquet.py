@@ -21,4 +21,4 @@ __all__ = ["read_parquet"]
 def read_parquet(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
     """The table in the Parquet file at ``path`` (only ``columns``, when given)."""
     with pq.ParquetFile(path) as file:
-        return file.read(columns=list(columns) if columns is not None else None)
+        return file.read(columns=list(columns) if columns is not None else None, use_threads=False)

@@ -386,18 +386,37 @@ class Log:
         None), in the log's column order: what a re-run of a few handlers reads. A file log
         is read from its ordered copy a row group at a time, keeping only those rows and
         columns: the log is never held whole."""
+        schema = self.schema
         wanted = set(self.columns if columns is None else columns)
         keep = [c for c in self.columns if c in wanted]
         # Every event of these kinds (the manifest's counts say so): no filter to run.
         every = set(self.kinds) <= set(kinds)
         read = keep if every or "kind" in keep else [*keep, "kind"]
-        parts = []
-        for table in self.tables(columns=read):
+        strings: list[str] = []
+        if self.cache and self._table is None:
+            # Text columns read as their dictionaries: filtered as integers, and only the rows
+            # kept are decoded to text.
             if not every:
-                kind = table.column("kind")
-                table = table.filter(pc.is_in(kind, value_set=pa.array(kinds, kind.type)))
+                strings = [
+                    c for c in read if schema.field(c).type in (pa.string(), pa.large_string())
+                ]
+            tables = self.ordered().tables(columns=read, dictionaries=strings)
+        else:
+            tables = self.tables(columns=read)
+        value_set = pa.array(kinds, pa.string())
+        parts = []
+        for table in tables:
+            if not every:
+                table = table.filter(pc.is_in(table.column("kind"), value_set=value_set))
             parts.append(table.select(keep))
-        return pa.concat_tables(parts) if parts else self.schema.empty_table().select(keep)
+        if not parts:
+            return schema.empty_table().select(keep)
+        out = pa.concat_tables(parts)
+        for name in strings:
+            if name in keep:
+                i = keep.index(name)
+                out = out.set_column(i, name, out.column(i).cast(schema.field(name).type))
+        return out
 
     def ts_at(self, position: int) -> int:
         """The time of the event at ``position`` in log order."""
