@@ -17,6 +17,17 @@ the sides are a full Spark replay of v2 and ``replay(v2, engine="spark", reuse=v
 re-run stage runs in the driver, over the history recorded on Spark); both sides are checked
 equal to a serial replay of v2 first. The target is at most 0.3 at 10M events. Results go to
 ``bench/results/reuse_spark.json`` unless ``--out`` says otherwise.
+
+``--cli`` measures whole processes of the command line instead, as a user runs them, in a
+fresh catalog (``$RESTREAM_HOME`` in a temporary directory): ``restream replay antispam.py
+--name v1 --history`` once (untimed: it also writes the log's ordered copy), then, alternating
+``--runs`` times, the full ``restream replay antispam_v2.py`` and ``restream replay
+antispam_v2.py --reuse v1``, each recorded in the catalog as usual. Each process is timed from
+launch to exit: start-up, imports, reading the log, the replay or re-run, recording the run.
+Every recorded re-replay is then loaded from the catalog (untimed) and checked equal to the
+full replay's run, table for table and state for state. The ratio is ``re-replay median /
+full replay median``; the target is at most 0.25 at 3M events (issue 32). Results go to
+``bench/results/reuse_cli.json`` unless ``--out`` says otherwise.
 """
 
 from __future__ import annotations
@@ -24,19 +35,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["main", "run", "PROGRAM", "TARGET", "edited"]
+__all__ = ["main", "run", "run_cli", "PROGRAM", "TARGET", "CLI_TARGET", "edited"]
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "examples" / "antispam.py"
 TARGET = 0.2
 SPARK_TARGET = 0.3
+CLI_TARGET = 0.25
 DEFAULT_OUT = ROOT / "bench" / "results" / "reuse.json"
 SPARK_OUT = ROOT / "bench" / "results" / "reuse_spark.json"
+CLI_OUT = ROOT / "bench" / "results" / "reuse_cli.json"
 
 
 def edited(source: str) -> str:
@@ -55,10 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="where to write the JSON")
     parser.add_argument("--engine", choices=["serial", "spark"], default="serial")
     parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--cli", action="store_true", help="whole `restream` processes")
     args = parser.parse_args(argv)
     log = Path(args.log) if args.log else None
     try:
-        if args.engine == "spark":
+        if args.cli:
+            run_cli(args.events, args.runs, log, Path(args.out or CLI_OUT))
+        elif args.engine == "spark":
             run_spark(args.events, args.runs, log, Path(args.out or SPARK_OUT), args.master)
         else:
             run(args.events, args.runs, log, Path(args.out or DEFAULT_OUT))
@@ -212,6 +231,97 @@ def run_spark(events: int, runs: int, log_path: Path | None, out: Path, master: 
         f"{os.getloadavg()[0]:.1f}"
     )
     return results
+
+
+def run_cli(events: int, runs: int, log_path: Path | None, out: Path) -> dict:
+    """Whole ``restream replay`` processes (see the module doc); return what it wrote."""
+    from bench.serial_vs_loop import _ensure_log
+
+    log = _ensure_log(events, log_path)
+    with tempfile.TemporaryDirectory(prefix="restream-bench-") as tmp:
+        v2 = Path(tmp) / "antispam_v2.py"
+        v2.write_text(edited(PROGRAM.read_text()))
+        home = Path(tmp) / "home"
+        env = {**os.environ, "RESTREAM_HOME": str(home)}
+        base = [str(Path(sys.executable).with_name("restream")), "replay", "--log", str(log)]
+
+        def process(*extra: str) -> tuple[float, float]:
+            """Wall and CPU seconds (user and system, every thread) of one process."""
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            said = subprocess.run(
+                [*base, "--quiet", *extra], env=env, cwd=ROOT, check=True, capture_output=True
+            ).stdout.decode()
+            seconds = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            if "--reuse" in extra:
+                assert "re-ran: flag" in said, f"the re-replay did not reuse v1: {said}"
+            return seconds, cpu
+
+        process(str(PROGRAM), "--name", "v1", "--history")  # untimed: also the ordered copy
+        times: dict[str, list[tuple[float, float]]] = {"full": [], "reuse": []}
+        for i in range(runs):
+            sides = [("full", ()), ("reuse", ("--reuse", "v1"))]
+            for side, extra in sides if i % 2 == 0 else sides[::-1]:
+                times[side].append(process(str(v2), "--name", f"{side}{i}", *extra))
+        checked = _check_cli_runs(home, runs)
+    full_s, reuse_s = ([w for w, _ in times[s]] for s in ("full", "reuse"))
+    full_cpu, reuse_cpu = ([c for _, c in times[s]] for s in ("full", "reuse"))
+    ratio = statistics.median(reuse_s) / statistics.median(full_s)
+    cpu_ratio = statistics.median(reuse_cpu) / statistics.median(full_cpu)
+    results = {
+        "benchmark": "reuse_cli",
+        "log": str(log),
+        "events": checked["events"],
+        "full_s": full_s,
+        "reuse_s": reuse_s,
+        "full_cpu_s": full_cpu,
+        "reuse_cpu_s": reuse_cpu,
+        "cpu_ratio": cpu_ratio,
+        "ratio": ratio,
+        "target": CLI_TARGET,
+        "met": ratio <= CLI_TARGET,
+        "checked": checked,
+        "load_average": list(os.getloadavg()),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(
+        f"whole processes over {checked['events']:,} events ({log.name}): restream replay "
+        f"--reuse v1 {statistics.median(reuse_s):.2f} s (median of {runs}), full replay "
+        f"{statistics.median(full_s):.2f} s; ratio {ratio:.3f} (target <= {CLI_TARGET}) "
+        f"{'met' if ratio <= CLI_TARGET else 'NOT met'}; CPU time (user + system) "
+        f"{statistics.median(reuse_cpu):.2f} s against {statistics.median(full_cpu):.2f} s, "
+        f"ratio {cpu_ratio:.3f}; every re-replay equal to the full "
+        f"replay ({checked['rows']:,} spam rows, {checked['keys']:,} state keys); load "
+        f"average {os.getloadavg()[0]:.1f}"
+    )
+    return results
+
+
+def _check_cli_runs(home: Path, runs: int) -> dict:
+    """Each recorded re-replay against the full replay's run: reused stages, tables, state."""
+    from restream_kit.io.catalog import Catalog
+
+    catalog = Catalog(home)
+    full = catalog.load(catalog.latest("full0").run_id)
+    for i in range(runs):
+        again = catalog.load(catalog.latest(f"reuse{i}").run_id)
+        assert again.metrics.rows == full.metrics.rows, (again.metrics.rows, full.metrics.rows)
+        assert list(again.tables) == list(full.tables), "tables differ"
+        for name, table in full.tables.items():
+            assert again.tables[name].equals(table), f"table {name} differs (reuse{i})"
+        assert list(again.state) == list(full.state), "states differ"
+        for name in full.state:
+            assert dict(again.state[name]) == dict(full.state[name]), f"state {name} differs"
+    reused = catalog.manifest(catalog.latest("reuse0").run_id)
+    return {
+        "events": full.metrics.events,
+        "rows": sum(full.metrics.rows.values()),
+        "keys": sum(len(s) for s in full.state.values()),
+        "reuse_warnings": reused.get("warnings", []),
+    }
 
 
 if __name__ == "__main__":

@@ -14,7 +14,17 @@ either, since the generated log is in time order. Then the sides alternate, ``--
 each, and every timed run must report the same rows again. The ratio is
 ``plain loop median / serial engine median``: 0.5 means the engine is half as fast.
 
-``python -m bench serial [--events N] [--runs R] [--log PATH] [--out JSON]``
+``--cli`` times the command line instead of ``restream_kit.replay`` in a script: the engine's
+side is ``restream replay examples/antispam.py --log LOG --quiet``, the whole process as a user
+runs it (start-up, imports, the log's cached ordered copy, checks, the replay, recording the run
+in the catalog and printing its summary), in a fresh catalog (``$RESTREAM_HOME`` in a temporary
+directory; its untimed first run writes the ordered copy). After each timed run the run's
+``spam`` table is read back from the catalog (untimed) and its digest must be the plain loop's.
+The target is then at least 0.85 (issue 32). CPU time (user and system) is reported beside the
+wall time. Results go to ``bench/results/serial_vs_loop_cli.json`` unless ``--out`` says
+otherwise.
+
+``python -m bench serial [--events N] [--runs R] [--log PATH] [--out JSON] [--cli]``
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,10 +45,11 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["main", "run", "BenchmarkError", "ROOT", "DEFAULT_OUT", "write_results"]
+__all__ = ["main", "run", "run_cli", "BenchmarkError", "ROOT", "DEFAULT_OUT", "write_results"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "serial_vs_loop.json"
+CLI_OUT = ROOT / "bench" / "results" / "serial_vs_loop_cli.json"
 DEFAULT_EVENTS = 1_000_000
 SIDES = {
     "plain loop": "bench.plain_antispam",
@@ -45,6 +57,8 @@ SIDES = {
 }
 #: The ratio the serial engine aims at: at least half as fast as the plain loop.
 TARGET = 0.5
+#: The command line's target: the whole ``restream replay`` process (issue 32).
+CLI_TARGET = 0.85
 
 
 class BenchmarkError(RuntimeError):
@@ -64,12 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--log", help="Parquet log to use (default: sample_data/generated/social_<N>.parquet)"
     )
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON results")
+    parser.add_argument("--out", help="where to write the JSON results")
+    parser.add_argument("--cli", action="store_true", help="time `restream replay` processes")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.events < 1:
         parser.error("--runs and --events must be at least 1")
+    log = Path(args.log) if args.log else None
     try:
-        run(args.events, args.runs, Path(args.log) if args.log else None, Path(args.out))
+        if args.cli:
+            run_cli(args.events, args.runs, log, Path(args.out or CLI_OUT))
+        else:
+            run(args.events, args.runs, log, Path(args.out or DEFAULT_OUT))
     except BenchmarkError as exc:
         print(f"serial_vs_loop FAILED: {exc}", file=sys.stderr)
         return 1
@@ -129,6 +148,84 @@ def run(events: int, runs: int, log: Path | None, out: Path) -> dict:
         "serial_cache": "warm (canonical log built by an untimed run)",
     }
     return write_results(results, out)
+
+
+def run_cli(events: int, runs: int, log: Path | None, out: Path) -> dict:
+    """The plain loop against whole ``restream replay`` processes (see the module doc)."""
+    from bench.rows import digest
+    from restream_kit.io.catalog import Catalog
+
+    log = _ensure_log(events, log)
+    rows = pq.read_metadata(log).num_rows
+    print(f"restream replay (CLI) vs plain-Python loop, anti-spam rule, {rows:,} events")
+    with tempfile.TemporaryDirectory(prefix="restream-bench-") as tmp:
+        home = Path(tmp) / "home"
+        env = {**os.environ, "RESTREAM_HOME": str(home)}
+        command = [str(Path(sys.executable).with_name("restream")), "replay"]
+        command += [str(ROOT / "examples" / "antispam.py"), "--log", str(log.resolve())]
+
+        def cli(name: str) -> tuple[float, float, str]:
+            seconds, cpu = _timed_process([*command, "--quiet", "--name", name], env)
+            spam = Catalog(home).load(Catalog(home).latest(name).run_id).tables["spam"]
+            return seconds, cpu, digest(*(spam.column(c).to_pylist() for c in ("lsn", "sender")))
+
+        want = _launch("plain loop", log)[1]["digest"]
+        if cli("first")[2] != want:  # untimed: also writes the log's ordered copy
+            raise BenchmarkError("restream replay gave other spam rows than the plain loop")
+        times: dict[str, list[tuple[float, float]]] = {"plain loop": [], "restream replay": []}
+        for i in range(runs):
+            for side in list(times) if i % 2 == 0 else list(times)[::-1]:
+                if side == "plain loop":
+                    before = _children_cpu()
+                    seconds, summary = _launch(side, log)
+                    got, cpu = summary["digest"], _children_cpu() - before
+                else:
+                    seconds, cpu, got = cli(f"run{i}")
+                if got != want:
+                    raise BenchmarkError(f"{side} gave other spam rows in timed run {i + 1}")
+                times[side].append((seconds, cpu))
+    wall = {side: statistics.median(w for w, _ in ts) for side, ts in times.items()}
+    cpu = {side: statistics.median(c for _, c in ts) for side, ts in times.items()}
+    ratio = wall["plain loop"] / wall["restream replay"]
+    cpu_ratio = cpu["plain loop"] / cpu["restream replay"]
+    print(f"whole processes, {runs} interleaved run(s) each (medians):")
+    for side in times:
+        print(f"  {side:<16} wall {wall[side]:7.3f} s  cpu {cpu[side]:7.3f} s")
+    print(
+        f"ratio plain/CLI: {ratio:.2f} wall, {cpu_ratio:.2f} CPU (target {CLI_TARGET}: "
+        f"{'met' if ratio >= CLI_TARGET else 'NOT met'}); load average {os.getloadavg()[0]:.1f}"
+    )
+    results = {
+        "benchmark": "serial_vs_loop_cli",
+        "log": _display(log),
+        "events": rows,
+        "runs": runs,
+        "seconds": {side: [w for w, _ in ts] for side, ts in times.items()},
+        "cpu_seconds": {side: [c for _, c in ts] for side, ts in times.items()},
+        "median_s": wall,
+        "median_cpu_s": cpu,
+        "ratio": ratio,
+        "cpu_ratio": cpu_ratio,
+        "target": CLI_TARGET,
+        "load_average": list(os.getloadavg()),
+    }
+    return write_results(results, out)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed_process(command: list[str], env: dict) -> tuple[float, float]:
+    """Wall and CPU seconds of one process run to its end (it must succeed)."""
+    before = _children_cpu()
+    started = time.perf_counter()
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise BenchmarkError(f"{' '.join(command)} exited with {proc.returncode}:\n{proc.stderr}")
+    return seconds, _children_cpu() - before
 
 
 def write_results(results: dict, out: Path) -> dict:

@@ -21,6 +21,7 @@ the final state is the run's own.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -32,8 +33,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..io import _columns as columns
+from ..io._parquet import read_parquet
 from ..io.catalog import HISTORY_DIR
 from ..model import values
+from ..model.errors import RestreamError
 from .probes import ABSENT, ReadSites, Signature, hook_source, signature
 
 __all__ = [
@@ -60,19 +63,83 @@ _ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa
 _ABSENT_TYPE = type(ABSENT)
 
 
-@dataclass
 class RecordedProbe:
     """The values a history recorded at one read site, one per event that ran it: ``value``
     (encoded as ``encoding``: an Arrow type name or ``codec``) and ``absent`` (True where the
-    store had no value; None: nowhere)."""
+    store had no value; None: nowhere).
 
-    signature: Signature
-    value: pa.Array
-    encoding: str
-    absent: pa.Array | None
-    #: The file of a stored history that holds exactly these values (format ``_FORMAT``):
-    #: writing the probe again links it rather than encoding it again.
-    file: Path | None = field(default=None, compare=False, repr=False)
+    A probe of a stored history (:meth:`stored`) reads its file the first time its values are
+    used: a re-replay reads only the probes that serve its re-run handlers."""
+
+    __hash__ = None  # mutable, compared by value
+
+    def __init__(
+        self,
+        signature: Signature,
+        value: pa.Array | None,
+        encoding: str,
+        absent: pa.Array | None = None,
+        file: Path | None = None,
+    ):
+        self.signature = signature
+        self.encoding = encoding
+        #: The file of a stored history that holds exactly these values (format ``_FORMAT``):
+        #: writing the probe again links it rather than encoding it again.
+        self.file = file
+        self._values: tuple[pa.Array, pa.Array | None] | None = (value, absent)
+        self._source: Path | None = None
+
+    @classmethod
+    def stored(
+        cls, signature: Signature, encoding: str, source: Path, file: Path | None
+    ) -> RecordedProbe:
+        """The probe whose values are in the Parquet file ``source``, read when first used."""
+        probe = cls(signature, None, encoding, None, file)
+        probe._values, probe._source = None, Path(source)
+        return probe
+
+    @property
+    def value(self) -> pa.Array:
+        return self._read()[0]
+
+    @property
+    def absent(self) -> pa.Array | None:
+        return self._read()[1]
+
+    def _read(self) -> tuple[pa.Array, pa.Array | None]:
+        if self._values is None:
+            try:
+                table = read_parquet(self._source)
+            except (OSError, pa.ArrowException) as exc:
+                raise RestreamError(
+                    f"the history file {self._source} cannot be read (its run forgotten "
+                    f"meanwhile?): {exc}"
+                ) from None
+            absent = table.column("absent") if "absent" in table.column_names else None
+            self._values = (
+                table.column("value").combine_chunks(),
+                None if absent is None else absent.combine_chunks(),
+            )
+        return self._values
+
+    def with_file(self, file: Path) -> RecordedProbe:
+        """This probe, tied to ``file`` (see :attr:`file`)."""
+        probe = copy.copy(self)
+        probe.file = file
+        return probe
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RecordedProbe):
+            return NotImplemented
+        return (
+            (self.signature, self.encoding) == (other.signature, other.encoding)
+            and self.value.equals(other.value)
+            and (self.absent is None) == (other.absent is None)
+            and (self.absent is None or self.absent.equals(other.absent))
+        )
+
+    def __repr__(self) -> str:
+        return f"RecordedProbe({self.signature!r}, encoding={self.encoding!r})"
 
     def python_values(self) -> list:
         """The values as Python objects, :data:`ABSENT` where the store had none."""
@@ -301,13 +368,9 @@ class History:
         )
         for info in index["probes"]:
             sig = Signature.from_json(info)
-            table = pq.read_table(where / info["file"])
-            absent = (
-                table.column("absent").combine_chunks() if "absent" in table.column_names else None
-            )
-            value = table.column("value").combine_chunks()
-            file = where / info["file"] if index["format"] == _FORMAT else None
-            hist.probes[sig] = RecordedProbe(sig, value, info["encoding"], absent, file)
+            source = where / info["file"]
+            file = source if index["format"] == _FORMAT else None
+            hist.probes[sig] = RecordedProbe.stored(sig, info["encoding"], source, file)
         return hist
 
     def recorded_at(self, run_dir: str | Path) -> History:
@@ -329,7 +392,7 @@ class History:
         for sig, probe in self.probes.items():
             file, encoding = files.get(sig, (None, None))
             if probe.file is None and file is not None and encoding == probe.encoding:
-                probe = replace(probe, file=file)
+                probe = probe.with_file(file)
             probes[sig] = probe
         return replace(self, probes=probes)
 

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from ..model import values
 from ..model.errors import StateError
 from ._arrow_stores import STORE_META, store_from_table, store_table
+from ._parquet import read_parquet
 
 __all__ = ["STATE_DIR", "write_state", "LazyState", "LazyStore", "recorded_state"]
 
@@ -116,7 +117,7 @@ class LazyStore(Mapping):
     def _dict(self) -> dict:
         if self._data is None:
             try:
-                self._data = store_from_table(pq.read_table(self.path))
+                self._data = store_from_table(read_parquet(self.path))
             except FileNotFoundError:
                 raise StateError(
                     f"the state file {self.path} is gone (its run forgotten meanwhile?)"

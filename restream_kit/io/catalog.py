@@ -37,6 +37,7 @@ from ..model import values
 from ..model.errors import RestreamError
 from ..model.program import Program
 from ._atomic import fsync_path, synced_file, write_synced
+from ._parquet import read_parquet
 from ._state_files import LazyState, write_state
 from .log import Log, default_home, private_dir
 from .result import QUARANTINE_FILE, Metrics, Result, quarantine_table
@@ -392,14 +393,14 @@ class Catalog:
         out_dir = self.runs_dir / run_id
         try:
             tables = {
-                name: pq.read_table(_inside(out_dir, rel))
+                name: read_parquet(_inside(out_dir, rel))
                 for name, rel in manifest["tables"].items()
             }
             state = _state_in(out_dir, manifest)
             fields = values.decode(manifest["metrics"])
             schemas = _schemas_in(manifest.get("schemas", {}))
             quarantine = (
-                pq.read_table(out_dir / QUARANTINE)
+                read_parquet(out_dir / QUARANTINE)
                 if (out_dir / QUARANTINE).exists()
                 else quarantine_table()
             )
@@ -514,7 +515,7 @@ class Catalog:
         if not self.path.exists():
             return None
         try:
-            table = pq.read_table(self.path)
+            table = read_parquet(self.path)
             if table.schema != _SCHEMA:
                 raise ValueError("its columns are not the catalog's")
             return table

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import polars as pl
 import pyarrow as pa
 
+from ._parquet import read_parquet
 from .result import Result
 
 __all__ = [
@@ -516,8 +517,6 @@ def load_run(ref: str | Any, log: Any = None) -> tuple[str, dict[str, pa.Table]]
     import warnings
     from pathlib import Path
 
-    import pyarrow.parquet as pq
-
     from ..model.errors import RestreamError
     from .catalog import Catalog
 
@@ -542,7 +541,7 @@ def load_run(ref: str | Any, log: Any = None) -> tuple[str, dict[str, pa.Table]]
     # A catalog run (manifest.json) or an --out directory (metrics.json) may have no table.
     if not files and not any((path / f).exists() for f in ("metrics.json", "manifest.json")):
         raise RestreamError(f"{path}: no <table>.parquet files (give a replay --out directory)")
-    return ref, {p.stem: pq.read_table(p) for p in files}
+    return ref, {p.stem: read_parquet(p) for p in files}
 
 
 def _by_id(catalog: Any, run_id: str) -> Any:

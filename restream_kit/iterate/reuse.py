@@ -358,8 +358,8 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
         recorder = Recorder(program, log.columns, skip=prep.reused_states, plan=plan)
     sites = prep.sites
     kinds = sorted({k for h in prep.rerun for k in by_name[h].kinds})
-    table = log.table
-    selected = table.filter(pc.is_in(table.column("kind"), pa.array(kinds, pa.string())))
+    # Only the re-run handlers' events, and only the fields they name: never the whole log.
+    selected = log.select(kinds, _fields_named(program, prep.rerun, log.columns))
     total = len(log)
     notify(ReplayStarted("serial", total, 1, ("serial",), log.span_ms))
     notify(EpochStarted(0, total))
@@ -388,15 +388,15 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
             default = program.states[site.state].default
             ns[site.var] = _served_list(prep.probes[site.number], site, default)
         named = compiled.needs_named_events
-        wanted = _columns_read(program, prep.rerun, log.columns) if not named else None
+        if named:  # a handler takes the event itself: every field, by name
+            selected = log.select(kinds)
         make = log.event_type()
         try:
             for batch in selected.to_batches(max_chunksize=65_536):
+                # The loop reads fields by position: those no re-run handler names are None.
+                read = dict(zip(batch.schema.names, batch.columns))
                 rows = zip(
-                    *(
-                        col.to_pylist() if wanted is None or i in wanted else repeat(None)
-                        for i, col in enumerate(batch.columns)
-                    )
+                    *(read[c].to_pylist() if c in read else repeat(None) for c in log.columns)
                 )
                 compiled.run_batch(
                     list(map(lambda r: tuple.__new__(make, r), rows)) if named else list(rows)
@@ -450,16 +450,15 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
     return result, (prep, info)
 
 
-def _columns_read(program: Program, handlers: list[str], columns: list[str]) -> set[int]:
-    """Positions of the log columns the re-run handlers name (``e.col``), and lsn, ts, kind.
-
-    Other columns of the events they get stay None: the inlined loop reads columns by position.
-    """
+def _fields_named(program: Program, handlers: list[str], columns: list[str]) -> list[str]:
+    """The log columns the re-run handlers name (``e.col``, or any ``.col``), and lsn, ts
+    and kind: all that their lowered columns or their inlined loop read of an event (a
+    handler that takes the event whole needs named events, and gets every column)."""
     names = set()
     for fn in program.module_ast.body:
         if isinstance(fn, ast.FunctionDef) and fn.name in handlers:
             names |= {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
-    return {0, 1, 2} | {i for i, c in enumerate(columns) if c in names}
+    return [c for c in columns if c in ("lsn", "ts", "kind") or c in names]
 
 
 def _tables(recorded: Result, new: dict, reused_handlers: set, positions: dict) -> dict:
