@@ -156,8 +156,10 @@ def run_checkpointed(setup: Setup) -> Result:
                 program, stores, ran.carried.get(j, []), begun.quarantined + failed
             )
             state["scheduled_total"] = begun.scheduled + made
-        if ck is not None:
-            ck.commit(ep.index, ep.stop, state, new_rows, last=final)
+        if ck is not None:  # written beside the next epoch's or wave's work
+            ck.commit_soon(ep.index, ep.stop, state, new_rows, last=final)
+            if final:
+                ck.flush()  # (a replay returns with its checkpoint complete)
         if kept is not None:
             kept.add(ep, state, new_rows)
         outputs = emitted_tables(rows, columns, names)
