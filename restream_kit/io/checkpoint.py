@@ -65,6 +65,7 @@ from ._arrow_stores import (
     store_from_table,
 )
 from ._atomic import fsync_path, write_synced
+from ._commit_writer import CommitWriter
 
 __all__ = [
     "CheckpointError",
@@ -172,6 +173,7 @@ class Checkpointer:
                 )
         else:
             self.manifest = self._fresh()
+        self._writer: CommitWriter | None = None
 
     def _fresh(self) -> dict[str, Any]:
         return {
@@ -234,6 +236,22 @@ class Checkpointer:
         os.replace(self.directory / f".{MANIFEST}.tmp", self.directory / MANIFEST)
         fsync_path(self.directory)
         self.manifest = manifest
+
+    def commit_soon(
+        self, epoch: int, done: int, state: Any, rows: Any, *, last: bool = False
+    ) -> None:
+        """:meth:`commit` on the checkpoint's writer thread, after the commits given before
+        (``_commit_writer``): the caller goes on meanwhile, and must not change ``state`` or
+        ``rows`` after. :meth:`flush` waits for them."""
+        if self._writer is None:
+            self._writer = CommitWriter()
+        self._writer.put(lambda: self.commit(epoch, done, state, rows, last=last))
+
+    def flush(self) -> None:
+        """Wait until every commit given to :meth:`commit_soon` is written; raise the first
+        that failed."""
+        if self._writer is not None:
+            self._writer.wait()
 
 
 # -- snapshots: committed epochs read back --------------------------------------------------

@@ -132,7 +132,7 @@ class _Replay:
         self.opened: tuple[Any, Any] | None = None  # (checkpointer, start), once opened
         self.begun: Any = None  # the pass path's start, made once (``_pass_epochs._begun``)
         self.until: int | None = None  # the last epoch of the wave running (``_waves``)
-        self.carried: Carried | None = None  # where the prefix path's last wave left off
+        self.carried: Any = None  # where the last wave left off (a path's own kept values)
         self.job_group = f"restream-{id(self):x}-{time.monotonic_ns()}"
         if self.cancel is not None:
             self.cancel.on_cancel(self._interrupt)
@@ -188,9 +188,9 @@ class _Replay:
             raise
 
     def resume_next_wave(self) -> None:
-        """Start the next wave from what the last one committed: on the prefix path from the
-        values it kept (``self.carried``, what the checkpoint holds), else from the checkpoint
-        opened again, as a resume."""
+        """Start the next wave from what the last one committed: from the values it kept
+        (``self.carried``, what the checkpoint holds: either path keeps them), else from the
+        checkpoint opened again, as a resume."""
         self.options = dataclasses.replace(self.options, resume=True)
         if self.carried is None:
             self.opened = self.begun = None

@@ -27,9 +27,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...io._arrow_stores import MIN_KEYS, FutureColumns, future_parts_columns
+from ...io._arrow_stores import (
+    MIN_KEYS,
+    FutureColumns,
+    RowsColumns,
+    future_from_table,
+    future_parts_columns,
+    rows_from_table,
+)
 from ...io.checkpoint import (
     CheckpointError,
+    Start,
     check_states,
     restore_serial_state,
     state_declarations,
@@ -121,6 +129,7 @@ def run_checkpointed(setup: Setup) -> Result:
     quarantined = sorted(ran.quarantined, key=lambda q: (q[0], q[1]))
     seen = dict.fromkeys(begun.rows)  # the tables emitted so far
     every: tuple[list, dict] = ([], {})  # all epochs' rows, for the tables
+    kept = _Kept(begun) if until is not None and ck is not None else None
     for j, ep in enumerate(epochs):
         rep._check_cancel()
         rep.notify(EpochStarted(ep.index, len(ep)))
@@ -147,13 +156,19 @@ def run_checkpointed(setup: Setup) -> Result:
                 program, stores, ran.carried.get(j, []), begun.quarantined + failed
             )
             state["scheduled_total"] = begun.scheduled + made
-        if ck is not None:
-            ck.commit(ep.index, ep.stop, state, new_rows, last=final)
+        if ck is not None:  # written beside the next epoch's or wave's work
+            ck.commit_soon(ep.index, ep.stop, state, new_rows, last=final)
+            if final:
+                ck.flush()  # (a replay returns with its checkpoint complete)
+        if kept is not None:
+            kept.add(ep, state, new_rows)
         outputs = emitted_tables(rows, columns, names)
         settled = None if final else ends[j][0]
         elapsed = time.perf_counter() - committing
         rep.notify(EpochFinished(ep.index, ep.stop, elapsed, outputs, settled))
         rep.notify(Progress(ep.stop, total, time.perf_counter() - setup.started))
+    if kept is not None and kept.last is not None:  # a wave: the next starts from it as it is
+        rep.begun, rep.opened, rep.carried = kept.begun(), (ck, kept.start()), kept
     if ck is not None:
         committed = (
             f", its state at each of the {len(epochs)} epochs' ends committed to the checkpoint"
@@ -237,6 +252,38 @@ class _Begun:
         # A serial checkpoint counts them per root; this engine keeps their total beside.
         before = start.state.get("scheduled_total", sum(state["scheduled_per_root"].values()))
         return cls(notes, state, start.done, rows, list(state["quarantined"]), before)
+
+
+class _Kept:
+    """What a wave (``_waves``) committed, kept for the next wave of the same replay: its
+    start as a resume would read it back from the checkpoint (:meth:`begun`, :meth:`start`),
+    without reading it, and with the values live (nothing to rebuild)."""
+
+    def __init__(self, begun: _Begun):
+        self.rows = {name: list(rows) for name, rows in begun.rows.items()}
+        self.last: tuple[Epoch, dict] | None = None
+
+    def add(self, ep: Epoch, state: dict, rows: dict) -> None:
+        """Epoch ``ep`` committed with ``state`` and ``rows`` (table -> rows or columns)."""
+        self.last = (ep, state)
+        for name, some in rows.items():
+            some = rows_from_table(some.table) if type(some) is RowsColumns else some
+            self.rows.setdefault(name, []).extend(some)
+
+    def begun(self) -> _Begun:
+        ep, state = self.last
+        future = state["future"]
+        if type(future) is FutureColumns:
+            future = future_from_table(future.table, future.arity)
+        live = {**state, "future": future}
+        live.pop("scheduled_total", None)
+        return _Begun(
+            [], live, ep.stop, self.rows, list(state["quarantined"]), state["scheduled_total"]
+        )
+
+    def start(self) -> Start:
+        ep, state = self.last
+        return Start(epoch=ep.index, done=ep.stop, state=state, resumed=True)
 
 
 def _restart(program: Any, start: Any) -> tuple[list[str], dict[str, Any]]:

@@ -16,8 +16,9 @@ either engine, reads what a serial checkpoint holds.
 A resume of the same program continues here too (``start_deltas``): the committed state is
 the delta of an epoch before every other (chunk -1), and the epochs after it run as usual.
 
-A commit writes the dicts as they are (the next epoch's changes come after it returns), so
-nothing is copied; the last epoch's dicts are the replay's final state. A big state is kept
+A commit is written on the checkpoint's writer thread while the next epoch folds
+(``Checkpointer.commit_soon``), so it takes a copy of each small dict; the last epoch's
+dicts are the replay's final state. A big state is kept
 as columns instead (:class:`_Kept`), folded with polars joins epoch by epoch, committed as
 those columns, and made a dict once at the end: walking a dict of 144,000 tuple keys into
 columns at every commit cost most of a checkpoint's time.
@@ -108,8 +109,8 @@ def commit_epochs(
         tables.update(dict.fromkeys(new_rows))
         state = {
             "states": declared,
-            "stores": {
-                name: kept[name].committed() if name in kept else store
+            "stores": {  # (dicts copied: the commit is written while the next epoch folds)
+                name: kept[name].committed() if name in kept else dict(store)
                 for name, store in stores.items()
             },
             "future": [],
@@ -120,7 +121,9 @@ def commit_epochs(
         }
         last = ep is epochs[-1] and until is None
         committed[ep.index] = {t: new_rows.get(t, []) for t in tables}
-        ck.commit(ep.index, ep.stop, state, committed[ep.index], last=last)
+        ck.commit_soon(ep.index, ep.stop, state, committed[ep.index], last=last)
+        if last:
+            ck.flush()  # (a replay returns with its checkpoint complete)
         outputs = per_epoch.get(chunk, {}) if chunk is not None else {}
         # Every event of the log has run: all rows are final.
         notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
@@ -302,9 +305,10 @@ class _Kept:
         self._to_columns()
 
     def committed(self) -> dict | StoreColumns:
-        """What a commit writes: the dict, or the columns as they are."""
+        """What a commit writes: a copy of the dict (the next fold changes it while the
+        commit is written), or the columns as they are (a fold makes new ones)."""
         if self.frame is None:
-            return self.store
+            return dict(self.store)
         return StoreColumns(self._table(), self.info.arity if self.info.tuple_key else None)
 
     def final(self) -> dict:

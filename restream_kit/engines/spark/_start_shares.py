@@ -51,6 +51,10 @@ __all__ = [
 #: The column of a share row's entry (null on events): see :func:`share_frame`.
 SHARE = "_rs_share"
 _FIRST = -(1 << 63)  # a share row's time: before every event
+#: ``_key_partitions`` of the last few passes, by log and arrangement: a replay in waves
+#: (``_waves``) deals a start at every wave, and the keys' partitions never change.
+_KEY_PARTS: dict[tuple, dict] = {}
+_KEY_PARTS_KEPT = 4
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,9 @@ def _key_partitions(setup: Any, p: Any, n: int) -> dict:
 
     by = list(setup.local[p.index])
     kinds = setup.log_kinds[p.index]
+    cached = (setup.log.fingerprint, tuple(by), kinds, n, p.partition)
+    if cached in _KEY_PARTS:
+        return _KEY_PARTS[cached]
     parts = partition_of(setup.events, setup.log.fingerprint, tuple(by), kinds, n)
     frame = (
         pl.from_arrow(setup.events.table.select(by))
@@ -152,7 +159,11 @@ def _key_partitions(setup: Any, p: Any, n: int) -> dict:
     )
     columns = [frame.get_column(c).to_list() for c in by]
     keys = list(zip(*columns)) if _tupled(p.partition) else columns[0]
-    return dict(zip(keys, frame.get_column("_rs_part").to_list()))
+    found = dict(zip(keys, frame.get_column("_rs_part").to_list()))
+    while len(_KEY_PARTS) >= _KEY_PARTS_KEPT:
+        del _KEY_PARTS[next(iter(_KEY_PARTS))]
+    _KEY_PARTS[cached] = found
+    return found
 
 
 def shares_rows(pp: Any, p: Any, state: dict) -> bool:

@@ -24,6 +24,7 @@ least one epoch, so a kill loses at most one interval and one epoch of work.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Any
@@ -124,7 +125,7 @@ def in_waves(rep: Any, run: Any) -> Any:
     committed; the result is the last wave's, told as the whole replay's."""
     if not rep.options.get("checkpoint") or rep.history is not None:
         return run()  # (a history is recorded over the whole log, without a checkpoint)
-    _ck, first = rep.open_checkpoint()
+    ck, first = rep.open_checkpoint()
     epochs = remaining(cut(rep.log, rep.options.get("epoch")), first)
     every = parse_every(rep.options.get("checkpoint_every"))
     measured = (rep.program.sha256, rep.log.fingerprint, rep.options.get("master"))
@@ -145,6 +146,12 @@ def in_waves(rep: Any, run: Any) -> Any:
                 break
             rep._check_cancel()
             rep.resume_next_wave()
+    except BaseException:
+        # The commits still being written are whole epochs' work: on disk before the error
+        # goes up (theirs, if one failed, is not the one to tell).
+        with contextlib.suppress(Exception):
+            ck.flush()
+        raise
     finally:
         rep.notify, rep.until, rep.carried = notify, None, None
     return _as_whole(result, first, waves, len(epochs), notes)
