@@ -87,6 +87,18 @@ class Pass:
     # Partitioned by a key read from an upstream state (``_lookup_stages``): that state, the
     # key it is read by, and the probe slots whose values (in handler order) partition it.
     lookup: tuple = ()
+    # Partitioned by an element of its states' keys (``e.key`` of ``(e.key, e.start)``): the
+    # position of that element in each such state's keys, so that a write of the state sent
+    # here (or a start's value of it) goes to the partition of the element, where the events
+    # that read it are, not to the partition of the whole key.
+    elements: dict[str, int] = field(default_factory=dict)
+
+    def partition_value(self, state: str, key: Any) -> Any:
+        """The value of this pass's partition expression that ``state``'s key ``key`` has."""
+        i = self.elements.get(state)
+        if i is None or type(key) is not tuple or len(key) <= i:
+            return key
+        return key[i]
 
     @property
     def event_kinds(self) -> tuple[str, ...]:
@@ -441,6 +453,7 @@ def _plan(program: Program, plan, lookups: bool) -> PassPlan:
                 stages=tuple(d["stages"]),
                 copies=d["copies"],
                 lookup=lookup_of(d, probes, n),
+                elements=_elements(d, homes, accesses) if d.get("element") else {},
             )
         )
     # Who sends what to whom: probe values, or writes and scheduled events (after which an
@@ -468,6 +481,25 @@ def _plan(program: Program, plan, lookups: bool) -> PassPlan:
         None,
         bool(schedulers),
     )
+
+
+def _elements(d: dict, homes: tuple[str, ...], accesses: Any) -> dict[str, int]:
+    """Of a pass partitioned by an element of its states' keys: each held state whose keys
+    are tuples with that element, and the element's position in them (the planner found it
+    common to every key of the state, ``planner.ir._own_partition``)."""
+    partition = d["partition"]
+    found = {}
+    for name in homes:
+        own = [a for _h, a, _k in accesses(d) if a.state == name]
+        if not own or all(k == partition for _h, a, k in accesses(d) if a.state == name):
+            continue
+        if any(a.parts is None for a in own):
+            continue
+        for i in range(min(len(a.parts) for a in own)):
+            if all(a.parts[i][0] == partition for a in own):
+                found[name] = i
+                break
+    return found
 
 
 def _fuse_readers(drafts: list[dict], accesses: Any, program: Program, info: dict) -> None:
