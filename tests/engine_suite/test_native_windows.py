@@ -57,17 +57,21 @@ def window_decls(draw, name: str) -> tuple[str, str, bool]:
 def windowed_programs(draw) -> str:
     """Two windows added to by kind ``a`` (both keyed by ``k`` or by ``(k, j)``), sliding
     ones read after each add, closing ones emitting to their table or from ``on_close``
-    functions; sometimes a user handler on a close kind, or a timer that lands on the same
-    times as the closes."""
+    functions; some adds a step before their event's time (out of time order); sometimes a
+    user handler on a close kind, or a timer that lands on the same times as the closes."""
     source = HEADER
     adds = []
     key = draw(st.sampled_from(["e.k", "(e.k, e.j)"]))
     for name in ("w1", "w2"):
         decl, block, closing = draw(window_decls(name))
         source += decl + block
-        adds.append(f"    {name}.add({key}, e.v)\n")
+        # Sometimes at a time other than the event's: adds then come out of time order.
+        late = ", ts=e.ts - 1" if draw(st.integers(0, 3)) == 0 else ""
+        adds.append(f"    {name}.add({key}, e.v{late})\n")
         if not closing:
-            adds.append(f"    if {name}.value({key}) > 2:\n        emit('hot', w={name!r})\n")
+            adds.append(
+                f"    if ({name}.value({key}) or 0) > 2:\n        emit('hot', w={name!r})\n"
+            )
         elif draw(st.integers(0, 4)) == 0:
             source += (
                 f"@on({name + ':close'!r})\ndef {name}_listener(e):\n"
