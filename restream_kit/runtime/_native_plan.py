@@ -40,16 +40,16 @@ def native_plan(program: Any) -> dict[str, tuple[bool, str]]:
                 if window.agg in ("min", "max", "distinct")
                 else "its timed decrements written straight to the runtime"
             )
-            out[name] = (True, f"native: {how}")
+            out[name] = (True, f"fused: {how}")
         elif isinstance(window, Session):
             how = (
                 "one queued close per session, moved as the session goes on"
                 if at_event
                 else "one queued close per add (added at times other than its events')"
             )
-            out[name] = (True, f"native: {how}")
+            out[name] = (True, f"fused: {how}")
         else:
-            out[name] = (True, "native: one close per window, windows ending together batched")
+            out[name] = (True, "fused: one close per window, windows ending together batched")
     return out
 
 

@@ -6,6 +6,7 @@ random logs with ties, gaps longer than a window and kinds the program has no ha
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from engine_matrix import assert_same_result
@@ -13,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import restream_kit as rk
+from restream_kit.engines import engines
+from restream_kit.planner.render import plan_text
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
@@ -190,3 +193,37 @@ def test_spark_runs_an_on_close_function_beside_a_close_listener(spark_session):
     got = rk.replay(program, log, engine="spark", partitions=2)
     assert_same_result(got, want)
     assert got.tables["closed"].equals(want.tables["closed"])
+
+
+FUSION = (
+    HEADER + "w = tumbling(10, 'count', table='w')\n"
+    "s = session(5, 'distinct', table='s')\n"
+    "d = sliding(5, 'distinct')\n"
+    "@on('w:close')\ndef listen(e):\n    emit('heard', key=e.key)\n"
+    "@on('a')\ndef track(e):\n    w.add(e.k)\n    s.add(e.k, e.v)\n    d.add(e.k, e.v, ts=e.ts - 1)\n"
+)
+
+
+def test_the_path_and_the_plan_say_which_windows_run_fused_and_why_not():
+    program = rk.Program.from_source(FUSION, name="fusion")
+    log = rk.Log([{"ts": t, "kind": "a", "k": t % 2, "j": 0, "v": t % 3} for t in range(20)])
+    path = rk.replay(program, log).metrics.path
+    assert path["window s"].startswith("fused: one queued close per session")
+    assert path["window w"].startswith("off: a handler listens on the close kind 'w:close'")
+    assert "(listen)" in path["window w"]
+    assert path["window d"] == "off: added at times other than its events' (ts=...)"
+    # The plan says the same before any replay, in its text.
+    text = plan_text(rk.plan(program))
+    for name, how in path.items():
+        assert f"  {name.removeprefix('window ')}: {how}" in text
+    # A replay that keeps every expansion says why.
+    off = rk.replay(program, log, native_windows=False).metrics.path
+    assert set(off) == set(path)
+    assert all(how == "off: native_windows=False" for how in off.values())
+    # Spark runs windows as their expansion, and its path says so where each window's state is.
+    said = engines()["spark"].layout(program, log, {"partitions": 2, "path": "passes"})
+    for name in ("w", "s", "d"):
+        (where,) = [
+            what for what in said.values() if re.search(rf"windows? [\w, ]*\b{name}\b", what)
+        ]
+        assert "not fused" in where

@@ -92,6 +92,7 @@ class Pass:
     # here (or a start's value of it) goes to the partition of the element, where the events
     # that read it are, not to the partition of the whole key.
     elements: dict[str, int] = field(default_factory=dict)
+    windows: tuple[str, ...] = ()  # the windows whose state it holds (``_window_notes``)
 
     def partition_value(self, state: str, key: Any) -> Any:
         """The value of this pass's partition expression that ``state``'s key ``key`` has."""
@@ -105,7 +106,17 @@ class Pass:
         return tuple(dict.fromkeys((*self.kinds, *self.probe_kinds)))
 
     def describe(self, partitions: int) -> str:
-        """What ran, as the path says it."""
+        """What ran, as the path says it (and the windows it runs, none of them fused)."""
+        said = self._describe(partitions)
+        if self.windows:
+            names = ", ".join(self.windows)
+            said += (
+                f"; window{'s' if len(self.windows) > 1 else ''} {names} not fused: "
+                "Spark runs windows as their expansion (closes sent once per window)"
+            )
+        return said
+
+    def _describe(self, partitions: int) -> str:
         if self.partition == SINGLE:
             return f"sequential in one task: {self.reason or 'the plan says so'}"
         if self.partition == ORDER:
@@ -152,9 +163,23 @@ def plan_passes(program: Program, plan, lookups: bool = True) -> PassPlan:
         pp = _plan(program, plan, lookups)
         if any(p.lookup for p in pp.passes) and not (forwards(pp) and packed_straight(pp)):
             pp = _plan(program, plan, False)  # (its events could not travel with their values)
-        return pp
     except _Unsplit as exc:
-        return _single(program, str(exc))
+        pp = _single(program, str(exc))
+    return _window_notes(program, pp)
+
+
+def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
+    """Each window named by the first pass that holds one of its states (the path says so)."""
+    where: dict[int, list[str]] = {}
+    for name in program.windows:
+        for p in pp.passes:
+            if any(state.startswith(f"{name}__") for state in p.homes):
+                where.setdefault(p.index, []).append(name)
+                break
+    if not where:
+        return pp
+    passes = tuple(replace(p, windows=tuple(where.get(p.index, ()))) for p in pp.passes)
+    return replace(pp, passes=passes)
 
 
 def forwards(pp: PassPlan) -> bool:
