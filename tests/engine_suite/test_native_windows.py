@@ -57,11 +57,12 @@ def window_decls(draw, name: str) -> tuple[str, str, bool]:
 
 
 @st.composite
-def windowed_programs(draw) -> str:
+def windowed_programs(draw, late: bool = True) -> str:
     """Two windows added to by kind ``a`` (both keyed by ``k`` or by ``(k, j)``), sliding
     ones read after each add, closing ones emitting to their table or from ``on_close``
     functions; some adds a step before their event's time (out of time order); sometimes a
-    user handler on a close kind, or a timer that lands on the same times as the closes."""
+    user handler on a close kind, or a timer that lands on the same times as the closes.
+    ``late=False``: every add at its event's time (see the Spark xfail below)."""
     source = HEADER
     adds = []
     key = draw(st.sampled_from(["e.k", "(e.k, e.j)"]))
@@ -69,8 +70,8 @@ def windowed_programs(draw) -> str:
         decl, block, closing = draw(window_decls(name))
         source += decl + block
         # Sometimes at a time other than the event's: adds then come out of time order.
-        late = ", ts=e.ts - 1" if draw(st.integers(0, 3)) == 0 else ""
-        adds.append(f"    {name}.add({key}, e.v{late})\n")
+        earlier = ", ts=e.ts - 1" if late and draw(st.integers(0, 3)) == 0 else ""
+        adds.append(f"    {name}.add({key}, e.v{earlier})\n")
         if not closing:
             adds.append(
                 f"    if ({name}.value({key}) or 0) > 2:\n        emit('hot', w={name!r})\n"
@@ -131,7 +132,7 @@ def test_native_windows_equal_their_expansion(source, log):
 
 
 @settings(max_examples=SPARK_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(source=windowed_programs(), log=logs)
+@given(source=windowed_programs(late=False), log=logs)
 def test_spark_equals_the_native_serial_engine(source, log, spark_session):
     program = rk.Program.from_source(source, name="native")
     the_log = rk.Log(log)
@@ -153,6 +154,20 @@ def test_a_window_with_a_listener_on_its_closes_keeps_its_expansion():
     assert got.tables["heard"].num_rows == 4
     assert got.tables["w"].num_rows == 3
     _assert_same(got, rk.replay(program, log, native_windows=False))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap of the Spark engine (on main too): a window's close scheduled at the "
+    "time of the event that adds to it (an add with ts= earlier than the event) does not run",
+)
+def test_spark_closes_a_window_that_ends_at_its_adding_event(spark_session):
+    source = HEADER + "w = tumbling(3, 'count', table='w')\n@on('a')\ndef track(e):\n"
+    program = rk.Program.from_source(source + "    w.add(e.k, ts=e.ts - 1)\n", name="ends_now")
+    log = rk.Log([{"ts": 0, "kind": "a", "k": 0, "j": 0, "v": 0}])
+    want = rk.replay(program, log)
+    assert want.tables["w"].num_rows == 1
+    assert_same_result(rk.replay(program, log, engine="spark", partitions=2), want)
 
 
 TWO_CALLBACKS = (
