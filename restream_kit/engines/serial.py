@@ -47,7 +47,7 @@ from ..runtime import (
     run_scheduled,
 )
 from ..runtime.quarantine import check_on_error, event_fields
-from ..runtime.windows import fuse_windows
+from ..runtime.windows import Fused, fuse_windows, native_plan
 from ._gc import without_collector
 
 __all__ = [
@@ -128,11 +128,10 @@ def replay(
         guarded=guarded,
         hooks=recorded.hooks if recorded is not None else (),
     )
-    native = _options.get("native_windows", True) and ck is None and start is None
-    if native and not guarded and recorded is None:
-        # Windows run natively: the same effects, cheaper. Not with a checkpoint: its queue of
-        # scheduled events must be the expansion's, which every engine reads and writes.
-        fuse_windows(compiled, rt)
+    # Windows run natively: the same effects, cheaper. Not with a checkpoint or a start: its
+    # queue of scheduled events must be the expansion's, which every engine reads and writes.
+    off = _windows_off(_options.get("native_windows", True), ck, start, guarded, recorded)
+    fused = Fused() if off else fuse_windows(compiled, rt)
     by_kind.update(compiled.handlers_by_kind())
     run_batch = compiled.run_batch
     epochs = cut(log, epoch)
@@ -163,6 +162,8 @@ def replay(
                 notify(Progress(done, total, time.perf_counter() - started))
             if ep.index == last_index and final:
                 flush(rt, by_kind)
+            if ep.index == last_index:
+                fused.finish()
             outputs = _new_rows(rt.rows, published) if observer is not None else {}
             last = ep.index == last_index
             if ck is not None:
@@ -193,6 +194,7 @@ def replay(
         span_ms=log.span_ms,
         rows={name: t.num_rows for name, t in tables.items()},
         epochs=len(epochs),
+        path=window_path(program, fused, off),
     )
     notify(ReplayFinished(total, wall))
     resumed = start.next_epoch if start is not None and start.resumed else None
@@ -220,6 +222,29 @@ def replay(
         on_error=on_error,
         resumed_from_epoch=resumed,
     )
+
+
+def _windows_off(native: bool, ck: Any, start: Any, guarded: bool, recorded: Any) -> str | None:
+    """Why this replay runs every window as its expansion, or None when they may run
+    natively (``runtime.windows``)."""
+    if not native:
+        return "off: native_windows=False"
+    if ck is not None or start is not None:
+        return "off: a checkpoint or a start keeps the expansion's queue of closes"
+    if guarded:
+        return "off: on_error skip or quarantine rolls runs back through the journal"
+    if recorded is not None:
+        return "off: the run's history records the expansion's reads"
+    return None
+
+
+def window_path(program: Program, fused: Fused, off: str | None) -> dict[str, str]:
+    """``metrics.path`` of a serial replay: per window, whether it ran natively and how, or
+    why it ran as its expansion."""
+    said = {name: why for name, (_native, why) in native_plan(program).items()}
+    if off is not None:
+        said = {name: why if why.startswith("its expansion") else off for name, why in said.items()}
+    return {f"window {name}": why for name, why in said.items()}
 
 
 def _history_stores(program, log, history, guarded, start, ck):

@@ -63,6 +63,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..model.program import Program
+from ..runtime._native_plan import native_plan
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -338,6 +339,10 @@ class Plan:
     #: Per parameter (``x = param("x", 2.0)``), the handlers that name it, directly or
     #: through helpers; handlers downstream of those depend on it through state.
     params: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Per window, how the serial engine runs it: natively (fused: its aggregates held in
+    #: place, its closes computed as time passes) or as its expansion, and why
+    #: (``runtime._native_plan``); the Spark engine runs every window as its expansion.
+    windows: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def handler(self, name: str) -> HandlerInfo:
         for h in self.handlers:
@@ -557,6 +562,7 @@ def build_plan(
         critical_path=(),
         warnings=tuple(unique),
         params=_param_reach(program),
+        windows=tuple((name, why) for name, (_native, why) in native_plan(program).items()),
     )
     return replace(plan, critical_path=static_critical_path(plan))
 

@@ -110,6 +110,9 @@ def plan_text(plan: Plan) -> str:
         )
         for note in data.notes:
             lines.append(f"  note: {note}")
+    if plan.windows:
+        lines += ["", "Windows (serial engine: native runs them fused; Spark, as their expansion)"]
+        lines += [f"  {name}: {how}" for name, how in plan.windows]
     if plan.warnings:
         lines += ["", "Warnings"]
         for w in plan.warnings:

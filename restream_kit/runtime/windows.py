@@ -6,43 +6,62 @@ value added, and generated helpers. That code is what the planner reads and what
 engine runs. The serial engine replaces the generated helpers of a compiled program with the
 functions below, which keep every observable effect of the expansion:
 
-- the window states hold the same keys and values after every event (so reads, the final
-  state and checkpoints are the same);
+- the window states hold the same keys and values as the expansion's once the replay ends,
+  and every read of a window (``value``, a close's aggregate) sees what the expansion's does;
 - tumbling and hopping: only the close scheduled by a window's first value can emit (the
   expansion's later closes find the window gone or still counting and do nothing, see
   ``expand_windows``), so only that one is put in the runtime's queue of scheduled events;
   the others only take their number (``seq``) from the runtime, as the expansion's do, so
   every row keeps its ``lsn`` and ``seq`` and ``Metrics.scheduled_events`` is unchanged;
-- session: every value still schedules a close, as a light event in the same queue (the
-  session's close check is the expansion's);
+- session: every value takes its number (``seq``) as its close would; when the adds come at
+  their events' times (``_native_plan.adds_at_event_time``), an open session has one entry
+  in the queue, which moves to the close that will emit (the first one scheduled at the
+  last time plus the gap) when it comes up; otherwise one light close per add, whose check
+  is the expansion's;
 - sliding count, sum and mean: the same increments now and timed decrements, written to the
-  runtime's queues directly;
+  runtime's queues directly; min, max and distinct: a queue per key changed in place
+  (``_sliding_queues``), whose tuples the state gets when the replay ends;
+- ``distinct`` of a closing window: a set per window added to in place, the state's
+  frozensets written when the replay ends (``Fused.finish``): nothing else reads them before;
 - a close writes its row and calls the ``on_close`` functions as the generated handler does.
 
 A window keeps its expansion when another handler listens to its close events (each of them
-must run), and the engine keeps the expansion for guarded replays (``on_error`` skip or
-quarantine roll runs back through the runtime's journal) and for recorded histories.
+must run), or (sliding distinct) when it is added to at other times than its events'
+(``_native_plan.native_plan`` says so); the engine keeps it for guarded replays
+(``on_error`` skip or quarantine roll runs back through the runtime's journal), recorded
+histories, checkpoints and starts (``engines.serial._windows_off``).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..compiler.compile import CompiledProgram, dict_name
 from ..compiler.expand_windows import close_kind
 from ..model.windows import Hopping, Session, Sliding, Tumbling
+from ._native_plan import adds_at_event_time, native_plan
+from ._sliding_queues import sliding_distinct, sliding_extremes
 from .semantics import ScheduledEvent, SerialRuntime, TimeTravelError
 
-__all__ = ["fuse_windows"]
+__all__ = ["fuse_windows", "Fused", "native_plan"]
+
+#: The entry of a builder's result that is not a helper: what writes the window's state once
+#: the replay ends (``Fused.finish``).
+FINISH = "__finish__"
 
 
 class _Close(ScheduledEvent):
-    """A close event of a tumbling, hopping or session window (fields ``key``, ``start``)."""
+    """A close event of a tumbling, hopping or session window (fields ``key``, ``start``);
+    ``order`` its place in the queue (a session's entry, see ``_session``)."""
 
-    def __init__(self, kind: str, ts: int, lsn: int, seq: int, key: Any, start: Any):
+    def __init__(
+        self, kind: str, ts: int, lsn: int, seq: int, key: Any, start: Any, order: int = 0
+    ):
         self.key = key
+        self.order = order
         if start is not None:
             self.start = start
         self.kind = kind
@@ -64,35 +83,50 @@ class _Batch(ScheduledEvent):
         self.index = index
 
 
+@dataclass
+class Fused:
+    """What :func:`fuse_windows` did: the windows that run natively, why the others keep
+    their expansion (window -> reason), and what writes the native windows' state at the end
+    of the replay (:meth:`finish`)."""
+
+    names: list[str] = field(default_factory=list)
+    off: dict[str, str] = field(default_factory=dict)
+    finishers: list[Callable] = field(default_factory=list)
+
+    def finish(self) -> None:
+        """Write what the native windows hold in their own structures into their states."""
+        for finish in self.finishers:
+            finish()
+
+
 def fuse_windows(
     compiled: CompiledProgram, rt: SerialRuntime, *, batch_closes: bool = True
-) -> list[str]:
-    """Replace the generated helpers of ``compiled``'s windows with native ones; return the
-    names of the windows that run natively (the others keep their expansion).
+) -> Fused:
+    """Replace the generated helpers of ``compiled``'s windows with native ones where they
+    can run natively (:func:`native_plan` says which and why not); the engine calls
+    ``finish()`` on the result once the replay has run.
 
     ``batch_closes`` puts the closes of a tumbling or hopping window that end at one time in
     one entry of the runtime's queue (the engine turns it off when it checkpoints, since a
     checkpoint keeps the queue's events as they are)."""
     program = compiled.program
-    listeners: dict[str, set[str]] = {}
-    for h in program.handlers:
-        for kind in h.kinds:
-            listeners.setdefault(kind, set()).add(h.name)
-    fused = []
-    for name, window in program.windows.items():
-        builder = _BUILDERS.get(type(window))
-        if builder is None:
+    fused = Fused()
+    for name, (native, why) in native_plan(program).items():
+        if not native:
+            fused.off[name] = why
             continue
-        if not isinstance(window, Sliding):
-            if listeners.get(close_kind(name), set()) != {f"{name}__close"}:
-                continue
+        window = program.windows[name]
         fail = _raiser(program.filename, compiled.namespace[f"{name}__add"])
-        replaced = builder(name, window, compiled.namespace, rt, batch_closes, fail)
-        if replaced is None:
-            continue
+        timed = isinstance(window, (Session, Sliding))
+        extra = {"event_time": adds_at_event_time(program, name)} if timed else {}
+        builder = _BUILDERS[type(window)]
+        replaced = builder(name, window, compiled.namespace, rt, batch_closes, fail, **extra)
+        finish = replaced.pop(FINISH, None)
+        if finish is not None:
+            fused.finishers.append(finish)
         compiled.namespace.update(replaced)
-        fused.append(name)
-    if fused:
+        fused.names.append(name)
+    if fused.names:
         compiled.handlers = tuple(
             (hname, compiled.namespace[hname]) for hname, _fn in compiled.handlers
         )
@@ -113,12 +147,13 @@ def _store(namespace: dict, name: str) -> dict:
     return namespace[dict_name(name)]
 
 
-def _aggregate(window: Any, namespace: dict, n: str) -> tuple[Callable, Callable, tuple]:
-    """(merge ``value`` into window ``w``, the aggregate of ``w``, the stores to delete)."""
+def _aggregate(window: Any, namespace: dict, n: str) -> tuple[Callable, Callable, tuple, dict]:
+    """(merge ``value`` into window ``w``, the aggregate of ``w``, the stores to delete, and
+    ``{FINISH: finish}`` when the aggregate keeps structures of its own)."""
     agg = window.agg
     counts = _store(namespace, f"{n}__n")
     if agg == "count":
-        return None, lambda w: counts.get(w, 0), ()
+        return None, lambda w: counts.get(w, 0), (), {}
     if agg in ("sum", "mean"):
         sums = _store(namespace, f"{n}__sum")
 
@@ -126,8 +161,8 @@ def _aggregate(window: Any, namespace: dict, n: str) -> tuple[Callable, Callable
             sums[w] = sums.get(w, 0) + value
 
         if agg == "sum":
-            return merge, lambda w: sums.get(w, 0), (sums,)
-        return merge, lambda w: sums.get(w, 0) / counts.get(w, 0), (sums,)
+            return merge, lambda w: sums.get(w, 0), (sums,), {}
+        return merge, lambda w: sums.get(w, 0) / counts.get(w, 0), (sums,), {}
     if agg in ("min", "max"):
         best = _store(namespace, f"{n}__best")
         lower = agg == "min"
@@ -139,15 +174,25 @@ def _aggregate(window: Any, namespace: dict, n: str) -> tuple[Callable, Callable
             else:
                 best[w] = old
 
-        return merge, best.get, (best,)
+        return merge, best.get, (best,), {}
+    # distinct: a set per window, added to in place (the expansion copies a frozenset on
+    # every new value); the state gets the open windows' frozensets when the replay ends.
     values = _store(namespace, f"{n}__values")
+    sets: dict = {}
     empty = frozenset()
 
     def merge(w: Any, value: Any) -> None:
-        old = values.get(w, empty)
-        values[w] = old if value in old else old | {value}
+        held = sets.get(w)
+        if held is None:
+            sets[w] = {value}
+        else:
+            held.add(value)
 
-    return merge, lambda w: len(values.get(w, empty)), (values,)
+    def finish() -> None:
+        for w, held in sets.items():
+            values[w] = frozenset(held)
+
+    return merge, lambda w: len(sets.get(w, empty)), (sets, values), {FINISH: finish}
 
 
 def _closer(
@@ -212,7 +257,7 @@ def _aligned(
     batch: bool,
     fail: Callable,
 ) -> dict:
-    merge, value_of, drop = _aggregate(window, namespace, n)
+    merge, value_of, drop, own = _aggregate(window, namespace, n)
     counts = _store(namespace, f"{n}__n")
     width = window.width
     hop = window.hop if isinstance(window, Hopping) else width
@@ -291,7 +336,7 @@ def _aligned(
 
     one, finish = _closer(n, window, namespace, rt, value_of, drop, fail)
     close = _batch_closer(n, window, counts, rt, pending, (one, finish, fail))
-    return {f"{n}__into": into, f"{n}__add": add, f"{n}__close": close}
+    return {f"{n}__into": into, f"{n}__add": add, f"{n}__close": close, **own}
 
 
 def _batch_closer(
@@ -340,9 +385,15 @@ def _batch_closer(
 
 
 def _session(
-    n: str, window: Session, namespace: dict, rt: SerialRuntime, batch: bool, fail: Callable
+    n: str,
+    window: Session,
+    namespace: dict,
+    rt: SerialRuntime,
+    batch: bool,
+    fail: Callable,
+    event_time: bool = False,
 ) -> dict:
-    merge, value_of, drop = _aggregate(window, namespace, n)
+    merge, value_of, drop, own = _aggregate(window, namespace, n)
     counts = _store(namespace, f"{n}__n")
     first = _store(namespace, f"{n}__first")
     last = _store(namespace, f"{n}__last")
@@ -351,19 +402,18 @@ def _session(
     per_root = rt.scheduled_per_root
     scheduled = rt.scheduled
     order = rt.order
-    # Checkpoints store the queue's events, and only plain ones (batch is off then).
-    event = (
-        (lambda kind, at, root, seq, key: _Close(kind, at, root, seq, key, None))
-        if batch
-        else (lambda kind, at, root, seq, key: ScheduledEvent(kind, at, root, seq, {"key": key}))
-    )
+    heappush = heapq.heappush
+    # One entry in the queue per open session (``batch``, adds at their event's time):
+    # ``ahead[key]`` is the close that will emit, the first one scheduled at the session's
+    # last time plus the gap, as [at, order, root, seq]; the session's entry in the queue
+    # stands at or before it and moves there when it comes up (see ``close``).
+    one_entry = batch and event_time
+    ahead: dict = {}
 
     def add(key: Any, value: Any, ts: int) -> None:
         try:
             if first.get(key) is None:
                 first[key] = ts
-            else:
-                first[key] = first[key]
             last[key] = ts
             counts[key] = counts.get(key, 0) + 1
             if merge is not None:
@@ -373,22 +423,61 @@ def _session(
             if at < ev[1]:
                 raise TimeTravelError.schedule(at, ev[1])
             root = ev[0]
-            per_root[root] += 1
-            heapq.heappush(scheduled, (at, next(order), event(kind, at, root, per_root[root], key)))
+            seq = per_root[root] + 1
+            per_root[root] = seq
+            if not one_entry:
+                o = next(order)
+                if batch:
+                    heappush(scheduled, (at, o, _Close(kind, at, root, seq, key, None)))
+                else:  # a plain event: checkpoints store it
+                    event = ScheduledEvent(kind, at, root, seq, {"key": key})
+                    heappush(scheduled, (at, o, event))
+                return
+            rec = ahead.get(key)
+            if rec is None:
+                o = next(order)
+                ahead[key] = [at, o, root, seq]
+                heappush(scheduled, (at, o, _Close(kind, at, root, seq, key, None, o)))
+            elif rec[0] != at:  # (a later close at the same time never emits: the first does)
+                rec[0], rec[1], rec[2], rec[3] = at, next(order), root, seq
         except Exception as exc:
             fail(exc)
 
-    close, _finish = _closer(n, window, namespace, rt, value_of, drop, fail)
-    return {f"{n}__add": add, f"{n}__close": close}
+    one, _finish = _closer(n, window, namespace, rt, value_of, drop, fail)
+    if not one_entry:
+        return {f"{n}__add": add, f"{n}__close": one, **own}
+
+    def close(e: Any) -> None:
+        rec = ahead.get(e.key)
+        if rec is not None and (rec[0], rec[1]) != (e.ts, e.order):
+            # The session went on: its entry moves to the close that will emit.
+            at, o, root, seq = rec
+            heappush(scheduled, (at, o, _Close(kind, at, root, seq, e.key, None, o)))
+            return
+        ahead.pop(e.key, None)
+        one(e)
+
+    return {f"{n}__add": add, f"{n}__close": close, **own}
 
 
 def _sliding(
-    n: str, window: Sliding, namespace: dict, rt: SerialRuntime, _batch: bool, fail: Callable
-) -> dict | None:
+    n: str,
+    window: Sliding,
+    namespace: dict,
+    rt: SerialRuntime,
+    _batch: bool,
+    fail: Callable,
+    event_time: bool = False,
+) -> dict:
     agg = window.agg
-    if agg not in ("count", "sum", "mean"):
-        return None  # min, max, distinct: the expansion's helpers are plain code already
     width = window.width
+    if agg in ("min", "max"):
+        store = _store(namespace, f"{n}__queue")
+        add, value, finish = sliding_extremes(store, width, agg, fail)
+        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
+    if agg == "distinct":  # (added at its events' times: ``native_plan``)
+        add, value, finish = sliding_distinct(_store(namespace, f"{n}__recent"), width, fail)
+        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
     future = rt.future
     order = rt.order
     counts = _store(namespace, f"{n}__n") if agg in ("count", "mean") else None

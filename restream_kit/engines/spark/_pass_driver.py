@@ -322,6 +322,7 @@ def run_jobs(
                 feeds=dict(p.feeds),
                 finals=p.finals,
                 home_partition=home_partition,
+                home_elements={q.index: q.elements for q in passes if q.elements},
                 kind_passes=dict(setup.pp.kind_passes),
                 serves=tuple(
                     (q.slot, q.state, q.key, q.handler, q.kinds, q.reader) for q in p.serves

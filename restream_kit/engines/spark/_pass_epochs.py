@@ -431,13 +431,15 @@ def _carry_frame(setup: Setup, state: dict[str, Any], skip: frozenset = frozense
             for i, (key, value) in enumerate(values.items(), number):
                 blob = W.dumps((name, key, value))
                 sub = i.to_bytes(8, "big")
-                rows.append((p.index, _FIRST, 0, 0, sub, W.TAG_STATE, pk(p.partition, key), blob))
+                where = pk(p.partition, p.partition_value(name, key))
+                rows.append((p.index, _FIRST, 0, 0, sub, W.TAG_STATE, where, blob))
         number += len(values)
     for at, n, name, op, key, arg in state["future"]:
         sub = _RESTORED + n.to_bytes(8, "big")
         blob = W.dumps((name, key, _pass_op(op, arg)))
         for p in holders.get(name, ()):
-            rows.append((p.index, at, 0, 0, sub, W.TAG_WRITE, pk(p.partition, key), blob))
+            where = pk(p.partition, p.partition_value(name, key))
+            rows.append((p.index, at, 0, 0, sub, W.TAG_WRITE, where, blob))
     routes: dict[int, Any] = {}
     per_root = state["scheduled_per_root"]
     for at, n, ev in state["scheduled"]:

@@ -169,6 +169,9 @@ class PassSpec:
     one_kind: str | None = None  # the kind of all its events, when their kind is not sent
     closes_once: frozenset = frozenset()  # window closes sent once (``_window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
+    # Passes partitioned by an element of their states' keys: pass -> {state: position of
+    # the element in its keys} (``_passes.Pass.elements``), where writes of them go.
+    home_elements: dict = field(default_factory=dict)
     history: tuple = ()  # the run's history probes its tasks record (``_history``)
     # Broadcast reads (``_passes``, ``_copies``): the states each partition of this pass holds
     # a copy of; for a fold, the passes it sends its state's versions to, and per such pass
@@ -219,11 +222,21 @@ class Routing:
         pk = cache[key] = encode_key(key)
         return pk
 
-    def write_rows(self, key: Any, position: tuple, payload: bytes, homes: tuple) -> None:
-        """Rows of one write for the passes ``homes``, each to the partition of ``key``."""
+    def write_rows(
+        self, key: Any, position: tuple, payload: bytes, homes: tuple, state: str = ""
+    ) -> None:
+        """Rows of one write of ``state`` for the passes ``homes``, each to the partition of
+        ``key`` there (of its element, in a pass partitioned by one: ``home_elements``)."""
         spec = self.spec
         for home in homes:
-            pk = "N" if spec.home_partition[home] == spec.single_key else self._pk(key)
+            if spec.home_partition[home] == spec.single_key:
+                pk = "N"
+            else:
+                i = spec.home_elements.get(home, {}).get(state)
+                if i is not None and type(key) is tuple and len(key) > i:
+                    pk = self._pk(key[i])
+                else:
+                    pk = self._pk(key)
             self.out.append((WRITE, home, pk, position, payload))
 
     def route(self, target: int, event: Any) -> str:

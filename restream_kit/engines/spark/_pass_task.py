@@ -234,7 +234,7 @@ class _Runtime(Routing):
                 position = (t, ph, o, sub + U32x2.pack(self.hidx, self.calls))
             else:
                 position = (at, PH_TIMED, 0, self._run_bytes() + U32.pack(self.calls))
-        self.write_rows(key, position, dumps((state, key, op)), targets)
+        self.write_rows(key, position, dumps((state, key, op)), targets, state)
 
 
 class PassTask:

@@ -87,13 +87,36 @@ class Pass:
     # Partitioned by a key read from an upstream state (``_lookup_stages``): that state, the
     # key it is read by, and the probe slots whose values (in handler order) partition it.
     lookup: tuple = ()
+    # Partitioned by an element of its states' keys (``e.key`` of ``(e.key, e.start)``): the
+    # position of that element in each such state's keys, so that a write of the state sent
+    # here (or a start's value of it) goes to the partition of the element, where the events
+    # that read it are, not to the partition of the whole key.
+    elements: dict[str, int] = field(default_factory=dict)
+    windows: tuple[str, ...] = ()  # the windows whose state it holds (``_window_notes``)
+
+    def partition_value(self, state: str, key: Any) -> Any:
+        """The value of this pass's partition expression that ``state``'s key ``key`` has."""
+        i = self.elements.get(state)
+        if i is None or type(key) is not tuple or len(key) <= i:
+            return key
+        return key[i]
 
     @property
     def event_kinds(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((*self.kinds, *self.probe_kinds)))
 
     def describe(self, partitions: int) -> str:
-        """What ran, as the path says it."""
+        """What ran, as the path says it (and the windows it runs, none of them fused)."""
+        said = self._describe(partitions)
+        if self.windows:
+            names = ", ".join(self.windows)
+            said += (
+                f"; window{'s' if len(self.windows) > 1 else ''} {names} not fused: "
+                "Spark runs windows as their expansion (closes sent once per window)"
+            )
+        return said
+
+    def _describe(self, partitions: int) -> str:
         if self.partition == SINGLE:
             return f"sequential in one task: {self.reason or 'the plan says so'}"
         if self.partition == ORDER:
@@ -140,9 +163,23 @@ def plan_passes(program: Program, plan, lookups: bool = True) -> PassPlan:
         pp = _plan(program, plan, lookups)
         if any(p.lookup for p in pp.passes) and not (forwards(pp) and packed_straight(pp)):
             pp = _plan(program, plan, False)  # (its events could not travel with their values)
-        return pp
     except _Unsplit as exc:
-        return _single(program, str(exc))
+        pp = _single(program, str(exc))
+    return _window_notes(program, pp)
+
+
+def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
+    """Each window named by the first pass that holds one of its states (the path says so)."""
+    where: dict[int, list[str]] = {}
+    for name in program.windows:
+        for p in pp.passes:
+            if any(state.startswith(f"{name}__") for state in p.homes):
+                where.setdefault(p.index, []).append(name)
+                break
+    if not where:
+        return pp
+    passes = tuple(replace(p, windows=tuple(where.get(p.index, ()))) for p in pp.passes)
+    return replace(pp, passes=passes)
 
 
 def forwards(pp: PassPlan) -> bool:
@@ -441,6 +478,7 @@ def _plan(program: Program, plan, lookups: bool) -> PassPlan:
                 stages=tuple(d["stages"]),
                 copies=d["copies"],
                 lookup=lookup_of(d, probes, n),
+                elements=_elements(d, homes, accesses) if d.get("element") else {},
             )
         )
     # Who sends what to whom: probe values, or writes and scheduled events (after which an
@@ -468,6 +506,25 @@ def _plan(program: Program, plan, lookups: bool) -> PassPlan:
         None,
         bool(schedulers),
     )
+
+
+def _elements(d: dict, homes: tuple[str, ...], accesses: Any) -> dict[str, int]:
+    """Of a pass partitioned by an element of its states' keys: each held state whose keys
+    are tuples with that element, and the element's position in them (the planner found it
+    common to every key of the state, ``planner.ir._own_partition``)."""
+    partition = d["partition"]
+    found = {}
+    for name in homes:
+        own = [a for _h, a, _k in accesses(d) if a.state == name]
+        if not own or all(k == partition for _h, a, k in accesses(d) if a.state == name):
+            continue
+        if any(a.parts is None for a in own):
+            continue
+        for i in range(min(len(a.parts) for a in own)):
+            if all(a.parts[i][0] == partition for a in own):
+                found[name] = i
+                break
+    return found
 
 
 def _fuse_readers(drafts: list[dict], accesses: Any, program: Program, info: dict) -> None:

@@ -252,7 +252,7 @@ class Shipping(Routing):
 
     def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
         """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
-        self.write_rows(key, position, dumps((state, key, op)), targets)
+        self.write_rows(key, position, dumps((state, key, op)), targets, state)
 
 
 class MadeBy:

@@ -110,15 +110,15 @@ def deal(setup: Any, state: dict, after: int, n: int) -> Starts:
 
 
 def _entries(p: Any, state: dict) -> Iterator[tuple[Any, tuple]]:
-    """Pass ``p``'s entries of the start state, each with its key: a value of a state it
+    """Pass ``p``'s entries of the start state, each with its key's partition value: a value of a state it
     holds, ``("value", name, key, value)``, then a timed write still waiting on one,
     ``("write", at, number, name, op, key, arg)``, numbered by the serial engine."""
     for name in p.homes:
         for key, value in state["stores"].get(name, {}).items():
-            yield key, ("value", name, key, value)
+            yield p.partition_value(name, key), ("value", name, key, value)
     for at, number, name, op, key, arg in state["future"]:  # (a heap: numbered, not sorted)
         if name in p.homes:
-            yield key, ("write", at, number, name, op, key, arg)
+            yield p.partition_value(name, key), ("write", at, number, name, op, key, arg)
 
 
 def start_of(entries: list) -> dict:

@@ -1,0 +1,97 @@
+"""Which windows the serial engine runs natively (``runtime.windows``), and why the others
+keep their expansion: in a few words, for the plan and ``metrics.path``."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from ..compiler.expand_windows import close_kind
+from ..model.windows import Ewma, Session, Sliding
+
+__all__ = ["native_plan", "adds_at_event_time"]
+
+
+def native_plan(program: Any) -> dict[str, tuple[bool, str]]:
+    """Per window of ``program``: whether the serial engine runs it natively, and how (or why
+    it keeps its expansion), in a few words for the plan and ``metrics.path``."""
+    listeners: dict[str, list[str]] = {}
+    for h in program.handlers:
+        for kind in h.kinds:
+            listeners.setdefault(kind, []).append(h.name)
+    out = {}
+    for name, window in program.windows.items():
+        kind = close_kind(name)
+        others = [h for h in listeners.get(kind, []) if h != f"{name}__close"]
+        at_event = adds_at_event_time(program, name)
+        if isinstance(window, Ewma):
+            out[name] = (False, "its expansion: one average per key, already a plain state")
+        elif others and not isinstance(window, Sliding):
+            out[name] = (
+                False,
+                f"off: a handler listens on the close kind {kind!r} ({', '.join(others)}), "
+                "so every add's close runs",
+            )
+        elif isinstance(window, Sliding) and window.agg == "distinct" and not at_event:
+            out[name] = (False, "off: added at times other than its events' (ts=...)")
+        elif isinstance(window, Sliding):
+            how = (
+                "a queue per key, changed in place"
+                if window.agg in ("min", "max", "distinct")
+                else "its timed decrements written straight to the runtime"
+            )
+            out[name] = (True, f"fused: {how}")
+        elif isinstance(window, Session):
+            how = (
+                "one queued close per session, moved as the session goes on"
+                if at_event
+                else "one queued close per add (added at times other than its events')"
+            )
+            out[name] = (True, f"fused: {how}")
+        else:
+            out[name] = (True, "fused: one close per window, windows ending together batched")
+    return out
+
+
+def adds_at_event_time(program: Any, name: str) -> bool:
+    """Whether every ``add`` to window ``name`` is at the time of the event being handled:
+    each call of the generated ``name__add`` is in a handler's own body (not in a nested
+    function) with the handler's event's ``ts`` (``e.ts``, which the expansion passes when
+    no ``ts=`` is given), and the handler never rebinds its event. Adds then come in time
+    order, per key too, which a session's one entry in the queue relies on."""
+    add = f"{name}__add"
+    handlers = {h.node for h in program.handlers}
+    for node in program.module_ast.body:
+        calls = [
+            c
+            for c in ast.walk(node)
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == add
+        ]
+        if not calls:
+            continue
+        if node not in handlers or not node.args.args:
+            return False
+        event = node.args.args[0].arg
+        nested = [
+            n
+            for stmt in node.body
+            for n in ast.walk(stmt)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
+        ]
+        if any(c in ast.walk(n) for n in nested for c in calls):
+            return False
+        rebound = any(
+            isinstance(n, ast.Name) and n.id == event and not isinstance(n.ctx, ast.Load)
+            for n in ast.walk(node)
+        )
+        at_event = all(
+            len(c.args) == 3
+            and isinstance(c.args[2], ast.Attribute)
+            and c.args[2].attr == "ts"
+            and isinstance(c.args[2].value, ast.Name)
+            and c.args[2].value.id == event
+            for c in calls
+        )
+        if rebound or not at_event:
+            return False
+    return True
