@@ -84,11 +84,16 @@ class SparkEngine:
         lines = layout(program, options.get("partitions"))
         # As the engine chooses (``_Replay._lowered``), which judges by its session where
         # this judges by the master's URL: Spark Connect and logs given as a URI take the
-        # passes; local masters and spark:// clusters the prefix path.
+        # passes (but a URI log Spark has copied on a local master); local masters and
+        # spark:// clusters the prefix path.
+        master = str(options.get("master") or "local")
         blocked = (
             bool(option_blockers(options, options.get("on_error", "stop")))
-            or str(options.get("master") or "").startswith("sc://")
-            or getattr(log, "uri", None) is not None
+            or master.startswith("sc://")
+            or (
+                getattr(log, "uri", None) is not None
+                and not (log.copied and master.startswith("local"))
+            )
         )
         path = options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
         if not blocked and log is not None and path != "passes" and len(log):

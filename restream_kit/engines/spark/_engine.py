@@ -47,6 +47,7 @@ from ._prefix_commits import Carried, why_not_resumed
 from ._prefix_jobs import SparkEpochs
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
+from ._uri_log import copy_facts
 from ._uri_log import describe as _describe_uri
 from ._waves import in_waves
 
@@ -293,8 +294,9 @@ class _Replay:
         blockers = option_blockers(self.options, self.on_error)
         if not len(self.log):
             blockers.append("an empty log")
-        if self.log.uri is not None:
-            blockers.append("a log given as a URI (Spark reads it)")
+        if self.log.uri is not None and copy_facts(self.log) is None:
+            # Spark's ordered copy (a local master) is what the prefix path's tasks read.
+            blockers.append("a log given as a URI on a cluster (Spark reads it)")
         if is_connect(self.session) or getattr(self.session, "sparkContext", None) is None:
             blockers.append("Spark Connect")
         low, why = (
