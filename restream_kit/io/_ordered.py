@@ -212,6 +212,33 @@ class OrderedCopy:
             return pq.read_schema(self.files[0]).empty_table().select(list(columns))
         return pa.concat_tables(parts)
 
+    def column_stats(self) -> dict[str, tuple[bool, int, int]] | None:
+        """Per column, from the Parquet statistics alone (no row is read): whether some row is
+        null, and an integer column's min and max (0, 0 otherwise or without values); None
+        when a row group lacks the statistics."""
+        out: dict[str, list] = {}
+        for file in self.files:
+            meta = pq.ParquetFile(file).metadata
+            schema = meta.schema.to_arrow_schema()
+            for g in range(meta.num_row_groups):
+                group = meta.row_group(g)
+                for i in range(group.num_columns):
+                    chunk = group.column(i)
+                    name, stats = chunk.path_in_schema, chunk.statistics
+                    if name not in schema.names or stats is None or not stats.has_null_count:
+                        return None
+                    nulls, lo, hi = out.setdefault(name, [False, None, None])
+                    nulls = nulls or stats.null_count > 0
+                    if pa.types.is_integer(schema.field(name).type) and (
+                        stats.null_count < group.num_rows
+                    ):
+                        if not stats.has_min_max:
+                            return None
+                        lo = stats.min if lo is None else min(lo, stats.min)
+                        hi = stats.max if hi is None else max(hi, stats.max)
+                    out[name] = [nulls, lo, hi]
+        return {name: (n, lo or 0, hi or 0) for name, (n, lo, hi) in out.items()}
+
     def ts_at(self, position: int) -> int:
         """The ``ts`` of the event at ``position``."""
         for table in self.tables(position, position + 1, columns=["ts"]):

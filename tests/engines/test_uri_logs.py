@@ -65,3 +65,20 @@ def test_a_uri_log_runs_the_planned_path_from_sparks_ordered_copy(
     again = rk.Log(uri)
     assert_same_result(rk.replay(program, again, engine="spark", session=spark_session), want)
     assert not again.loaded
+
+
+def test_a_file_log_on_the_prefix_path_stays_out_of_the_kernel(uri_log, spark_session):
+    """The lowering reads the Parquet statistics of the log's ordered copy (the same facts
+    as from its rows), the tasks read the copy, and the driver only the emitted rows'
+    ``lsn`` and ``ts``."""
+    from restream_kit.compiler.lower import column_facts
+    from restream_kit.engines.spark._prefix import _facts
+
+    _uri, local = uri_log
+    log = rk.Log(local)
+    assert _facts(log) == column_facts(rk.Log(local).table)
+    program = rk.Program.load(PROGRAMS["antispam"])
+    got = rk.replay(program, log, engine="spark", session=spark_session, epoch=4_000)
+    assert not log.loaded, "the kernel read the rows of a log the prefix path ran"
+    assert all(w.startswith("lowered to columns") for w in got.metrics.path.values())
+    assert_same_result(got, rk.replay(program, rk.Log(local), epoch=4_000))

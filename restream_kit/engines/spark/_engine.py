@@ -80,11 +80,25 @@ def option_blockers(options: dict[str, Any], on_error: str) -> list[str]:
     return blockers
 
 
-def _read_meanwhile(log: Log, options: dict[str, Any]) -> threading.Thread | None:
+def _lowers(program: Program, log: Log, options: dict[str, Any]) -> bool:
+    """Whether the prefix path may run the replay, judged from the log's ordered copy alone
+    (the session's own blockers are judged later, by ``_Replay._lowered``)."""
+    path = options.get("path") or os.environ.get("RESTREAM_SPARK_PATH", "auto")
+    if path == "passes" or option_blockers(options, check_on_error(options.get("on_error"))):
+        return False
+    try:
+        return len(log) > 0 and prefix_plan(program, log)[0] is not None
+    except Exception:  # noqa: BLE001 - the replay reports a bad log itself
+        return False
+
+
+def _read_meanwhile(program: Program, log: Log, options: dict[str, Any]) -> threading.Thread | None:
     """A thread reading the log the kernel holds while a local master's session starts (the
     read waits on the disk, the start on the JVM): a process's first replay starts about a
-    second sooner on a large log. A log it cannot read is left for the replay to read again,
-    which reports the error as it always does."""
+    second sooner on a large log. When the prefix path will run the replay, the thread only
+    makes the log's ordered copy, which its tasks read: the kernel never holds the log. A log
+    it cannot read is left for the replay to read again, which reports the error as it
+    always does."""
     if log.uri is not None or log.loaded or options.get("session") is not None:
         return None
     try:
@@ -96,6 +110,8 @@ def _read_meanwhile(log: Log, options: dict[str, Any]) -> threading.Thread | Non
 
     def read() -> None:
         try:
+            if log.streamed and _lowers(program, log, options):
+                return  # the prefix path reads the ordered copy (now made): not the kernel
             log.table  # noqa: B018 - built and kept on the log
         except Exception:  # noqa: BLE001 - see the docstring
             pass
@@ -121,7 +137,7 @@ class _Replay:
         self.options = options
         # Handler runs that raise: stop, or roll back and record (see _pass_task).
         self.on_error = check_on_error(options.get("on_error"))
-        reading = _read_meanwhile(log, options)
+        reading = _read_meanwhile(program, log, options)
         try:
             self.session = get_session(
                 options.get("master"),

@@ -44,7 +44,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...compiler.lower import Lowered, NotLowerable, lower
+from ...compiler.lower import ColumnFacts, Lowered, NotLowerable, lower
 from ...io._ordered import OrderedCopy
 from ...io.epochs import cut
 from ...io.log import Log, scratch_parquet
@@ -89,13 +89,31 @@ _TASK_ARROW = pa.schema(
 
 def prefix_plan(program: Program, log: Log) -> tuple[Lowered | None, str | None]:
     """The lowered program, or None and the reason the prefix path cannot run it."""
-    facts = copy_facts(log) if not log.loaded else None
+    facts = _facts(log)
     try:
         if facts is not None:  # a URI log Spark copied: its rows stay out of the kernel
             return lower(program, facts, len(log)), None
         return lower(program, log.table), None
     except NotLowerable as exc:
         return None, str(exc)
+
+
+def _facts(log: Log) -> dict[str, ColumnFacts] | None:
+    """What lowering needs of the log's columns, without its rows: from Spark's ordered copy of
+    a URI log (``_uri_log``), or the Parquet statistics of a file log's ordered copy; None
+    when the table is read already, or the statistics are missing (lowering reads the table)."""
+    if log.loaded:
+        return None
+    facts = copy_facts(log)
+    if facts is None and log.streamed:
+        stats = log.ordered().column_stats()
+        if stats is not None:
+            types = {f.name: f.type for f in log.schema}
+            facts = {
+                name: ColumnFacts(types[name], nulls, (lo, hi))
+                for name, (nulls, lo, hi) in stats.items()
+            }
+    return facts
 
 
 def _ipc(frame: pl.DataFrame) -> bytes:
@@ -267,14 +285,11 @@ def _read_rows(path: str, columns: list[str], lo: int, hi: int) -> pa.Table:
 
 
 def log_file(log: Log) -> str:
-    """A Parquet file holding the canonical log (the cache, or a private scratch copy)."""
-    if log.uri is not None and log.copied:  # Spark's copy (``_uri_log``): never read here
+    """A Parquet file holding the canonical log: its ordered copy (resolved: Python workers
+    need not share the driver's directory), or a private scratch copy of an in-memory log."""
+    if log.copied:  # the ordered copy, or Spark's of a URI log (``_uri_log``): not read here
         return str(log.ordered().path.resolve())
-    cached = log.cache_dir / f"{log.fingerprint}.parquet"
-    table = log.table
-    if log.cache and cached.exists():
-        return str(cached.resolve())  # Python workers need not share the driver's directory
-    return str(scratch_parquet(table, f"{log.fingerprint}.parquet"))
+    return str(scratch_parquet(log.table, f"{log.fingerprint}.parquet"))
 
 
 def run_prefix(
