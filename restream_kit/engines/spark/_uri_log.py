@@ -121,6 +121,8 @@ def _write_copy(base: Any, target: Path) -> OrderedCopy:
     """Write the canonical frame ``base`` (in log order, partition after partition) as
     Parquet part files in ``target``, with the manifest, whole or not at all."""
     private_dir(target.parent)
+    if target.exists() and not (target / "_manifest.json").exists():
+        shutil.rmtree(target, ignore_errors=True)  # left unfinished, or damaged
     tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
