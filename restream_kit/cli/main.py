@@ -484,7 +484,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             program = _program_arg(args.program)
             driver.start(program, args.log, options, {"ts": args.ts, "kind": args.kind})
         log = _log_arg(args.log, args)
-        if len(log) == 0:
+        # (A URI log is not counted here: that would read it in this process; Spark counts it.)
+        if log.uri is None and len(log) == 0:
             raise RestreamError(f"{', '.join(args.log)}: the log has no events, nothing to replay")
         # A baseline that cannot be found fails before the replay, not after it.
         baseline = _load_run(args.baseline, log) if args.baseline else None

@@ -48,6 +48,8 @@ __all__ = [
     "LoweredState",
     "Lowered",
     "lower",
+    "ColumnFacts",
+    "column_facts",
     "low_reads",
     "walk",
     "NotLowerable",
@@ -221,17 +223,38 @@ class _Typed:
     range: tuple[int, int] | None = None  # for int columns: (min, max)
 
 
-def _column_types(table: pa.Table) -> dict[str, _Typed]:
+@dataclass(frozen=True)
+class ColumnFacts:
+    """What lowering needs of a log column, without its rows: its type, whether some row is
+    null, and an integer column's (min, max) (``(0, 0)`` when it has no value)."""
+
+    type: pa.DataType
+    nullable: bool
+    range: tuple[int, int] = (0, 0)
+
+
+def column_facts(table: pa.Table) -> dict[str, ColumnFacts]:
+    """The :class:`ColumnFacts` of every column of ``table``."""
     out = {}
     for name in table.column_names:
         col = table.column(name)
         t = col.type
-        nullable = col.null_count > 0
+        lo_hi = (0, 0)
+        if pa.types.is_integer(t) and t != pa.uint64() and len(col):
+            mm = pc.min_max(col).as_py()
+            lo_hi = (mm["min"] or 0, mm["max"] or 0)
+        out[name] = ColumnFacts(t, col.null_count > 0, lo_hi)
+    return out
+
+
+def _column_types(facts: dict[str, ColumnFacts]) -> dict[str, _Typed]:
+    out = {}
+    for name, fact in facts.items():
+        t, nullable = fact.type, fact.nullable
         if pa.types.is_boolean(t):
             out[name] = _Typed(Col(name), "bool", nullable)
         elif pa.types.is_integer(t) and t != pa.uint64():
-            mm = pc.min_max(col).as_py() if len(col) else {"min": 0, "max": 0}
-            lo, hi = mm["min"] or 0, mm["max"] or 0
+            lo, hi = fact.range
             out[name] = _Typed(Col(name), "int", nullable, max(abs(lo), abs(hi)), (lo, hi))
         elif pa.types.is_floating(t):
             out[name] = _Typed(Col(name), "float", nullable)
@@ -253,10 +276,11 @@ def _lit(value: Any) -> _Typed:
 
 
 class _Lowerer:
-    def __init__(self, program: Program, table: pa.Table):
+    def __init__(self, program: Program, table: pa.Table | dict[str, ColumnFacts], rows: int):
         self.program = program
-        self.columns = _column_types(table)
-        self.events = table.num_rows
+        facts = table if isinstance(table, dict) else column_facts(table)
+        self.columns = _column_types(facts)
+        self.events = rows
         self.reads: list[LoweredRead] = []
         self.read_types: dict[int, _Typed] = {}
         self.writes: list[Write] = []
@@ -522,9 +546,15 @@ class _Typer:
             raise NotLowerable("truth of a value that may be None")
 
 
-def lower(program: Program, table: pa.Table) -> Lowered:
-    """Lower ``program`` for the log ``table``, or raise :class:`NotLowerable` saying why."""
-    low = _Lowerer(program, table)
+def lower(
+    program: Program, table: pa.Table | dict[str, ColumnFacts], rows: int | None = None
+) -> Lowered:
+    """Lower ``program`` for the log ``table``, or for the :class:`ColumnFacts` of its columns
+    and its number of ``rows`` (a log whose rows are elsewhere); or raise
+    :class:`NotLowerable` saying why."""
+    if rows is None:
+        rows = table.num_rows
+    low = _Lowerer(program, table, rows)
     low._value_types = {}
     for h in program.handlers:
         low.handler(h)

@@ -80,11 +80,16 @@ class SparkEngine:
         lines = layout(program, opts.partitions)
         # As the engine chooses (``_Replay._lowered``), which judges by its session where
         # this judges by the master's URL: Spark Connect and logs given as a URI take the
-        # passes; local masters and spark:// clusters the prefix path.
+        # passes (but a URI log Spark has copied on a local master); local masters and
+        # spark:// clusters the prefix path.
+        master = str(opts.master or "local")
         blocked = (
             bool(option_blockers(opts, opts.on_error))
-            or str(opts.master or "").startswith("sc://")
-            or getattr(log, "uri", None) is not None
+            or master.startswith("sc://")
+            or (
+                getattr(log, "uri", None) is not None
+                and not (getattr(log, "copied", False) and master.startswith("local"))
+            )
         )
         if not blocked and log is not None and opts.path != "passes" and len(log):
             from ..io.epochs import cut

@@ -136,14 +136,30 @@ def summarize(tables: Iterable[pa.Table | pa.RecordBatch], schema: pa.Schema) ->
 
 
 class OrderedCopy:
-    """The ordered copy of a log (a Parquet file) and its manifest, read a row group at a time."""
+    """The ordered copy of a log and its manifest, read a row group at a time: one Parquet
+    file (``<fingerprint>.parquet``, with ``<fingerprint>.json``), or a directory of part
+    files whose names sort in log order (Spark's copy of a URI log, the manifest inside as
+    ``_manifest.json``)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.manifest = self.path.with_suffix(".json")
-        meta = pq.ParquetFile(self.path).metadata
-        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        #: The log position of each row group's first row, and the end.
+        if self.path.is_dir():
+            self.manifest = self.path / "_manifest.json"
+            self.files = sorted(
+                p for p in self.path.iterdir() if p.suffix == ".parquet" and p.stat().st_size
+            )
+        else:
+            self.manifest = self.path.with_suffix(".json")
+            self.files = [self.path]
+        #: Every row group, (file, group) in log order, and the log position of each one's
+        #: first row, and the end.
+        self.groups: list[tuple[int, int]] = []
+        sizes = []
+        for number, file in enumerate(self.files):
+            meta = pq.ParquetFile(file).metadata
+            for g in range(meta.num_row_groups):
+                self.groups.append((number, g))
+                sizes.append(meta.row_group(g).num_rows)
         self.starts = [0, *np.cumsum(sizes, dtype=np.int64).tolist()]
 
     def summary(self) -> LogSummary:
@@ -152,7 +168,7 @@ class OrderedCopy:
             return LogSummary.from_json(json.loads(self.manifest.read_text()))
         except (OSError, ValueError, KeyError):
             pass
-        schema = pq.read_schema(self.path)
+        schema = pq.read_schema(self.files[0])
         found = summarize(self.tables(0, self.starts[-1]), schema)
         write_manifest(self.manifest, found)
         return found
@@ -169,15 +185,65 @@ class OrderedCopy:
         stop = self.starts[-1] if stop is None else min(stop, self.starts[-1])
         if start >= stop:
             return
-        file = pq.ParquetFile(self.path, read_dictionary=list(dictionaries) or None)
+        opened: dict[int, pq.ParquetFile] = {}
         first = bisect.bisect_right(self.starts, start) - 1
-        for group in range(first, len(self.starts) - 1):
-            lo, hi = self.starts[group], self.starts[group + 1]
+        for index in range(first, len(self.starts) - 1):
+            lo, hi = self.starts[index], self.starts[index + 1]
             if lo >= stop:
                 break
-            table = file.read_row_group(group, columns=columns, use_threads=False)
+            number, group = self.groups[index]
+            if number not in opened:
+                opened.clear()  # one file open at a time
+                opened[number] = pq.ParquetFile(
+                    self.files[number], read_dictionary=list(dictionaries) or None
+                )
+            table = opened[number].read_row_group(group, columns=columns, use_threads=False)
             a, b = max(start, lo) - lo, min(stop, hi) - lo
             yield table.slice(a, b - a) if (a, b) != (0, hi - lo) else table
+
+    def rows_at(self, positions: Sequence[int], columns: Sequence[str]) -> pa.Table:
+        """The rows at ``positions`` (ascending log positions), reading only the row groups
+        that hold them."""
+        at = np.asarray(positions, dtype=np.int64)
+        parts = []
+        cuts = np.searchsorted(at, self.starts)
+        for index in range(len(self.starts) - 1):
+            a, b = int(cuts[index]), int(cuts[index + 1])
+            if a == b:
+                continue
+            number, group = self.groups[index]
+            table = pq.ParquetFile(self.files[number]).read_row_group(group, columns=columns)
+            parts.append(table.take(pa.array(at[a:b] - self.starts[index])))
+        if not parts:
+            return pq.read_schema(self.files[0]).empty_table().select(list(columns))
+        return pa.concat_tables(parts)
+
+    def column_stats(self) -> dict[str, tuple[bool, int, int]] | None:
+        """Per column, from the Parquet statistics alone (no row is read): whether some row is
+        null, and an integer column's min and max (0, 0 otherwise or without values); None
+        when a row group lacks the statistics."""
+        out: dict[str, list] = {}
+        for file in self.files:
+            meta = pq.ParquetFile(file).metadata
+            schema = meta.schema.to_arrow_schema()
+            for g in range(meta.num_row_groups):
+                group = meta.row_group(g)
+                for i in range(group.num_columns):
+                    chunk = group.column(i)
+                    name, stats = chunk.path_in_schema, chunk.statistics
+                    if name not in schema.names or stats is None or not stats.has_null_count:
+                        return None
+                    nulls, lo, hi = out.setdefault(name, [False, None, None])
+                    nulls = nulls or stats.null_count > 0
+                    if pa.types.is_integer(schema.field(name).type) and (
+                        stats.null_count < group.num_rows
+                    ):
+                        if not stats.has_min_max:
+                            return None
+                        lo = stats.min if lo is None else min(lo, stats.min)
+                        hi = stats.max if hi is None else max(hi, stats.max)
+                    out[name] = [nulls, lo, hi]
+        return {name: (n, lo or 0, hi or 0) for name, (n, lo, hi) in out.items()}
 
     def ts_at(self, position: int) -> int:
         """The ``ts`` of the event at ``position``."""

@@ -304,14 +304,37 @@ class Log:
         return self._table is not None
 
     def _load(self) -> pa.Table:
-        if self.cache:
-            return read_parquet(self.ordered().path)
+        if self.cache or self._copy is not None:
+            files = self.ordered().files
+            return (
+                pa.concat_tables([read_parquet(f) for f in files])
+                if files
+                else self.schema.empty_table()
+            )
         return canonicalize(self.sources)
+
+    def adopt(self, copy: OrderedCopy, summary: LogSummary) -> None:
+        """Take ``copy`` as this log's ordered copy: one an engine wrote (Spark, for a URI
+        log, on the executors). The log is then streamed from it like a file log's."""
+        self._copy = copy
+        self.summary = summary
+
+    @property
+    def copied(self) -> bool:
+        """Whether the log has an ordered copy on this machine's disk (its own or adopted)."""
+        return self._copy is not None or self.cache
+
+    def rows_at(self, positions: Sequence[int], columns: Sequence[str]) -> pa.Table:
+        """``columns`` of the events at ``positions`` (ascending): from the table when it is
+        read, else from the ordered copy, a row group at a time."""
+        if self._table is None and self.copied:
+            return self.ordered().rows_at(positions, columns)
+        return self.table.select(list(columns)).take(pa.array(positions, pa.int64()))
 
     def ordered(self) -> OrderedCopy:
         """The ordered copy of a file log (``<cache>/<fingerprint>.parquet``), written once,
         out of core, the first time it is asked for (see ``docs/scale.md``)."""
-        if not self.cache:
+        if self._copy is None and not self.cache:
             raise LogError(f"{self!r} has no ordered copy on disk (an in-memory or URI log)")
         if self._copy is None:
             cached = self.cache_dir / f"{self.fingerprint}.parquet"
@@ -370,7 +393,7 @@ class Log:
     ) -> Iterator[pa.Table]:
         """Rows ``start`` to ``stop`` in log order as Arrow tables of at most a row group each:
         from the ordered copy when :attr:`streamed` and the table was not read whole."""
-        if self.cache and self._table is None:
+        if self.copied and self._table is None:
             yield from self.ordered().tables(start, stop, columns)
             return
         table = self.table if columns is None else self.table.select(list(columns))

@@ -521,21 +521,35 @@ def test_the_log_is_read_while_a_local_session_starts_and_its_errors_still_name_
 ):
     """On a local master the kernel's log is read in a thread while the session starts
     (``_engine._read_meanwhile``); a cluster's master, a log read already or a log Spark
-    reads itself gets no thread. A bad log still fails the replay with the row named."""
+    reads itself gets no thread. For a rule the prefix path runs, the thread only makes the
+    log's ordered copy (the tasks read it): the kernel never holds the log. A bad log still
+    fails the replay with the row named."""
+    from restream_kit.engines.options import SparkOptions
     from restream_kit.engines.spark._engine import _read_meanwhile
 
     path = tmp_path / "m.csv"
     path.write_text("ts,kind,src\n1000,message,1\n2000,message,2\n")
-    log = rk.Log(path)
-    reading = _read_meanwhile(log, {"master": "local[2]"})
-    assert reading is not None
-    reading.join()
-    assert log.loaded and log.table.num_rows == 2
-    assert _read_meanwhile(log, {}) is None
-    assert _read_meanwhile(rk.Log(path), {"master": "spark://127.0.0.1:7077"}) is None
-    path.write_text("ts,kind,src\n1000,message,1\n2000,message,2\nnoon,message,3\n")
     program = rk.Program.from_source(
         HEADER + "@on('message')\ndef h(e):\n    emit('m', src=e.src)\n"
     )
+    lowered = rk.Log(path)
+    reading = _read_meanwhile(program, lowered, SparkOptions.of({"master": "local[2]"}))
+    reading.join()
+    assert not lowered.loaded and lowered.ordered().path.exists()
+    log = rk.Log(path)
+    reading = _read_meanwhile(
+        program, log, SparkOptions.of({"master": "local[2]", "path": "passes"})
+    )
+    assert reading is not None
+    reading.join()
+    assert log.loaded and log.table.num_rows == 2
+    assert _read_meanwhile(program, log, SparkOptions.of({})) is None
+    assert (
+        _read_meanwhile(
+            program, rk.Log(path), SparkOptions.of({"master": "spark://127.0.0.1:7077"})
+        )
+        is None
+    )
+    path.write_text("ts,kind,src\n1000,message,1\n2000,message,2\nnoon,message,3\n")
     with pytest.raises(rk.LogError, match=r"m.csv, column 'ts', row 2: ts 'noon'"):
         rk.replay(program, rk.Log(path), engine="spark")

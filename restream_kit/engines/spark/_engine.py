@@ -45,6 +45,7 @@ from ._prefix_commits import Carried, why_not_resumed
 from ._prefix_jobs import SparkEpochs
 from ._session import get_session, is_connect, session_cores, watch
 from ._ship import is_local, ship
+from ._uri_log import copy_facts
 from ._uri_log import describe as _describe_uri
 from ._waves import in_waves
 
@@ -77,15 +78,28 @@ def option_blockers(options: SparkOptions, on_error: str) -> list[str]:
     return blockers
 
 
-def _read_meanwhile(log: Log, options: Any) -> threading.Thread | None:
+def _lowers(program: Program, log: Log, options: SparkOptions) -> bool:
+    """Whether the prefix path may run the replay, judged from the log's ordered copy alone
+    (the session's own blockers are judged later, by ``_Replay._lowered``)."""
+    if options.path == "passes" or option_blockers(options, options.on_error):
+        return False
+    try:
+        return len(log) > 0 and prefix_plan(program, log)[0] is not None
+    except Exception:  # noqa: BLE001 - the replay reports a bad log itself
+        return False
+
+
+def _read_meanwhile(program: Program, log: Log, options: SparkOptions) -> threading.Thread | None:
     """A thread reading the log the kernel holds while a local master's session starts (the
     read waits on the disk, the start on the JVM): a process's first replay starts about a
-    second sooner on a large log. A log it cannot read is left for the replay to read again,
-    which reports the error as it always does."""
-    if log.uri is not None or log.loaded or options.get("session") is not None:
+    second sooner on a large log. When the prefix path will run the replay, the thread only
+    makes the log's ordered copy, which its tasks read: the kernel never holds the log. A log
+    it cannot read is left for the replay to read again, which reports the error as it
+    always does."""
+    if log.uri is not None or log.loaded or options.session is not None:
         return None
     try:
-        master = config.resolve(options.get("master"), options.get("conf")).master
+        master = config.resolve(options.master, options.conf).master
     except Exception:  # noqa: BLE001 - the session's start reports a bad setting
         return None
     if master and not master.startswith("local"):
@@ -93,6 +107,8 @@ def _read_meanwhile(log: Log, options: Any) -> threading.Thread | None:
 
     def read() -> None:
         try:
+            if log.streamed and _lowers(program, log, options):
+                return  # the prefix path reads the ordered copy (now made): not the kernel
             log.table  # noqa: B018 - built and kept on the log
         except Exception:  # noqa: BLE001 - see the docstring
             pass
@@ -113,7 +129,7 @@ class _Replay:
         self.options = options
         # Handler runs that raise: stop, or roll back and record (see _pass_task).
         self.on_error = options.on_error
-        reading = _read_meanwhile(log, options)
+        reading = _read_meanwhile(program, log, options)
         try:
             self.session = get_session(
                 options.master, options.conf, options.session, options.executor_wait
@@ -283,8 +299,9 @@ class _Replay:
         blockers = option_blockers(self.options, self.on_error)
         if not len(self.log):
             blockers.append("an empty log")
-        if self.log.uri is not None:
-            blockers.append("a log given as a URI (Spark reads it)")
+        if self.log.uri is not None and copy_facts(self.log) is None:
+            # Spark's ordered copy (a local master) is what the prefix path's tasks read.
+            blockers.append("a log given as a URI on a cluster (Spark reads it)")
         if is_connect(self.session) or getattr(self.session, "sparkContext", None) is None:
             blockers.append("Spark Connect")
         low, why = (

@@ -106,10 +106,9 @@ def run_checkpointed(setup: Setup) -> Result:
     until = rep.until
     epochs, ends = _ends(setup, epochs, until)
     rep.notify(ReplayStarted("spark", total, len(epochs), _names(setup.pp), log.span_ms))
-    lsn = log.table.column("lsn")
     events, carry, starts = setup.df, None, None
     if begun.state is not None:
-        after = lsn[begun.done - 1].as_py()
+        after = log.rows_at([begun.done - 1], ["lsn"]).column("lsn")[0].as_py()
         if setup.local:  # each task's share of the start, beside its events after it
             starts = deal(setup, begun.state, after, setup.partitions)
         else:  # the log after the start, and the start's state and waiting entries as rows
@@ -200,11 +199,12 @@ def _ends(setup: Setup, epochs: list[Epoch], until: int | None) -> tuple[list[Ep
     passes read no event after it."""
     if until is not None:
         epochs = [e for e in epochs if e.index <= until]
-    lsn, ts = setup.log.table.column("lsn"), setup.log.table.column("ts")
     reported = epochs if until is not None else epochs[:-1]
-    ends = tuple((ts[e.stop - 1].as_py(), PH_LOG, lsn[e.stop - 1].as_py()) for e in reported)
+    # Only the epochs' last events: the log is not read whole (``Log.rows_at``).
+    lasts = setup.log.rows_at([e.stop - 1 for e in epochs], ["lsn", "ts"]).to_pylist()
+    ends = tuple((last["ts"], PH_LOG, last["lsn"]) for last in lasts[: len(reported)])
     if until is not None and epochs:
-        wave_end(setup, lsn[epochs[-1].stop - 1].as_py())
+        wave_end(setup, lasts[-1]["lsn"])
     return epochs, ends
 
 

@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...compiler.lower import Lowered, NotLowerable, lower
+from ...compiler.lower import ColumnFacts, Lowered, NotLowerable, lower
+from ...io._ordered import OrderedCopy
 from ...io.epochs import cut
 from ...io.log import Log, scratch_parquet
 from ...io.progress import (
@@ -60,6 +62,7 @@ from ...model.program import Program
 from ._columnar import DELTA_CHUNK, combine_deltas, epoch_of, needed_columns, run_epoch
 from ._faults import inject_fault
 from ._prefix_commits import commit_epochs, remaining, resumed_tables, start_deltas
+from ._uri_log import copy_facts
 
 __all__ = [
     "default_epoch",
@@ -86,10 +89,31 @@ _TASK_ARROW = pa.schema(
 
 def prefix_plan(program: Program, log: Log) -> tuple[Lowered | None, str | None]:
     """The lowered program, or None and the reason the prefix path cannot run it."""
+    facts = _facts(log)
     try:
+        if facts is not None:  # a URI log Spark copied: its rows stay out of the kernel
+            return lower(program, facts, len(log)), None
         return lower(program, log.table), None
     except NotLowerable as exc:
         return None, str(exc)
+
+
+def _facts(log: Log) -> dict[str, ColumnFacts] | None:
+    """What lowering needs of the log's columns, without its rows: from Spark's ordered copy of
+    a URI log (``_uri_log``), or the Parquet statistics of a file log's ordered copy; None
+    when the table is read already, or the statistics are missing (lowering reads the table)."""
+    if log.loaded:
+        return None
+    facts = copy_facts(log)
+    if facts is None and log.streamed:
+        stats = log.ordered().column_stats()
+        if stats is not None:
+            types = {f.name: f.type for f in log.schema}
+            facts = {
+                name: ColumnFacts(types[name], nulls, (lo, hi))
+                for name, (nulls, lo, hi) in stats.items()
+            }
+    return facts
 
 
 def _ipc(frame: pl.DataFrame) -> bytes:
@@ -242,6 +266,10 @@ def read_events(path: str, columns: list[str], lo: int, hi: int, cache: str | No
 
 
 def _read_rows(path: str, columns: list[str], lo: int, hi: int) -> pa.Table:
+    if os.path.isdir(path):  # Spark's ordered copy of a URI log: part files in log order
+        copy = OrderedCopy(Path(path))
+        parts = list(copy.tables(lo, hi, columns))
+        return pa.concat_tables(parts) if parts else copy.rows_at([], columns)
     f = pq.ParquetFile(path)
     groups, first, start = [], None, 0
     for g in range(f.num_row_groups):
@@ -257,12 +285,11 @@ def _read_rows(path: str, columns: list[str], lo: int, hi: int) -> pa.Table:
 
 
 def log_file(log: Log) -> str:
-    """A Parquet file holding the canonical log (the cache, or a private scratch copy)."""
-    cached = log.cache_dir / f"{log.fingerprint}.parquet"
-    table = log.table
-    if log.cache and cached.exists():
-        return str(cached.resolve())  # Python workers need not share the driver's directory
-    return str(scratch_parquet(table, f"{log.fingerprint}.parquet"))
+    """A Parquet file holding the canonical log: its ordered copy (resolved: Python workers
+    need not share the driver's directory), or a private scratch copy of an in-memory log."""
+    if log.copied:  # the ordered copy, or Spark's of a URI log (``_uri_log``): not read here
+        return str(log.ordered().path.resolve())
+    return str(scratch_parquet(log.table, f"{log.fingerprint}.parquet"))
 
 
 def run_prefix(
@@ -566,11 +593,12 @@ def _columns_table(name: str, sites, low: Lowered, log: Log):
     # Fields in order of first appearance: a site's rows all hold the same fields.
     first = rows.get_column("_s").unique(maintain_order=True).to_list()
     order_of_fields = dict.fromkeys(f for s in first for f, _x in sites[s][0].fields)
-    at = pa.array(rows.get_column("_o").to_numpy())
+    at = rows.get_column("_o").to_numpy()
+    events = log.rows_at(at, ["lsn", "ts"])  # (only these rows: the log is not read whole)
     handlers = pa.array(low.handler_names, pa.string())
     columns = {
-        "lsn": log.table.column("lsn").take(at).cast(pa.int64()),
-        "ts": log.table.column("ts").take(at).cast(pa.int64()),
+        "lsn": events.column("lsn").cast(pa.int64()),
+        "ts": events.column("ts").cast(pa.int64()),
         "handler": handlers.take(pa.array(rows.get_column("_h").to_numpy())),
         "seq": pa.array(np.zeros(rows.height, dtype=np.int64)),
     }
@@ -593,8 +621,8 @@ def _rows_table(name: str, sites, low: Lowered, log: Log):
             )
     rows.sort(key=lambda r: r[0])
     at = [r[0][0] for r in rows]
-    lsns = log.table.column("lsn").take(at).to_pylist()
-    tss = log.table.column("ts").take(at).to_pylist()
+    events = log.rows_at(at, ["lsn", "ts"])
+    lsns, tss = events.column("lsn").to_pylist(), events.column("ts").to_pylist()
     table = build_table(name, [(l_, t_, r[1], 0, r[2]) for r, l_, t_ in zip(rows, lsns, tss)])
     return table, np.array(at, dtype=np.int64)
 

@@ -20,29 +20,54 @@ each kind fills, so the program's checks and the replay's plan need no row in th
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import json
+import os
+import shutil
+import threading
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
 
-from ...io.log import DEFAULT_KIND, RESERVED, Log, LogSummary, own_columns
+from ...compiler.lower import ColumnFacts
+from ...io._ordered import OrderedCopy
+from ...io.log import DEFAULT_KIND, RESERVED, Log, LogSummary, own_columns, private_dir
 from ...model.errors import LogError, RestreamError
 
-__all__ = ["describe", "uri_frame", "uri_events"]
+__all__ = ["describe", "uri_frame", "uri_events", "copy_facts"]
 
 _BASES: dict[tuple, Any] = {}  # (session, fingerprint) -> the canonical DataFrame
+_FACTS: dict[str, dict] = {}  # fingerprint -> its columns' ColumnFacts (a local copy's)
+#: Rows per row group of Spark's ordered copy, about: what a task or the driver reads at once.
+_GROUP_BYTES = 16 << 20
 
 
 def describe(session: Any, log: Log) -> LogSummary:
-    """Read ``log.uri`` with Spark (once per session and log) and set ``log.summary``."""
-    if log.summary is not None and (id(session), log.fingerprint) in _BASES:
+    """Read ``log.uri`` with Spark (once per session and log) and set ``log.summary``.
+
+    On a local master the canonical log is written once, by the executors, as an ordered copy
+    in the log cache (``<fingerprint>.spark/``, see :func:`_copy_dir`): later replays, in
+    this process or another, read it with no sort, and the log adopts it (the prefix path's
+    tasks and the driver's few look-ups read it a row group at a time)."""
+    key = (id(session), log.fingerprint)
+    if log.summary is not None and key in _BASES:
         return log.summary
-    base = _read(session, log)
-    log.summary = _summarize(base)
+    target = _copy_dir(session, log)
+    copy = _kept(target)
+    if copy is None:
+        base = _read(session, log)
+        if target is None:
+            log.summary = _summarize(base)[0]
+        else:
+            copy = _write_copy(base, target)
+    if copy is not None:
+        summary = copy.summary()
+        log.adopt(copy, summary)
+        base = _read_copy(session, copy, summary)
     while len(_BASES) >= 2:
         _BASES.pop(next(iter(_BASES)))
-    _BASES[(id(session), log.fingerprint)] = base
+    _BASES[key] = base
     return log.summary
 
 
@@ -50,6 +75,76 @@ def uri_frame(session: Any, log: Log) -> Any:
     """The canonical log's DataFrame (``lsn``, ``ts``, ``kind``, the other columns)."""
     describe(session, log)
     return _BASES[(id(session), log.fingerprint)]
+
+
+def copy_facts(log: Log) -> dict | None:
+    """What lowering needs of the log's columns (``lower.ColumnFacts``), when Spark wrote an
+    ordered copy of it on this machine; None otherwise."""
+    copy = log._copy if log.uri is not None else None  # noqa: SLF001 - adopted by describe
+    if copy is None:
+        return None
+    if log.fingerprint not in _FACTS:
+        data = json.loads(copy.manifest.read_text()).get("facts")
+        if data is None:
+            return None
+        schema = log.summary.schema
+        _FACTS[log.fingerprint] = {
+            name: ColumnFacts(schema.field(name).type, bool(n), (lo, hi))
+            for name, (n, lo, hi) in data.items()
+        }
+    return _FACTS[log.fingerprint]
+
+
+def _copy_dir(session: Any, log: Log) -> Path | None:
+    """Where Spark writes the log's ordered copy: the log cache, on a local master (whose
+    executors share this machine's disk); None on a cluster (the canonical rows are then
+    checkpointed on the executors, once per session)."""
+    try:
+        local = session.sparkContext.master.startswith("local")
+    except Exception:  # noqa: BLE001 - Spark Connect: the server's executors are elsewhere
+        local = False
+    return log.cache_dir / f"{log.fingerprint}.spark" if local else None
+
+
+def _kept(target: Path | None) -> OrderedCopy | None:
+    """The ordered copy at ``target`` when a replay wrote it whole (its manifest is the last
+    thing written), else None."""
+    if target is None or not (target / "_manifest.json").exists():
+        return None
+    try:
+        return OrderedCopy(target)
+    except Exception:  # noqa: BLE001 - damaged: written again
+        return None
+
+
+def _write_copy(base: Any, target: Path) -> OrderedCopy:
+    """Write the canonical frame ``base`` (in log order, partition after partition) as
+    Parquet part files in ``target``, with the manifest, whole or not at all."""
+    private_dir(target.parent)
+    if target.exists() and not (target / "_manifest.json").exists():
+        shutil.rmtree(target, ignore_errors=True)  # left unfinished, or damaged
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        base.write.option("parquet.block.size", _GROUP_BYTES).parquet(str(tmp))
+        summary, facts = _summarize(base)
+        manifest = {**summary.to_json(), "facts": facts}
+        (tmp / "_manifest.json").write_text(json.dumps(manifest))
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another replay wrote it first: the same rows
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return OrderedCopy(target)
+
+
+def _read_copy(session: Any, copy: OrderedCopy, summary: LogSummary) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    # The schema given, Spark reads no footer in a job of its own to find it.
+    return session.read.schema(from_arrow_schema(summary.schema)).parquet(str(copy.path))
 
 
 def uri_events(log: Log) -> Any:
@@ -224,13 +319,21 @@ def _ts(typ: Any, uri: str, df: Any) -> Any:
     return out
 
 
-def _summarize(base: Any) -> LogSummary:
+def _summarize(base: Any) -> tuple[LogSummary, dict]:
+    """The log's summary, and per column [has a null, min, max] (min and max of integer
+    columns, else 0): what lowering needs (``copy_facts``). One Spark job."""
     from pyspark.sql import functions as F
+    from pyspark.sql import types as ST
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from ...planner.checks import EVENT_ATTRIBUTES
 
     others = [c for c in base.columns if c not in EVENT_ATTRIBUTES]
+    ints = [
+        (i, f.name)
+        for i, f in enumerate(base.schema.fields)
+        if isinstance(f.dataType, ST.IntegralType)
+    ]
     rows = (
         base.groupBy("kind")
         .agg(
@@ -239,6 +342,9 @@ def _summarize(base: Any) -> LogSummary:
             F.min("ts").alias("_rs_lo"),
             F.max("ts").alias("_rs_hi"),
             *[F.count(_q(c)).alias(f"_rs_c{i}") for i, c in enumerate(others)],
+            *[F.count(_q(c)).alias(f"_rs_v{i}") for i, c in enumerate(base.columns)],
+            *[F.min(_q(c)).alias(f"_rs_min{i}") for i, c in ints],
+            *[F.max(_q(c)).alias(f"_rs_max{i}") for i, c in ints],
         )
         .collect()
     )
@@ -247,8 +353,17 @@ def _summarize(base: Any) -> LogSummary:
         schema = to_arrow_schema(base.schema)
     except Exception as exc:  # noqa: BLE001 - a Spark type Arrow has no name for
         raise RestreamError(f"a log read by Spark has a column Arrow cannot hold: {exc}") from None
-    return LogSummary(
-        rows=sum(r["_rs_n"] for r in rows),
+    total = sum(r["_rs_n"] for r in rows)
+    facts = {}
+    for i, c in enumerate(base.columns):
+        lo = hi = 0
+        if any(i == j for j, _c in ints):
+            los = [r[f"_rs_min{i}"] for r in rows if r[f"_rs_min{i}"] is not None]
+            his = [r[f"_rs_max{i}"] for r in rows if r[f"_rs_max{i}"] is not None]
+            lo, hi = min(los, default=0), max(his, default=0)
+        facts[c] = [total > sum(r[f"_rs_v{i}"] for r in rows), lo, hi]
+    summary = LogSummary(
+        rows=total,
         kinds=tuple(r["kind"] for r in rows),
         counts={r["kind"]: r["_rs_n"] for r in rows},
         first_ts=min((r["_rs_lo"] for r in rows), default=None),
@@ -258,3 +373,4 @@ def _summarize(base: Any) -> LogSummary:
             r["kind"]: frozenset(c for i, c in enumerate(others) if r[f"_rs_c{i}"]) for r in rows
         },
     )
+    return summary, facts
