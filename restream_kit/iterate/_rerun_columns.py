@@ -37,6 +37,7 @@ from ..compiler.lower import (
     _Lowerer,
     _Typed,
     _Typer,
+    column_facts,
 )
 from ..history.probes import cannot_raise, key_text
 from ..io.result import ROW_COLUMNS, build_table
@@ -175,7 +176,7 @@ class _SiteLowerer(_Lowerer):
     def __init__(self, program, table, sites: dict, constants: dict):
         # Not _Lowerer.__init__: states of any kind may exist; only served reads are used.
         self.program = program
-        self.columns = _column_types(table)
+        self.columns = _column_types(column_facts(table))
         self.events = table.num_rows
         self.reads: list[LoweredRead] = []
         self.read_types: dict[int, _Typed] = {}
