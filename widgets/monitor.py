@@ -144,7 +144,9 @@ class ReplayMonitor:
                     )
                 )  # fmt: skip
             if self.log_note.value:
-                self._show_spark_log()  # Spark's session, and so its UI, exists by now
+                self._show_engine_log(
+                    diagnostics(self.engine)
+                )  # its session, so its UI, exists now
             status = getattr(cell, "status", "failed" if cell.error is not None else "done")
             self.baseline_note.value = ""
             self._draw(status="done" if status == "ok" else status)
