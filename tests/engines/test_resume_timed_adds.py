@@ -1,4 +1,4 @@
-"""A known gap of the pass path, found by the checkpoint property: a timed add (``s.add(k, v,
+"""Known gaps of the pass path, found by the properties. First: a timed add (``s.add(k, v,
 at=...)``) pending at an epoch boundary is applied twice when a replay arranged by the driver
 resumes or starts from that epoch. Strict xfail, so that the fix is noticed."""
 
@@ -64,3 +64,40 @@ def test_a_resumed_arranged_pass_applies_a_pending_timed_add_once(
     resumed = rk.replay(program, log, **options, resume=True)
     assert resumed.resumed_from_epoch == 1
     assert_same_result(resumed, want)
+
+
+COPIED = """from restream_kit import state, on, emit, schedule
+
+s1 = state.Counter()
+
+
+@on('a', 'b')
+def h1(e):
+    if s1[e.j] > 0:
+        emit("out", v=0)
+
+
+@on('a')
+def h2(e):
+    s1.add(e.k, e.v, at=e.ts + 1)
+
+
+@on("a")
+def hx(e):
+    schedule("b", at=e.ts + 2, k=e.k, j=e.j, v=e.v)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="pass path: a state with a timed write, copied whole to a pass fed scheduled "
+    "events, misses the write (no 'out' row where serial has one)",
+)
+def test_a_copied_state_sees_its_timed_write_on_a_scheduled_event(spark_session):
+    program = rk.Program.from_source(COPIED, name="gap")
+    log = rk.Log(pa.Table.from_pylist([{"ts": 0, "kind": "a", "k": 0, "j": 0, "v": 1}]))
+    want = rk.replay(program, log, require_kinds=False)
+    assert want.tables["out"].num_rows == 1
+    got = rk.replay(program, log, engine="spark", partitions=2, require_kinds=False)
+    assert_same_result(got, want)
