@@ -141,22 +141,27 @@ def test_reads_come_from_their_columns_with_their_types():
     assert ev.type_of(Lit(True)) == "bool" and ev.type_of(Lit(1)) == "int"
 
 
+def _prefix_run(low, program, log, epoch):
+    """The prefix path's result, its epochs mapped in this process."""
+    return run_prefix(
+        low,
+        program,
+        log,
+        epoch=epoch,
+        map_epochs=local_map_epochs,
+        notify=lambda _e: None,
+        check_cancel=lambda: None,
+        started=time.perf_counter(),
+    )
+
+
 def test_the_prefix_path_agrees_with_serial_on_the_edge_values():
     program = rk.Program.from_source(PROGRAM)
     log = rk.Log(LOG)
     low, why = prefix_plan(program, log)
     assert low is not None, why
     for epoch in (None, 2):
-        got = run_prefix(
-            low,
-            program,
-            log,
-            epoch=epoch,
-            map_epochs=local_map_epochs,
-            notify=lambda _e: None,
-            check_cancel=lambda: None,
-            started=time.perf_counter(),
-        )
+        got = _prefix_run(low, program, log, epoch)
         want = rk.replay(program, log).tables["out"]
         assert got.tables["out"].schema == want.schema
         for column in want.column_names:
@@ -180,15 +185,6 @@ def test_the_prefix_path_reads_a_constant_key_at_every_event():
     assert low is not None, why
     want = rk.replay(program, log)
     for epoch in (None, 2):
-        got = run_prefix(
-            low,
-            program,
-            log,
-            epoch=epoch,
-            map_epochs=local_map_epochs,
-            notify=lambda _e: None,
-            check_cancel=lambda: None,
-            started=time.perf_counter(),
-        )
+        got = _prefix_run(low, program, log, epoch)
         assert got.tables["out"].to_pylist() == want.tables["out"].to_pylist()
         assert got.state == want.state
