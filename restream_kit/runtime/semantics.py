@@ -33,6 +33,11 @@ __all__ = [
     "ScheduledEvent",
     "apply_write",
     "TimeTravelError",
+    "check_fields",
+    "check_schedule",
+    "flush_overrun",
+    "undo_journal",
+    "drop_newest",
     "SerialRuntime",
     "JOURNAL_ABSENT",
     "JournalDict",
@@ -71,16 +76,27 @@ class ScheduledEvent:
         return (self.lsn, self.ts, self.kind)[index]
 
 
-def apply_write(d: dict, default: Any, op: str, key: Any, arg: Any) -> None:
-    """Apply one write to a store now: set, add, merge (``arg`` is a function) or delete."""
+def apply_write(d: dict, default: Any, op: str, key: Any, arg: Any, raw: bool = False) -> None:
+    """Apply one write to a store now: set, add, merge (``arg`` is a function) or delete
+    (any other ``op``). The write rules, defined here once: every engine applies writes
+    through this. ``raw``: past a store's own ``__setitem__``/``pop`` (a Spark pass applying
+    a write another pass made, which that pass already sent on)."""
     if op == "set":
-        d[key] = arg
+        value = arg
     elif op == "add":
-        d[key] = d.get(key, default) + arg
+        value = d.get(key, default) + arg
     elif op == "merge":
-        d[key] = arg(d.get(key, default))
+        value = arg(d.get(key, default))
+    elif raw:
+        dict.pop(d, key, None)
+        return
     else:
         d.pop(key, None)
+        return
+    if raw:
+        dict.__setitem__(d, key, value)
+    else:
+        d[key] = value
 
 
 class TimeTravelError(ValueError):
@@ -95,6 +111,31 @@ class TimeTravelError(ValueError):
     def schedule(cls, at: int, now: int) -> TimeTravelError:
         """The error for an event scheduled at ``at``, before the event's time ``now``."""
         return cls(f"schedule at {at} is earlier than the event's time {now}")
+
+
+def check_fields(fields: dict[str, Any]) -> None:
+    """Refuse a scheduled event whose fields use a name the event itself has (kind, ts, ...)."""
+    if not RESERVED_FIELDS.isdisjoint(fields):
+        clash = sorted(RESERVED_FIELDS & set(fields))
+        raise ValueError(f"scheduled event fields may not be named {clash}")
+
+
+def check_schedule(at: int, now: int, fields: dict[str, Any]) -> None:
+    """The rules of ``schedule(kind, at=..., **fields)`` run at time ``now``: not in the
+    past, and no field named as the event's own (kind, ts, lsn, seq)."""
+    if at < now:
+        raise TimeTravelError.schedule(at, now)
+    if not RESERVED_FIELDS.isdisjoint(fields):
+        check_fields(fields)
+
+
+def flush_overrun(limit: int = MAX_FLUSH) -> RestreamError:
+    """The error of a replay whose handlers scheduled more than ``limit`` events after the
+    log ended (every engine's flush stops there)."""
+    return RestreamError(
+        f"handlers kept scheduling events after the log ended (over {limit:,}); "
+        "a timer that re-arms itself forever never lets the replay finish"
+    )
 
 
 class SerialRuntime:
@@ -130,11 +171,7 @@ class SerialRuntime:
         self.rows[table].append((ev[0], ev[1], self.handler, self.seq, fields))
 
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
-        if at < self.event[1]:
-            raise TimeTravelError.schedule(at, self.event[1])
-        clash = RESERVED_FIELDS & set(fields)
-        if clash:
-            raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
+        check_schedule(at, self.event[1], fields)
         root = self.event[0]
         self.scheduled_per_root[root] += 1
         event = self.event_type(kind, at, root, self.scheduled_per_root[root], fields)
@@ -153,6 +190,29 @@ class SerialRuntime:
 #: The old value a journal records for a key that had none.
 JOURNAL_ABSENT = object()
 _FUTURE, _EMIT, _SCHEDULE = range(3)
+
+
+def undo_journal(journal: list, other: Callable[[Any, Any, Any], None] | None = None) -> None:
+    """Undo a handler run's journaled changes, newest first, emptying ``journal``: a store's
+    ``(store, key, old value)`` is put back (:data:`JOURNAL_ABSENT`: the key goes); an entry
+    whose first item is not a store goes to ``other`` (a runtime's own kinds of change)."""
+    while journal:
+        target, key, old = journal.pop()
+        if not isinstance(target, dict):
+            other(target, key, old)
+        elif old is JOURNAL_ABSENT:
+            dict.pop(target, key, None)
+        else:
+            dict.__setitem__(target, key, old)
+
+
+def drop_newest(heap: list, made: int) -> None:
+    """Take the ``made`` newest entries (by their order number, an entry's second item) out
+    of ``heap``, a heap of timed writes or scheduled events: a rolled-back run's."""
+    if made > 0:
+        kept = sorted(heap, key=lambda entry: entry[1])[:-made]
+        heapq.heapify(kept)
+        heap[:] = kept
 
 
 class JournalDict(dict):
@@ -211,31 +271,23 @@ class GuardedRuntime(SerialRuntime):
 
     def rollback(self, exc: BaseException) -> None:
         """Undo the current handler run's changes and record it as quarantined."""
-        journal = self.journal
-        future_made = sched_made = 0
-        while journal:
-            target, key, old = journal.pop()
-            if target is _FUTURE:
-                future_made += 1
-            elif target is _EMIT:
+        made = {_FUTURE: 0, _SCHEDULE: 0}
+
+        def undo(what: int, key: Any, _old: Any) -> None:
+            if what == _EMIT:
                 rows = self.rows[key]
                 rows.pop()
                 if not rows:  # a table only this run emitted to does not exist
                     del self.rows[key]
-            elif target is _SCHEDULE:
-                sched_made += 1
+                return
+            made[what] += 1
+            if what == _SCHEDULE:
                 self.scheduled_per_root[key] -= 1
-            elif old is JOURNAL_ABSENT:
-                dict.pop(target, key, None)
-            else:
-                dict.__setitem__(target, key, old)
+
+        undo_journal(self.journal, undo)
         # Entries made by this run carry the newest order numbers: drop the newest ones.
-        for heap, made in ((self.future, future_made), (self.scheduled, sched_made)):
-            if made:
-                newest = sorted(heap, key=lambda entry: entry[1])[-made:]
-                drop = {id(entry) for entry in newest}
-                heap[:] = [entry for entry in heap if id(entry) not in drop]
-                heapq.heapify(heap)
+        drop_newest(self.future, made[_FUTURE])
+        drop_newest(self.scheduled, made[_SCHEDULE])
         self.quarantined.append(
             quarantine_row(
                 filename=self.filename,
@@ -324,10 +376,7 @@ def flush(rt: SerialRuntime, by_kind: dict, run: RunHook | None = None) -> int:
     """Run the scheduled events left after the log; fail past :data:`MAX_FLUSH` of them."""
     ran = run_scheduled(rt, by_kind, float("inf"), limit=MAX_FLUSH, run=run)
     if rt.scheduled:
-        raise RestreamError(
-            f"handlers kept scheduling events after the log ended (over {MAX_FLUSH:,}); "
-            "a timer that re-arms itself forever never lets the replay finish"
-        )
+        raise flush_overrun()
     return ran
 
 
