@@ -4,7 +4,6 @@ Spark engine against the serial engine."""
 from __future__ import annotations
 
 import os
-import re
 
 import pytest
 from engine_matrix import (
@@ -49,9 +48,6 @@ SPARK_EXAMPLES = int(os.environ.get("RESTREAM_SPARK_PROPERTY_EXAMPLES", str(EXAM
 @settings(max_examples=SPARK_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=spark_cases())
 def test_spark_engine_equals_the_serial_engine(case, spark_session):
-    # A known gap with a strict xfail of its own (tests/engines/test_resume_timed_adds.py): a
-    # state with timed writes, copied whole to a pass fed scheduled events, misses them.
-    assume(not (TIMED_WRITE.search(case[0]) and "schedule(" in case[0]))
     source, log, epoch, path = case
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
@@ -74,8 +70,6 @@ def test_passes_the_driver_arranges_equal_the_serial_engine(case, spark_session)
     the programs it takes (the others are not examples) give the serial engine's result."""
     from unittest import mock
 
-    from hypothesis import assume
-
     from restream_kit.engines.spark.passes import _local_arrangement as _local_arrangement
 
     source, log, _epoch, _path = case
@@ -88,8 +82,6 @@ def test_passes_the_driver_arranges_equal_the_serial_engine(case, spark_session)
     assert_ran_as_planned(program, got)
 
 
-#: A timed state write (``s.add(k, v, at=...)``, ``s.set(..., at=...)``) in a generated program.
-TIMED_WRITE = re.compile(r"\.(add|set)\([^\n]*\bat=")
 CHECKPOINT_EXAMPLES = int(os.environ.get("RESTREAM_CHECKPOINT_PROPERTY_EXAMPLES", "12"))
 COMMIT_EXAMPLES = int(os.environ.get("RESTREAM_COMMIT_PROPERTY_EXAMPLES", "30"))
 
@@ -142,9 +134,6 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
     from restream_kit.engines.spark.passes import _local_arrangement as _local_arrangement
 
     source, log, _epoch, _path = case
-    # A known gap with a strict xfail of its own (tests/engines/test_resume_timed_adds.py): an
-    # arranged pass resumed at an epoch applies a timed write pending there twice.
-    assume(not (arranged and TIMED_WRITE.search(source)))
     program = rk.Program.from_source(source, name="prop")
     the_log = rk.Log(log)
     root = tmp_path_factory.mktemp("ck")

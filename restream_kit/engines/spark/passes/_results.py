@@ -32,10 +32,17 @@ def finish_finals(program: Program, ran: Ran) -> None:
 def _apply_pending(program: Program, ran: Ran) -> None:
     """Timed writes due after the log's end apply if an event at or after their time ran,
     each once: a write waits in every pass that holds its state (the holder, and a pass
-    holding a copy of it), and each reports it; its position names it."""
+    holding a copy of it), and each reports it; its position names it. None where the pass
+    reporting the state's final values applied it already (an event after it ran there)."""
+    waiting, applied = [], set()
     for position, blob in sorted(set(ran.pending), key=lambda item: item[0]):
-        if position[0] <= ran.last_event:
-            state, key, op = pickle.loads(blob)
+        state, key, op = pickle.loads(blob)
+        if op is None:  # applied by the pass that reports the state's final values
+            applied.add((position, state, key))
+        elif position[0] <= ran.last_event:
+            waiting.append((position, state, key, op))
+    for position, state, key, op in waiting:
+        if (position, state, key) not in applied:
             apply_op(ran.finals[state], program.states[state].default, key, op)
 
 

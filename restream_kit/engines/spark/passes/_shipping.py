@@ -18,14 +18,15 @@ from typing import Any
 
 from ....model.program import Program
 from ....runtime.quarantine import quarantine_row
-from ...serial import (
-    JOURNAL_ABSENT,
-    RESERVED_FIELDS,
+from ....runtime.semantics import (
     GuardedRuntime,
     ScheduledEvent,
     SerialRuntime,
     TimeTravelError,
     apply_write,
+    check_schedule,
+    drop_newest,
+    undo_journal,
 )
 from .._program_ref import key_function
 from ._boundaries import unhandled_rows
@@ -62,8 +63,6 @@ class Shipping(Routing):
     everything else is the serial engine's own."""
 
     def __init__(self, spec: PassSpec, program: Program):
-        from ...serial import SerialRuntime
-
         self._serial = SerialRuntime()
         self.rows = self._serial.rows
         self.future = self._serial.future
@@ -161,11 +160,7 @@ class Shipping(Routing):
 
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
         ev = self.event
-        if at < ev[1]:
-            raise TimeTravelError.schedule(at, ev[1])
-        if not RESERVED_FIELDS.isdisjoint(fields):
-            clash = RESERVED_FIELDS & set(fields)
-            raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
+        check_schedule(at, ev[1], fields)
         # ``seq`` counts the events scheduled by one root event, and the events of a plain
         # pass come one after the other: one counter, restarted by a new root.
         root = ev[0]
@@ -419,23 +414,19 @@ class GuardedShipping(Shipping):
         self.journal.append((_FOLDED, (state, key), None if slot is None else list(slot)))
         super()._fold(state, key, arg)
 
+    def _undo(self, what: object, key: Any, old: Any) -> None:
+        """Undo a journaled change of a window's adds or of the closes sent."""
+        if what is _ONCE:
+            set.discard(self.sent_once, key)
+        elif old is None:
+            self.folded.pop(key, None)
+        else:
+            self.folded[key] = old
+
     def rollback(self, exc: BaseException) -> None:
         """Undo the current handler run and record it."""
-        journal = self.journal
-        while journal:
-            target, key, old = journal.pop()
-            if target is _FOLDED:
-                if old is None:
-                    self.folded.pop(key, None)
-                else:
-                    self.folded[key] = old
-            elif target is _ONCE:
-                set.discard(self.sent_once, key)
-            elif old is JOURNAL_ABSENT:
-                dict.pop(target, key, None)
-            else:
-                dict.__setitem__(target, key, old)
-        out, rows, future, unhandled, dropped, *counts = journal.marks
+        undo_journal(self.journal, self._undo)
+        out, rows, future, unhandled, dropped, *counts = self.journal.marks
         self.made, self.last_at, self.root, self.seq_of_root = counts
         del self.out[out:]
         del self.unhandled[unhandled:]
@@ -445,11 +436,7 @@ class GuardedShipping(Shipping):
                 del self.rows[table][rows[table] :]
             else:  # a table only this run emitted to does not exist
                 del self.rows[table]
-        if len(self.future) > future:
-            # This run's timed writes carry the newest order numbers.
-            kept = sorted(self.future, key=lambda entry: entry[1])[:future]
-            heapq.heapify(kept)
-            self.future[:] = kept
+        drop_newest(self.future, len(self.future) - future)  # (this run's: the newest)
         row = quarantine_row(
             filename=self.program.filename,
             handler=self.handler,

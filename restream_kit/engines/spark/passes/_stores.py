@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from ...serial import JOURNAL_ABSENT
+from ....runtime.semantics import JOURNAL_ABSENT, apply_write
 
 __all__ = ["JournalStore", "RecordingStore", "BlindStore", "apply_op"]
 
@@ -120,21 +120,13 @@ class BlindStore(_PassStore):
 
 
 def apply_op(d: dict, default: Any, key: Any, op: tuple, raw: bool = False) -> None:
-    """Apply a write ``op`` to ``key`` of store ``d``; ``raw``: without sending it on (it
-    came from another pass, which sent it to every pass that folds it)."""
+    """Apply a write ``op`` as rows carry it (``("add", x)``, ``("del",)``, a blind
+    ``("bin", symbol, x)``...) to ``key`` of store ``d``, by the serial write rules
+    (``runtime.semantics.apply_write``); ``raw``: without sending it on (it came from
+    another pass, which sent it to every pass that folds it)."""
     what = op[0]
-    if what == "del":
-        (dict.pop if raw else type(d).pop)(d, key, None)
-        return
-    if what == "set":
-        value = op[1]
-    elif what == "add":
-        value = d.get(key, default) + op[1]
-    elif what == "merge":
-        value = op[1](d.get(key, default))
+    if what == "bin":  # ``old <symbol> x``: a merge with that function
+        binop, operand = _BINOPS[op[1]], op[2]
+        apply_write(d, default, "merge", key, lambda old: binop(old, operand), raw)
     else:
-        value = _BINOPS[op[1]](d.get(key, default), op[2])
-    if raw:
-        dict.__setitem__(d, key, value)
-    else:
-        d[key] = value
+        apply_write(d, default, what, key, op[1] if len(op) > 1 else None, raw)

@@ -32,8 +32,15 @@ import pyarrow as pa
 from ....compiler.compile import compile_program
 from ....model.program import Program
 from ....runtime.quarantine import quarantine_row
+from ....runtime.semantics import (
+    ScheduledEvent,
+    TimeTravelError,
+    check_schedule,
+    drop_newest,
+    flush_overrun,
+    undo_journal,
+)
 from ..._gc import collector_paused
-from ...serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
 from .._faults import inject_fault
 from .._program_ref import column_values as _column_values
 from .._program_ref import event_type, key_function, load_program
@@ -121,20 +128,13 @@ class _Runtime(Routing):
         try:
             fn(ev)
         except Exception as exc:  # noqa: BLE001 - the run is rolled back and recorded
-            while journal:
-                store, key, old = journal.pop()
-                if old is JOURNAL_ABSENT:
-                    dict.pop(store, key, None)
-                else:
-                    dict.__setitem__(store, key, old)
+            undo_journal(journal)
             rows, out, n, self.scheduled, self.last_at = marks
             del self.rows[rows:]
             del self.out[out:]
-            if self.n > n:
-                kept = [entry for entry in self.heap if entry[1] <= n]
-                heapq.heapify(kept)
-                self.heap[:] = kept
-                self.pending_sched = sum(1 for entry in kept if entry[2] == 1)
+            if self.n > n:  # (its timed writes and scheduled events: the newest numbers)
+                drop_newest(self.heap, self.n - n)
+                self.pending_sched = sum(1 for entry in self.heap if entry[2] == 1)
                 self.n = n
             if made is None:
                 self.per_root.pop(root, None)
@@ -196,11 +196,7 @@ class _Runtime(Routing):
 
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
         ev = self.event
-        if at < ev[1]:
-            raise TimeTravelError.schedule(at, ev[1])
-        if fields.keys() & RESERVED_FIELDS:
-            clash = RESERVED_FIELDS & set(fields)
-            raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
+        check_schedule(at, ev[1], fields)
         root = ev[0]
         seq = self.per_root[root] = self.per_root.get(root, 0) + 1
         self.scheduled += 1
@@ -347,6 +343,10 @@ class PassTask:
                 pos, _n, what, payload = heapq.heappop(heap)
                 if what == 0:
                     d, default, key, op, state, incoming = payload
+                    if pos[0] > last_ts and state in spec.finals:
+                        # Due after the log and applied here, to a final value: the driver
+                        # must not apply it again where another holder reports it waiting.
+                        rt.out.append((PEND, -1, None, pos, dumps((state, key, None))))
                     if incoming:
                         apply_op(d, default, key, op, True)
                         if recorder is not None:
@@ -522,18 +522,18 @@ class PassTask:
             while rt.heap and rt.pending_sched:
                 flushed += 1
                 if flushed > spec.max_flush:
-                    raise RuntimeError(
-                        f"handlers kept scheduling events after the log ended (over "
-                        f"{spec.max_flush:,}); a timer that re-arms itself forever never "
-                        "lets the replay finish"
-                    )
+                    raise flush_overrun(spec.max_flush)
                 # One entry: a timed write (a scheduled event still follows it) or an event.
                 settle((*rt.heap[0][0][:3], rt.heap[0][0][3] + b"\x00"))
             if recorder is not None:
                 recorder.waiting(rt.heap)
-            for pos, _n, _what, (_d, _default, key, op, state, _in) in sorted(rt.heap):
+            for pos, _n, _what, (_d, _default, key, op, state, incoming) in sorted(rt.heap):
                 blob = dumps((state, key, op))
                 rt.out.append((PEND, -1, None, pos, blob))
+                if not incoming and state in spec.feeds:
+                    # Its passes folding the state wait for it too: a copy made from them
+                    # reads it on an event after the log (the driver applies it once).
+                    rt.write_rows(key, pos, blob, spec.feeds[state], state)
         except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
             rt.out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
             yield out_batch(rt, schema, slots)
