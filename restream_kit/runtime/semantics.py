@@ -33,6 +33,7 @@ __all__ = [
     "ScheduledEvent",
     "apply_write",
     "TimeTravelError",
+    "check_write",
     "check_fields",
     "check_schedule",
     "flush_overrun",
@@ -113,6 +114,12 @@ class TimeTravelError(ValueError):
         return cls(f"schedule at {at} is earlier than the event's time {now}")
 
 
+def check_write(at: int | None, now: int) -> None:
+    """The rule of a write's ``at=`` made at time ``now``: not in the past (None: now)."""
+    if at is not None and at < now:
+        raise TimeTravelError.write(at, now)
+
+
 def check_fields(fields: dict[str, Any]) -> None:
     """Refuse a scheduled event whose fields use a name the event itself has (kind, ts, ...)."""
     if not RESERVED_FIELDS.isdisjoint(fields):
@@ -162,8 +169,7 @@ class SerialRuntime:
         if at is None or at == now:
             apply_write(d, default, op, key, arg)
             return
-        if at < now:
-            raise TimeTravelError.write(at, now)
+        check_write(at, now)
         heapq.heappush(self.future, (at, next(self.order), d, default, op, key, arg))
 
     def emit(self, table: str, **fields: Any) -> None:

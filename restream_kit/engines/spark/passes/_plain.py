@@ -56,7 +56,7 @@ from ._rows import (
 )
 from ._shipping import MadeBy, MadeByRuntime, Shipping, guarded_runtime
 from ._start_shares import taken_start
-from ._stores import BlindStore
+from ._stores import BlindStore, carried
 from ._zipped import ValuePacker, unzip
 
 __all__ = ["run_plain"]
@@ -238,7 +238,7 @@ def run_plain(
     # Later ones apply only if an event after the log (scheduled elsewhere) comes at or after
     # their time: the driver decides, as for the other passes' (``PEND``).
     for at, order, d, _default, op, key, arg in sorted(rt.future, key=lambda f: f[:2]):
-        what = ("del",) if op == "delete" else (op, arg)
+        what = carried(op, arg)
         sub = made_bytes(order) if type(order) is tuple else U32.pack(order)  # (see MadeBy)
         blob = dumps((state_names[id(d)], key, what))
         out.append((PEND, -1, None, (at, PH_TIMED, 0, sub), blob))

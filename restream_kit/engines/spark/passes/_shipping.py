@@ -22,9 +22,9 @@ from ....runtime.semantics import (
     GuardedRuntime,
     ScheduledEvent,
     SerialRuntime,
-    TimeTravelError,
     apply_write,
     check_schedule,
+    check_write,
     drop_newest,
     undo_journal,
 )
@@ -44,7 +44,7 @@ from ._rows import (
     dumps,
     order_value,
 )
-from ._stores import BlindStore
+from ._stores import BlindStore, carried
 
 __all__ = [
     "Shipping",
@@ -116,24 +116,17 @@ class Shipping(Routing):
         if type(d) is not BlindStore:  # the serial engine's write, inlined: it is hot
             if at is None or at == now:
                 apply_write(d, default, op, key, arg)
-            elif at < now:
-                raise TimeTravelError.write(at, now)
-            else:
+            elif at > now:
                 heapq.heappush(self.future, (at, next(self._order), d, default, op, key, arg))
+            else:
+                check_write(at, now)  # (raises: earlier than the event)
             return
-        if at is not None and at < now:
-            raise TimeTravelError.write(at, now)
+        check_write(at, now)
         if d.state in self.spec.folds and op == "add" and (at is None or at == now):
             self._fold(d.state, key, arg)
             return
-        shipped = (
-            ("add", arg)
-            if op == "add"
-            else ("set", arg)
-            if op == "set"
-            else (("merge", arg) if op == "merge" else ("del",))
-        )
-        self.ship(d.state, key, shipped, None if at == now else at, self.spec.blind[d.state])
+        at = None if at == now else at
+        self.ship(d.state, key, carried(op, arg), at, self.spec.blind[d.state])
 
     def _fold(self, state: str, key: Any, arg: int) -> None:
         """Sum an add into its window's one write, sent at the last add's position
@@ -286,8 +279,7 @@ class MadeByRuntime(SerialRuntime):
         if at is None or at == now:
             apply_write(d, default, op, key, arg)
             return
-        if at < now:
-            raise TimeTravelError.write(at, now)
+        check_write(at, now)
         self.count += 1
         made = (now, ev[0], self.number[self.handler], self.count)
         heapq.heappush(self.future, (at, made, d, default, op, key, arg))

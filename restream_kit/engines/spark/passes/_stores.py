@@ -15,7 +15,7 @@ from typing import Any
 
 from ....runtime.semantics import JOURNAL_ABSENT, apply_write
 
-__all__ = ["JournalStore", "RecordingStore", "BlindStore", "apply_op"]
+__all__ = ["JournalStore", "RecordingStore", "BlindStore", "apply_op", "carried"]
 
 
 #: The operators of ``m[k] op= x`` on a blind write: symbol -> the name of its dunder method.
@@ -117,6 +117,15 @@ class BlindStore(_PassStore):
 
     def __contains__(self, key: Any) -> bool:
         raise RuntimeError(f"state {self.state!r} is read where the plan said it is only written")
+
+
+def carried(op: str, arg: Any) -> tuple:
+    """A handler's write (``op`` of ``set``, ``add``, ``merge``, ``delete``) as rows carry
+    it to other passes and :func:`apply_op` applies it: ``(op, arg)``, or ``("del",)``."""
+    return (op, arg) if op in _CARRIED else ("del",)
+
+
+_CARRIED = frozenset({"set", "add", "merge"})
 
 
 def apply_op(d: dict, default: Any, key: Any, op: tuple, raw: bool = False) -> None:

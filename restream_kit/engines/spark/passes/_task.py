@@ -34,8 +34,9 @@ from ....model.program import Program
 from ....runtime.quarantine import quarantine_row
 from ....runtime.semantics import (
     ScheduledEvent,
-    TimeTravelError,
+    apply_write,
     check_schedule,
+    check_write,
     drop_newest,
     flush_overrun,
     undo_journal,
@@ -79,7 +80,7 @@ from ._rows import (
 from ._runner import kind_runner
 from ._setup import unpacked
 from ._start_shares import start_of
-from ._stores import BlindStore, JournalStore, RecordingStore, apply_op
+from ._stores import BlindStore, JournalStore, RecordingStore, apply_op, carried
 
 __all__ = ["PassTask"]
 
@@ -165,22 +166,14 @@ class _Runtime(Routing):
 
     def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
         now = self.event[1]
-        if op == "add":
-            shipped = ("add", arg)
-        elif op == "set":
-            shipped = ("set", arg)
-        elif op == "merge":
-            shipped = ("merge", arg)
-        else:
-            shipped = ("del",)
         if at is None or at == now:
             if type(d) is BlindStore:
-                self.ship(d.state, key, shipped, None, self.spec.blind[d.state])
+                self.ship(d.state, key, carried(op, arg), None, self.spec.blind[d.state])
             else:
-                apply_op(d, default, key, shipped)
+                apply_write(d, default, op, key, arg)
             return
-        if at < now:
-            raise TimeTravelError.write(at, now)
+        check_write(at, now)
+        shipped = carried(op, arg)
         if type(d) is BlindStore:
             self.ship(d.state, key, shipped, at, self.spec.blind[d.state])
             return
