@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ....compiler.compile import compile_program
+from ....compiler.compile import compile_program, dict_name
+from ....compiler.inline import EVENT, key_source
 from ....model.program import Program
 from ...serial import JournalDict, SerialRuntime
 from .._codec import MISSING
@@ -301,8 +302,6 @@ def _probe_hooks(
     it consumes in place, what they need in the loop's namespace, the lists the recorded
     values go to (slot -> list, one value per event of the batch, in order), and whether a
     key stayed a function of a named event (one that reads more than the event's fields)."""
-    from ....compiler.compile import dict_name
-
     hooks: list[tuple[int, str, str]] = []
     extra: dict[str, Any] = {"_rs_MISSING": MISSING}
     served: dict[int, list] = {}
@@ -342,8 +341,6 @@ def _key_source(key: str, name: str, program: Program, columns: tuple, extra: di
     """A probe's key as loop source: the event's fields by position where the key reads
     nothing else (no call per event), else a call of the key function ``name`` (put in
     ``extra``) on the named event. Also whether it needs named events."""
-    from ....compiler.inline import EVENT, key_source
-
     src = key_source(key, columns)
     if src is not None:
         return src, False
@@ -356,9 +353,6 @@ def _fill_source(h: int, slots: list, extra: dict, program: Program, columns: tu
     key)]) in the stores handler ``h`` reads, which hold nothing else: inlined in the loop,
     as a handler body is, for it runs on every event. ``extra`` gets the names it uses.
     Also whether a key needs named events."""
-    from ....compiler.compile import dict_name
-    from ....compiler.inline import EVENT
-
     extra["_rs_loads"] = pickle.loads
     named = False
     lines = ["if True:"]

@@ -13,6 +13,7 @@ sends on, and their guarded forms for ``on_error`` skip and quarantine.
 
 from __future__ import annotations
 
+import ast
 import heapq
 from typing import Any
 
@@ -293,8 +294,6 @@ def _fields_key_function(expr: str, program: Program) -> Any:
     """A key expression over a scheduled event as a function of its fields, kind, time, root
     and seq, so that routing it costs no event object: ``e.key`` becomes ``f["key"]``. An
     expression that uses ``e`` otherwise raises :class:`_NotAField` when called."""
-    import ast
-
     special = {"kind": "kind", "ts": "at", "lsn": "root", "seq": "seq"}
     tree = ast.parse(expr, mode="eval")
     plain = True

@@ -29,13 +29,19 @@ start as rows in the general task.
 from __future__ import annotations
 
 import ast
+import itertools
 import os
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
+from .._codec import encode_key
 from . import _rows as W
 from ._local_arrangement import partition_of
+from ._plan import BY_KEY, ORDER, SINGLE
 
 __all__ = [
     "Starts",
@@ -171,8 +177,6 @@ def shares_rows(pp: Any, p: Any, state: dict) -> bool:
     events (:func:`share_frame`) and keeps the serial engine's loop: it is partitioned by a
     key, and no scheduled event of the start is of a kind it handles (its loop runs log
     events only)."""
-    from ._plan import BY_KEY, ORDER, SINGLE
-
     if p.partition in (ORDER, SINGLE, BY_KEY) or p.copies or p.versions_to:
         return False
     mine = {kind for kind, targets in pp.kind_passes.items() if p.index in targets}
@@ -184,9 +188,6 @@ def share_frame(setup: Any, p: Any, state: dict, raw: list[str] | None) -> Any:
     ``raw`` (a key's value in each), or else by its partition value ``_rs_pk``; each with
     its entry (:data:`SHARE`: a state's value, or a timed write with its serial number),
     first in time (``ts``) and in the serial order (``lsn``). None when it has none."""
-    import pyarrow as pa
-
-    from .._codec import encode_key
     from ._setup import unquoted
 
     entries = list(_entries(p, state))
@@ -211,9 +212,6 @@ def taken_start(batches: Any) -> tuple[Any, dict]:
     """In a task of a pass given its share as rows (:func:`share_frame`): the share, taken
     off the front of its partition, as a start (``{"stores": .., "future": ..}``), and the
     events after it. A share row after an event fails the task: the sort was lost."""
-    import itertools
-    import pickle
-
     it = iter(batches)
     entries: list = []
     rest: Any = iter(())
