@@ -31,6 +31,24 @@ import pyarrow.compute as pc
 
 from ..model.program import Program
 from ..model.state import Counter, Map
+from ._lowered import (
+    Arith,
+    Binary,
+    Cmp,
+    Col,
+    EmitSite,
+    Expr,
+    Lit,
+    Logic,
+    Lowered,
+    LoweredRead,
+    LoweredState,
+    Neg,
+    Not,
+    ReadOf,
+    Unary,
+    Write,
+)
 
 __all__ = [
     "Col",
@@ -61,149 +79,6 @@ FLOAT_EXACT = 2**53  # integers below this convert to float exactly
 
 class NotLowerable(Exception):
     """The program (for this log) has something column evaluation could get wrong."""
-
-
-# -- expressions --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Col:
-    """An event field."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class Lit:
-    """A constant (int, float, bool or str)."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class ReadOf:
-    """The value of read site ``site`` (an index into :attr:`Lowered.reads`)."""
-
-    site: int
-
-
-@dataclass(frozen=True)
-class _Binary:
-    op: str
-    left: Expr
-    right: Expr
-
-
-@dataclass(frozen=True)
-class _Unary:
-    operand: Expr
-
-
-class Arith(_Binary):
-    """``left op right``, ``op`` one of "+", "-", "*"."""
-
-
-class Neg(_Unary):
-    """``-operand``."""
-
-
-class Cmp(_Binary):
-    """``left op right``, ``op`` one of "==", "!=", "<", "<=", ">", ">="."""
-
-
-@dataclass(frozen=True)
-class Logic:
-    """``and`` / ``or`` of conditions (Python truthiness of each operand)."""
-
-    op: str
-    operands: tuple[Expr, ...]
-
-
-class Not(_Unary):
-    """``not operand``: the negation of its truth."""
-
-
-Expr = Col | Lit | ReadOf | Arith | Neg | Cmp | Logic | Not
-
-
-# -- what handlers do ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LoweredRead:
-    """A read of ``state[key]`` at operation ``n`` of handler ``handler`` (index), lowered:
-    its key is expressions over the event's columns that an engine can evaluate, where the
-    plan's :class:`~restream_kit.planner.ir.Access` holds the key's canonical source."""
-
-    index: int
-    state: str
-    key: tuple[Expr, ...]
-    handler: int
-    n: int
-
-
-@dataclass(frozen=True)
-class Write:
-    """``state[key] += value`` (merge), ``= value`` (set) or ``del`` (delete), when ``when``."""
-
-    state: str
-    op: str
-    key: tuple[Expr, ...]
-    value: Expr | None
-    when: Expr | None
-    handler: int
-    n: int
-
-
-@dataclass(frozen=True)
-class EmitSite:
-    """``emit(table, **fields)`` at operation ``n`` of handler ``handler``, when ``when``."""
-
-    table: str
-    fields: tuple[tuple[str, Expr], ...]
-    when: Expr | None
-    handler: int
-    n: int
-    level: int = 0
-
-
-@dataclass(frozen=True)
-class LoweredState:
-    """A lowered state: ``kind`` "merge" (sums) or "set" (last write), its default, key shape."""
-
-    name: str
-    kind: str
-    default: Any
-    tuple_key: bool
-    arity: int
-    level: int
-    value_type: str
-    #: For keys of several integers with known ranges: ``(lowest, span)`` per position, so that
-    #: ``sum((k_i - lowest_i) * stride_i)`` is one 64-bit key (joins on one column are faster).
-    packing: tuple[tuple[int, int], ...] | None = None
-
-
-@dataclass(frozen=True)
-class Lowered:
-    """A whole program lowered: handlers' kinds, reads, writes, emits, states by level."""
-
-    kinds: tuple[tuple[str, ...], ...]  # per handler index
-    handler_names: tuple[str, ...]
-    reads: tuple[LoweredRead, ...]
-    writes: tuple[Write, ...]
-    emits: tuple[EmitSite, ...]
-    states: dict[str, LoweredState]
-    ops_per_handler: int
-
-    @property
-    def levels(self) -> int:
-        """How many evaluation rounds the program needs (one per state level, and emits)."""
-        top = [s.level for s in self.states.values() if self.writes_of(s.name)]
-        top += [e.level for e in self.emits]
-        return max(top, default=0) + 1
-
-    def writes_of(self, state: str) -> tuple[Write, ...]:
-        return tuple(w for w in self.writes if w.state == state)
 
 
 # -- lowering ------------------------------------------------------------------------------
@@ -559,63 +434,15 @@ def lower(
     for h in program.handlers:
         low.handler(h)
     read_state = {r.index: r.state for r in low.reads}
-    # Levels: a state depends on the states its writes read.
-    deps: dict[str, set[str]] = {name: set() for name in program.states}
     written = {w.state for w in low.writes}
-    for w in low.writes:
-        used = low_reads(w.key, w.value, w.when)
-        # A state nobody writes reads as its default everywhere: no round needs to wait for it.
-        deps[w.state] |= {read_state[i] for i in used} & written
-    level: dict[str, int] = {}
-
-    def rank(name: str, seen: tuple[str, ...] = ()) -> int:
-        if name in seen:
-            raise NotLowerable(f"state {name} is written from reads of itself")
-        if name not in level:
-            level[name] = max((rank(d, (*seen, name)) + 1 for d in deps[name]), default=0)
-        return level[name]
-
-    for name in program.states:
-        rank(name)
+    level = _levels(program, low, read_state, written)
     typer = _Typer(low, {}, read_state)
     states: dict[str, LoweredState] = {}
     # Type states level by level: a state's value type needs the types of what it reads.
     for name in sorted(program.states, key=lambda s: (level[s], s in written)):
         decl = program.states[name]
-        ws = [w for w in low.writes if w.state == name]
-        ops = {w.op for w in ws}
+        kind, vtype = _state_type(name, decl.default, low, typer)
         default = decl.default
-        if "merge" in ops:
-            if ops != {"merge"}:
-                raise NotLowerable(f"state {name} is both merged and overwritten or deleted")
-            if type(default) is not int:
-                raise NotLowerable(f"state {name} merges onto a non-integer default")
-            bound = abs(default)
-            for w in ws:
-                t = typer.of(w.value)
-                if t.type != "int" or t.nullable:
-                    raise NotLowerable(f"state {name} merges {t.type} values (sums must be exact)")
-                bound += t.bound * max(low.events, 1)
-            if bound >= INT64_SAFE:
-                raise NotLowerable(f"sums of {name} could overflow 64 bits")
-            typer.state_types[name] = _Typed(None, "int", False, bound)
-            kind, vtype = "merge", "int"
-        else:
-            types = [typer.of(w.value) for w in ws if w.op == "set"]
-            classes = {t.type for t in types}
-            if default is not None:
-                classes.add(_lit(default).type)
-            if len(classes) > 1:
-                raise NotLowerable(f"state {name} holds values of several types")
-            vtype = classes.pop() if classes else "bool"
-            nullable = default is None or any(t.nullable for t in types)
-            bounds = [t.bound for t in types] + (
-                [abs(default)] if vtype == "int" and default is not None else []
-            )
-            typer.state_types[name] = _Typed(
-                None, vtype, nullable, max(bounds, default=0) if vtype == "int" else None
-            )
-            kind = "set"
         arity = len(low.key_types.get(name, [None]))
         states[name] = LoweredState(
             name,
@@ -651,6 +478,67 @@ def lower(
     )
 
 
+def _levels(program: Program, low: _Lowerer, read_state: dict[int, str], written: set[str]):
+    """Each state's round: one after the rounds of the states its writes read (a state nobody
+    writes reads as its default everywhere: no round waits for it)."""
+    deps: dict[str, set[str]] = {name: set() for name in program.states}
+    for w in low.writes:
+        used = low_reads(w.key, w.value, w.when)
+        deps[w.state] |= {read_state[i] for i in used} & written
+    level: dict[str, int] = {}
+
+    def rank(name: str, seen: tuple[str, ...] = ()) -> int:
+        if name in seen:
+            raise NotLowerable(f"state {name} is written from reads of itself")
+        if name not in level:
+            level[name] = max((rank(d, (*seen, name)) + 1 for d in deps[name]), default=0)
+        return level[name]
+
+    for name in program.states:
+        rank(name)
+    return level
+
+
+def _state_type(name: str, default: Any, low: _Lowerer, typer: _Typer) -> tuple[str, str]:
+    """(kind, value type) of state ``name`` from its writes, typed with ``typer`` (which then
+    knows the state's type); NotLowerable for a mix of merges and overwrites, sums that could
+    be inexact or overflow, or values of several types."""
+    ws = [w for w in low.writes if w.state == name]
+    ops = {w.op for w in ws}
+    if "merge" in ops:
+        if ops != {"merge"}:
+            raise NotLowerable(f"state {name} is both merged and overwritten or deleted")
+        if type(default) is not int:
+            raise NotLowerable(f"state {name} merges onto a non-integer default")
+        bound = abs(default)
+        for w in ws:
+            t = typer.of(w.value)
+            if t.type != "int" or t.nullable:
+                raise NotLowerable(f"state {name} merges {t.type} values (sums must be exact)")
+            bound += t.bound * max(low.events, 1)
+        if bound >= INT64_SAFE:
+            raise NotLowerable(f"sums of {name} could overflow 64 bits")
+        typer.state_types[name] = _Typed(None, "int", False, bound)
+        kind, vtype = "merge", "int"
+    else:
+        types = [typer.of(w.value) for w in ws if w.op == "set"]
+        classes = {t.type for t in types}
+        if default is not None:
+            classes.add(_lit(default).type)
+        if len(classes) > 1:
+            raise NotLowerable(f"state {name} holds values of several types")
+        vtype = classes.pop() if classes else "bool"
+        nullable = default is None or any(t.nullable for t in types)
+        bounds = [t.bound for t in types] + (
+            [abs(default)] if vtype == "int" and default is not None else []
+        )
+        typer.state_types[name] = _Typed(
+            None, vtype, nullable, max(bounds, default=0) if vtype == "int" else None
+        )
+        kind = "set"
+    return kind, vtype
+
+
 def walk(*exprs: Any):
     """Every sub-expression of ``exprs`` (expressions, tuples of them, or None)."""
     stack = list(exprs)
@@ -662,9 +550,9 @@ def walk(*exprs: Any):
         if x is None:
             continue
         yield x
-        if isinstance(x, _Binary):
+        if isinstance(x, Binary):
             stack += [x.left, x.right]
-        elif isinstance(x, _Unary):
+        elif isinstance(x, Unary):
             stack.append(x.operand)
         elif isinstance(x, Logic):
             stack += list(x.operands)

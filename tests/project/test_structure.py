@@ -93,7 +93,6 @@ TIME_TRAVEL_HOME = "restream_kit/runtime/"
 
 #: Functions over the limit without a reason yet: "path::qualified.name" -> who removes it.
 PENDING_LONG_FUNCTIONS: dict[str, str] = {
-    "restream_kit/compiler/lower.py::lower": LATER,
     "restream_kit/engines/serial.py::replay": RUNTIME,
     "restream_kit/engines/spark/_uri_log.py::_read": SCALE,
     "restream_kit/engines/spark/passes/_driver.py::run_jobs": SCALE,
@@ -103,12 +102,7 @@ PENDING_LONG_FUNCTIONS: dict[str, str] = {
     "restream_kit/engines/spark/passes/_setup.py::prepare": SCALE,
     "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
     "restream_kit/iterate/reuse.py::_rereplay": REUSE,
-    "restream_kit/planner/critical_path.py::_stage_load": LATER,
-    "restream_kit/planner/ir.py::build_plan": LATER,
-    "restream_kit/planner/render.py::plan_text": LATER,
     "restream_kit/runtime/windows.py::_aligned": WINDOWS,
-    "widgets/plan_figures.py::dag_figure": LATER,
-    "widgets/workbench.py::run_cell": LATER,
 }
 #: Modules over the limit: path -> who splits it.
 PENDING_LONG_MODULES: dict[str, str] = {
@@ -120,11 +114,9 @@ PENDING_LONG_MODULES: dict[str, str] = {
     "restream_kit/engines/spark/passes/_task.py": RUNTIME,
     "restream_kit/io/catalog.py": REUSE,
     "restream_kit/io/checkpoint.py": LATER,
-    "restream_kit/io/compare.py": LATER,
     "restream_kit/io/log.py": SCALE,
     "restream_kit/iterate/reuse.py": REUSE,
     "restream_kit/planner/_analysis.py": LATER,
-    "restream_kit/planner/ir.py": LATER,
     "restream_kit/runtime/windows.py": WINDOWS,
     "restream_kit/workbench.py": LATER,
 }
