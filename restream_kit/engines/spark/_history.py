@@ -358,7 +358,7 @@ class TaskHistory:
     def hook(self, h: int) -> Any:
         """For the general pass loop: a function ``(ev, pos)`` that records handler ``h``'s
         probes at log events (None when it reads none)."""
-        from ._pass_rows import PH_LOG
+        from ._pass_rows import AFTER_RUN, PH_LOG
         from ._program_ref import key_function
 
         mine = [
@@ -370,7 +370,7 @@ class TaskHistory:
             return None
 
         def record(ev: Any, pos: tuple) -> None:
-            if pos[1] != PH_LOG:
+            if pos[1] != PH_LOG or pos[3].startswith(AFTER_RUN):
                 return  # the serial loop records at log events only
             for append, d, key_fn in mine:
                 try:
