@@ -28,9 +28,9 @@ import ast
 import re
 from typing import Any
 
-from ...model.program import Program
-from ...model.windows import Sliding
-from ...runtime.windows import native_plan
+from ....model.program import Program
+from ....model.windows import Sliding
+from ....runtime.windows import native_plan
 
 __all__ = [
     "closes_once",
