@@ -116,7 +116,11 @@ def closes_once(program: Program) -> frozenset[str]:
             and ast.unparse(body[1].test) == f"{prefix}__n[w]"
             and f"del {prefix}__n[w]" in [ast.unparse(x) for x in body[1].body]
         )
-        if shape:
+        # Added at its events' times: every close comes after the time of the add that
+        # scheduled it, so no later add reaches a closed window (with an earlier ``ts=``, a
+        # close may come at its adding event's own time, and an event of that time after it
+        # may add again, its close the same as the first's).
+        if shape and _calls_at_event_time(program.module_ast, f"{prefix}__add"):
             found.add(kind)
     return frozenset(found)
 
