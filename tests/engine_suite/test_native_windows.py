@@ -234,7 +234,8 @@ def test_the_path_and_the_plan_say_which_windows_run_fused_and_why_not():
     off = rk.replay(program, log, native_windows=False).metrics.path
     assert set(off) == set(path)
     assert all(how == "off: native_windows=False" for how in off.values())
-    # Spark runs windows as their expansion, and its path says so where each window's state is.
+    # Spark runs these windows as their expansion (closing ones, and a sliding one added at
+    # other times), and its path says so where each window's state is.
     said = engines()["spark"].layout(program, log, {"partitions": 2, "path": "passes"})
     for name in ("w", "s", "d"):
         (where,) = [
