@@ -78,8 +78,8 @@ def held_elsewhere(spec: Any) -> set[str]:
 def fuses_windows(spec: Any) -> bool:
     """Whether a pass of ``spec`` runs its windows natively (:func:`pass_windows`): when it
     runs the serial engine's loop (``plain``) and the serial engine would too, that is not
-    under a checkpoint, a guarded ``on_error``, a recorded history or a start state
-    (``engines.serial._windows_off``)."""
+    under a checkpoint (or its waves), a guarded ``on_error``, a recorded history or a start
+    state (``engines.serial._windows_off``)."""
     local = spec.local
     return bool(
         spec.plain
@@ -87,7 +87,7 @@ def fuses_windows(spec: Any) -> bool:
         and spec.on_error == "stop"
         and not spec.history
         and not spec.shares
-        and (local is None or not local.starts)
+        and (local is None or (local.after is None and local.until is None))
     )
 
 
