@@ -9,7 +9,7 @@ import os
 import re
 
 import pytest
-from engine_matrix import assert_same_result
+from engine_matrix import assert_same_commits, assert_same_result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -167,6 +167,21 @@ def test_spark_closes_a_window_that_ends_at_its_adding_event(spark_session):
     want = rk.replay(program, log)
     assert want.tables["w"].column("value").to_pylist() == [1, 1, 1]
     assert_same_result(rk.replay(program, log, engine="spark", partitions=2), want)
+
+
+def test_spark_commits_a_close_at_its_adding_events_time_as_waiting(spark_session, tmp_path):
+    # A checkpoint after the adding event holds its close still waiting, as the serial
+    # engine's does: it runs after the epoch's end, before the next event.
+    source = HEADER + "w = tumbling(3, 'count', table='w')\n@on('a')\ndef track(e):\n"
+    program = rk.Program.from_source(source + "    w.add(e.k, ts=e.ts - 1)\n", name="ends_now")
+    log = rk.Log([{"ts": t, "kind": "a", "k": 0, "j": 0, "v": 0} for t in (0, 0, 4)])
+    want = rk.replay(program, log, epoch=1, checkpoint=tmp_path / "serial")
+    got = rk.replay(
+        program, log, engine="spark", path="passes", partitions=2, epoch=1,
+        checkpoint=tmp_path / "spark",
+    )  # fmt: skip
+    assert_same_result(got, want)
+    assert_same_commits(tmp_path / "serial", tmp_path / "spark", range(3))
 
 
 TWO_CALLBACKS = (

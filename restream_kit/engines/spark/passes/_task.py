@@ -450,7 +450,10 @@ class PassTask:
                 for i in range(n):
                     pos = (ts[i], ph[i], order[i], sub[i] or b"")
                     tag = tags[i]
-                    while ends is not None and pos[:3] > ends.next:
+                    while ends is not None and (
+                        pos[:3] > ends.next
+                        or (pos[:3] == ends.next and pos[3].startswith(AFTER_RUN))
+                    ):  # (an event scheduled for its maker's time runs after the end)
                         cross()
                     if ends is not None and ends.passed:
                         ends.in_flight(rt.out, tag, None, pos, payload[i])
