@@ -81,7 +81,11 @@ def plan_text(plan: Plan) -> str:
     if plan.data is not None:
         lines += _data_lines(plan)
     if plan.windows:
-        lines += ["", "Windows (serial engine: native runs them fused; Spark, as their expansion)"]
+        lines += [
+            "",
+            "Windows (serial engine: native runs them fused; Spark: a sliding window its stage"
+            " holds alone fused, the others as their expansion, metrics.path says which)",
+        ]
         lines += [f"  {name}: {how}" for name, how in plan.windows]
     if plan.warnings:
         lines += ["", "Warnings"]

@@ -35,7 +35,7 @@ histories, checkpoints and starts (``engines.serial._windows_off``).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,11 @@ class Fused:
 
 
 def fuse_windows(
-    compiled: CompiledProgram, rt: SerialRuntime, *, batch_closes: bool = True
+    compiled: CompiledProgram,
+    rt: SerialRuntime,
+    *,
+    batch_closes: bool = True,
+    only: Collection[str] | None = None,
 ) -> Fused:
     """Replace the generated helpers of ``compiled``'s windows with native ones where they
     can run natively (:func:`native_plan` says which and why not); the engine calls
@@ -108,10 +112,13 @@ def fuse_windows(
 
     ``batch_closes`` puts the closes of a tumbling or hopping window that end at one time in
     one entry of the runtime's queue (the engine turns it off when it checkpoints, since a
-    checkpoint keeps the queue's events as they are)."""
+    checkpoint keeps the queue's events as they are). ``only``: fuse these windows alone (a
+    Spark pass fuses the windows it holds whole, ``engines.spark``)."""
     program = compiled.program
     fused = Fused()
     for name, (native, why) in native_plan(program).items():
+        if only is not None and name not in only:
+            continue
         if not native:
             fused.off[name] = why
             continue

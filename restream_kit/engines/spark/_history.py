@@ -356,7 +356,7 @@ class TaskHistory:
         """For the general pass loop: a function ``(ev, pos)`` that records handler ``h``'s
         probes at log events (None when it reads none)."""
         from ._program_ref import key_function
-        from .passes._rows import PH_LOG
+        from .passes._rows import AFTER_RUN, PH_LOG
 
         mine = [
             (self.lists[slot].append, self.stores[state], key_function(key, self.program))
@@ -367,7 +367,7 @@ class TaskHistory:
             return None
 
         def record(ev: Any, pos: tuple) -> None:
-            if pos[1] != PH_LOG:
+            if pos[1] != PH_LOG or pos[3].startswith(AFTER_RUN):
                 return  # the serial loop records at log events only
             for append, d, key_fn in mine:
                 try:
