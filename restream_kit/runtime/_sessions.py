@@ -64,7 +64,7 @@ def session(
             if at < ev[1]:
                 raise TimeTravelError.schedule(at, ev[1])
             root = ev[0]
-            seq = per_root[root] + 1
+            seq = per_root.get(root, 0) + 1
             per_root[root] = seq
             o = next(order)
             if batch:
@@ -108,7 +108,7 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
             if merge is not None:
                 merge(key, value)
             root = rt.event[0]
-            seq = per_root[root] + 1
+            seq = per_root.get(root, 0) + 1
             per_root[root] = seq
             at = ts + gap
             rec = open_.get(key)

@@ -169,52 +169,54 @@ def _aligned(
             if at < ev[1]:
                 raise TimeTravelError.schedule(at, ev[1])
             root = ev[0]
-            seq = per_root[root] + 1
+            seq = per_root.get(root, 0) + 1
             per_root[root] = seq
             if not old:  # the window's first value: its close is the one that emits
                 opened(at, root, seq, key, start)
         except Exception as exc:
             fail(exc)
 
-    if hop == width:
-        # One window per value: ``into`` written out, as the hot path of a tumbling window.
-        def add(key: Any, value: Any, ts: int) -> None:
-            try:
-                start = ts - ts % width
+    # ``into`` written out for every window of the value, latest first, as the hot path:
+    # each takes the next number (seq) of the event's root, the one that opens a window
+    # queues its close (in its close time's batch).
+    def add(key: Any, value: Any, ts: int) -> None:
+        try:
+            ev = rt.event
+            now, root = ev[1], ev[0]
+            seq = per_root.get(root, 0)
+            start = ts - ts % hop
+            low = ts - width
+            while start > low:
                 w = (key, start)
                 old = counts_get(w)
                 counts[w] = 1 if old is None else old + 1
                 if merge is not None:
                     merge(w, value)
-                ev = rt.event
                 at = start + width
-                if at < ev[1]:
-                    raise TimeTravelError.schedule(at, ev[1])
-                root = ev[0]
-                seq = per_root[root] + 1
-                per_root[root] = seq
+                if at < now:
+                    raise TimeTravelError.schedule(at, now)
+                seq += 1
                 if not old:
-                    opened(at, root, seq, key, start)
-            except Exception as exc:
-                fail(exc)
-
-    else:
-
-        def add(key: Any, value: Any, ts: int) -> None:
-            try:
-                start = ts - ts % hop
-                while start > ts - width:
-                    into(key, value, start)
-                    start -= hop
-            except Exception as exc:
-                fail(exc)
+                    if not batch:
+                        opened(at, root, seq, key, start)
+                    else:
+                        o = next(order)
+                        items = pending.get(at)
+                        if items is None:
+                            items = pending[at] = []
+                            heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items)))
+                        items.append((o, key, start, root, seq))
+                start -= hop
+            per_root[root] = seq
+        except Exception as exc:
+            fail(exc)
 
     one, finish = closer(n, window, namespace, rt, value_of, drop, fail)
-    close = _batchcloser(n, window, counts, rt, pending, (one, finish, fail))
+    close = _batch_closer(n, window, counts, rt, pending, (one, finish, fail))
     return {f"{n}__into": into, f"{n}__add": add, f"{n}__close": close, **own}
 
 
-def _batchcloser(
+def _batch_closer(
     n: str,
     window: Tumbling | Hopping,
     counts: dict,
@@ -242,10 +244,12 @@ def _batchcloser(
                 del pending[at]  # windows closing at ``at`` from now on go to a new batch
             for i in range(e.index, len(items)):
                 o, key, start, root, seq = items[i]
-                if i > e.index and scheduled and scheduled[0][:2] < (at, o):
-                    # An event queued between these closes runs first, as it would have.
-                    heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items, i)))
-                    return
+                if i > e.index and scheduled:
+                    top = scheduled[0]
+                    if top[0] == at and top[1] < o:
+                        # An event queued between these closes runs first, as it would have.
+                        heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items, i)))
+                        return
                 w = (key, start)
                 if not counts_get(w, 0):
                     continue
