@@ -13,14 +13,16 @@ functions below, which keep every observable effect of the expansion:
   ``expand_windows``), so only that one is put in the runtime's queue of scheduled events;
   the others only take their number (``seq``) from the runtime, as the expansion's do, so
   every row keeps its ``lsn`` and ``seq`` and ``Metrics.scheduled_events`` is unchanged;
-- session: every value takes its number (``seq``) as its close would; when the adds come at
-  their events' times (``_native_plan.adds_at_event_time``), an open session has one entry
-  in the queue, which moves to the close that will emit (the first one scheduled at the
-  last time plus the gap) when it comes up; otherwise one light close per add, whose check
-  is the expansion's;
-- sliding count, sum and mean: the same increments now and timed decrements, written to the
-  runtime's queues directly; min, max and distinct: a queue per key changed in place
-  (``_sliding_queues``), whose tuples the state gets when the replay ends;
+- session (``_sessions``): every value takes its number (``seq``) as its close would; when
+  the adds come at their events' times (``_native_plan.adds_at_event_time``), the open
+  sessions wait in one queue, oldest close first, and the window has one entry in the
+  runtime's queue, at its oldest session's close; otherwise one light close per add, whose
+  check is the expansion's;
+- sliding (``_sliding_queues``): count, sum and mean added to at their events' times queue
+  their decrements in one deque per window, applied before each add or read as the runtime
+  would apply its timed writes (otherwise those timed writes, written to the runtime's
+  queue directly); min, max and distinct: a queue per key changed in place, whose tuples
+  the state gets when the replay ends;
 - ``distinct`` of a closing window: a set per window added to in place, the state's
   frozensets written when the replay ends (``Fused.finish``): nothing else reads them before;
 - a close writes its row and calls the ``on_close`` functions as the generated handler does.
