@@ -17,7 +17,9 @@ By default the cells are every window and key with ``count`` and ``rows``, and, 
 skewed key, every window with ``sum``, ``distinct``, ``threshold`` and ``on_close``;
 ``--full`` runs the whole product. Each cell is timed against the plain counter rule
 (``n[key] += 1`` per message) with the same key, in one process with the log loaded,
-alternating, ``--runs`` times: the report is the events/s of each and their ratio (medians).
+alternating, ``--runs`` times: the report is the events/s of each and their ratio (medians),
+and the rows the cell emits per event (the counter emits none: a cell whose windows are
+nearly all of one event, keyed by pairs, pays for about a row per event).
 ``--spark`` also times the Spark engine (``--master``, warm session) on every cell, as a
 ratio to serial, after checking that its result equals the serial one.
 
@@ -160,9 +162,11 @@ def main(argv: list[str] | None = None) -> int:
             "rows": {t: v.num_rows for t, v in want.tables.items()},
             "runs": times,
         }
+        # Rows a cell emits per event: what it pays besides the window (the counter emits none).
+        row["rows_per_event"] = sum(row["rows"].values()) / n if n else 0.0
         line = (
             f"  {name:<32} {eps:>10,.0f} ev/s  counter {counter_eps[cell[1]]:>10,.0f} ev/s  "
-            f"ratio {row['ratio']:.2f}"
+            f"ratio {row['ratio']:.2f}  rows/event {row['rows_per_event']:.2f}"
         )
         if args.spark:
             row.update(_spark(rk, program, log, want, args.runs, args.master, med["window"]))
