@@ -94,13 +94,18 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
     scheduled = rt.scheduled
     order = rt.order
     rows = rt.rows
-    heappush = heapq.heappush
+    heappush, heappop = heapq.heappush, heapq.heappop
     # key -> [first, last, close time, order, lsn, seq] of its open session: the close time
     # and order of the close that will emit, the lsn and seq of the add that scheduled it.
     open_: dict = {}
-    # (order, key, session) each time a session's close moved, oldest first; an entry whose
-    # order is no longer its session's is stale (the session moved on, or closed).
-    due: deque = deque()
+    # Each open session has one entry, (close time, order, key, session), in ``fresh`` (in
+    # the order they opened, which is their closes' order until they move on) or, once its
+    # entry there was found to have moved on, in the heap ``moved``. An entry whose order is
+    # no longer its session's is stale: the session moved on (its entry goes to ``moved``,
+    # at the session's close), or closed (dropped).
+    fresh: deque = deque()
+    moved: list = []
+    queued = [False]  # whether the window has its entry in the runtime's queue
 
     def add(key: Any, value: Any, ts: int) -> None:
         try:
@@ -115,22 +120,45 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
             if rec is None:
                 o = next(order)
                 open_[key] = rec = [ts, ts, at, o, root, seq]
-                if not due:  # the window's entry in the runtime's queue
+                fresh.append((at, o, key, rec))
+                if not queued[0]:  # (an entry there stands at or before every session's)
+                    queued[0] = True
                     heappush(scheduled, (at, o, Close(kind, at, root, seq, key, None, o)))
-                due.append((o, key, rec))
                 return
             rec[1] = ts
             if rec[2] != at:  # (a later close at the same time never emits: the first does)
-                o = next(order)
-                rec[2], rec[3], rec[4], rec[5] = at, o, root, seq
-                due.append((o, key, rec))
+                rec[2], rec[3], rec[4], rec[5] = at, next(order), root, seq
         except Exception as exc:
             fail(exc)
+
+    def front() -> tuple | None:
+        """The entry of the session that closes first (stale entries moved or dropped)."""
+        while fresh:
+            entry = fresh[0]
+            rec = entry[3]
+            if rec[3] == entry[1]:
+                break
+            fresh.popleft()
+            if rec[3] is not None:
+                heappush(moved, (rec[2], rec[3], entry[2], rec))
+        while moved:
+            entry = moved[0]
+            rec = entry[3]
+            if rec[3] == entry[1]:
+                break
+            heappop(moved)
+            if rec[3] is not None:
+                heappush(moved, (rec[2], rec[3], entry[2], rec))
+        if not fresh:
+            return moved[0] if moved else None
+        if not moved or fresh[0][:2] < moved[0][:2]:
+            return fresh[0]
+        return moved[0]
 
     def emit(key: Any, rec: list, end: int, lsn: int, seq: int) -> None:
         """Close ``key``'s session ``rec`` at ``end``: its row, ``on_close``, its state."""
         del open_[key]
-        rec[3] = None  # its entries in ``due`` are stale
+        rec[3] = None  # its entry is stale
         value = value_of(key)
         if table is not None:
             fields = {"key": key, "start": rec[0], "end": end, "value": value}
@@ -148,17 +176,21 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
                     emit(e.key, rec, e.ts, e.lsn, e.seq)
                 return
             at = e.ts
-            while due:
-                o, key, rec = due[0]
-                if rec[3] != o:  # stale
-                    due.popleft()
-                    continue
-                lsn, seq = rec[4], rec[5]
-                if rec[2] != at or (scheduled and scheduled[0][0] == at and scheduled[0][1] < o):
-                    # Not now, or another scheduled event first: the window's entry moves.
-                    heappush(scheduled, (rec[2], o, Close(kind, rec[2], lsn, seq, key, None, o)))
+            while True:
+                entry = front()
+                if entry is None:
+                    queued[0] = False
                     return
-                due.popleft()
+                at2, o, key, rec = entry
+                lsn, seq = rec[4], rec[5]
+                if at2 != at or (scheduled and scheduled[0][0] == at and scheduled[0][1] < o):
+                    # Not now, or another scheduled event first: the window's entry moves.
+                    heappush(scheduled, (at2, o, Close(kind, at2, lsn, seq, key, None, o)))
+                    return
+                if fresh and fresh[0] is entry:
+                    fresh.popleft()
+                else:
+                    heappop(moved)
                 if callbacks:  # what they emit or schedule comes from this close
                     rt.event = Close(kind, at, lsn, seq, key, None, o)
                     rt.seq = seq
