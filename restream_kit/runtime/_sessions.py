@@ -79,7 +79,12 @@ def session(
 
 
 def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: Callable) -> dict:
-    """A session window added to at its events' times: one queue of open sessions."""
+    """A session window added to at its events' times: one queue of open sessions.
+
+    Long because: the add, the close and the queue of open sessions they share are closures
+    over one set of locals, on the hot path of every event that adds to a session; split
+    into functions of their own, each would look that state up again on every call.
+    """
     merge, value_of, drop, own = aggregate(window, namespace, n)
     counts = store(namespace, f"{n}__n")
     first = store(namespace, f"{n}__first")

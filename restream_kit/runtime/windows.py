@@ -134,6 +134,13 @@ def _aligned(
     batch: bool,
     fail: Callable,
 ) -> dict:
+    """The native helpers of tumbling or hopping window ``n``: ``n__into``, ``n__add`` and
+    ``n__close`` (the batch closer).
+
+    Long because: the add and the queueing of a window's close are closures over one set of
+    locals, on the hot path of every event that adds to a window; split into functions of
+    their own, each would look that state up again on every call.
+    """
     merge, value_of, drop, own = aggregate(window, namespace, n)
     counts = store(namespace, f"{n}__n")
     width = window.width
