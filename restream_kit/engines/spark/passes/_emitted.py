@@ -1,0 +1,210 @@
+"""Emitted rows on their way from the tasks to the driver's output tables.
+
+A task sends the rows its handlers emitted in processing order. Rows of log events whose
+fields are the same names in the same order (the common case) travel as columns, one list
+per field, which cost little to pickle and unpickle; the driver puts the tasks' columns in
+processing order with one stable sort by (ts, lsn, handler) and builds each field's column
+from the values in that order, as ``result.build_table`` builds it from rows. Any other rows
+travel as tuples ``(table, lsn, ts, handler, seq, fields, position, handler number)`` and
+take the general way, as does a table whose columns disagree or whose values Arrow refuses
+(``build_table`` then says what is wrong, naming the row).
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ....io._arrow_stores import RowsColumns, rows_of_columns
+from ....io.result import ROW_COLUMNS, build_table
+from ._rows import BLOB_ROWS, EMIT, PH_LOG, dumps
+
+__all__ = ["pack_emitted", "unpack_emitted", "emitted_rows", "emitted_tables", "committed_rows"]
+
+
+def pack_emitted(
+    rows_by_table: dict[str, list], number: dict[str, int], epoch: int = -1
+) -> list[tuple]:
+    """The ``EMIT`` output rows of a task whose handlers ran over log events only:
+    ``rows_by_table`` the runtime's rows ``(lsn, ts, handler, seq, fields)`` in processing
+    order, ``number`` each handler's place in declaration order, ``epoch`` the checkpoint's
+    epoch they belong to (-1: none)."""
+    out = []
+    for table, rows in rows_by_table.items():
+        if not rows:
+            continue
+        keys = list(rows[0][4])
+        if all(list(r[4]) == keys for r in rows) and not set(ROW_COLUMNS) & set(keys):
+            for start in range(0, len(rows), BLOB_ROWS):
+                part = rows[start : start + BLOB_ROWS]
+                chunk = {
+                    "table": table,
+                    "keys": tuple(keys),
+                    "lsn": [r[0] for r in part],
+                    "ts": [r[1] for r in part],
+                    "h": [number[r[2]] for r in part],
+                    "seq": [r[3] for r in part],
+                    "values": [[r[4][k] for r in part] for k in keys],
+                }
+                out.append(chunk)
+            continue
+        tuples = [
+            (table, lsn, ts, handler, seq, fields, (ts, PH_LOG, lsn, b""), number[handler])
+            for lsn, ts, handler, seq, fields in rows
+        ]
+        for start in range(0, len(tuples), BLOB_ROWS):
+            out.append(tuples[start : start + BLOB_ROWS])
+    return [(EMIT, epoch, None, (0, 0, 0, b""), dumps(blob)) for blob in out]
+
+
+def unpack_emitted(blob: bytes, rows: list, columns: dict[str, list]) -> None:
+    """Add one ``EMIT`` blob to the driver's rows (tuples) or columns (chunks by table)."""
+    got = pickle.loads(blob)
+    if type(got) is dict:
+        columns.setdefault(got["table"], []).append(got)
+    else:
+        rows.extend(got)
+
+
+def emitted_rows(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, list]:
+    """Every emitted row per table, ``(lsn, ts, handler, seq, fields)``, in processing order:
+    position, then handler; a run's rows keep their order."""
+    if not rows and all(_one_shape(chunks) for chunks in columns.values()):
+        return {table: _sorted_rows(chunks, handlers) for table, chunks in columns.items()}
+    every = list(rows)
+    for chunks in columns.values():
+        for c in chunks:
+            every.extend(_as_tuples(c, handlers))
+    every.sort(key=lambda r: (r[6], r[7]))  # stable
+    per_table: dict[str, list] = {}
+    for table, lsn, ts, handler, seq, fields, _pos, _h in every:
+        per_table.setdefault(table, []).append((lsn, ts, handler, seq, fields))
+    return per_table
+
+
+def emitted_tables(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, Any]:
+    """The output tables, exactly as ``build_table`` makes them from :func:`emitted_rows`."""
+    tables: dict[str, Any] = {}
+    general: dict[str, list] = {}
+    for table, row in ((r[0], r) for r in rows):
+        general.setdefault(table, []).append(row)
+    for table, chunks in columns.items():
+        fast = None if table in general else _from_columns(table, chunks, handlers)
+        if fast is not None:
+            tables[table] = fast
+        else:
+            general.setdefault(table, []).extend(
+                itertools.chain.from_iterable(_as_tuples(c, handlers) for c in chunks)
+            )
+    for table, some in emitted_rows(
+        [r for rs in general.values() for r in rs], {}, handlers
+    ).items():
+        tables[table] = build_table(table, some)
+    return tables
+
+
+def _as_tuples(chunk: dict, handlers: list[str]) -> list[tuple]:
+    table, keys = chunk["table"], chunk["keys"]
+    return [
+        (table, lsn, ts, handlers[h], seq, dict(zip(keys, values)), (ts, PH_LOG, lsn, b""), h)
+        for lsn, ts, h, seq, *values in zip(
+            chunk["lsn"], chunk["ts"], chunk["h"], chunk["seq"], *chunk["values"]
+        )
+    ]
+
+
+def committed_rows(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, Any]:
+    """One epoch's rows per table for a checkpoint: a table that came only as the tasks'
+    columns stays columns (``RowsColumns``: one NumPy sort and a take, no row built in
+    Python) when each of its fields holds one type; any other table as rows, as
+    :func:`emitted_rows` gives them."""
+    general = {r[0] for r in rows}
+    out: dict[str, Any] = {}
+    slow: dict[str, list] = {}
+    for table, chunks in columns.items():
+        if table in general or not _one_shape(chunks):
+            slow[table] = chunks
+            continue
+        ts, lsn, h, joined, order = _order(chunks)
+        fields = {
+            key: list(itertools.chain.from_iterable(c["values"][i] for c in chunks))
+            for i, key in enumerate(chunks[0]["keys"])
+        }
+        names = np.asarray(handlers, dtype=object)[h].tolist()
+        seq = np.asarray(joined("seq"), dtype=np.int64)
+        some = rows_of_columns(lsn, ts, names, seq, fields)
+        if some is None:
+            out[table] = _sorted_rows(chunks, handlers)
+        else:
+            out[table] = RowsColumns(some.table.take(pa.array(order)))
+    if rows or slow:
+        out.update(emitted_rows(rows, slow, handlers))
+    return out
+
+
+def _one_shape(chunks: list[dict]) -> bool:
+    return all(c["keys"] == chunks[0]["keys"] for c in chunks)
+
+
+def _order(chunks: list[dict]) -> tuple:
+    """The tasks' columns of one table joined, and the order that sorts them into processing
+    order (stable: a run's rows keep their order)."""
+
+    def joined(name: str) -> list:
+        return list(itertools.chain.from_iterable(c[name] for c in chunks))
+
+    ts, lsn, h = (np.asarray(joined(n), dtype=np.int64) for n in ("ts", "lsn", "h"))
+    return ts, lsn, h, joined, np.lexsort((h, lsn, ts))
+
+
+def _sorted_rows(chunks: list[dict], handlers: list[str]) -> list[tuple]:
+    """One table's rows from the tasks' columns, ``(lsn, ts, handler, seq, fields)``, in
+    processing order: one NumPy sort, not a sort of tuples by key."""
+    keys = chunks[0]["keys"]
+    ts, lsn, h, joined, order = _order(chunks)
+    picks = order.tolist()
+    names = [handlers[i] for i in h[order].tolist()]
+    seq = np.asarray(joined("seq"), dtype=np.int64)[order].tolist()
+    values = []
+    for i in range(len(keys)):
+        column = list(itertools.chain.from_iterable(c["values"][i] for c in chunks))
+        values.append([column[j] for j in picks])
+    return [
+        (lsn_, ts_, name, s, dict(zip(keys, vs)))
+        for lsn_, ts_, name, s, *vs in zip(
+            lsn[order].tolist(), ts[order].tolist(), names, seq, *values
+        )
+    ]
+
+
+def _from_columns(table: str, chunks: list[dict], handlers: list[str]) -> Any:
+    """The table from the tasks' columns, or None when they need the general way."""
+    keys = chunks[0]["keys"]
+    if not _one_shape(chunks):
+        return None
+    ts, lsn, h, joined, order = _order(chunks)
+    names = np.asarray(handlers, dtype=object)
+    columns = {
+        "lsn": pa.array(lsn[order], pa.int64()),
+        "ts": pa.array(ts[order], pa.int64()),
+        "handler": pa.array(names[h[order]].tolist(), pa.string()),
+        "seq": pa.array(np.asarray(joined("seq"), dtype=np.int64)[order], pa.int64()),
+    }
+    picks = order.tolist()
+    for i, key in enumerate(keys):
+        values = list(itertools.chain.from_iterable(c["values"][i] for c in chunks))
+        values = [values[j] for j in picks]  # in order: Arrow infers nested types by it
+        try:
+            column = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            return None
+        if pa.types.is_boolean(column.type) and any(
+            v is not None and not isinstance(v, bool) for v in values
+        ):
+            return None
+        columns[key] = column
+    return pa.table(columns)

@@ -1,0 +1,461 @@
+"""The runtimes of a plain pass (``passes._plain``): the serial engine's, plus what the pass
+sends on, and their guarded forms for ``on_error`` skip and quarantine.
+
+- :class:`Shipping`: writes into state a later pass holds (through ``BlindStore``) and events
+  scheduled for later passes go out as rows at the positions the receiving passes sort by;
+  everything else is the serial engine's runtime.
+- :class:`MadeBy`: in a checkpointed replay, a plain task's timed writes are numbered by the
+  runs that made them, so that the driver orders every task's as the serial engine made them.
+- :class:`GuardedSerial` and :class:`GuardedShipping`: a handler run that raises is undone
+  (its state changes, timed writes, emitted rows, rows for other passes and scheduled
+  events) and recorded with its position, as the serial engine's ``GuardedRuntime`` does.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from ....model.program import Program
+from ....runtime.quarantine import quarantine_row
+from ...serial import (
+    JOURNAL_ABSENT,
+    RESERVED_FIELDS,
+    GuardedRuntime,
+    ScheduledEvent,
+    SerialRuntime,
+    TimeTravelError,
+    apply_write,
+)
+from .._program_ref import key_function
+from ._boundaries import unhandled_rows
+from ._rows import (
+    PH_LOG,
+    PH_SCHED,
+    PH_TIMED,
+    RUN_HEAD,
+    SCHED,
+    SIGN,
+    U32,
+    PassSpec,
+    Routing,
+    U32x2,
+    dumps,
+    order_value,
+)
+from ._stores import BlindStore
+
+__all__ = [
+    "Shipping",
+    "MadeBy",
+    "MadeByRuntime",
+    "GuardedSerial",
+    "GuardedShipping",
+    "guarded_runtime",
+]
+
+
+class Shipping(Routing):
+    """The serial engine's runtime for a plain pass that sends rows on: writes into state a
+    later pass holds (through :class:`BlindStore`) and events scheduled for later passes go
+    out as rows at the positions the receiving passes sort by (see the module docstring),
+    everything else is the serial engine's own."""
+
+    def __init__(self, spec: PassSpec, program: Program):
+        from ...serial import SerialRuntime
+
+        self._serial = SerialRuntime()
+        self.rows = self._serial.rows
+        self.future = self._serial.future
+        self._order = self._serial.order
+        self.scheduled = self._serial.scheduled  # stays empty: no event is scheduled here
+        self.spec = spec
+        self.program = program
+        self.number = {h.name: h.index for h in program.handlers}
+        self.event: Any = None
+        self.seq = 0
+        self._handler = ""
+        self.hidx = 0
+        self.calls = 0
+        self.rb: bytes | None = None
+        self.write_pos = None
+        self.out: list = []
+        self.root: int | None = None  # the root event of the last ``schedule`` and its count
+        self.seq_of_root = 0
+        self.made = 0
+        self.last_at: int | None = None
+        self.pk_cache: dict = {}
+        self.home_keys: dict[int, Any] = {}
+        self.field_keys: dict[int, Any] = {}
+        self.sent_once: set = set()  # window closes sent (see ``schedule``)
+        self.folded: dict = {}  # (state, key) -> [sum, position of the last add] (``_fold``)
+        self.unhandled: list = []  # scheduled for kinds no pass handles (``passes._boundaries``)
+        self.dropped: list = []  # closes not sent, for a checkpoint (``closes_waiting``)
+        self.once_fields: dict = {}  # the fields of each close sent, for the same
+
+    # The generated loop names the handler before each run: a new run starts its count.
+    @property
+    def handler(self) -> str:
+        return self._handler
+
+    @handler.setter
+    def handler(self, name: str) -> None:
+        self._handler = name
+        self.hidx = self.number[name]
+        self.calls = 0
+        self.rb = None
+
+    def _run_bytes(self) -> bytes:
+        rb = self.rb
+        if rb is None:
+            ev = self.event
+            rb = self.rb = RUN_HEAD.pack(ev[1] + SIGN, PH_LOG, ev[0] + SIGN) + U32.pack(self.hidx)
+        return rb
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
+        now = self.event[1]
+        if type(d) is not BlindStore:  # the serial engine's write, inlined: it is hot
+            if at is None or at == now:
+                apply_write(d, default, op, key, arg)
+            elif at < now:
+                raise TimeTravelError.write(at, now)
+            else:
+                heapq.heappush(self.future, (at, next(self._order), d, default, op, key, arg))
+            return
+        if at is not None and at < now:
+            raise TimeTravelError.write(at, now)
+        if d.state in self.spec.folds and op == "add" and (at is None or at == now):
+            self._fold(d.state, key, arg)
+            return
+        shipped = (
+            ("add", arg)
+            if op == "add"
+            else ("set", arg)
+            if op == "set"
+            else (("merge", arg) if op == "merge" else ("del",))
+        )
+        self.ship(d.state, key, shipped, None if at == now else at, self.spec.blind[d.state])
+
+    def _fold(self, state: str, key: Any, arg: int) -> None:
+        """Sum an add into its window's one write, sent at the last add's position
+        (``passes._window_shapes.folded_counts`` says why nothing sees the adds in between)."""
+        self.calls += 1
+        ev = self.event
+        slot = self.folded.get((state, key))
+        if slot is None:
+            self.folded[(state, key)] = [arg, ev[1], ev[0], self.hidx, self.calls]
+        else:
+            slot[0] += arg
+            slot[1:] = ev[1], ev[0], self.hidx, self.calls
+
+    def send_folded(self) -> None:
+        """The summed adds, one write per window, as :meth:`ship` would have sent the last."""
+        for (state, key), (total, t, lsn, hidx, calls) in self.folded.items():
+            position = (t, PH_LOG, lsn, U32x2.pack(hidx, calls))
+            self._send(state, key, ("add", total), position, self.spec.blind[state])
+        self.folded.clear()
+
+    def emit(self, table: str, **fields: Any) -> None:
+        ev = self.event
+        self.rows[table].append((ev[0], ev[1], self._handler, self.seq, fields))
+
+    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
+        ev = self.event
+        if at < ev[1]:
+            raise TimeTravelError.schedule(at, ev[1])
+        if not RESERVED_FIELDS.isdisjoint(fields):
+            clash = RESERVED_FIELDS & set(fields)
+            raise ValueError(f"scheduled event fields may not be named {sorted(clash)}")
+        # ``seq`` counts the events scheduled by one root event, and the events of a plain
+        # pass come one after the other: one counter, restarted by a new root.
+        root = ev[0]
+        if root == self.root:
+            self.seq_of_root += 1
+        else:
+            self.root, self.seq_of_root = root, 1
+        seq = self.seq_of_root
+        self.made += 1
+        if self.last_at is None or at > self.last_at:
+            self.last_at = at
+        self.calls += 1
+        if kind in self.spec.closes_once:
+            # Identical window closes: the first acts, the others find the window gone. A
+            # generated close's fields are always the same names in the same order.
+            once = (kind, at, *fields.values())
+            try:
+                if once in self.sent_once:
+                    if self.spec.bounds:  # a checkpoint holds it until its time
+                        # Small: one of these per add, until the window's time passes.
+                        self.dropped.append((at, ev[1], ev[0], self.hidx, self.calls, seq, once))
+                    return
+                self.sent_once.add(once)
+                if self.spec.bounds:
+                    self.once_fields[once] = fields
+            except TypeError:  # an unhashable field: send it
+                pass
+        position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
+        payload = dumps((kind, fields, root, seq))
+        targets = self.spec.kind_passes.get(kind, ())
+        if not targets and self.spec.bounds:  # a checkpoint holds it until its time
+            self.unhandled.append((position, payload))
+        for target in targets:
+            self.out.append(
+                (SCHED, target, self._to(target, kind, at, root, seq, fields), position, payload)
+            )
+
+    def closes_waiting(self, end: tuple, epoch: int) -> list[tuple]:
+        """The closes not sent (one of identical ones was) that wait at a checkpoint's
+        ``end``, as ``CARRY`` rows of ``epoch``: a serial checkpoint holds each of them."""
+        near = []
+        for at, t, lsn, hidx, calls, seq, once in self.dropped:
+            if at >= end[0]:
+                blob = dumps((once[0], self.once_fields[once], lsn, seq))
+                rb = RUN_HEAD.pack(t + SIGN, PH_LOG, lsn + SIGN) + U32x2.pack(hidx, calls)
+                near.append(((at, PH_SCHED, 0, rb), blob))
+        self.passed(end[0] + 1)
+        return unhandled_rows(near, end, epoch)
+
+    def passed(self, t: int) -> None:
+        """Forget the closes not sent whose time is before ``t``: no later checkpoint's end
+        can hold them (an end comes at or after the events already run)."""
+        if self.dropped and self.dropped[0][0] < t:
+            self.dropped = [entry for entry in self.dropped if entry[0] >= t]
+
+    def _to(self, target: int, kind: str, at: int, root: int, seq: int, fields: dict) -> str:
+        """The partition value of a scheduled event in pass ``target``."""
+        partition = self.spec.home_partition[target]
+        if partition == self.spec.single_key:
+            return "N"
+        if partition == self.spec.order_key:
+            return order_value(root)
+        fn = self.field_keys.get(target)
+        if fn is None:
+            fn = self.field_keys[target] = _fields_key_function(partition, self.program)
+        try:
+            key = fn(fields, kind, at, root, seq)
+        except _NotAField:  # an expression the fields alone cannot answer
+            key = key_function(partition, self.program)(ScheduledEvent(kind, at, root, seq, fields))
+        return self._pk(key)
+
+    def apply_due(self, t: int) -> None:
+        self._serial.apply_due(t)
+
+    def ship(self, state: str, key: Any, op: tuple, at: int | None, targets: tuple) -> None:
+        """A write for the passes that hold ``state`` (``targets``), at its position."""
+        self.calls += 1
+        if at is None:
+            ev = self.event
+            position = (ev[1], PH_LOG, ev[0], U32x2.pack(self.hidx, self.calls))
+        else:
+            position = (at, PH_TIMED, 0, self._run_bytes() + U32.pack(self.calls))
+        self._send(state, key, op, position, targets)
+
+    def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
+        """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
+        self.write_rows(key, position, dumps((state, key, op)), targets, state)
+
+
+class MadeBy:
+    """The ``order`` of a plain task's timed writes in a checkpointed replay: the run that
+    made each (its event's time and lsn, the handler's number), then a count, which
+    ``passes._boundaries.made_bytes`` turns into the bytes of the general runtime's positions.
+    Waiting at an epoch's end, they sort among every task's as made."""
+
+    def __init__(self, rt: Any, number: dict[str, int]):
+        self.rt = rt
+        self.number = number
+        self.count = 0
+
+    def __iter__(self) -> MadeBy:
+        return self
+
+    def __next__(self) -> tuple:
+        ev = self.rt.event
+        self.count += 1
+        return (ev[1], ev[0], self.number[self.rt.handler], self.count)
+
+
+class MadeByRuntime(SerialRuntime):
+    """The serial engine's runtime for a plain pass of a checkpointed replay that sends
+    nothing on: each timed write's order is made inline as :class:`MadeBy` makes it (one
+    call fewer per timed write: a sliding window makes one per event)."""
+
+    def __init__(self, number: dict[str, int]):
+        super().__init__()
+        self.number = number
+        self.count = 0
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
+        ev = self.event
+        now = ev[1]
+        if at is None or at == now:
+            apply_write(d, default, op, key, arg)
+            return
+        if at < now:
+            raise TimeTravelError.write(at, now)
+        self.count += 1
+        made = (now, ev[0], self.number[self.handler], self.count)
+        heapq.heappush(self.future, (at, made, d, default, op, key, arg))
+
+
+class _NotAField(Exception):
+    """A key expression over a scheduled event that reads more than its fields."""
+
+
+def _fields_key_function(expr: str, program: Program) -> Any:
+    """A key expression over a scheduled event as a function of its fields, kind, time, root
+    and seq, so that routing it costs no event object: ``e.key`` becomes ``f["key"]``. An
+    expression that uses ``e`` otherwise raises :class:`_NotAField` when called."""
+    import ast
+
+    special = {"kind": "kind", "ts": "at", "lsn": "root", "seq": "seq"}
+    tree = ast.parse(expr, mode="eval")
+    plain = True
+
+    class Fields(ast.NodeTransformer):
+        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+            if isinstance(node.value, ast.Name) and node.value.id == "e":
+                if node.attr in special:
+                    return ast.copy_location(ast.Name(special[node.attr], ast.Load()), node)
+                sub = ast.Subscript(ast.Name("f", ast.Load()), ast.Constant(node.attr), ast.Load())
+                return ast.copy_location(sub, node)
+            return self.generic_visit(node)
+
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            nonlocal plain
+            if node.id == "e":
+                plain = False
+            return node
+
+    body = ast.fix_missing_locations(Fields().visit(tree)).body
+    if not plain:
+
+        def refuse(*_args: Any) -> Any:
+            raise _NotAField(expr)
+
+        return refuse
+    fn = key_function("0", program)  # the program's namespace, for helpers the key calls
+    source = f"lambda f, kind, at, root, seq: ({ast.unparse(body)})"
+    return eval(compile(source, f"<key of {program.name}>", "eval"), fn.__globals__)
+
+
+def guarded_runtime(spec: PassSpec, program: Program) -> Any:
+    """The runtime of a plain pass under ``on_error`` skip or quarantine."""
+    if spec.blind or spec.ships_events:
+        return GuardedShipping(spec, program)  # (numbers handlers as ``Shipping`` does)
+    number = {h.name: h.index for h in program.handlers}
+    return GuardedSerial(program.filename, spec.columns, number)
+
+
+def _failed(ev: Any, hidx: int, row: dict) -> tuple:
+    """A quarantined run as the driver orders them: (position, handler's number, row)."""
+    return ((ev[1], PH_LOG, ev[0], b""), hidx, row)
+
+
+class GuardedSerial(GuardedRuntime):
+    """The serial engine's guarded runtime, each quarantined run kept with its position."""
+
+    def __init__(self, filename: str, columns: tuple[str, ...], number: dict[str, int]):
+        super().__init__(filename, list(columns))
+        self.number = number
+        self.failed: list = []
+
+    def rollback(self, exc: BaseException) -> None:
+        super().rollback(exc)
+        self.failed.append(_failed(self.event, self.number[self.handler], self.quarantined.pop()))
+
+
+# What a guarded run's journal holds besides store changes (``JournalDict``'s entries).
+_FOLDED, _ONCE = object(), object()
+
+
+class _RunJournal(list):
+    """A guarded run's journal. The guarded loop clears it as each handler run starts: the
+    moment to mark where the run's rows and counts begin (``GuardedShipping.marks``)."""
+
+    def __init__(self, rt: GuardedShipping):
+        super().__init__()
+        self.rt = rt
+        self.marks: tuple = ()
+
+    def clear(self) -> None:
+        del self[:]
+        self.marks = self.rt.marks()
+
+
+class _JournalSet(set):
+    """The window closes sent, each addition journaled (a rolled-back run's close was not)."""
+
+    def __init__(self, journal: list):
+        super().__init__()
+        self.journal = journal
+
+    def add(self, item: Any) -> None:
+        if item not in self:
+            self.journal.append((_ONCE, item, None))
+            set.add(self, item)
+
+
+class GuardedShipping(Shipping):
+    """:class:`Shipping` for ``on_error`` skip and quarantine: a handler run that raises is
+    undone (store changes through the journal, and the rows, timed writes, scheduled events
+    and window adds it made since its marks) and kept with its position in ``failed``."""
+
+    def __init__(self, spec: PassSpec, program: Program):
+        super().__init__(spec, program)
+        self.journal = _RunJournal(self)
+        self.sent_once = _JournalSet(self.journal)
+        self.failed: list = []
+
+    def marks(self) -> tuple:
+        rows = {table: len(some) for table, some in self.rows.items()}
+        return (
+            *(len(self.out), rows, len(self.future), len(self.unhandled), len(self.dropped)),
+            *(self.made, self.last_at, self.root, self.seq_of_root),
+        )
+
+    def _fold(self, state: str, key: Any, arg: int) -> None:
+        slot = self.folded.get((state, key))
+        self.journal.append((_FOLDED, (state, key), None if slot is None else list(slot)))
+        super()._fold(state, key, arg)
+
+    def rollback(self, exc: BaseException) -> None:
+        """Undo the current handler run and record it."""
+        journal = self.journal
+        while journal:
+            target, key, old = journal.pop()
+            if target is _FOLDED:
+                if old is None:
+                    self.folded.pop(key, None)
+                else:
+                    self.folded[key] = old
+            elif target is _ONCE:
+                set.discard(self.sent_once, key)
+            elif old is JOURNAL_ABSENT:
+                dict.pop(target, key, None)
+            else:
+                dict.__setitem__(target, key, old)
+        out, rows, future, unhandled, dropped, *counts = journal.marks
+        self.made, self.last_at, self.root, self.seq_of_root = counts
+        del self.out[out:]
+        del self.unhandled[unhandled:]
+        del self.dropped[dropped:]
+        for table in list(self.rows):
+            if table in rows:
+                del self.rows[table][rows[table] :]
+            else:  # a table only this run emitted to does not exist
+                del self.rows[table]
+        if len(self.future) > future:
+            # This run's timed writes carry the newest order numbers.
+            kept = sorted(self.future, key=lambda entry: entry[1])[:future]
+            heapq.heapify(kept)
+            self.future[:] = kept
+        row = quarantine_row(
+            filename=self.program.filename,
+            handler=self.handler,
+            event=self.event,
+            seq=self.seq,
+            columns=self.spec.columns,
+            exc=exc,
+        )
+        self.failed.append(_failed(self.event, self.number[self.handler], row))
