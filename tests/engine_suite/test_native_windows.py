@@ -237,7 +237,7 @@ def test_the_path_and_the_plan_say_which_windows_run_fused_and_why_not():
     program = rk.Program.from_source(FUSION, name="fusion")
     log = rk.Log([{"ts": t, "kind": "a", "k": t % 2, "j": 0, "v": t % 3} for t in range(20)])
     path = rk.replay(program, log).metrics.path
-    assert path["window s"].startswith("fused: one queued close per session")
+    assert path["window s"].startswith("fused: one queue of open sessions")
     assert path["window w"].startswith("off: a handler listens on the close kind 'w:close'")
     assert "(listen)" in path["window w"]
     assert path["window d"] == "off: added at times other than its events' (ts=...)"
@@ -257,3 +257,30 @@ def test_the_path_and_the_plan_say_which_windows_run_fused_and_why_not():
             what for what in said.values() if re.search(rf"windows? [\w, ]*\b{name}\b", what)
         ]
         assert "not fused" in where
+
+
+OPEN_AT_THE_END = (
+    HEADER + "t = tumbling(10, 'sum', table='t')\n"
+    "s = session(4, 'distinct', table='s')\n"
+    "c = sliding(6, 'mean')\n"
+    "@s.on_close\ndef closed(key, start, end, value):\n    seen[key] += value\n"
+    "@on('a')\ndef track(e):\n    t.add(e.k, e.v)\n    s.add((e.k, e.j), e.v)\n    c.add(e.k, e.v)\n"
+    "    emit('mean', k=e.k, m=c.value(e.k))\n"
+)
+
+
+@pytest.mark.parametrize("final", [True, False])
+def test_windows_left_open_hold_the_expansions_state(final):
+    # Without the flush (final=False) sessions, windows and sliding values are still open
+    # when the replay ends: the states the native structures write then are the expansion's.
+    program = rk.Program.from_source(OPEN_AT_THE_END, name="open_at_the_end")
+    rows = [
+        {"ts": t, "kind": "a", "k": t % 3, "j": t % 2, "v": (t * 7) % 5}
+        for t in (0, 1, 1, 2, 5, 6, 9, 13, 14, 14, 15, 21, 22, 30, 31, 31)
+    ]
+    log = rk.Log(rows)
+    got = rk.replay(program, log, final=final)
+    want = rk.replay(program, log, native_windows=False, final=final)
+    _assert_same(got, want)
+    open_sessions = want.state["s__first"]
+    assert bool(open_sessions) is not final

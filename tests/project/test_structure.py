@@ -102,7 +102,6 @@ PENDING_LONG_FUNCTIONS: dict[str, str] = {
     "restream_kit/engines/spark/passes/_setup.py::prepare": SCALE,
     "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
     "restream_kit/iterate/reuse.py::_rereplay": REUSE,
-    "restream_kit/runtime/windows.py::_aligned": WINDOWS,
 }
 #: Modules over the limit: path -> who splits it.
 PENDING_LONG_MODULES: dict[str, str] = {
@@ -115,7 +114,6 @@ PENDING_LONG_MODULES: dict[str, str] = {
     "restream_kit/io/log.py": SCALE,
     "restream_kit/iterate/reuse.py": REUSE,
     "restream_kit/planner/_analysis.py": LATER,
-    "restream_kit/runtime/windows.py": WINDOWS,
     "restream_kit/workbench.py": LATER,
 }
 #: Imports inside a function not yet moved to the module's top: (path, module) -> owner.
