@@ -7,6 +7,10 @@ Rules (``bench/programs/`` and ``examples/``):
   write, and a rule reading both (ordinary Python: parallel passes);
 - ``windows``: a tumbling count per sender and a sliding count per IP (``schedule()``
   underneath: parallel passes);
+- ``windows-ip``: a tumbling count per IP and a sliding count per sender with a threshold
+  alert (the window keyed like its stage, the other not);
+- ``sessions``: sessions per sender and a hopping count of distinct recipients per IP with
+  an ``on_close`` alert;
 - ``ewma``: one partitioned stage with floats (the hand-written-job comparison);
 - ``teams``: a read by a looked-up key (a broadcast read: every partition of its pass holds a
   copy of the counts it reads).
@@ -60,6 +64,8 @@ RULES = {
     "antispam": ROOT / "examples" / "antispam.py",
     "ordinary": ROOT / "bench" / "programs" / "ordinary.py",
     "windows": ROOT / "bench" / "programs" / "windows.py",
+    "windows-ip": ROOT / "bench" / "programs" / "windows_ip.py",
+    "sessions": ROOT / "bench" / "programs" / "windows_sessions.py",
     "ewma": ROOT / "bench" / "programs" / "sender_ewma.py",
     "teams": ROOT / "bench" / "programs" / "teams.py",
 }

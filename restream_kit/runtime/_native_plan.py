@@ -35,15 +35,16 @@ def native_plan(program: Any) -> dict[str, tuple[bool, str]]:
         elif isinstance(window, Sliding) and window.agg == "distinct" and not at_event:
             out[name] = (False, "off: added at times other than its events' (ts=...)")
         elif isinstance(window, Sliding):
-            how = (
-                "a queue per key, changed in place"
-                if window.agg in ("min", "max", "distinct")
-                else "its timed decrements written straight to the runtime"
-            )
+            if window.agg in ("min", "max", "distinct"):
+                how = "a queue per key, changed in place"
+            elif at_event:
+                how = "its decrements in one queue, applied as they fall due"
+            else:
+                how = "its timed decrements written straight to the runtime"
             out[name] = (True, f"fused: {how}")
         elif isinstance(window, Session):
             how = (
-                "one queued close per session, moved as the session goes on"
+                "one queue of open sessions, one queued close at a time"
                 if at_event
                 else "one queued close per add (added at times other than its events')"
             )

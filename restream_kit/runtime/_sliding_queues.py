@@ -1,23 +1,94 @@
-"""Sliding ``min``, ``max`` and ``distinct`` windows run natively: a queue per key, changed in
-place, instead of the expansion's tuple rebuilt on every add.
+"""Sliding windows run natively: a queue per window or per key, changed in place, instead of
+the expansion's timed writes (count, sum, mean) or tuples rebuilt on every add (min, max,
+distinct).
 
-The expansion (``compiler.expand_windows._sliding``) keeps per key a tuple in the state
+The expansion (``compiler.expand_windows._sliding``) keeps per key the count ``X__n`` and the
+sum ``X__sum`` (an increment now and a timed decrement at ``ts + W``), or a tuple in the state
 ``X__queue`` (min, max: the (ts, value) pairs that can still be the extreme, oldest first) or
-``X__recent`` (distinct: each value once with its latest time, oldest first), and builds a
-new tuple on every add. Here each key has a deque (min, max) or a dict from value to time
-(distinct), changed in place by the same steps; the state holds the same tuples once the
-replay ends (``finish``), which is when anything but these helpers reads it: nothing else
-reads a sliding window's state while the replay runs, and the engine keeps the expansion for
-checkpoints, histories and guarded replays, which do.
+``X__recent`` (distinct: each value once with its latest time, oldest first).
+
+Here, for adds at their events' times: count, sum and mean queue their decrements in one
+deque per window, due in the order they were made, and apply the due ones before each add or
+read and when the replay ends: what the runtime's timed writes do, in the same order per key
+(a decrement due at ``t`` comes after every add before ``t`` and before every add from ``t``
+on), so even float sums are the same. Min and max keep a deque per key (for adds at any
+time), distinct a dict from value to time per key. The states hold what the expansion's do
+once the replay ends (``finish``), which is when anything but these helpers reads them:
+nothing else reads a sliding window's state while the replay runs, and the engine keeps the
+expansion for checkpoints, histories and guarded replays, which do.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any
 
-__all__ = ["sliding_extremes", "sliding_distinct"]
+__all__ = ["sliding_extremes", "sliding_distinct", "sliding_sums"]
+
+_time_of = itemgetter(0)
+
+
+def _expired(times: Iterable[int], limit: int) -> int:
+    """How many of ``times`` (oldest first) lead the first one later than ``limit``: the
+    entries of a queue that have left a window whose reads see times after ``limit``."""
+    n = 0
+    for t in times:
+        if t > limit:
+            break
+        n += 1
+    return n
+
+
+def sliding_sums(
+    counts: dict | None, sums: dict | None, width: int, rt: Any, fail: Callable
+) -> tuple[Callable, Callable, Callable]:
+    """``(add(key, value, ts), value(key, ts), finish())`` of a sliding count (``counts``,
+    the state ``X__n``), sum (``sums``, ``X__sum``) or mean (both), for adds at their events'
+    times; ``rt`` the runtime, whose ``event`` is the event running (its time: the clock)."""
+    due: deque = deque()  # (time due, key, minus the value) of each add, oldest first
+
+    def expire(now: int) -> None:
+        while due and due[0][0] <= now:
+            _at, key, minus = due.popleft()
+            if counts is not None:
+                counts[key] = counts[key] - 1
+            if sums is not None:
+                sums[key] = sums[key] + minus
+
+    def add(key: Any, value: Any, ts: int) -> None:
+        try:
+            if due and due[0][0] <= ts:
+                expire(ts)
+            if counts is not None:
+                counts[key] = counts.get(key, 0) + 1
+            if sums is not None:
+                sums[key] = sums.get(key, 0) + value
+                due.append((ts + width, key, -value))
+            else:
+                due.append((ts + width, key, None))
+        except Exception as exc:
+            fail(exc)
+
+    def value(key: Any, ts: int) -> Any:
+        try:
+            if due and due[0][0] <= rt.event[1]:
+                expire(rt.event[1])
+            if sums is None:
+                return counts.get(key, 0)
+            if counts is None:
+                return sums.get(key, 0)
+            c = counts.get(key, 0)
+            return sums.get(key, 0) / c if c else None
+        except Exception as exc:
+            fail(exc)
+
+    def finish() -> None:
+        if rt.event is not None:
+            expire(rt.event[1])
+
+    return add, value, finish
 
 
 def sliding_extremes(
@@ -50,12 +121,10 @@ def sliding_extremes(
     def value(key: Any, ts: int) -> Any:
         try:
             q = queues.get(key)
-            if q is not None:
-                limit = ts - width
-                for t, v in q:
-                    if t > limit:
-                        return v
-            return None
+            if q is None:
+                return None
+            first = _expired(map(_time_of, q), ts - width)
+            return q[first][1] if first < len(q) else None
         except Exception as exc:
             fail(exc)
 
@@ -97,14 +166,8 @@ def sliding_distinct(
             held = keys.get(key)
             if held is None:
                 return 0
-            latest = held[0]
-            limit = ts - width
-            n = len(latest)
-            for t in latest.values():  # oldest first: the expired ones lead
-                if t > limit:
-                    break
-                n -= 1
-            return n
+            latest = held[0]  # oldest first: the expired ones lead
+            return len(latest) - _expired(latest.values(), ts - width)
         except Exception as exc:
             fail(exc)
 

@@ -13,14 +13,16 @@ functions below, which keep every observable effect of the expansion:
   ``expand_windows``), so only that one is put in the runtime's queue of scheduled events;
   the others only take their number (``seq``) from the runtime, as the expansion's do, so
   every row keeps its ``lsn`` and ``seq`` and ``Metrics.scheduled_events`` is unchanged;
-- session: every value takes its number (``seq``) as its close would; when the adds come at
-  their events' times (``_native_plan.adds_at_event_time``), an open session has one entry
-  in the queue, which moves to the close that will emit (the first one scheduled at the
-  last time plus the gap) when it comes up; otherwise one light close per add, whose check
-  is the expansion's;
-- sliding count, sum and mean: the same increments now and timed decrements, written to the
-  runtime's queues directly; min, max and distinct: a queue per key changed in place
-  (``_sliding_queues``), whose tuples the state gets when the replay ends;
+- session (``_sessions``): every value takes its number (``seq``) as its close would; when
+  the adds come at their events' times (``_native_plan.adds_at_event_time``), the open
+  sessions wait in one queue, oldest close first, and the window has one entry in the
+  runtime's queue, at its oldest session's close; otherwise one light close per add, whose
+  check is the expansion's;
+- sliding (``_sliding_queues``): count, sum and mean added to at their events' times queue
+  their decrements in one deque per window, applied before each add or read as the runtime
+  would apply its timed writes (otherwise those timed writes, written to the runtime's
+  queue directly); min, max and distinct: a queue per key changed in place, whose tuples
+  the state gets when the replay ends;
 - ``distinct`` of a closing window: a set per window added to in place, the state's
   frozensets written when the replay ends (``Fused.finish``): nothing else reads them before;
 - a close writes its row and calls the ``on_close`` functions as the generated handler does.
@@ -35,39 +37,20 @@ histories, checkpoints and starts (``engines.serial._windows_off``).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compiler.compile import CompiledProgram, dict_name
+from ..compiler.compile import CompiledProgram
 from ..compiler.expand_windows import close_kind
 from ..model.windows import Hopping, Session, Sliding, Tumbling
 from ._native_plan import adds_at_event_time, native_plan
-from ._sliding_queues import sliding_distinct, sliding_extremes
+from ._sessions import session
+from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums
+from ._window_parts import FINISH, Close, aggregate, closer, store
 from .semantics import ScheduledEvent, SerialRuntime, TimeTravelError
 
 __all__ = ["fuse_windows", "Fused", "native_plan"]
-
-#: The entry of a builder's result that is not a helper: what writes the window's state once
-#: the replay ends (``Fused.finish``).
-FINISH = "__finish__"
-
-
-class _Close(ScheduledEvent):
-    """A close event of a tumbling, hopping or session window (fields ``key``, ``start``);
-    ``order`` its place in the queue (a session's entry, see ``_session``)."""
-
-    def __init__(
-        self, kind: str, ts: int, lsn: int, seq: int, key: Any, start: Any, order: int = 0
-    ):
-        self.key = key
-        self.order = order
-        if start is not None:
-            self.start = start
-        self.kind = kind
-        self.ts = ts
-        self.lsn = lsn
-        self.seq = seq
 
 
 class _Batch(ScheduledEvent):
@@ -100,7 +83,11 @@ class Fused:
 
 
 def fuse_windows(
-    compiled: CompiledProgram, rt: SerialRuntime, *, batch_closes: bool = True
+    compiled: CompiledProgram,
+    rt: SerialRuntime,
+    *,
+    batch_closes: bool = True,
+    only: Collection[str] | None = None,
 ) -> Fused:
     """Replace the generated helpers of ``compiled``'s windows with native ones where they
     can run natively (:func:`native_plan` says which and why not); the engine calls
@@ -108,10 +95,13 @@ def fuse_windows(
 
     ``batch_closes`` puts the closes of a tumbling or hopping window that end at one time in
     one entry of the runtime's queue (the engine turns it off when it checkpoints, since a
-    checkpoint keeps the queue's events as they are)."""
+    checkpoint keeps the queue's events as they are). ``only``: fuse these windows alone (a
+    Spark pass fuses the windows it holds whole, ``engines.spark``)."""
     program = compiled.program
     fused = Fused()
     for name, (native, why) in native_plan(program).items():
+        if only is not None and name not in only:
+            continue
         if not native:
             fused.off[name] = why
             continue
@@ -143,112 +133,6 @@ def _raiser(filename: str, generated: Callable) -> Callable:
     return namespace["fail"]
 
 
-def _store(namespace: dict, name: str) -> dict:
-    return namespace[dict_name(name)]
-
-
-def _aggregate(window: Any, namespace: dict, n: str) -> tuple[Callable, Callable, tuple, dict]:
-    """(merge ``value`` into window ``w``, the aggregate of ``w``, the stores to delete, and
-    ``{FINISH: finish}`` when the aggregate keeps structures of its own)."""
-    agg = window.agg
-    counts = _store(namespace, f"{n}__n")
-    if agg == "count":
-        return None, lambda w: counts.get(w, 0), (), {}
-    if agg in ("sum", "mean"):
-        sums = _store(namespace, f"{n}__sum")
-
-        def merge(w: Any, value: Any) -> None:
-            sums[w] = sums.get(w, 0) + value
-
-        if agg == "sum":
-            return merge, lambda w: sums.get(w, 0), (sums,), {}
-        return merge, lambda w: sums.get(w, 0) / counts.get(w, 0), (sums,), {}
-    if agg in ("min", "max"):
-        best = _store(namespace, f"{n}__best")
-        lower = agg == "min"
-
-        def merge(w: Any, value: Any) -> None:
-            old = best.get(w)
-            if old is None or (value < old if lower else value > old):
-                best[w] = value
-            else:
-                best[w] = old
-
-        return merge, best.get, (best,), {}
-    # distinct: a set per window, added to in place (the expansion copies a frozenset on
-    # every new value); the state gets the open windows' frozensets when the replay ends.
-    values = _store(namespace, f"{n}__values")
-    sets: dict = {}
-    empty = frozenset()
-
-    def merge(w: Any, value: Any) -> None:
-        held = sets.get(w)
-        if held is None:
-            sets[w] = {value}
-        else:
-            held.add(value)
-
-    def finish() -> None:
-        for w, held in sets.items():
-            values[w] = frozenset(held)
-
-    return merge, lambda w: len(sets.get(w, empty)), (sets, values), {FINISH: finish}
-
-
-def _closer(
-    n: str,
-    window: Any,
-    namespace: dict,
-    rt: SerialRuntime,
-    value_of: Callable,
-    drop: tuple,
-    fail: Callable,
-) -> tuple[Callable, Callable]:
-    """The close handler ``close(e)``, and ``finish(key, w, start, end, lsn, ts, seq)`` that
-    writes a closing window's row, calls the ``on_close`` functions and deletes its state."""
-    counts = _store(namespace, f"{n}__n")
-    table = window.table
-    callbacks = [namespace[fn.__name__] for fn in window.callbacks]
-    handler = f"{n}__close"
-    tables = rt.rows  # a table exists once a row goes to it: looked up when one does
-    session = isinstance(window, Session)
-    if session:
-        first = _store(namespace, f"{n}__first")
-        last = _store(namespace, f"{n}__last")
-        gap = window.gap
-        drop = (first, last, counts, *drop)
-    else:
-        width = window.width
-        drop = (counts, *drop)
-
-    def finish(key: Any, w: Any, start: Any, end: Any, lsn: int, ts: int, seq: int) -> None:
-        value = value_of(w)
-        if table is not None:
-            fields = {"key": key, "start": start, "end": end, "value": value}
-            tables[table].append((lsn, ts, handler, seq, fields))
-        for fn in callbacks:
-            fn(key, start, end, value)
-        for d in drop:
-            d.pop(w, None)
-
-    def close(e: Any) -> None:
-        try:
-            if session:
-                w = e.key
-                end = last.get(w)
-                if end is None or end + gap > e.ts:
-                    return
-                finish(e.key, w, first.get(w), e.ts, e.lsn, e.ts, e.seq)
-            else:
-                w = (e.key, e.start)
-                if counts.get(w, 0):
-                    finish(e.key, w, e.start, e.start + width, e.lsn, e.ts, e.seq)
-        except Exception as exc:
-            fail(exc)
-
-    return close, finish
-
-
 def _aligned(
     n: str,
     window: Tumbling | Hopping,
@@ -257,8 +141,15 @@ def _aligned(
     batch: bool,
     fail: Callable,
 ) -> dict:
-    merge, value_of, drop, own = _aggregate(window, namespace, n)
-    counts = _store(namespace, f"{n}__n")
+    """The native helpers of tumbling or hopping window ``n``: ``n__into``, ``n__add`` and
+    ``n__close`` (the batch closer).
+
+    Long because: the add and the queueing of a window's close are closures over one set of
+    locals, on the hot path of every event that adds to a window; split into functions of
+    their own, each would look that state up again on every call.
+    """
+    merge, value_of, drop, own = aggregate(window, namespace, n)
+    counts = store(namespace, f"{n}__n")
     width = window.width
     hop = window.hop if isinstance(window, Hopping) else width
     kind = close_kind(n)
@@ -294,47 +185,49 @@ def _aligned(
             if at < ev[1]:
                 raise TimeTravelError.schedule(at, ev[1])
             root = ev[0]
-            seq = per_root[root] + 1
+            seq = per_root.get(root, 0) + 1
             per_root[root] = seq
             if not old:  # the window's first value: its close is the one that emits
                 opened(at, root, seq, key, start)
         except Exception as exc:
             fail(exc)
 
-    if hop == width:
-        # One window per value: ``into`` written out, as the hot path of a tumbling window.
-        def add(key: Any, value: Any, ts: int) -> None:
-            try:
-                start = ts - ts % width
+    # ``into`` written out for every window of the value, latest first, as the hot path:
+    # each takes the next number (seq) of the event's root, the one that opens a window
+    # queues its close (in its close time's batch).
+    def add(key: Any, value: Any, ts: int) -> None:
+        try:
+            ev = rt.event
+            now, root = ev[1], ev[0]
+            seq = per_root.get(root, 0)
+            start = ts - ts % hop
+            low = ts - width
+            while start > low:
                 w = (key, start)
                 old = counts_get(w)
                 counts[w] = 1 if old is None else old + 1
                 if merge is not None:
                     merge(w, value)
-                ev = rt.event
                 at = start + width
-                if at < ev[1]:
-                    raise TimeTravelError.schedule(at, ev[1])
-                root = ev[0]
-                seq = per_root[root] + 1
-                per_root[root] = seq
+                if at < now:
+                    raise TimeTravelError.schedule(at, now)
+                seq += 1
                 if not old:
-                    opened(at, root, seq, key, start)
-            except Exception as exc:
-                fail(exc)
+                    if not batch:
+                        opened(at, root, seq, key, start)
+                    else:
+                        o = next(order)
+                        items = pending.get(at)
+                        if items is None:
+                            items = pending[at] = []
+                            heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items)))
+                        items.append((o, key, start, root, seq))
+                start -= hop
+            per_root[root] = seq
+        except Exception as exc:
+            fail(exc)
 
-    else:
-
-        def add(key: Any, value: Any, ts: int) -> None:
-            try:
-                start = ts - ts % hop
-                while start > ts - width:
-                    into(key, value, start)
-                    start -= hop
-            except Exception as exc:
-                fail(exc)
-
-    one, finish = _closer(n, window, namespace, rt, value_of, drop, fail)
+    one, finish = closer(n, window, namespace, rt, value_of, drop, fail)
     close = _batch_closer(n, window, counts, rt, pending, (one, finish, fail))
     return {f"{n}__into": into, f"{n}__add": add, f"{n}__close": close, **own}
 
@@ -367,97 +260,23 @@ def _batch_closer(
                 del pending[at]  # windows closing at ``at`` from now on go to a new batch
             for i in range(e.index, len(items)):
                 o, key, start, root, seq = items[i]
-                if i > e.index and scheduled and scheduled[0][:2] < (at, o):
-                    # An event queued between these closes runs first, as it would have.
-                    heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items, i)))
-                    return
+                if i > e.index and scheduled:
+                    top = scheduled[0]
+                    if top[0] == at and top[1] < o:
+                        # An event queued between these closes runs first, as it would have.
+                        heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items, i)))
+                        return
                 w = (key, start)
                 if not counts_get(w, 0):
                     continue
                 if callbacks:  # what they emit or schedule comes from this close
-                    rt.event = _Close(kind, at, root, seq, key, start)
+                    rt.event = Close(kind, at, root, seq, key, start)
                     rt.seq = seq
                 finish(key, w, start, start + width, root, at, seq)
         except Exception as exc:
             fail(exc)
 
     return close
-
-
-def _session(
-    n: str,
-    window: Session,
-    namespace: dict,
-    rt: SerialRuntime,
-    batch: bool,
-    fail: Callable,
-    event_time: bool = False,
-) -> dict:
-    merge, value_of, drop, own = _aggregate(window, namespace, n)
-    counts = _store(namespace, f"{n}__n")
-    first = _store(namespace, f"{n}__first")
-    last = _store(namespace, f"{n}__last")
-    gap = window.gap
-    kind = close_kind(n)
-    per_root = rt.scheduled_per_root
-    scheduled = rt.scheduled
-    order = rt.order
-    heappush = heapq.heappush
-    # One entry in the queue per open session (``batch``, adds at their event's time):
-    # ``ahead[key]`` is the close that will emit, the first one scheduled at the session's
-    # last time plus the gap, as [at, order, root, seq]; the session's entry in the queue
-    # stands at or before it and moves there when it comes up (see ``close``).
-    one_entry = batch and event_time
-    ahead: dict = {}
-
-    def add(key: Any, value: Any, ts: int) -> None:
-        try:
-            if first.get(key) is None:
-                first[key] = ts
-            last[key] = ts
-            counts[key] = counts.get(key, 0) + 1
-            if merge is not None:
-                merge(key, value)
-            ev = rt.event
-            at = ts + gap
-            if at < ev[1]:
-                raise TimeTravelError.schedule(at, ev[1])
-            root = ev[0]
-            seq = per_root[root] + 1
-            per_root[root] = seq
-            if not one_entry:
-                o = next(order)
-                if batch:
-                    heappush(scheduled, (at, o, _Close(kind, at, root, seq, key, None)))
-                else:  # a plain event: checkpoints store it
-                    event = ScheduledEvent(kind, at, root, seq, {"key": key})
-                    heappush(scheduled, (at, o, event))
-                return
-            rec = ahead.get(key)
-            if rec is None:
-                o = next(order)
-                ahead[key] = [at, o, root, seq]
-                heappush(scheduled, (at, o, _Close(kind, at, root, seq, key, None, o)))
-            elif rec[0] != at:  # (a later close at the same time never emits: the first does)
-                rec[0], rec[1], rec[2], rec[3] = at, next(order), root, seq
-        except Exception as exc:
-            fail(exc)
-
-    one, _finish = _closer(n, window, namespace, rt, value_of, drop, fail)
-    if not one_entry:
-        return {f"{n}__add": add, f"{n}__close": one, **own}
-
-    def close(e: Any) -> None:
-        rec = ahead.get(e.key)
-        if rec is not None and (rec[0], rec[1]) != (e.ts, e.order):
-            # The session went on: its entry moves to the close that will emit.
-            at, o, root, seq = rec
-            heappush(scheduled, (at, o, _Close(kind, at, root, seq, e.key, None, o)))
-            return
-        ahead.pop(e.key, None)
-        one(e)
-
-    return {f"{n}__add": add, f"{n}__close": close, **own}
 
 
 def _sliding(
@@ -472,16 +291,19 @@ def _sliding(
     agg = window.agg
     width = window.width
     if agg in ("min", "max"):
-        store = _store(namespace, f"{n}__queue")
-        add, value, finish = sliding_extremes(store, width, agg, fail)
+        queues = store(namespace, f"{n}__queue")
+        add, value, finish = sliding_extremes(queues, width, agg, fail)
         return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
     if agg == "distinct":  # (added at its events' times: ``native_plan``)
-        add, value, finish = sliding_distinct(_store(namespace, f"{n}__recent"), width, fail)
+        add, value, finish = sliding_distinct(store(namespace, f"{n}__recent"), width, fail)
+        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
+    counts = store(namespace, f"{n}__n") if agg in ("count", "mean") else None
+    sums = store(namespace, f"{n}__sum") if agg in ("sum", "mean") else None
+    if event_time:  # the decrements fall due in the order they are made: one deque
+        add, value, finish = sliding_sums(counts, sums, width, rt, fail)
         return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
     future = rt.future
     order = rt.order
-    counts = _store(namespace, f"{n}__n") if agg in ("count", "mean") else None
-    sums = _store(namespace, f"{n}__sum") if agg in ("sum", "mean") else None
 
     def add(key: Any, value: Any, ts: int) -> None:
         try:
@@ -532,4 +354,4 @@ def _sliding(
     return {f"{n}__add": add, f"{n}__value": value}
 
 
-_BUILDERS = {Tumbling: _aligned, Hopping: _aligned, Session: _session, Sliding: _sliding}
+_BUILDERS = {Tumbling: _aligned, Hopping: _aligned, Session: session, Sliding: _sliding}

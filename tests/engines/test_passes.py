@@ -598,3 +598,62 @@ def test_a_timed_write_waiting_in_a_holder_and_a_copy_applies_once(spark_session
     assert any("copied whole" in what for what in got.metrics.path.values()), got.metrics.path
     assert_same_result(got, want)
     assert_ran_as_planned(p, got)
+
+
+#: Sliding windows keyed like their stage (one also read by another stage's handler), and a
+#: tumbling window keyed otherwise.
+SLIDING_BY_SENDER = """
+from restream_kit import emit, on, state
+from restream_kit.windows import sliding, tumbling
+
+recent = sliding(60000, "count")
+peers = sliding(60000, "distinct")
+loud = sliding(60000, "max")
+per_ip = tumbling(600000, "count", table="per_ip")
+seen = state.Counter()
+
+
+@on("message")
+def track(e):
+    recent.add(e.src)
+    peers.add(e.src, e.dst)
+    loud.add(e.src, e.dst % 13)
+    per_ip.add(e.ip)
+    if recent.value(e.src) > 3 and peers.value(e.src) > 2:
+        emit("burst", src=e.src, top=loud.value(e.src))
+"""
+
+
+def test_the_path_says_which_windows_run_fused_in_their_pass_and_why_not():
+    """A sliding window whose every state its stage's pass holds alone runs in that pass as
+    the serial engine runs it; one read by another stage (a fold serves it) and a closing
+    window keyed otherwise do not, each with its reason."""
+    source = SLIDING_BY_SENDER + '\n@on("friendship")\ndef other(e):\n'
+    source += "    seen[e.dst] += recent.value(e.dst)\n"
+    p = rk.Program.from_source(source, "sliding_read")
+    said = {q.stage: q.describe(2) for q in plan_passes(p, plan(p)).passes}
+    assert "window peers fused: a queue per key" in said["track"]
+    assert "window loud fused: a queue per key" in said["track"]
+    assert "window recent not fused: its state is written, folded or read" in said["track"]
+    closes = said["per_ip__close"]
+    assert "window per_ip not fused: Spark runs its closes as scheduled events" in closes
+    # Where the tasks cannot run them natively (a checkpoint...), the path says so.
+    track = next(q for q in plan_passes(p, plan(p)).passes if q.stage == "track")
+    assert "window peers not fused: its expansion" in track.describe(2, fused=False)
+
+
+@pytest.mark.spark
+def test_sliding_windows_keyed_like_their_stage_run_fused_in_its_pass(spark_session):
+    """No timed write per add through the expansion: the pass runs the serial engine's
+    native sliding windows (count by timed decrements, distinct and max by a queue per key
+    whose tuples the state gets at the end), and the result is the serial one, states too."""
+    p = rk.Program.from_source(SLIDING_BY_SENDER, "sliding_fused")
+    log = social_sample()
+    want = rk.replay(p, log)
+    assert want.tables["burst"].num_rows > 0
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, want)
+    assert_ran_as_planned(p, got)
+    for name in ("recent", "peers", "loud"):
+        assert f"window {name} fused" in got.metrics.path["track"], got.metrics.path
+    assert "window per_ip not fused" in got.metrics.path["per_ip__close"]

@@ -95,7 +95,10 @@ class Ends:
 
 
 def _made_by(pos: tuple) -> tuple:
-    """The (t, phase, o) of the run that made a timed write or a scheduled event."""
+    """The (t, phase, o) of the run that made a timed write or a scheduled event. One
+    scheduled for its maker's own time has that run's (t, phase, o) (``_rows.AFTER_RUN``)."""
+    if pos[1] == PH_LOG:
+        return pos[:3]
     t, ph, o = RUN_HEAD.unpack_from(pos[3])
     return (t - SIGN, ph, o - SIGN)
 

@@ -52,6 +52,7 @@ from ._setup import (
 )
 from ._start_shares import share_frame, shares_rows
 from ._task import PassTask
+from ._window_shapes import fuses_windows
 from ._zipped import PART, VALUES, sources, takes_from_passes, zip_targets
 
 __all__ = ["run_passes", "run_jobs", "shared_passes", "Ran"]
@@ -269,7 +270,7 @@ def run_jobs(
                 # sends it anything): no job, and the path says why it ran no task.
                 outputs.append(session.createDataFrame([], setup.ddl))
                 for stage in p.stages or (p.stage,):
-                    ran.path[stage] = p.describe(n) + " (no event reaches it)"
+                    ran.path[stage] = p.describe(n, False) + " (no event reaches it)"
                 ran.stage_seconds[p.stage] = time.perf_counter() - pass_started
                 rep.notify(
                     StageFinished(0, p.stage, ran.stage_seconds[p.stage], 0, len(bounds) + 1)
@@ -424,7 +425,11 @@ def run_jobs(
             if rep.on_error != "stop" and p.stage in ran.looped:
                 carried += ", a run that raises undone by the serial engine's guarded loop"
             for stage in p.stages or (p.stage,):
-                ran.path[stage] = p.describe(n) + carried + (f" ({tasks} tasks)" if tasks else "")
+                ran.path[stage] = (
+                    p.describe(n, fuses_windows(spec))
+                    + carried
+                    + (f" ({tasks} tasks)" if tasks else "")
+                )
             # (Over every epoch of a checkpoint run at once: ``passes._boundaries``.)
             rep.notify(StageFinished(0, p.stage, seconds, tasks, len(bounds) + 1))
             rep.notify(

@@ -33,6 +33,7 @@ import pyarrow as pa
 from ....compiler.compile import compile_program, dict_name
 from ....compiler.inline import EVENT, key_source
 from ....model.program import Program
+from ....runtime.windows import fuse_windows
 from ...serial import JournalDict, SerialRuntime
 from .._codec import MISSING
 from .._program_ref import column_values, event_type, key_function
@@ -58,6 +59,7 @@ from ._rows import (
 from ._shipping import MadeBy, MadeByRuntime, Shipping, guarded_runtime
 from ._start_shares import taken_start
 from ._stores import BlindStore, carried
+from ._window_shapes import fuses_windows, held_elsewhere, pass_windows
 from ._zipped import ValuePacker, unzip
 
 __all__ = ["run_plain"]
@@ -138,6 +140,14 @@ def run_plain(
         hooks=hooks,
         guarded=guarded,
     )
+    # Windows it holds whole run as the serial engine runs them (``_window_shapes``).
+    windows = None
+    if start is None and fuses_windows(spec):
+        mine = pass_windows(program, spec.homes, held_elsewhere(spec))
+        if mine:
+            if ships:  # (the serial runtime's count of timed writes, as ``write`` takes)
+                rt.order = rt._order
+            windows = fuse_windows(compiled, rt, only=mine)
     run_batch = compiled.run_batch
     # A key function of a probe reads the event's columns by name.
     named = compiled.needs_named_events or keys_by_name
@@ -236,6 +246,8 @@ def run_plain(
         out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
         yield out_rows(out, spec)
         return
+    if windows is not None:
+        windows.finish()
     # Later ones apply only if an event after the log (scheduled elsewhere) comes at or after
     # their time: the driver decides, as for the other passes' (``PEND``).
     for at, order, d, _default, op, key, arg in sorted(rt.future, key=lambda f: f[:2]):

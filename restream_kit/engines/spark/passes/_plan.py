@@ -31,9 +31,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ....compiler.expand_windows import close_kind
 from ....model.program import Program
 from ....model.state import Value
+from ....runtime.windows import native_plan
 from ._lookup_stages import lookup_of, lookup_stages, packed_straight
+from ._window_shapes import closes_once, folded_counts, pass_windows
 
 __all__ = ["Probe", "Pass", "PassPlan", "plan_passes", "ORDER", "SINGLE", "BY_KEY"]
 
@@ -93,6 +96,9 @@ class Pass:
     # that read it are, not to the partition of the whole key.
     elements: dict[str, int] = field(default_factory=dict)
     windows: tuple[str, ...] = ()  # the windows whose state it holds (``_window_notes``)
+    # Per window of ``windows``: (whether its tasks run it natively in the serial engine's
+    # loop, how or why not), for the path (``_window_shapes.pass_windows``).
+    window_notes: dict[str, tuple[bool, str]] = field(default_factory=dict)
 
     def partition_value(self, state: str, key: Any) -> Any:
         """The value of this pass's partition expression that ``state``'s key ``key`` has."""
@@ -105,15 +111,17 @@ class Pass:
     def event_kinds(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((*self.kinds, *self.probe_kinds)))
 
-    def describe(self, partitions: int) -> str:
-        """What ran, as the path says it (and the windows it runs, none of them fused)."""
+    def describe(self, partitions: int, fused: bool = True) -> str:
+        """What ran, as the path says it, with each window it holds: run natively in the
+        pass (fused) or as its expansion, and why. ``fused``: whether its tasks ran their
+        windows natively (``_window_shapes.fuses_windows``: not in a checkpointed, guarded,
+        recorded or started replay, nor outside the serial engine's loop)."""
         said = self._describe(partitions)
-        if self.windows:
-            names = ", ".join(self.windows)
-            said += (
-                f"; window{'s' if len(self.windows) > 1 else ''} {names} not fused: "
-                "Spark runs windows as their expansion (closes sent once per window)"
-            )
+        for name in self.windows:
+            native, how = self.window_notes.get(name, (False, "Spark runs its expansion"))
+            if native and not fused:
+                native, how = False, _UNFUSED_RUN
+            said += f"; window {name} {'fused' if native else 'not fused'}: {how}"
         return said
 
     def _describe(self, partitions: int) -> str:
@@ -168,8 +176,15 @@ def plan_passes(program: Program, plan, lookups: bool = True) -> PassPlan:
     return _window_notes(program, pp)
 
 
+_UNFUSED_RUN = (
+    "its expansion, as the serial engine runs it in a checkpointed, guarded, recorded or "
+    "started replay, or outside the serial engine's loop"
+)
+
+
 def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
-    """Each window named by the first pass that holds one of its states (the path says so)."""
+    """Each window named by the first pass that holds one of its states, with whether that
+    pass runs it natively, how or why not (the path says so)."""
     where: dict[int, list[str]] = {}
     for name in program.windows:
         for p in pp.passes:
@@ -178,8 +193,37 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
                 break
     if not where:
         return pp
-    passes = tuple(replace(p, windows=tuple(where.get(p.index, ()))) for p in pp.passes)
-    return replace(pp, passes=passes)
+    passes = []
+    for p in pp.passes:
+        names = tuple(where.get(p.index, ()))
+        elsewhere = {*p.blind, *p.feeds, *(q.state for q in p.serves)}
+        native = pass_windows(program, p.homes, elsewhere, names)
+        notes = {
+            name: (True, native[name].removeprefix("fused: "))
+            if name in native
+            else (False, _why_not(program, pp, name, native_plan(program)[name]))
+            for name in names
+        }
+        passes.append(replace(p, windows=names, window_notes=notes))
+    return replace(pp, passes=tuple(passes))
+
+
+def _why_not(program: Program, pp: PassPlan, name: str, serial: tuple[bool, str]) -> str:
+    """Why a pass does not run window ``name`` natively, in a few words for the path."""
+    native, how = serial
+    if not native:  # (the serial engine keeps its expansion too)
+        return how.removeprefix("off: ")
+    closers = [pp.passes[i] for i in pp.kind_passes.get(close_kind(name), ())]
+    if closers:
+        where = ", ".join(f"{q.stage} by {q.partition}" for q in closers)
+        kind = close_kind(name)
+        sent = "one summed write per window" if f"{name}__n" in folded_counts(program) else ""
+        sent += (", " if sent else "") + "one close per window" * (kind in closes_once(program))
+        return (
+            f"Spark runs its closes as scheduled events in a stage of their own ({where}), "
+            f"its adds sent there as writes{f' ({sent})' if sent else ''}"
+        )
+    return "its state is written, folded or read in another stage"
 
 
 def forwards(pp: PassPlan) -> bool:

@@ -71,6 +71,11 @@ SIGN = 1 << 63
 RUN_HEAD = struct.Struct(">QBQ")
 U32 = struct.Struct(">I")
 U32x2 = struct.Struct(">II")
+#: The start of a run's ``sub`` after every write of the run (``U32x2(handler, count)``):
+#: an event scheduled for the time of the log event that schedules it runs after that
+#: event, before the next log event (the serial engine's order), so its position is
+#: the event's, then this, then the scheduling handler and count.
+AFTER_RUN = b"\xff" * 4
 
 
 def position_bytes(pos: tuple) -> bytes:

@@ -32,6 +32,7 @@ from ....runtime.semantics import (
 from .._program_ref import key_function
 from ._boundaries import unhandled_rows
 from ._rows import (
+    AFTER_RUN,
     PH_LOG,
     PH_SCHED,
     PH_TIMED,
@@ -182,7 +183,10 @@ class Shipping(Routing):
                     self.once_fields[once] = fields
             except TypeError:  # an unhashable field: send it
                 pass
-        position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
+        if at == ev[1]:  # after this event, before the next (``AFTER_RUN``)
+            position = (at, PH_LOG, ev[0], AFTER_RUN + U32x2.pack(self.hidx, self.calls))
+        else:
+            position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
         payload = dumps((kind, fields, root, seq))
         targets = self.spec.kind_passes.get(kind, ())
         if not targets and self.spec.bounds:  # a checkpoint holds it until its time

@@ -51,6 +51,7 @@ from ._local_arrangement import local_batches, local_part, local_start
 from ._lookups import merged_events
 from ._plain import run_plain
 from ._rows import (
+    AFTER_RUN,
     BATCH_ROWS,
     BLOB_ROWS,
     EMIT,
@@ -197,7 +198,11 @@ class _Runtime(Routing):
             self.last_at = at
         event = ScheduledEvent(kind, at, root, seq, fields)
         self.calls += 1
-        position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
+        t, ph, o, sub = self.pos
+        if at == t and ph == PH_LOG:  # after this run, before the next log event
+            position = (at, PH_LOG, o, sub + AFTER_RUN + U32x2.pack(self.hidx, self.calls))
+        else:
+            position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
         targets = self.spec.kind_passes.get(kind, ())
         if not targets and self.spec.bounds:  # a checkpoint holds it until its time
             self.unhandled.append((position, dumps((kind, fields, root, seq))))
@@ -321,7 +326,7 @@ class PassTask:
             runner = runners.get(ev[2])
             rt.event = ev
             rt.pos = pos
-            rt.seq = ev.seq if pos[1] == PH_SCHED else 0
+            rt.seq = ev.seq if isinstance(ev, ScheduledEvent) else 0
             if runner is not None:
                 runner(ev, pos, i, writes)
             elif writes:
@@ -438,7 +443,10 @@ class PassTask:
                 for i in range(n):
                     pos = (ts[i], ph[i], order[i], sub[i] or b"")
                     tag = tags[i]
-                    while ends is not None and pos[:3] > ends.next:
+                    while ends is not None and (
+                        pos[:3] > ends.next
+                        or (pos[:3] == ends.next and pos[3].startswith(AFTER_RUN))
+                    ):  # (an event scheduled for its maker's time runs after the end)
                         cross()
                     if ends is not None and ends.passed:
                         ends.in_flight(rt.out, tag, None, pos, payload[i])

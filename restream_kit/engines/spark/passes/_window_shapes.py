@@ -15,16 +15,80 @@ redundant:
 
 Anything that departs from the generated shape (a handler of the user's own on the close
 kind, another use of the counter, a user function with a generated name) turns both off.
+
+A window with no closes (``sliding``) whose every state one pass holds whole and alone runs
+in that pass as the serial engine runs it (:func:`pass_windows`, ``runtime.windows``): no
+timed write per add through the expansion's code, when the pass runs the serial engine's
+loop (:func:`fuses_windows`).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from typing import Any
 
 from ....model.program import Program
+from ....model.windows import Sliding
+from ....runtime.windows import native_plan
 
-__all__ = ["closes_once", "folded_counts"]
+__all__ = [
+    "closes_once",
+    "folded_counts",
+    "fuses_windows",
+    "held_elsewhere",
+    "pass_windows",
+    "window_states",
+]
+
+
+def window_states(program: Program, name: str) -> list[str]:
+    """The states the expansion of window ``name`` declares."""
+    return [s for s in program.states if s.startswith(f"{name}__")]
+
+
+def pass_windows(
+    program: Program, homes: Any, elsewhere: Any, windows: Any = None
+) -> dict[str, str]:
+    """The windows a pass holding ``homes`` runs natively in the serial engine's loop,
+    each with how (window -> how, for the path): sliding windows the serial engine runs
+    natively, whose every state the pass holds and none of which is written, folded or read
+    anywhere else (``elsewhere``: states it sends writes of, feeds or serves). A sliding
+    window has no close: its adds, its timed decrements and its reads all happen in the
+    runs of the pass's own handlers, as in the serial replay. ``windows``: only these."""
+    plan = native_plan(program)
+    out = {}
+    for name, window in program.windows.items():
+        if windows is not None and name not in windows:
+            continue
+        native, how = plan[name]
+        states = window_states(program, name)
+        if not native or not isinstance(window, Sliding) or not states:
+            continue
+        if all(s in homes and s not in elsewhere for s in states):
+            out[name] = how
+    return out
+
+
+def held_elsewhere(spec: Any) -> set[str]:
+    """The states a pass of ``spec`` sends writes of, feeds to folds or serves to readers."""
+    return {*spec.blind, *spec.feeds, *(served[1] for served in spec.serves)}
+
+
+def fuses_windows(spec: Any) -> bool:
+    """Whether a pass of ``spec`` runs its windows natively (:func:`pass_windows`): when it
+    runs the serial engine's loop (``plain``) and the serial engine would too, that is not
+    under a checkpoint (or its waves), a guarded ``on_error``, a recorded history or a start
+    state (``engines.serial._windows_off``)."""
+    local = spec.local
+    return bool(
+        spec.plain
+        and not spec.bounds
+        and spec.on_error == "stop"
+        and not spec.history
+        and not spec.shares
+        and (local is None or (local.after is None and local.until is None))
+    )
 
 
 def closes_once(program: Program) -> frozenset[str]:
@@ -52,7 +116,11 @@ def closes_once(program: Program) -> frozenset[str]:
             and ast.unparse(body[1].test) == f"{prefix}__n[w]"
             and f"del {prefix}__n[w]" in [ast.unparse(x) for x in body[1].body]
         )
-        if shape:
+        # Added at its events' times: every close comes after the time of the add that
+        # scheduled it, so no later add reaches a closed window (with an earlier ``ts=``, a
+        # close may come at its adding event's own time, and an event of that time after it
+        # may add again, its close the same as the first's).
+        if shape and _calls_at_event_time(program.module_ast, f"{prefix}__add"):
             found.add(kind)
     return frozenset(found)
 
