@@ -99,7 +99,7 @@ class ColumnRun:
                 full = pl.repeat(None, frame.height, dtype=values.dtype, eager=True)
                 values = full.scatter(at, values)
             added.append(values.alias(read_column(read)))
-        frame = frame.with_columns(added).with_row_index("_rs_o")
+        frame = frame.with_columns(added)
         # Taken at the emitting events only: the chunks as read, no copy of the whole column.
         lsn = events.column("lsn").cast(pa.int64())
         ts = events.column("ts").cast(pa.int64())
@@ -119,8 +119,10 @@ class ColumnRun:
             cond = self.evaluator.truth(e.when)
             if not every <= set(e.kinds):
                 cond = pl.col("kind").is_in(list(e.kinds)) & cond
+            # The emitting events' places from the mask: no index column over every event.
+            mask = frame.with_columns(cond.alias("_rs_m")).get_column("_rs_m")
             sel = [pl.col("_rs_o")] + [self.evaluator.value(x).alias(f) for f, x, _t in e.fields]
-            got = frame.lazy().filter(cond).select(sel).collect()
+            got = frame.filter(mask).with_columns(mask.arg_true().alias("_rs_o")).select(sel)
             parts.append((number, e, got))
         types: dict[str, str] = {}
         for _n, e, got in parts:
