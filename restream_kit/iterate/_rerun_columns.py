@@ -145,7 +145,7 @@ class ColumnRun:
             ).sort(["_rs_o", "_rs_h", "_rs_n"], maintain_order=True)
             if any(rows.get_column(f).null_count() for f in types):
                 return _rows(name, parts, lsn, ts)
-        at = pa.array(rows.get_column("_rs_o").to_numpy())
+        at = rows.get_column("_rs_o").to_arrow()
         n = rows.height
         if len(parts) == 1:
             handler = pa.array([parts[0][1].handler] * n, pa.string())

@@ -340,7 +340,6 @@ def _no_schedule(_t):  # pragma: no cover - programs that schedule are refused b
 
 
 def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Result, Any]:
-    from ..engines.serial import _handler_error
     from ..history.recorder import Recorder
     from ..runtime import SerialRuntime, check_state
 
@@ -410,6 +409,8 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
         except HandlerError:
             raise
         except Exception as exc:
+            from ..engines.serial import _handler_error  # the serial engine's: on error only
+
             raise _handler_error(program, rt, exc, log.columns) from exc
         if rt.future and hist.last_ts is not None:
             # A full replay applies the timed writes due by its last event (log or
