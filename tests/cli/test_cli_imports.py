@@ -20,18 +20,23 @@ SAMPLE = "sample_data/social_small.parquet"
 NOT_NEEDED = ("pandas", "duckdb", "pyarrow.dataset", "plotly", "ipywidgets", "pyspark")
 
 
-#: ``python -m restream_kit ARGS`` that writes, when it exits, the modules it imported.
+#: ``python -m restream_kit ARGS`` that writes, when it exits, the modules it imported and
+#: ``pool:NAME``, the Arrow memory pool it used.
 _WRAPPER = """
 import atexit, runpy, sys
-listed = sys.argv[1]
-atexit.register(lambda: open(listed, "w").write("\\n".join(sys.modules)))
+
+def listed(path=sys.argv[1]):
+    pool = sys.modules["pyarrow"].default_memory_pool().backend_name
+    open(path, "w").write("\\n".join([*sys.modules, "pool:" + pool]))
+
+atexit.register(listed)
 sys.argv = ["restream", *sys.argv[2:]]
 runpy.run_module("restream_kit", run_name="__main__", alter_sys=True)
 """
 
 
-def imported(*args: str, cwd, home) -> tuple[set[str], str]:
-    """The modules a ``restream`` process imported, and what it printed."""
+def imported(*args: str, cwd, home, **env: str) -> tuple[set[str], str]:
+    """The modules a ``restream`` process imported (and its pool), and what it printed."""
     listed = home.parent / "modules.txt"
     done = subprocess.run(
         [sys.executable, "-c", _WRAPPER, str(listed), *args],
@@ -39,7 +44,7 @@ def imported(*args: str, cwd, home) -> tuple[set[str], str]:
         text=True,
         cwd=cwd,
         timeout=300,
-        env={**os.environ, "RESTREAM_HOME": str(home)},
+        env={**os.environ, "RESTREAM_HOME": str(home), **env},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     names = set(listed.read_text().split())
@@ -71,6 +76,16 @@ def test_reuse_replay_imports_neither_pandas_nor_duckdb(root, home, tmp_path):
     names, out = imported("replay", str(v2), "--log", SAMPLE, "--reuse", "v1", cwd=root, home=home)
     assert "reused from v1: befriend, tally_sender, tally_ip; re-ran: flag" in out, out
     assert not names & set(NOT_NEEDED), sorted(names & set(NOT_NEEDED))
+
+
+def test_arrow_buffers_come_from_jemalloc_unless_the_user_chose(root, home, monkeypatch):
+    """jemalloc keeps freed pages for reuse (restream_kit/cli/_arrow_pool.py); a pool set in
+    ``ARROW_DEFAULT_MEMORY_POOL`` is the user's choice and stays."""
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    args = ("replay", "examples/antispam.py", "--log", SAMPLE, "--quiet")
+    assert "pool:jemalloc" in imported(*args, cwd=root, home=home)[0]
+    chosen = imported(*args, cwd=root, home=home, ARROW_DEFAULT_MEMORY_POOL="system")[0]
+    assert "pool:system" in chosen and "pool:jemalloc" not in chosen
 
 
 def test_pandas_imported_later_converts_as_usual():
