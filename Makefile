@@ -25,7 +25,7 @@ setup: $(STAMP)
 	@[ -e $(VENV)/share/jupyter/lab/settings/overrides.json ] || \
 		cp scripts/jupyterlab_overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	@# Spark's driver starts from a class-data-sharing archive, made once (about a minute).
-	@$(BIN)/python -c 'import sys; from restream_kit.engines.spark._jvm_archive import main; sys.exit(main())'
+	@$(BIN)/python -c 'import sys; from restream_kit.engines.spark.session._jvm_archive import main; sys.exit(main())'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

@@ -157,7 +157,7 @@ def test_cluster(tmp_path_factory):
 
 def _classic(master: str, conf: dict):
     from restream_kit.engines.spark import get_session, stop_session
-    from restream_kit.engines.spark._session import current, master_of
+    from restream_kit.engines.spark.session._session import current, master_of
 
     running = current()
     if running is not None and master_of(running) != master:

@@ -74,7 +74,7 @@ class SparkEngine:
         partitions by a key, or sequential in one task with the reason (what
         ``metrics.path`` then says, but for the task counts)."""
         from .spark._engine import option_blockers
-        from .spark._passes import layout
+        from .spark.passes._plan import layout
 
         opts = _forecast_options(options)
         lines = layout(program, opts.partitions)
@@ -93,8 +93,8 @@ class SparkEngine:
         )
         if not blocked and log is not None and opts.path != "passes" and len(log):
             from ..io.epochs import cut
-            from .spark._prefix import default_epoch, lowered_over, prefix_plan
-            from .spark._session import planned_cores
+            from .spark.prefix._driver import default_epoch, lowered_over, prefix_plan
+            from .spark.session._session import planned_cores
 
             low, _why = prefix_plan(program, log)
             if low is not None:
@@ -140,14 +140,14 @@ class SparkEngine:
     def session(self, options: SparkOptions) -> Any:
         """The SparkSession a replay with ``options`` runs on, made now (what a ``restream
         driver`` keeps up), and its cores."""
-        from .spark._session import get_session, session_cores
+        from .spark.session._session import get_session, session_cores
 
         session = get_session(options.master, options.conf, options.session, options.executor_wait)
         return session, session_cores(session)
 
     def diagnostics(self) -> Diagnostics:
         """Spark's own log, and its web UI once the session has one."""
-        from .spark._session import spark_log_path, ui_url
+        from .spark.session._session import spark_log_path, ui_url
 
         return Diagnostics(
             "Spark",
@@ -160,7 +160,7 @@ class SparkEngine:
         """A Java exception as its root cause's line and where Spark's log is; else None."""
         if not type(error).__module__.startswith(("py4j", "pyspark")):
             return None
-        from .spark._session import spark_log_path
+        from .spark.session._session import spark_log_path
 
         name, text = type(error).__name__, str(error)
         causes = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Caused by:")]

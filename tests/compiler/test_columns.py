@@ -19,8 +19,8 @@ import pytest
 import restream_kit as rk
 from restream_kit.compiler.columns import ColumnEvaluator, read_column, type_class
 from restream_kit.compiler.lower import Cmp, Col, Lit, ReadOf, lower
-from restream_kit.engines.spark._prefix import prefix_plan, run_prefix
-from restream_kit.engines.spark._prefix_jobs import local_map_epochs
+from restream_kit.engines.spark.prefix._driver import prefix_plan, run_prefix
+from restream_kit.engines.spark.prefix._jobs import local_map_epochs
 
 INF, NAN = math.inf, math.nan
 

@@ -70,13 +70,13 @@ ARRANGED_EXAMPLES = int(os.environ.get("RESTREAM_ARRANGED_PROPERTY_EXAMPLES", "2
 @settings(max_examples=ARRANGED_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=spark_cases())
 def test_passes_the_driver_arranges_equal_the_serial_engine(case, spark_session):
-    """With every log large enough for the driver to arrange it (``_local_arrangement``):
+    """With every log large enough for the driver to arrange it (``passes._local_arrangement``):
     the programs it takes (the others are not examples) give the serial engine's result."""
     from unittest import mock
 
     from hypothesis import assume
 
-    from restream_kit.engines.spark import _local_arrangement
+    from restream_kit.engines.spark.passes import _local_arrangement as _local_arrangement
 
     source, log, _epoch, _path = case
     program = rk.Program.from_source(source, name="prop")
@@ -106,7 +106,7 @@ def test_a_checkpoint_run_once_over_the_log_commits_the_serial_engines_epochs(
     import json
     from unittest import mock
 
-    from restream_kit.engines.spark import _local_arrangement
+    from restream_kit.engines.spark.passes import _local_arrangement as _local_arrangement
 
     source, log, _epoch, _path = case
     program = rk.Program.from_source(source, name="prop")
@@ -139,7 +139,7 @@ def test_spark_resumes_and_starts_from_a_checkpoint_as_the_serial_engine_does(
     import json
     from unittest import mock
 
-    from restream_kit.engines.spark import _local_arrangement
+    from restream_kit.engines.spark.passes import _local_arrangement as _local_arrangement
 
     source, log, _epoch, _path = case
     # A known gap with a strict xfail of its own (tests/engines/test_resume_timed_adds.py): an

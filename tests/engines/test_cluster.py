@@ -100,7 +100,7 @@ def alive(pid: int) -> bool:
 @pytest.mark.cluster
 @pytest.mark.parametrize("engine", ["spark-cluster", "spark-connect"], indirect=True)
 def test_the_workers_python_version_is_checked(engine, request):
-    from restream_kit.engines.spark._session import check_python
+    from restream_kit.engines.spark.session._session import check_python
 
     session = request.getfixturevalue(
         "cluster_session" if engine == "spark-cluster" else "connect_session"
@@ -117,7 +117,7 @@ def test_the_workers_python_version_is_checked(engine, request):
 def test_pysparks_own_version_mismatch_becomes_our_one_line():
     from pyspark.errors import PySparkRuntimeError
 
-    from restream_kit.engines.spark._session import mismatch_message
+    from restream_kit.engines.spark.session._session import mismatch_message
 
     error = PySparkRuntimeError(
         errorClass="PYTHON_VERSION_MISMATCH",

@@ -260,7 +260,7 @@ def test_a_lowered_rule_runs_the_prefix_path_on_the_cluster(
     """The log sits where the workers cannot read it: each epoch's events reach its task in a
     DataFrame that the first round caches and the replay drops. The layout said so before."""
     from restream_kit.engines import engines
-    from restream_kit.engines.spark._prefix import prefix_plan
+    from restream_kit.engines.spark.prefix._driver import prefix_plan
     from restream_kit.io.progress import Progress, Recorder, StageStarted
 
     if os.geteuid() == 0:
@@ -390,7 +390,7 @@ def test_a_checkpointed_pass_replay_on_the_cluster_commits_the_serial_engines_ep
         rows = [checkpoint.load_value(d / f"epoch-{k:06d}", "rows") for d in (serial_ck, spark_ck)]
         assert rows[0] == rows[1], f"epoch {k}: rows"
     # Resumed on the cluster as if killed after two epochs: the adding pass keeps the serial
-    # engine's loop, its share of the start going to the workers as rows (``_start_shares``).
+    # engine's loop, its share of the start going to the workers as rows (``passes._start_shares``).
     keep_first_epochs(spark_ck, 2)
     resumed = rk.replay(
         rk.Program.from_file(PROGRAMS["windows"]), rk.Log(private_log), engine="spark",

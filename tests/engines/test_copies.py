@@ -1,6 +1,6 @@
 """Broadcast reads on the pass path: a stage that reads upstream state by a key that is not
 the event's, or whole, or on scheduled events, runs in parallel with a copy of that state in
-every partition (``restream_kit/engines/spark/_passes.py``).
+every partition (``restream_kit/engines/spark/passes/_plan.py``).
 
 Every replay equals the serial engine's, and every stage ran in several tasks that each ran
 events: a copy pass that put all its work in one task fails here.
@@ -23,7 +23,7 @@ from engine_matrix import (
 
 import restream_kit as rk
 from restream_kit.engines import engines
-from restream_kit.engines.spark._passes import BY_KEY, ORDER, SINGLE, passes_of
+from restream_kit.engines.spark.passes._plan import BY_KEY, ORDER, SINGLE, passes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")

@@ -1,7 +1,7 @@
 """``on_error`` skip and quarantine in the serial engine's loop on Spark.
 
-A pass that runs the serial engine's loop (``_plain_pass``) keeps running it when runs may
-raise: the guarded loop (``_shipping.GuardedSerial``, ``GuardedShipping``) undoes a run that
+A pass that runs the serial engine's loop (``passes._plain``) keeps running it when runs may
+raise: the guarded loop (``passes._shipping.GuardedSerial``, ``GuardedShipping``) undoes a run that
 raises (its state changes, timed writes, rows for other passes, scheduled window closes,
 summed window adds) and records it with its position. Each program here raises in every
 pass on some events; the result, the quarantine and every committed epoch must be the
@@ -17,7 +17,7 @@ import pytest
 from engine_matrix import assert_ran_as_planned, assert_same_commits
 
 import restream_kit as rk
-from restream_kit.engines.spark import _local_arrangement
+from restream_kit.engines.spark.passes import _local_arrangement as _local_arrangement
 
 SMALL = "sample_data/social_small.parquet"
 

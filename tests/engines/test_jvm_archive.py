@@ -1,4 +1,4 @@
-"""The Spark driver's class-data-sharing archive (``restream_kit.engines.spark._jvm_archive``).
+"""The Spark driver's class-data-sharing archive (``restream_kit.engines.spark.session._jvm_archive``).
 
 ``make setup`` builds the archive before the tests run; a missing archive fails here, loudly,
 rather than leaving every session to start the slow way unnoticed.
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from restream_kit.engines.spark import _jvm_archive
-from restream_kit.engines.spark._session import default_conf
+from restream_kit.engines.spark.session import _jvm_archive as _jvm_archive
+from restream_kit.engines.spark.session._session import default_conf
 
 pytestmark = pytest.mark.spark
 
@@ -41,7 +41,7 @@ def test_the_archive_really_loads_in_a_spark_driver():
     """``-Xshare:on`` makes the JVM refuse to start unless it can map the archive."""
     code = (
         "from restream_kit.engines.spark import get_session\n"
-        "from restream_kit.engines.spark._session import default_conf\n"
+        "from restream_kit.engines.spark.session._session import default_conf\n"
         "options = default_conf('local[1]')['spark.driver.extraJavaOptions'] + ' -Xshare:on'\n"
         "s = get_session('local[1]', {'spark.driver.extraJavaOptions': options})\n"
         "args = s.sparkContext._jvm.java.lang.management.ManagementFactory"

@@ -1,4 +1,4 @@
-"""Passes whose events the driver arranges on a local master (``_local_arrangement``):
+"""Passes whose events the driver arranges on a local master (``passes._local_arrangement``):
 balanced partitions of keys, one Arrow file per arrangement, values routed by marker rows.
 
 The threshold is lowered so that small logs take that path; every replay is checked against
@@ -19,9 +19,9 @@ import pytest
 from engine_matrix import assert_ran_as_planned, assert_same_result
 
 import restream_kit as rk
-from restream_kit.engines.spark import _local_arrangement as local
 from restream_kit.engines.spark._events import prepare_events
-from restream_kit.engines.spark._zipped import VALUES, ZipError
+from restream_kit.engines.spark.passes import _local_arrangement as local
+from restream_kit.engines.spark.passes._zipped import VALUES, ZipError
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 

@@ -1,4 +1,4 @@
-"""A stage partitioned by a key read from an upstream state (``_lookup_stages``).
+"""A stage partitioned by a key read from an upstream state (``passes._lookup_stages``).
 
 ``charge`` writes ``team_msgs[team_of[e.src]]`` and ``report`` reads it by the same key: the
 pass holding ``team_of`` (by ``e.src``) looks the team up for each message and sends the
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import restream_kit as rk
 from restream_kit.engines import engines
-from restream_kit.engines.spark._passes import passes_of
+from restream_kit.engines.spark.passes._plan import passes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
@@ -144,7 +144,7 @@ def _assert_looked_up(program: rk.Program, got: rk.Result) -> None:
 def arranged(request, monkeypatch, spark_session):
     """Both ways the looked-up pass gets its events: as rows Spark shuffles, or, when the
     driver arranges the passes (a local master, a large log: 100 events here), from files."""
-    from restream_kit.engines.spark import _local_arrangement
+    from restream_kit.engines.spark.passes import _local_arrangement as _local_arrangement
 
     monkeypatch.delenv("RESTREAM_SPARK_LOCAL_ARRANGE", raising=False)
     if request.param:

@@ -2,7 +2,7 @@
 
 The tasks report the timed writes waiting at each end (``(tag, position, entry)``, a write
 held by several passes once from each); the driver numbers them in position order, each
-once, as the serial engine's state holds them (``_pass_epochs._state_after``). Many of them
+once, as the serial engine's state holds them (``passes._epochs._state_after``). Many of them
 are made as columns for the commit (``FutureColumns``), the rest as the serial engine's
 tuples: read back from the checkpoint, both must be the same writes, with the same types.
 """
@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import restream_kit as rk
-from restream_kit.engines.spark import _pass_rows as W
-from restream_kit.engines.spark._pass_epochs import _state_after
+from restream_kit.engines.spark.passes import _rows as W
+from restream_kit.engines.spark.passes._epochs import _state_after
 from restream_kit.io import checkpoint
 from restream_kit.io._arrow_stores import MIN_KEYS, FutureColumns
 

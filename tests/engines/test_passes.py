@@ -19,8 +19,8 @@ from naive import spark_cases
 
 import restream_kit as rk
 from restream_kit.engines import engines
-from restream_kit.engines.spark._passes import BY_KEY, ORDER, plan_passes
-from restream_kit.engines.spark._window_shapes import closes_once, folded_counts
+from restream_kit.engines.spark.passes._plan import BY_KEY, ORDER, plan_passes
+from restream_kit.engines.spark.passes._window_shapes import closes_once, folded_counts
 from restream_kit.io.progress import Progress, Recorder, StageFinished
 from restream_kit.planner import plan
 
@@ -280,7 +280,7 @@ def test_progress_streams_per_pass(spark_session):
 
 
 def _forwarding(program: rk.Program) -> bool:
-    from restream_kit.engines.spark._passes import forwards
+    from restream_kit.engines.spark.passes._plan import forwards
 
     return forwards(plan_passes(program, rk.plan(program, allow_nondeterminism=True)))
 
@@ -374,7 +374,7 @@ def test_a_value_without_its_event_fails_the_task():
     fails loudly instead of running handlers without the values they read."""
     import pyarrow as pa
 
-    from restream_kit.engines.spark._zipped import VALUES, ZipError, unzip
+    from restream_kit.engines.spark.passes._zipped import VALUES, ZipError, unzip
 
     def values(lsn, value):
         chunk = pa.record_batch(

@@ -20,13 +20,13 @@ from naive import events, programs, render
 
 import restream_kit as rk
 from restream_kit.compiler.lower import NotLowerable, lower
-from restream_kit.engines.spark._prefix import (
+from restream_kit.engines.spark.prefix._driver import (
     log_file,
     prefix_plan,
     read_events,
     run_prefix,
 )
-from restream_kit.engines.spark._prefix_jobs import local_map_epochs
+from restream_kit.engines.spark.prefix._jobs import local_map_epochs
 from restream_kit.io.progress import EpochFinished, Recorder, StageFinished
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
@@ -402,7 +402,7 @@ def test_epochs_wait_between_rounds_as_arrow_files_that_are_removed(root, tmp_pa
 
 def test_shipped_events_give_the_same_result_and_no_file(root, monkeypatch):
     """As on a cluster: each epoch's events come with its task, and no task reads a file."""
-    from restream_kit.engines.spark import _prefix
+    from restream_kit.engines.spark.prefix import _driver as _prefix
 
     def no_file(*_args, **_kwargs):
         raise AssertionError("the log's file was used")
@@ -420,7 +420,7 @@ def test_shipped_events_give_the_same_result_and_no_file(root, monkeypatch):
 def test_shipped_events_are_cached_between_rounds_and_dropped(root, spark_session):
     """On Spark, the epochs' events are one cached RDD element per epoch while the replay
     runs (one partition each), and unpersisted when it ends."""
-    from restream_kit.engines.spark._prefix_jobs import SparkEpochs
+    from restream_kit.engines.spark.prefix._jobs import SparkEpochs
 
     log = rk.Log(root / "sample_data" / "social_small.parquet")
     program = rk.Program.load(root / "examples" / "antispam.py")

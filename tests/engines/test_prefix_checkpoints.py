@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import restream_kit as rk
-from restream_kit.engines.spark import _prefix_commits
+from restream_kit.engines.spark.prefix import _commits as _prefix_commits
 from restream_kit.io import checkpoint
 from restream_kit.io.progress import EpochFinished, Recorder
 
@@ -263,7 +263,7 @@ _KEYS = st.one_of(st.integers(-3, 40), st.text("ab", max_size=2))
     start=st.integers(0, 60),
 )
 def test_a_big_states_columns_fold_as_its_dict_does(kind, tuple_key, floats, epochs, start):
-    """``_prefix_commits._Kept`` keeps a state as a dict, then (from ``COLUMN_KEYS`` keys,
+    """``prefix._commits._Kept`` keeps a state as a dict, then (from ``COLUMN_KEYS`` keys,
     40 here) as columns folded with each epoch's delta: every commit reads back as the dict
     ``_apply`` folds, in its order, types included, and so does the final value."""
     from unittest import mock
@@ -271,8 +271,8 @@ def test_a_big_states_columns_fold_as_its_dict_does(kind, tuple_key, floats, epo
     import polars as pl
 
     from restream_kit.compiler.lower import LoweredState
-    from restream_kit.engines.spark import _prefix_commits
-    from restream_kit.engines.spark._prefix_commits import DELTA_CHUNK, _apply, _Kept
+    from restream_kit.engines.spark.prefix import _commits as _prefix_commits
+    from restream_kit.engines.spark.prefix._commits import DELTA_CHUNK, _apply, _Kept
     from restream_kit.io import _arrow_stores
     from restream_kit.io._arrow_stores import StoreColumns, store_from_table
 

@@ -9,7 +9,7 @@ import pytest
 from engine_matrix import assert_same_result, keep_first_epochs
 
 import restream_kit as rk
-from restream_kit.engines.spark import _local_arrangement
+from restream_kit.engines.spark.passes import _local_arrangement as _local_arrangement
 
 SOURCE = """from restream_kit import state, on, emit, schedule
 

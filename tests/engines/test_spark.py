@@ -464,7 +464,7 @@ def test_keys_that_are_not_plain_columns_are_computed_in_python(spark_session):
     )
     from restream_kit.engines.spark._events import prepare_events
     from restream_kit.engines.spark._keys import jvm_key
-    from restream_kit.engines.spark._passes import plan_passes
+    from restream_kit.engines.spark.passes._plan import plan_passes
 
     log = [
         {"ts": i, "kind": "tick" if i % 3 else "look", "k": i % 4, "price": 1.5 * (i % 3)}
@@ -487,8 +487,8 @@ def test_a_local_master_reads_the_events_from_a_private_file_unless_they_hold_pi
     import os
     from pathlib import Path
 
-    from restream_kit.engines.spark import _pass_setup
-    from restream_kit.engines.spark._pass_setup import _FRAMES
+    from restream_kit.engines.spark.passes import _setup as _pass_setup
+    from restream_kit.engines.spark.passes._setup import _FRAMES
 
     # (a log of fewer events than FILE_ROWS is made into a frame as before: this one too)
     small = rk.Log(mixed_log(30))

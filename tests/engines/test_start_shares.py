@@ -1,9 +1,9 @@
 """A resume and a ``start_from`` in the serial engine's loop.
 
-Where the driver arranges the passes' events (``_local_arrangement``), a replay from a
+Where the driver arranges the passes' events (``passes._local_arrangement``), a replay from a
 committed epoch keeps that arrangement: each task gets its partition's share of the start
 state (values, timed writes still waiting) and its events after the start
-(``_start_shares``). Where Spark shuffles the events (the windows: scheduled closes), a
+(``passes._start_shares``). Where Spark shuffles the events (the windows: scheduled closes), a
 pass fed by nothing but the start gets its share as rows before its events. Its result
 and every epoch it commits must be the serial engine's, and ``metrics.path`` must say that
 the tasks started from their shares.
@@ -19,7 +19,7 @@ import pytest
 from engine_matrix import assert_ran_as_planned, assert_same_commits, keep_first_epochs, waiting
 
 import restream_kit as rk
-from restream_kit.engines.spark import _local_arrangement
+from restream_kit.engines.spark.passes import _local_arrangement as _local_arrangement
 from restream_kit.io import checkpoint
 
 SMALL = "sample_data/social_small.parquet"  # 50,000 events over 7 hours

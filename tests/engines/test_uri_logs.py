@@ -72,7 +72,7 @@ def test_a_file_log_on_the_prefix_path_stays_out_of_the_kernel(uri_log, spark_se
     as from its rows), the tasks read the copy, and the driver only the emitted rows'
     ``lsn`` and ``ts``."""
     from restream_kit.compiler.lower import column_facts
-    from restream_kit.engines.spark._prefix import _facts
+    from restream_kit.engines.spark.prefix._driver import _facts
 
     _uri, local = uri_log
     log = rk.Log(local)

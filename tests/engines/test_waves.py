@@ -24,8 +24,8 @@ import pytest
 from engine_matrix import assert_same_result, social_sample
 
 import restream_kit as rk
-from restream_kit.engines.spark import _prefix_commits
 from restream_kit.engines.spark._waves import FIRST_RATE, Waves
+from restream_kit.engines.spark.prefix import _commits as _prefix_commits
 from restream_kit.io._every import parse_every
 from restream_kit.io.epochs import Epoch
 from restream_kit.io.progress import EpochFinished, StageStarted

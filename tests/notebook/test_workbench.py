@@ -190,7 +190,7 @@ def test_a_spark_cell_on_a_million_events_runs_the_engines_own_epochs(
     """Without ``--epoch`` a cell cuts a small log into about ten epochs, for the monitor; on
     a log of a million events Spark's prefix path runs its own few (ten tasks a round would
     cost it about twice), each round still split over the session's cores."""
-    from restream_kit.engines.spark._prefix import default_epoch
+    from restream_kit.engines.spark.prefix._driver import default_epoch
     from sample_data.social import generate, write
 
     path = tmp_path / "m.parquet"

@@ -178,7 +178,7 @@ def test_the_jvm_archive_trains_on_what_the_package_ships(installed):
     out = _python(
         installed,
         """
-        from restream_kit.engines.spark._jvm_archive import training_inputs
+        from restream_kit.engines.spark.session._jvm_archive import training_inputs
         for path in training_inputs():
             print(path, path.is_file())
         """,

@@ -10,12 +10,12 @@ takes them built):
   (``restream_kit.io.epochs``): small logs run in one epoch;
 - ``cancel``: a ``progress.CancelToken``; cancelling stops the replay's Spark jobs at once;
 - ``partitions``: tasks per pass (default: twice the session's cores; as many as its cores where
-  the driver arranges the events, ``_local_arrangement``);
+  the driver arranges the events, ``passes._local_arrangement``);
 - ``path``: ``"auto"`` (default; also ``$RESTREAM_SPARK_PATH``), ``"passes"`` or
   ``"prefix"``: which of the two paths runs the replay (see ``_engine``);
 - ``checkpoint``, ``resume``, ``start_from``, ``on_error``: as on the serial engine.
 
-See ``_engine`` for how a replay chooses its path, ``_passes`` for how the plan becomes
+See ``_engine`` for how a replay chooses its path, ``passes._plan`` for how the plan becomes
 passes, and ``docs/spark_engine.md``.
 """
 
@@ -25,7 +25,7 @@ import threading
 from typing import Any
 
 from ._engine import describe_uri_log, replay
-from ._session import get_session, stop_session
+from .session._session import get_session, stop_session
 
 __all__ = ["replay", "get_session", "stop_session", "warm_up", "describe_uri_log"]
 

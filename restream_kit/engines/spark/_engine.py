@@ -2,15 +2,15 @@
 
 Two paths (see ``docs/spark_engine.md``):
 
-- the **prefix path** (``_prefix``) for rules that lower to column expressions
+- the **prefix path** (``prefix._driver``) for rules that lower to column expressions
   (``restream_kit.compiler.lower``), locally or on a ``spark://`` cluster, without
   ``start_from``, poison-event handling, a URI log or Spark Connect: epochs in parallel,
   evaluated as columns (with ``checkpoint=``, each epoch committed, and ``resume=``
-  continued, by ``_prefix_commits``);
-- the **pass path** (``_passes``, ``_pass_driver``, ``_pass_epochs``) for every other replay:
+  continued, by ``prefix._commits``);
+- the **pass path** (``passes._plan``, ``passes._driver``, ``passes._epochs``) for every other replay:
   each stage of the plan is one Spark job over the whole log, in parallel unless the plan
   calls it sequential. A program the passes cannot split yet, or that the planner cannot
-  plan, runs as one sequential pass (``_passes``' single pass), said before the replay
+  plan, runs as one sequential pass (``passes._plan``' single pass), said before the replay
   starts and in ``Result.warnings``.
 
 ``path=`` (or ``$RESTREAM_SPARK_PATH``) is ``"auto"`` (the prefix path when it can run the
@@ -37,17 +37,17 @@ from ...io.result import Result
 from ...model.errors import RestreamError, RestreamWarning
 from ...model.program import Program
 from ..options import SparkOptions
-from ._pass_driver import _TaskError as _PassTaskError
-from ._pass_driver import run_passes
-from ._passes import passes_of
-from ._prefix import default_epoch, prefix_plan, run_prefix
-from ._prefix_commits import Carried, why_not_resumed
-from ._prefix_jobs import SparkEpochs
-from ._session import get_session, is_connect, session_cores, watch
-from ._ship import is_local, ship
 from ._uri_log import copy_facts
 from ._uri_log import describe as _describe_uri
 from ._waves import in_waves
+from .passes._driver import _TaskError as _PassTaskError
+from .passes._driver import run_passes
+from .passes._plan import passes_of
+from .prefix._commits import Carried, why_not_resumed
+from .prefix._driver import default_epoch, prefix_plan, run_prefix
+from .prefix._jobs import SparkEpochs
+from .session._session import get_session, is_connect, session_cores, watch
+from .session._ship import is_local, ship
 
 
 def describe_uri_log(session: Any, log: Log, options: SparkOptions) -> None:
@@ -119,7 +119,7 @@ def _read_meanwhile(program: Program, log: Log, options: SparkOptions) -> thread
 
 
 class _Replay:
-    """One replay on Spark: what the paths share (``_pass_driver`` reads these attributes)."""
+    """One replay on Spark: what the paths share (``passes._driver`` reads these attributes)."""
 
     def __init__(self, program: Program, log: Log, observer: Any, options: SparkOptions):
         self.path = options.path  # (checked, and taken from $RESTREAM_SPARK_PATH, by the options)
@@ -127,7 +127,7 @@ class _Replay:
         self.log = log
         self.notify = broadcast(observer)
         self.options = options
-        # Handler runs that raise: stop, or roll back and record (see _pass_task).
+        # Handler runs that raise: stop, or roll back and record (see passes._task).
         self.on_error = options.on_error
         reading = _read_meanwhile(program, log, options)
         try:
@@ -146,7 +146,7 @@ class _Replay:
         self.history, self.history_note = _history_of(program, log, options, self.on_error)
         self.history_why: str | None = None
         self.opened: tuple[Any, Any] | None = None  # (checkpointer, start), once opened
-        self.begun: Any = None  # the pass path's start, made once (``_pass_epochs._begun``)
+        self.begun: Any = None  # the pass path's start, made once (``passes._epochs._begun``)
         self.until: int | None = None  # the last epoch of the wave running (``_waves``)
         self.carried: Any = None  # where the last wave left off (a path's own kept values)
         self.job_group = f"restream-{id(self):x}-{time.monotonic_ns()}"
@@ -192,7 +192,7 @@ class _Replay:
                 return in_waves(self, lambda: self._prefix(low, started, probes))
             return in_waves(self, lambda: self._passes(started))
         except _PassTaskError:
-            raise  # the serial engine has published the error (see _passes)
+            raise  # the serial engine has published the error (see passes._plan)
         except Cancelled as exc:
             self._finished_cancelled(started, str(exc))
             raise
@@ -358,7 +358,7 @@ class _Replay:
         return result
 
     def history_sites(self, p: Any, columns: tuple[str, ...]) -> tuple:
-        """What pass ``p``'s tasks record of the history (``_pass_driver`` asks, per pass, as
+        """What pass ``p``'s tasks record of the history (``passes._driver`` asks, per pass, as
         it builds the pass); when some pass cannot, none records and ``history_why`` says why
         (the history is then a serial replay's)."""
         if self.history is None or self.history_why is not None:

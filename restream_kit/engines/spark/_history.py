@@ -6,7 +6,7 @@ event of the handler's kinds, in log order. The serial engine records it with a 
 its loop runs before the handler. On Spark the values are found where the replay already
 computes them, and the driver puts them in log order:
 
-- **prefix path** (lowered programs, ``_prefix``): in one round (the last, or one more when a
+- **prefix path** (lowered programs, ``prefix._driver``): in one round (the last, or one more when a
   probed state is only complete there), each epoch's task evaluates every probe as a column
   over the epoch's events of the reader's kinds, with the same as-of lookups the epoch's own
   reads use, plus whether the store held the key (``absent``). The epochs' columns,
@@ -37,8 +37,8 @@ import pyarrow.compute as pc
 from ...compiler.lower import Arith, Col, Lit, Lowered, Neg
 from ...history.probes import ABSENT, hook_source
 from ..options import SparkOptions
-from ._columnar import _align, _dtype, _keyed, combine_deltas
-from ._pass_rows import HIST, dumps
+from .passes._rows import HIST, dumps
+from .prefix._columnar import _align, _dtype, _keyed, combine_deltas
 
 __all__ = [
     "SparkHistory",
@@ -115,7 +115,7 @@ class SparkHistory:
         """What pass ``p``'s tasks record: ``(slot, handler, state, key, hook source)`` per
         probe read by one of its handlers; or why the pass cannot (its store would not hold
         the value at the reader's place)."""
-        from ._passes import SINGLE
+        from .passes._plan import SINGLE
 
         out = []
         for slot, (_sig, site) in enumerate(self.sites):
@@ -255,7 +255,7 @@ def _from_ipc(data: bytes) -> pl.DataFrame:
 def _probe_frame(ep: Any, h: int, state: str, key: tuple) -> pl.DataFrame:
     """``store.get(key, ABSENT)`` before handler ``h`` runs, at every event of its kinds.
 
-    The epoch's own read (``_columnar._Epoch.read``) gives the state's default where the store
+    The epoch's own read (``prefix._columnar._Epoch.read``) gives the state's default where the store
     has no value; a probe tells the two apart, so this looks up the same writes and base
     keeping whether the key was there: a merge state holds a key once any merge reached it,
     a set state while its last write is not a delete."""
@@ -358,8 +358,8 @@ class TaskHistory:
     def hook(self, h: int) -> Any:
         """For the general pass loop: a function ``(ev, pos)`` that records handler ``h``'s
         probes at log events (None when it reads none)."""
-        from ._pass_rows import PH_LOG
         from ._program_ref import key_function
+        from .passes._rows import PH_LOG
 
         mine = [
             (self.lists[slot].append, self.stores[state], key_function(key, self.program))
@@ -394,5 +394,5 @@ class TaskHistory:
         return dumps(out)
 
     def row(self) -> tuple:
-        """The task's output row (``_pass_rows`` layout) carrying :meth:`blob`."""
+        """The task's output row (``passes._rows`` layout) carrying :meth:`blob`."""
         return (HIST, -1, None, (0, 0, 0, b""), self.blob())

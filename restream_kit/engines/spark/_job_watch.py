@@ -1,7 +1,7 @@
 """Progress and cancellation while a Spark job runs, from Spark's status tracker.
 
-Shared by the pass path (``_pass_driver``: one job per pass) and the prefix path
-(``_prefix_jobs``). Spark Connect has no status tracker: there the watch reports nothing and
+Shared by the pass path (``passes._driver``: one job per pass) and the prefix path
+(``prefix._jobs``). Spark Connect has no status tracker: there the watch reports nothing and
 progress comes per pass.
 """
 

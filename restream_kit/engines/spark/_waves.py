@@ -32,7 +32,7 @@ from typing import Any
 from ...io._every import describe_every, parse_every
 from ...io.epochs import Epoch, cut
 from ...io.progress import ReplayFinished, ReplayStarted
-from ._prefix_commits import remaining
+from .prefix._commits import remaining
 
 __all__ = ["FIRST_RATE", "Waves", "in_waves"]
 

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...io._arrow_stores import RowsColumns, rows_of_columns
-from ...io.result import ROW_COLUMNS, build_table
-from ._pass_rows import BLOB_ROWS, EMIT, PH_LOG, dumps
+from ....io._arrow_stores import RowsColumns, rows_of_columns
+from ....io.result import ROW_COLUMNS, build_table
+from ._rows import BLOB_ROWS, EMIT, PH_LOG, dumps
 
 __all__ = ["pack_emitted", "unpack_emitted", "emitted_rows", "emitted_tables", "committed_rows"]
 

@@ -1,14 +1,14 @@
 """The per-kind runner of a pass task: one generated function per kind of event, running its
-handlers and the probes it serves in declaration order (see ``_pass_task``)."""
+handlers and the probes it serves in declaration order (see ``passes._task``)."""
 
 from __future__ import annotations
 
 import struct
 from typing import Any
 
-from ._codec import MISSING
-from ._pass_rows import PROBE
-from ._pass_stores import apply_op
+from .._codec import MISSING
+from ._rows import PROBE
+from ._stores import apply_op
 
 __all__ = ["kind_runner"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ...model.program import Program
+from ....model.program import Program
 
 __all__ = ["closes_once", "folded_counts"]
 

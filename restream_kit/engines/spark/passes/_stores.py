@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from ..serial import JOURNAL_ABSENT
+from ...serial import JOURNAL_ABSENT
 
 __all__ = ["JournalStore", "RecordingStore", "BlindStore", "apply_op"]
 

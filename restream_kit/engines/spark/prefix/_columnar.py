@@ -28,8 +28,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ...compiler.columns import ColumnEvaluator, read_column, type_class
-from ...compiler.lower import Col, Expr, Lowered, low_reads, walk
+from ....compiler.columns import ColumnEvaluator, read_column, type_class
+from ....compiler.lower import Col, Expr, Lowered, low_reads, walk
 
 __all__ = [
     "run_epoch",

@@ -2,7 +2,7 @@
 epoch is committed in the serial engine's checkpoint format (JSON and Arrow, no pickles).
 
 The passes run once over the log, as a replay without a checkpoint does, and every task
-reports its state at each epoch's end as it passes it (``_boundaries``): the driver puts the
+reports its state at each epoch's end as it passes it (``passes._boundaries``): the driver puts the
 tasks' reports together and commits them epoch by epoch once the passes are done
 (:func:`run_checkpointed`). Each epoch's state is the serial engine's: each state's values
 (reported by the passes that hold it), the timed writes and scheduled events still waiting
@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...io._arrow_stores import (
+from ....io._arrow_stores import (
     MIN_KEYS,
     FutureColumns,
     RowsColumns,
@@ -35,27 +35,27 @@ from ...io._arrow_stores import (
     future_parts_columns,
     rows_from_table,
 )
-from ...io.checkpoint import (
+from ....io.checkpoint import (
     CheckpointError,
     Start,
     check_states,
     restore_serial_state,
     state_declarations,
 )
-from ...io.epochs import Epoch, cut
-from ...io.progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
-from ...io.result import Result, build_table
-from ..serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
-from . import _pass_rows as W
-from ._codec import encode_key
+from ....io.epochs import Epoch, cut
+from ....io.progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
+from ....io.result import Result, build_table
+from ...serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
+from .._codec import encode_key
+from .._program_ref import key_function
+from . import _rows as W
 from ._copies import in_serial_order
+from ._driver import Ran, _names, run_jobs, shared_passes
 from ._emitted import committed_rows, emitted_rows, emitted_tables
-from ._pass_driver import Ran, _names, run_jobs, shared_passes
-from ._pass_results import finish_finals, handler_names, make_result
-from ._pass_rows import PH_LOG
-from ._pass_setup import Setup, wave_end
-from ._passes import BY_KEY, ORDER, SINGLE
-from ._program_ref import key_function
+from ._plan import BY_KEY, ORDER, SINGLE
+from ._results import finish_finals, handler_names, make_result
+from ._rows import PH_LOG
+from ._setup import Setup, wave_end
 from ._start_shares import Starts, deal
 
 __all__ = ["run_checkpointed", "start_state"]
@@ -80,7 +80,7 @@ _CARRY_SCHEMA = pa.schema(
 def start_state(rep: Any) -> dict | None:
     """The state a ``resume`` or a ``start_from`` starts from, with live values (None
     without one): the setup deals it to the driver's partitions where it can
-    (``_start_shares``)."""
+    (``passes._start_shares``)."""
     return _begun(rep).state
 
 
@@ -93,7 +93,7 @@ def _begun(rep: Any) -> _Begun:
 def run_checkpointed(setup: Setup) -> Result:
     """Replay once over the log (what is left of it after the epoch a ``resume`` or a
     ``start_from`` starts from), committing each epoch (``checkpoint``) from what the tasks
-    report at its end (``_boundaries``)."""
+    report at its end (``passes._boundaries``)."""
     rep, program, log = setup.rep, setup.program, setup.log
     ck, start = rep.open_checkpoint()
     total = len(log)
@@ -113,7 +113,7 @@ def run_checkpointed(setup: Setup) -> Result:
             starts = deal(setup, begun.state, after, setup.partitions)
         else:  # the log after the start, and the start's state and waiting entries as rows
             events = events.where(f"lsn > {after}")
-            frames = shared_passes(setup, begun.state)  # (a share each: ``_start_shares``)
+            frames = shared_passes(setup, begun.state)  # (a share each: ``passes._start_shares``)
             carry = _carry_frame(setup, begun.state, skip=frozenset(frames))
             starts = Starts(after, frames=frames)
     if epochs:
@@ -411,7 +411,7 @@ def _pass_op(op: str, arg: Any) -> tuple:
 
 def _carry_frame(setup: Setup, state: dict[str, Any], skip: frozenset = frozenset()) -> Any:
     """The rows an epoch starts from (see the module docstring), as a DataFrame; none for
-    the passes ``skip`` (they take their shares as rows of their own: ``_start_shares``)."""
+    the passes ``skip`` (they take their shares as rows of their own: ``passes._start_shares``)."""
     pp, program = setup.pp, setup.program
     # (A pass holding copies of a state gets them from its versions, made by a holder.)
     holders = {

@@ -2,7 +2,7 @@
 
 A pass partitioned by plain log columns takes its events partitioned by key and in log
 order within each partition. Spark does that with a shuffle, a sort and a pack
-(``_pass_setup.arranged``): on a cold replay of 10M events that was more than the passes'
+(``passes._setup.arranged``): on a cold replay of 10M events that was more than the passes'
 own work. On a local master the tasks share the kernel's disk, and the driver already holds
 the log as Arrow, in log order. So the driver arranges it itself:
 
@@ -21,7 +21,7 @@ replay of the same log arranged the same way maps it again, in this kernel (a no
 replays one log many times) or in another process (the command line).
 
 A task's input is one marker row per partition, from which it learns its partition. A
-zipped pass (``_zipped``) gets its events this way too, and the values earlier passes send
+zipped pass (``passes._zipped``) gets its events this way too, and the values earlier passes send
 it do not travel through Spark either: a sending task writes each chunk to a file of the
 replay's own scratch directory and reports its path; the driver hands each receiving task
 the paths of its partition that finished tasks reported (so a failed attempt's file is
@@ -70,9 +70,9 @@ class LocalInput:
 
     path: str
     batches: tuple[tuple[int, int], ...]  # partition -> [first, stop) record batches
-    # partition -> the files of values earlier passes sent it (``_zipped.ValuePacker``)
+    # partition -> the files of values earlier passes sent it (``passes._zipped.ValuePacker``)
     values: tuple[tuple[str, ...], ...] = ()
-    # A replay from a committed epoch (``_start_shares``): the lsn of the last event before
+    # A replay from a committed epoch (``passes._start_shares``): the lsn of the last event before
     # it, and per partition the file of its share of the start state ("" for none).
     after: int | None = None
     starts: tuple[str, ...] = ()
@@ -84,7 +84,7 @@ def use_local(session: Any, events: Any, rows: int, by_columns: list[list[str]])
     local master, for a log of ``rows`` events or more from the kernel (no pickled column)
     when every pass is partitioned by plain columns of integers, strings or booleans (a
     float's ``-0.0`` and ``0.0`` are one key to Python, two to a hash)."""
-    from ._pass_setup import local_master
+    from ._setup import local_master
 
     if os.environ.get("RESTREAM_SPARK_LOCAL_ARRANGE", "1") == "0":
         return False
@@ -159,7 +159,7 @@ def local_arrangement(
 
     import polars as pl
 
-    from ...io.log import scratch_dir
+    from ....io.log import scratch_dir
 
     # (polars hashes the keys: another version may deal them otherwise)
     key = (fingerprint, arrangement, tuple(columns), n, pl.__version__)
@@ -239,7 +239,7 @@ def local_part(batches: Iterator[pa.RecordBatch]) -> int:
 
 def local_start(local: LocalInput, part: int) -> list | None:
     """Partition ``part``'s share of the state its replay starts from, as its entries
-    (``_start_shares.start_of`` makes them a start)."""
+    (``passes._start_shares.start_of`` makes them a start)."""
     import pickle
 
     path = local.starts[part] if local.starts else ""
@@ -251,7 +251,7 @@ def local_start(local: LocalInput, part: int) -> list | None:
 
 def local_batches(local: LocalInput, part: int) -> Iterator:
     """A driver-arranged pass's input in a task (partition ``part``): the values earlier
-    passes sent it (packed, as ``_zipped.unzip`` takes them), then its events from the
+    passes sent it (packed, as ``passes._zipped.unzip`` takes them), then its events from the
     file, those after ``local.after`` only."""
     from ._zipped import VALUES
 
@@ -282,7 +282,7 @@ def local_batches(local: LocalInput, part: int) -> Iterator:
 
 def local_input(setup: Any, sent: dict[int, list[str]], p: Any, n: int) -> tuple[Any, Any]:
     """Where pass ``p``'s tasks read the events the driver arranged for it
-    (``_local_arrangement``) and the files of values earlier passes sent each partition
+    (``passes._local_arrangement``) and the files of values earlier passes sent each partition
     (``sent``), and its input: a marker row per partition."""
     from ._zipped import zip_targets
 
@@ -310,10 +310,10 @@ def local_input(setup: Any, sent: dict[int, list[str]], p: Any, n: int) -> tuple
 
 def values_sent(got: pa.Table, sent: dict[int, dict[int, list[str]]]) -> None:
     """The files of values a pass's finished tasks wrote for later passes the driver
-    arranged (``_zipped.ValuePacker``), by receiving pass and partition, into ``sent``."""
+    arranged (``passes._zipped.ValuePacker``), by receiving pass and partition, into ``sent``."""
     import pyarrow.compute as pc
 
-    from ._pass_rows import FWD
+    from ._rows import FWD
 
     rows = got.filter(pc.equal(got.column("_rs_kind"), FWD))
     for dest, part, path in zip(

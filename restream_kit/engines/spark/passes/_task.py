@@ -2,14 +2,14 @@
 
 The task gets its partition's rows sorted by position (``_rs_t``, ``_rs_ph``, ``_rs_o``,
 ``_rs_sub``, ``_rs_tag``) and runs the program's own compiled handlers over them, as the serial
-engine does, with three kinds of rows besides events (see ``_passes``): probe values (tag 0,
+engine does, with three kinds of rows besides events (see ``passes._plan``): probe values (tag 0,
 just before their event), writes into a state held here (tag 2) and scheduled events (tag 3).
 Its own timed writes and scheduled events wait in one heap, keyed by the same positions, so
 that they interleave with the incoming rows exactly as in a serial replay.
 
 A checkpointed replay runs the passes once over the log, and each task reports its state at
-every epoch's end as it passes it (``_boundaries``). A resumed one (or one started from a
-checkpoint) gets the state it starts from as rows (``_pass_epochs``): the values of the states
+every epoch's end as it passes it (``passes._boundaries``). A resumed one (or one started from a
+checkpoint) gets the state it starts from as rows (``passes._epochs``): the values of the states
 held here (tag 4, before everything), and the timed writes and scheduled events waiting
 there, at their positions.
 
@@ -29,17 +29,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...compiler.compile import compile_program
-from ...model.program import Program
-from ...runtime.quarantine import quarantine_row
-from .._gc import collector_paused
-from ..serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
+from ....compiler.compile import compile_program
+from ....model.program import Program
+from ....runtime.quarantine import quarantine_row
+from ..._gc import collector_paused
+from ...serial import JOURNAL_ABSENT, RESERVED_FIELDS, ScheduledEvent, TimeTravelError
+from .._faults import inject_fault
+from .._program_ref import column_values as _column_values
+from .._program_ref import event_type, key_function, load_program
 from ._boundaries import Ends, state_row, unhandled_rows, waiting_rows
 from ._copies import CopyFeed, VersionRecorder
-from ._faults import inject_fault
 from ._local_arrangement import local_batches, local_part, local_start
 from ._lookups import merged_events
-from ._pass_rows import (
+from ._plain import run_plain
+from ._rows import (
     BATCH_ROWS,
     BLOB_ROWS,
     EMIT,
@@ -66,13 +69,10 @@ from ._pass_rows import (
     out_schema,
     position_bytes,
 )
-from ._pass_runner import kind_runner
-from ._pass_setup import unpacked
-from ._pass_stores import BlindStore, JournalStore, RecordingStore, apply_op
-from ._plain_pass import run_plain
-from ._program_ref import column_values as _column_values
-from ._program_ref import event_type, key_function, load_program
+from ._runner import kind_runner
+from ._setup import unpacked
 from ._start_shares import start_of
+from ._stores import BlindStore, JournalStore, RecordingStore, apply_op
 
 __all__ = ["PassTask"]
 
@@ -108,8 +108,8 @@ class _Runtime(Routing):
         self.rb: bytes | None = None  # the current run's bytes, once made
         self.pk_cache: dict = {}
         self.history: Any = None  # the run's history values recorded here (``_history``)
-        self.copies: CopyFeed | None = None  # the copies held here (``_copies``)
-        self.unhandled: list = []  # scheduled for kinds no pass handles (``_boundaries``)
+        self.copies: CopyFeed | None = None  # the copies held here (``passes._copies``)
+        self.unhandled: list = []  # scheduled for kinds no pass handles (``passes._boundaries``)
 
     def guarded(self, fn: Any, ev: Any) -> None:
         """Run one handler; when it raises, undo everything the run did and record it."""
@@ -252,7 +252,7 @@ class PassTask:
         inject_fault(f"pass{spec.index}")
         started = time.perf_counter()
         program = load_program(spec.program)
-        start = None  # its share of the state a replay starts from (``_start_shares``)
+        start = None  # its share of the state a replay starts from (``passes._start_shares``)
         if spec.local is not None:  # arranged by the driver: its events from a file
             part = local_part(batches)
             share = local_start(spec.local, part)
@@ -279,14 +279,14 @@ class PassTask:
             else:
                 stores[name] = {}
         compiled = compile_program(program, rt, stores)
-        # Broadcast reads (``_copies``): a fold recording versions, or a pass holding copies.
+        # Broadcast reads (``passes._copies``): a fold recording versions, or a pass holding copies.
         recorder = None
         if spec.versions_to:
             (home,) = spec.homes
             recorder = VersionRecorder(home, stores[home], program.states[home].default)
         rt.copies = CopyFeed(stores) if spec.copies else None
         if spec.history:  # the run's history: values at the reading handlers' places
-            from ._history import TaskHistory
+            from .._history import TaskHistory
 
             rt.history = TaskHistory(spec.history, program, stores)
         rt.store_names = {id(d): name for name, d in stores.items()}
@@ -369,7 +369,7 @@ class PassTask:
             waiting.clear()
             run_event(ev, pos, i, writes)
 
-        # A checkpoint's epochs' ends, reported as this task passes them (``_boundaries``).
+        # A checkpoint's epochs' ends, reported as this task passes them (``passes._boundaries``).
         ends = Ends(spec.bounds) if spec.bounds else None
         marks: list[int] = []  # the emitted rows before each end
         next_lsn = ends.next_lsn if ends is not None else 1 << 63  # (log events: by lsn)

@@ -3,7 +3,7 @@
 When a program lowers to column expressions (``restream_kit.compiler.lower``), the Spark engine runs
 it without moving events at all. Each epoch of the log is one Spark task, which reads its own
 slice of the canonical log (Parquet, by row groups) and evaluates the program as columns
-(``_columnar.run_epoch``). What one epoch needs from the epochs before it is only their
+(``prefix._columnar.run_epoch``). What one epoch needs from the epochs before it is only their
 state, and state composes: a merge state's value is the sum of the epochs' sums per key, an
 overwritten state's is the last epoch's last write. So the replay goes in *rounds*, one per
 level of the lowered program:
@@ -44,11 +44,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...compiler.lower import ColumnFacts, Lowered, NotLowerable, lower
-from ...io._ordered import OrderedCopy
-from ...io.epochs import cut
-from ...io.log import Log, scratch_parquet
-from ...io.progress import (
+from ....compiler.lower import ColumnFacts, Lowered, NotLowerable, lower
+from ....io._ordered import OrderedCopy
+from ....io.epochs import cut
+from ....io.log import Log, scratch_parquet
+from ....io.progress import (
     EpochFinished,
     EpochStarted,
     Progress,
@@ -57,12 +57,12 @@ from ...io.progress import (
     StageFinished,
     StageStarted,
 )
-from ...io.result import ROW_COLUMNS, Metrics, Result, build_table
-from ...model.program import Program
+from ....io.result import ROW_COLUMNS, Metrics, Result, build_table
+from ....model.program import Program
+from .._faults import inject_fault
+from .._uri_log import copy_facts
 from ._columnar import DELTA_CHUNK, combine_deltas, epoch_of, needed_columns, run_epoch
-from ._faults import inject_fault
-from ._prefix_commits import commit_epochs, remaining, resumed_tables, start_deltas
-from ._uri_log import copy_facts
+from ._commits import commit_epochs, remaining, resumed_tables, start_deltas
 
 __all__ = [
     "default_epoch",
@@ -150,7 +150,7 @@ class PrefixTask:
     or, when ``path`` is None, rows of :data:`EVENTS_SCHEMA` that carry them. ``bounds`` are
     the tasks' spans, ``(lo, hi)``; a task is one epoch (chunk) unless ``chunks`` says, per
     task, ``(first chunk, the positions where its chunks start)``: a checkpoint's epochs run
-    several to a task, their deltas kept apart (``_columnar._Epoch.delta``). A task's rows
+    several to a task, their deltas kept apart (``prefix._columnar._Epoch.delta``). A task's rows
     are labelled with its first chunk."""
 
     def __init__(
@@ -323,7 +323,7 @@ def run_prefix(
     history too (in the probes' round, one more than the program's when it needs it).
 
     ``checkpoint``: a :class:`restream_kit.io.checkpoint.Checkpointer` to commit every epoch
-    to, once the rounds are done (``_prefix_commits``); ``start``, the
+    to, once the rounds are done (``prefix._commits``); ``start``, the
     :class:`~restream_kit.io.checkpoint.Start` of a resume of it: the epochs after it run,
     from its state (as a delta before every epoch's).
 
@@ -334,7 +334,7 @@ def run_prefix(
 
     ``until``: the last epoch this run replays and commits (a wave, ``_waves``; None: to
     the log's end). A wave's result holds, as its state, where it left off
-    (``_prefix_commits.Carried``), and ``start`` may be such a value: the next wave's start."""
+    (``prefix._commits.Carried``), and ``start`` may be such a value: the next wave's start."""
     epochs = [ep for ep in remaining(cut(log, epoch), start, until) if len(ep)]
     bounds = [(ep.start, ep.stop) for ep in epochs]
     groups = [(i, i + 1) for i in range(len(bounds))]

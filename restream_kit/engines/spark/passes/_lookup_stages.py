@@ -3,9 +3,9 @@
 ``charge`` writes ``team_hour[team_of[e.src]]`` and ``busy`` reads it by the same key. The
 planner calls the first stateless and the second a broadcast read; but the key is a read of
 ``team_of``, which an earlier pass holds by the event's own key, so that pass can look it up
-for each event and send the event on with its value (``_lookups``). :func:`lookup_stages`
+for each event and send the event on with its value (``passes._lookups``). :func:`lookup_stages`
 merges such stages, in the passes' drafts, into one partitioned by the looked-up key
-(``_passes`` then plans it as any partitioned stage, its reads of ``team_of`` as probes);
+(``passes._plan`` then plans it as any partitioned stage, its reads of ``team_of`` as probes);
 :func:`packed_straight` says whether the passes so planned can send it its events.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...model.program import Program
-from ...model.state import Value
+from ....model.program import Program
+from ....model.state import Value
 
 __all__ = ["lookup_stages", "lookup_of", "packed_straight"]
 

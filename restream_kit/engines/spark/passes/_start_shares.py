@@ -1,6 +1,6 @@
 """A resume's or a ``start_from``'s state, dealt to the partitions the driver arranges.
 
-When the driver arranges the passes' events (``_local_arrangement``), a replay that starts
+When the driver arranges the passes' events (``passes._local_arrangement``), a replay that starts
 from a committed epoch keeps that arrangement and the serial engine's loop: each task gets,
 beside its partition's events after the start, its partition's share of the start state, in
 a file of the replay's own scratch directory (:func:`deal`):
@@ -11,18 +11,18 @@ a file of the replay's own scratch directory (:func:`deal`):
   the first partition: no run reads them, and timed writes to them apply there as they fall
   due;
 - **a timed write still waiting** goes with its key, numbered as the serial engine numbered
-  it (``_plain_pass`` orders it before whatever a run makes for the same time).
+  it (``passes._plain`` orders it before whatever a run makes for the same time).
 
 A state held by a pass with no log event, scheduled events waiting (a ``start_from`` of a
 program that schedules), or a state read through copies cannot be dealt so (:func:`dealable`
 says): such a replay takes the start state as rows through Spark's sort
-(``_pass_epochs._carry_frame``).
+(``passes._epochs._carry_frame``).
 
 Where Spark shuffles the events, a pass that runs the serial engine's loop keeps it too
 when nothing but the start feeds it (:func:`shares_rows`): its share goes as rows keyed as
 its events are (its partition columns, or its partition value), which Spark's repartition
 sends where the key's events go and its sort puts before them (:func:`share_frame`); the
-task takes them off the front of its partition (``_plain_pass``). Other passes take the
+task takes them off the front of its partition (``passes._plain``). Other passes take the
 start as rows in the general task.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _pass_rows as W
+from . import _rows as W
 from ._local_arrangement import partition_of
 
 __all__ = [
@@ -70,7 +70,7 @@ class Starts:
 
 
 def dealable(pp: Any, log_kinds: dict, state: dict | None) -> bool:
-    """Whether the start state ``state`` (``_pass_epochs._Begun.state``) can be dealt to the
+    """Whether the start state ``state`` (``passes._epochs._Begun.state``) can be dealt to the
     partitions of passes that take log events (see the module docstring)."""
     if state is None:
         return True
@@ -86,7 +86,7 @@ def deal(setup: Any, state: dict, after: int, n: int) -> Starts:
     replay's scratch directory (``setup.values_dir``, made here if the replay has none) as
     its entries (:func:`start_of` makes them a start again in the task)."""
     if setup.values_dir is None:
-        from ._pass_setup import replay_dir
+        from ._setup import replay_dir
 
         setup.values_dir = replay_dir()
     shares: dict[int, tuple[str, ...]] = {}
@@ -122,7 +122,7 @@ def _entries(p: Any, state: dict) -> Iterator[tuple[Any, tuple]]:
 
 
 def start_of(entries: list) -> dict:
-    """A task's start (``{"stores": .., "future": ..}``, as ``_plain_pass`` restores it)
+    """A task's start (``{"stores": .., "future": ..}``, as ``passes._plain`` restores it)
     from its share's entries (:func:`_entries`); the timed writes in the serial order."""
     start: dict = {"stores": {}, "future": []}
     for entry in entries:
@@ -171,7 +171,7 @@ def shares_rows(pp: Any, p: Any, state: dict) -> bool:
     events (:func:`share_frame`) and keeps the serial engine's loop: it is partitioned by a
     key, and no scheduled event of the start is of a kind it handles (its loop runs log
     events only)."""
-    from ._passes import BY_KEY, ORDER, SINGLE
+    from ._plan import BY_KEY, ORDER, SINGLE
 
     if p.partition in (ORDER, SINGLE, BY_KEY) or p.copies or p.versions_to:
         return False
@@ -186,8 +186,8 @@ def share_frame(setup: Any, p: Any, state: dict, raw: list[str] | None) -> Any:
     first in time (``ts``) and in the serial order (``lsn``). None when it has none."""
     import pyarrow as pa
 
-    from ._codec import encode_key
-    from ._pass_setup import unquoted
+    from .._codec import encode_key
+    from ._setup import unquoted
 
     entries = list(_entries(p, state))
     if not entries:

@@ -1,10 +1,10 @@
 """Zipped passes: only the values read upstream travel between passes, packed, and meet
 their events, which every pass takes from the log's kept arrangement, by ``lsn``.
 
-When the passes forward events (``_passes.forwards``: nothing but probe values crosses
+When the passes forward events (``passes._plan.forwards``: nothing but probe values crosses
 passes), a pass that takes some kinds of events from an earlier pass takes the events
 themselves from the log instead, partitioned by its own key and sorted by position (packed
-and kept for the next replay, ``_pass_setup.arranged``). From the earlier pass it takes only
+and kept for the next replay, ``passes._setup.arranged``). From the earlier pass it takes only
 the values its events read there: that pass packs, for each event, its ``lsn`` and probe
 columns as Arrow IPC, one chunk per partition of the receiving pass (the partition number is
 a column Spark computed with the receiving pass's own partitioning, ``pmod(hash(key), n)``),
@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._pass_rows import FWD, packed_batches, packed_bytes
+from ._rows import FWD, packed_batches, packed_bytes
 
 __all__ = [
     "ZipError",
@@ -57,7 +57,7 @@ class ZipError(RuntimeError):
 def sources(passes: Any, p: Any, log_kinds: dict) -> dict[int | None, list[str]]:
     """Where forwarded pass ``p`` takes each of its kinds from: the last earlier pass that had
     events of that kind, or the log (None). Nothing for a pass partitioned by a looked-up key:
-    its events come packed from the pass that looks the key up (``_lookups``), neither
+    its events come packed from the pass that looks the key up (``passes._lookups``), neither
     forwarded nor zipped."""
     found: dict[int | None, list[str]] = {}
     if p.lookup:
@@ -80,7 +80,7 @@ def zipped_passes(session: Any, pp: Any, log_kinds: dict, by_of: Any) -> dict[in
     """The passes that zip, each with the columns it is partitioned by (``by_of(pass)``), or
     nothing: on Spark Connect, on a Spark whose unions lose their children's partitioning,
     when a pass taking events from another is partitioned by log order or is one task, or
-    with ``$RESTREAM_SPARK_ZIP=0``. Whole events then travel (``_plain_pass._forwarded``)."""
+    with ``$RESTREAM_SPARK_ZIP=0``. Whole events then travel (``passes._plain._forwarded``)."""
     if os.environ.get("RESTREAM_SPARK_ZIP", "1") == "0":
         return {}
     try:
@@ -125,7 +125,7 @@ class ValuePacker:
         self.zip_to = zip_to
         self.wide = wide
         self.by = by
-        # Driver-arranged receivers (``_local_arrangement``): each chunk goes to a file in
+        # Driver-arranged receivers (``passes._local_arrangement``): each chunk goes to a file in
         # ``sink``, and its row carries the file's path and the partition number instead.
         self.sink = sink
         # (pass, partition) -> [the partition values of its first event, values...]
@@ -187,7 +187,7 @@ class ValuePacker:
 
 
 def to_file(sink: str, key: tuple[int, int], blob: bytes) -> bytes:
-    """Write a chunk of values (or events, ``_lookups``) for (pass, partition) ``key`` to a file of its own in
+    """Write a chunk of values (or events, ``passes._lookups``) for (pass, partition) ``key`` to a file of its own in
     ``sink``; its path, as bytes. The driver hands the receiving task the paths that
     finished tasks reported, so a failed attempt's file is never read."""
     import uuid

@@ -1,13 +1,13 @@
 """How a round of the prefix path runs its epochs: on Spark, one RDD job per round with one
 task per epoch (:class:`SparkEpochs`), or in this process one after another
-(:func:`local_map_epochs`, for tests of the algorithm). ``_prefix.run_prefix`` takes either as
+(:func:`local_map_epochs`, for tests of the algorithm). ``prefix._driver.run_prefix`` takes either as
 its ``map_epochs``."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from ._prefix import _TASK_ARROW, PrefixTask
+from ._driver import _TASK_ARROW, PrefixTask
 
 __all__ = ["SparkEpochs", "local_map_epochs"]
 
@@ -29,7 +29,7 @@ class SparkEpochs:
     def __call__(
         self, task: PrefixTask, n: int, shipped: dict, on_tasks=None, events=None
     ) -> pa.Table:
-        from ._job_watch import JobWatch
+        from .._job_watch import JobWatch
 
         sc = getattr(self.session, "sparkContext", None)
         broadcast = sc.broadcast(shipped) if (sc is not None and shipped) else None

@@ -1,10 +1,10 @@
-"""Drive the passes of ``_passes`` on Spark and assemble the serial engine's result.
+"""Drive the passes of ``passes._plan`` on Spark and assemble the serial engine's result.
 
 Per pass, in order: its events (from the log's DataFrame, persisted once, with the partition
 value of every pass computed up front), unioned with the rows earlier passes sent it (probe
 values, writes, scheduled events); repartitioned by the pass's partition value (one
 partition for a sequential pass); sorted within partitions by position; one ``mapInArrow``
-(``_pass_task.PassTask``). The pass's output is persisted, because later passes read the rows
+(``passes._task.PassTask``). The pass's output is persisted, because later passes read the rows
 it sent them, and its small rows (emitted rows and final state, in a few blobs per task, and
 a statistics row per task) are collected: one Spark job per pass. Progress comes from Spark's
 status tracker while the job runs: tasks finished, and events done in proportion.
@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...io.progress import (
+from ....io.progress import (
     EpochFinished,
     EpochStarted,
     Progress,
@@ -30,16 +30,17 @@ from ...io.progress import (
     StageFinished,
     StageStarted,
 )
-from ...io.result import Result
-from ...model.errors import RestreamError
-from ..serial import MAX_FLUSH
-from . import _pass_rows as W
+from ....io.result import Result
+from ....model.errors import RestreamError
+from ...serial import MAX_FLUSH
+from .._job_watch import JobWatch
+from . import _rows as W
 from ._emitted import emitted_tables, unpack_emitted
-from ._job_watch import JobWatch
 from ._local_arrangement import local_input, marker_frame, values_sent
 from ._lookups import looked_up_input, lookups_served
-from ._pass_results import finish_finals, handler_names, make_result
-from ._pass_setup import (
+from ._plan import ORDER, SINGLE, PassPlan, passes_of
+from ._results import finish_finals, handler_names, make_result
+from ._setup import (
     Setup,
     arranged,
     classic,
@@ -49,9 +50,8 @@ from ._pass_setup import (
     raw_key,
     unquoted,
 )
-from ._pass_task import PassTask
-from ._passes import ORDER, SINGLE, PassPlan, passes_of
 from ._start_shares import share_frame, shares_rows
+from ._task import PassTask
 from ._zipped import PART, VALUES, sources, takes_from_passes, zip_targets
 
 __all__ = ["run_passes", "run_jobs", "shared_passes", "Ran"]
@@ -63,18 +63,18 @@ _POS = ("_rs_t", "_rs_ph", "_rs_o", "_rs_sub")
 class Ran:
     """What the passes over some events sent back to the driver."""
 
-    emitted: list = field(default_factory=list)  # rows as tuples (see ``_emitted``)
+    emitted: list = field(default_factory=list)  # rows as tuples (see ``passes._emitted``)
     emitted_columns: dict[str, list] = field(default_factory=dict)  # rows as columns, by table
     finals: dict[str, dict] = field(default_factory=dict)
     pending: list = field(default_factory=list)  # timed writes after the log's end
     quarantined: list = field(default_factory=list)
-    # (tag, position, blob) waiting at each epoch's end, per epoch (``_boundaries``).
+    # (tag, position, blob) waiting at each epoch's end, per epoch (``passes._boundaries``).
     carried: dict[int, list] = field(default_factory=dict)
-    # A checkpoint's epochs' ends in one run (``_boundaries``): per epoch, the states' values
+    # A checkpoint's epochs' ends in one run (``passes._boundaries``): per epoch, the states' values
     # and the events scheduled so far, summed over the tasks; and each epoch's emitted rows.
     snapshots: dict[int, list] = field(default_factory=dict)
     # States read through copies: each key's position where it came in, from the folds'
-    # tasks, to restore the serial engine's order over the tasks (``_copies``).
+    # tasks, to restore the serial engine's order over the tasks (``passes._copies``).
     orders: dict[str, dict] = field(default_factory=dict)
     emitted_at: dict[int, tuple[list, dict]] = field(default_factory=dict)
     scheduled: int = 0
@@ -91,12 +91,12 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
     checkpointing = any(getattr(rep.options, k) for k in ("checkpoint", "resume", "start_from"))
     start = None
     if checkpointing:
-        from ._pass_epochs import run_checkpointed, start_state
+        from ._epochs import run_checkpointed, start_state
 
         start = start_state(rep)
     if (start is not None or rep.until is not None) and any(p.lookup for p in pp.passes):
         # From a start state the passes forward events only where the driver deals each pass
-        # its share of the start by its key (``_pass_setup.prepare``); a looked-up pass's
+        # its share of the start by its key (``passes._setup.prepare``); a looked-up pass's
         # keys are known only as its events come: the same program takes the copies.
         pp = passes_of(rep.program, lookups=False)
     setup = prepare(rep, pp, started, events, start)
@@ -141,8 +141,8 @@ def run_jobs(
     """One Spark job per pass over the log events of ``df``, with the rows of ``carry`` (the
     state and waiting entries a replay starts from, with their ``_rs_dest``); ``bounds`` the
     ends of a checkpoint's epochs, which every task reports as it passes them
-    (``_boundaries``). A pass that runs the serial engine's loop takes its share of the
-    start from ``starts`` instead (``_start_shares``): a file per partition where the driver
+    (``passes._boundaries``). A pass that runs the serial engine's loop takes its share of the
+    start from ``starts`` instead (``passes._start_shares``): a file per partition where the driver
     arranged its events, else rows before its events."""
     rep, program, session, log = setup.rep, setup.program, setup.session, setup.log
     passes = setup.pp.passes
@@ -178,7 +178,7 @@ def run_jobs(
             n = 1 if p.partition == SINGLE else partitions
             zipped = None
             files: tuple = ()  # a looked-up pass's, when the driver arranged the passes
-            packed = False  # whether its events come packed (``_pass_setup.arranged``)
+            packed = False  # whether its events come packed (``passes._setup.arranged``)
             local = None  # where its tasks read their events, when the driver arranged them
             if p.index in setup.local:
                 local, rows = local_input(setup, sent.get(p.index, {}), p, n)
@@ -345,7 +345,7 @@ def run_jobs(
                 wide=setup.wide,
                 forward=forwarding and _forwarded_to(passes, p, setup.log_kinds),
                 # Later passes take their events from the log and only the values read here
-                # from this pass (``_zipped``): its forwarded rows need little but those.
+                # from this pass (``passes._zipped``): its forwarded rows need little but those.
                 zip_to=zip_targets(setup, p),
                 zip_by={
                     j: () if setup.local else tuple(unquoted(c) for c in by)
@@ -425,7 +425,7 @@ def run_jobs(
                 carried += ", a run that raises undone by the serial engine's guarded loop"
             for stage in p.stages or (p.stage,):
                 ran.path[stage] = p.describe(n) + carried + (f" ({tasks} tasks)" if tasks else "")
-            # (Over every epoch of a checkpoint run at once: ``_boundaries``.)
+            # (Over every epoch of a checkpoint run at once: ``passes._boundaries``.)
             rep.notify(StageFinished(0, p.stage, seconds, tasks, len(bounds) + 1))
             rep.notify(
                 Progress(
@@ -446,7 +446,7 @@ def run_jobs(
 def shared_passes(setup: Setup, state: dict) -> dict[int, Any]:
     """The passes of a replay from ``state``, their events shuffled by Spark, that take their
     share of it as rows before their events and keep the serial engine's loop
-    (``_start_shares``): fed by nothing else, and running that loop. Each with those rows
+    (``passes._start_shares``): fed by nothing else, and running that loop. Each with those rows
     (None: it has no share)."""
     passes = setup.pp.passes
     forwarding = setup.wide is not None
@@ -465,10 +465,10 @@ def shared_passes(setup: Setup, state: dict) -> dict[int, Any]:
 
 
 def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> bool:
-    """Whether pass ``p`` runs the serial engine's inlined loop (``_plain_pass.run_plain``): it
+    """Whether pass ``p`` runs the serial engine's inlined loop (``passes._plain.run_plain``): it
     takes log events only, and sends on nothing but what that loop can send (probe values
     carried by forwarded events, writes into later passes' state, events scheduled for later
-    passes); under ``on_error`` skip or quarantine, its guarded loop (``_shipping``)."""
+    passes); under ``on_error`` skip or quarantine, its guarded loop (``passes._shipping``)."""
     if fed or not kinds or p.feeds:
         return False
     if (p.serves or p.consumes or p.probe_kinds) and not forwarding:

@@ -1,9 +1,9 @@
 """Checkpoints on the prefix path: each epoch committed from the deltas the rounds brought back.
 
 The prefix path cuts the log into the checkpoint's epochs and brings every epoch's state
-deltas to the driver (``_prefix.run_prefix``; several epochs run in one task, their deltas
+deltas to the driver (``prefix._driver.run_prefix``; several epochs run in one task, their deltas
 and rows kept apart). The state after epoch ``k`` is the deltas of
-epochs ``0..k`` folded in order, exactly as ``_prefix._final_state`` folds all of them: a merge
+epochs ``0..k`` folded in order, exactly as ``prefix._driver._final_state`` folds all of them: a merge
 state's value is its default plus the sums, an overwritten state's the last write, a delete
 removes the key. So once the rounds are done the driver walks the epochs in order, updates
 one dict per state with that epoch's changed keys, and commits it, in the serial engine's
@@ -33,13 +33,13 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from ...compiler.lower import Lowered
-from ...io._arrow_stores import StoreColumns, store_columns, store_from_table
-from ...io.checkpoint import Checkpointer, Start, state_declarations
-from ...io.epochs import Epoch, cut
-from ...io.progress import EpochFinished, EpochStarted
-from ...io.result import build_table
-from ...model.program import Program
+from ....compiler.lower import Lowered
+from ....io._arrow_stores import StoreColumns, store_columns, store_from_table
+from ....io.checkpoint import Checkpointer, Start, state_declarations
+from ....io.epochs import Epoch, cut
+from ....io.progress import EpochFinished, EpochStarted
+from ....io.result import build_table
+from ....model.program import Program
 from ._columnar import DELTA_CHUNK
 
 __all__ = [
@@ -251,7 +251,7 @@ def _split(frames: list[pl.DataFrame]) -> dict[int, pl.DataFrame]:
 
 
 def _apply(store: dict, delta: pl.DataFrame, info: Any) -> None:
-    """Fold one epoch's delta of a state into ``store`` (as ``_prefix._final_state`` folds)."""
+    """Fold one epoch's delta of a state into ``store`` (as ``prefix._driver._final_state`` folds)."""
     parts = [delta.get_column(f"k{i}").to_list() for i in range(info.arity)]
     keys = list(zip(*parts)) if info.tuple_key else parts[0]
     values = delta.get_column("v").to_list()

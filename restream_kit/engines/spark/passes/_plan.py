@@ -31,8 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ...model.program import Program
-from ...model.state import Value
+from ....model.program import Program
+from ....model.state import Value
 from ._lookup_stages import lookup_of, lookup_stages, packed_straight
 
 __all__ = ["Probe", "Pass", "PassPlan", "plan_passes", "ORDER", "SINGLE", "BY_KEY"]
@@ -84,7 +84,7 @@ class Pass:
     schedules: tuple[str, ...] = ()  # kinds its handlers schedule
     copies: tuple[str, ...] = ()  # upstream states every partition holds whole (broadcast)
     versions_to: tuple[int, ...] = ()  # a fold: the passes it sends its state's versions to
-    # Partitioned by a key read from an upstream state (``_lookup_stages``): that state, the
+    # Partitioned by a key read from an upstream state (``passes._lookup_stages``): that state, the
     # key it is read by, and the probe slots whose values (in handler order) partition it.
     lookup: tuple = ()
     # Partitioned by an element of its states' keys (``e.key`` of ``(e.key, e.start)``): the
@@ -157,8 +157,8 @@ def _single(program: Program, reason: str) -> PassPlan:
 def plan_passes(program: Program, plan, lookups: bool = True) -> PassPlan:
     """The passes of ``program`` under ``plan``; one sequential pass, with the reason, for a
     program they cannot split yet. ``lookups``: whether a stage may be partitioned by a key
-    read from an upstream state (``_lookup_stages``); a replay from a start state may not
-    (``_pass_driver.run_passes`` says why)."""
+    read from an upstream state (``passes._lookup_stages``); a replay from a start state may not
+    (``passes._driver.run_passes`` says why)."""
     try:
         pp = _plan(program, plan, lookups)
         if any(p.lookup for p in pp.passes) and not (forwards(pp) and packed_straight(pp)):
@@ -183,7 +183,7 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
 
 
 def forwards(pp: PassPlan) -> bool:
-    """Whether the passes can forward events (``_plain_pass.run_plain``): every pass runs
+    """Whether the passes can forward events (``passes._plain.run_plain``): every pass runs
     handlers over log events only, and what crosses passes is only probe values, so that each
     event can carry the values it reads from pass to pass instead of meeting them in a sort."""
     if pp.schedules or pp.reason:
@@ -197,8 +197,8 @@ def forwards(pp: PassPlan) -> bool:
 def passes_of(program: Program, lookups: bool = True) -> PassPlan:
     """The passes of ``program``; one sequential pass, with the reason, when the planner
     cannot plan it or the passes cannot split it."""
-    from ...model.errors import RestreamError
-    from ...planner import plan
+    from ....model.errors import RestreamError
+    from ....planner import plan
 
     try:
         the_plan = plan(program, allow_nondeterminism=True)

@@ -38,11 +38,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ...io import config
-from ...io.log import default_home, private_dir
-from ...model.errors import RestreamError
+from ....io import config
+from ....io.log import default_home, private_dir
+from ....model.errors import RestreamError
+from ..java import ensure_java_home
 from ._jvm_archive import java_options
-from .java import ensure_java_home
 
 __all__ = [
     "get_session",

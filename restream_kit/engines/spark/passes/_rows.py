@@ -20,8 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ._codec import MISSING, encode_key
-from ._program_ref import ProgramRef, key_function
+from .._codec import MISSING, encode_key
+from .._program_ref import ProgramRef, key_function
 
 __all__ = [
     "PassSpec",
@@ -86,7 +86,7 @@ TAG_MANY = 7
 
 def carry_dest(tag: int, epoch: int = 0) -> int:
     """A ``CARRY`` row's ``_rs_dest``: the row's tag, and the epoch whose end it lies beyond
-    (a replay run as one pass over the log reports every epoch's end, ``_boundaries``)."""
+    (a replay run as one pass over the log reports every epoch's end, ``passes._boundaries``)."""
     return epoch << 3 | tag
 
 
@@ -147,40 +147,40 @@ class PassSpec:
     receives_writes: bool  # whether writes or scheduled events come from earlier passes
     receives: bool  # whether earlier passes send this one rows (probe values, writes, events)
     last_ts: int  # the log's last time: timed writes after it apply only before a later event
-    # Checkpointed replays run as one pass over the log (``_boundaries``): the positions
+    # Checkpointed replays run as one pass over the log (``passes._boundaries``): the positions
     # (ts, 2, lsn) of every epoch's last event but the last epoch's, in order.
     bounds: tuple = ()
     # Passes that forward events (see ``_plain``): the output schema, wider than OUT_SCHEMA
     # by the events' columns; None when probe values travel as rows of their own.
     wide: pa.Schema | None = None
     forward: bool = False  # whether later passes take their events from this one
-    # Zipped passes (``_zipped``): the later passes it packs values for, (pass, partition
+    # Zipped passes (``passes._zipped``): the later passes it packs values for, (pass, partition
     # column, kinds), and each zipped pass's partition columns.
     zip_to: tuple = ()
     zip_by: dict = field(default_factory=dict)
     zipped: bool = False  # its input: the values read upstream, then its events (``unzip``)
-    # Passes arranged by the driver (``_local_arrangement``): where this one's tasks read
+    # Passes arranged by the driver (``passes._local_arrangement``): where this one's tasks read
     # their events and the values sent to them, and where they write the values they send.
     local: Any = None
-    shares: bool = False  # its share of a start state comes as rows first (``_start_shares``)
+    shares: bool = False  # its share of a start state comes as rows first (``passes._start_shares``)
     values_dir: str | None = None
-    packed: bool = False  # its events come packed as Arrow IPC (``_pass_setup.arranged``)
+    packed: bool = False  # its events come packed as Arrow IPC (``passes._setup.arranged``)
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
     one_kind: str | None = None  # the kind of all its events, when their kind is not sent
-    closes_once: frozenset = frozenset()  # window closes sent once (``_window_shapes``)
+    closes_once: frozenset = frozenset()  # window closes sent once (``passes._window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
     # Passes partitioned by an element of their states' keys: pass -> {state: position of
-    # the element in its keys} (``_passes.Pass.elements``), where writes of them go.
+    # the element in its keys} (``passes._plan.Pass.elements``), where writes of them go.
     home_elements: dict = field(default_factory=dict)
     history: tuple = ()  # the run's history probes its tasks record (``_history``)
-    # Broadcast reads (``_passes``, ``_copies``): the states each partition of this pass holds
+    # Broadcast reads (``passes._plan``, ``passes._copies``): the states each partition of this pass holds
     # a copy of; for a fold, the passes it sends its state's versions to, and per such pass
     # one partition value per partition, and where its ranges start when it has ranges.
     copies: tuple = ()
     versions_to: tuple = ()
     spread: dict = field(default_factory=dict)
     ranges: dict = field(default_factory=dict)  # reading passes split into ranges of the log
-    # Later passes partitioned by a key read from a state held here (``_lookups``): per such
+    # Later passes partitioned by a key read from a state held here (``passes._lookups``): per such
     # pass, the probe slots that give the key, the state, its partition values and kinds;
     # and whether this pass is one, its events packed by the pass that looked them up.
     lookups: tuple = ()
@@ -200,7 +200,7 @@ def dumps(value: Any) -> bytes:
 
 def order_value(root: int) -> str:
     """Where a scheduled event goes in a pass by log order: with its root event, whose
-    partition value there is this (``_pass_setup.prepare``), so that they spread as it does."""
+    partition value there is this (``passes._setup.prepare``), so that they spread as it does."""
     return f"i{root};"
 
 

@@ -13,7 +13,7 @@ inlined, exactly as a serial replay runs them:
   for later passes** go out as rows (:class:`Shipping`, the serial runtime plus that).
 
 In a checkpointed replay the loop stops at each epoch's end to report its state there
-(``_boundaries``); its timed writes are then numbered by the runs that made them
+(``passes._boundaries``); its timed writes are then numbered by the runs that made them
 (:class:`MadeBy`), so that the driver orders every task's as the serial engine made them.
 """
 
@@ -30,14 +30,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...compiler.compile import compile_program
-from ...model.program import Program
-from ..serial import JournalDict, SerialRuntime
+from ....compiler.compile import compile_program
+from ....model.program import Program
+from ...serial import JournalDict, SerialRuntime
+from .._codec import MISSING
+from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
-from ._codec import MISSING
 from ._emitted import pack_emitted
 from ._lookups import LookupPacker
-from ._pass_rows import (
+from ._rows import (
     BATCH_ROWS,
     ERROR,
     FINAL,
@@ -53,10 +54,9 @@ from ._pass_rows import (
     out_rows,
     probe_array,
 )
-from ._pass_stores import BlindStore
-from ._program_ref import column_values, event_type, key_function
 from ._shipping import MadeBy, MadeByRuntime, Shipping, guarded_runtime
 from ._start_shares import taken_start
+from ._stores import BlindStore
 from ._zipped import ValuePacker, unzip
 
 __all__ = ["run_plain"]
@@ -78,7 +78,7 @@ def run_plain(
     sort by tag, no per-row join: the event carries its reads.
 
     A replay from a committed epoch gives the task its partition's share of that state
-    (``start``, or as rows before its events, ``spec.shares``: ``_start_shares``): its
+    (``start``, or as rows before its events, ``spec.shares``: ``passes._start_shares``): its
     states' values, and its timed writes still waiting.
     """
     if spec.shares:
@@ -120,7 +120,7 @@ def run_plain(
     hooks, extra, served, keys_by_name = _probe_hooks(spec, program, columns, tuple(kinds), stores)
     history = None
     if spec.history:  # the run's history: the serial engine's hooks, with positions
-        from ._history import TaskHistory
+        from .._history import TaskHistory
 
         history = TaskHistory(spec.history, program, stores)
         more, globals_ = history.plain_hooks()
@@ -146,7 +146,7 @@ def run_plain(
     state_names = {id(d): name for name, d in stores.items()}
 
     def cross() -> None:
-        """Report the next epoch's end (``_boundaries``): what is due by its last event
+        """Report the next epoch's end (``passes._boundaries``): what is due by its last event
         applied, the states held here as they stand, the timed writes still waiting."""
         j = ends.passing()
         rt.apply_due(ends.bounds[j][0])
@@ -163,7 +163,7 @@ def run_plain(
     packer = (
         ValuePacker(spec.zip_to, spec.wide, spec.zip_by, spec.values_dir) if spec.zip_to else None
     )
-    # Later passes partitioned by a key looked up here get their events from it (``_lookups``).
+    # Later passes partitioned by a key looked up here get their events from it (``passes._lookups``).
     looker = (
         LookupPacker(
             spec.lookups,
@@ -273,7 +273,7 @@ def _restore(start: dict, rt: Any, stores: dict, program: Program, made: bool) -
     """A partition's share of a start state in its stores and the runtime's waiting timed
     writes. A restored write comes before whatever a run makes for the same time, as in
     the serial engine (made first): numbered first, or, where timed writes are numbered by
-    the runs that made them (``made``), by no run (``_boundaries.made_bytes`` packs zeros)."""
+    the runs that made them (``made``), by no run (``passes._boundaries.made_bytes`` packs zeros)."""
     for name, values in start["stores"].items():
         dict.update(stores[name], values)  # (a JournalDict: nothing to undo)
     future = start["future"]
@@ -301,7 +301,7 @@ def _probe_hooks(
     it consumes in place, what they need in the loop's namespace, the lists the recorded
     values go to (slot -> list, one value per event of the batch, in order), and whether a
     key stayed a function of a named event (one that reads more than the event's fields)."""
-    from ...compiler.compile import dict_name
+    from ....compiler.compile import dict_name
 
     hooks: list[tuple[int, str, str]] = []
     extra: dict[str, Any] = {"_rs_MISSING": MISSING}
@@ -342,7 +342,7 @@ def _key_source(key: str, name: str, program: Program, columns: tuple, extra: di
     """A probe's key as loop source: the event's fields by position where the key reads
     nothing else (no call per event), else a call of the key function ``name`` (put in
     ``extra``) on the named event. Also whether it needs named events."""
-    from ...compiler.inline import EVENT, key_source
+    from ....compiler.inline import EVENT, key_source
 
     src = key_source(key, columns)
     if src is not None:
@@ -356,8 +356,8 @@ def _fill_source(h: int, slots: list, extra: dict, program: Program, columns: tu
     key)]) in the stores handler ``h`` reads, which hold nothing else: inlined in the loop,
     as a handler body is, for it runs on every event. ``extra`` gets the names it uses.
     Also whether a key needs named events."""
-    from ...compiler.compile import dict_name
-    from ...compiler.inline import EVENT
+    from ....compiler.compile import dict_name
+    from ....compiler.inline import EVENT
 
     extra["_rs_loads"] = pickle.loads
     named = False

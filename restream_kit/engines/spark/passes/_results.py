@@ -1,4 +1,4 @@
-"""The replay's :class:`Result` from what the passes sent back (``_pass_driver.Ran``): the
+"""The replay's :class:`Result` from what the passes sent back (``passes._driver.Ran``): the
 final states (in the serial engine's order where it shows, with the timed writes due after
 the log), the metrics, the quarantine."""
 
@@ -8,22 +8,22 @@ import pickle
 import time
 from typing import TYPE_CHECKING
 
-from ...io.result import Metrics, Result, quarantine_table
-from ...model.program import Program
-from ..serial import quarantine_warning
+from ....io.result import Metrics, Result, quarantine_table
+from ....model.program import Program
+from ...serial import quarantine_warning
 from ._copies import in_serial_order
-from ._pass_setup import Setup
-from ._pass_stores import apply_op
+from ._setup import Setup
+from ._stores import apply_op
 
 if TYPE_CHECKING:
-    from ._pass_driver import Ran
+    from ._driver import Ran
 
 __all__ = ["finish_finals", "handler_names", "make_result"]
 
 
 def finish_finals(program: Program, ran: Ran) -> None:
     """The final states as the serial engine ends with them, from what the tasks reported:
-    first the states read through copies in the serial engine's order of keys (``_copies``),
+    first the states read through copies in the serial engine's order of keys (``passes._copies``),
     then the timed writes due after the log's end, which add their new keys last."""
     in_serial_order(ran.finals, ran.orders)
     _apply_pending(program, ran)

@@ -1,4 +1,4 @@
-"""The runtimes of a plain pass (``_plain_pass``): the serial engine's, plus what the pass
+"""The runtimes of a plain pass (``passes._plain``): the serial engine's, plus what the pass
 sends on, and their guarded forms for ``on_error`` skip and quarantine.
 
 - :class:`Shipping`: writes into state a later pass holds (through ``BlindStore``) and events
@@ -16,9 +16,9 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from ...model.program import Program
-from ...runtime.quarantine import quarantine_row
-from ..serial import (
+from ....model.program import Program
+from ....runtime.quarantine import quarantine_row
+from ...serial import (
     JOURNAL_ABSENT,
     RESERVED_FIELDS,
     GuardedRuntime,
@@ -27,8 +27,9 @@ from ..serial import (
     TimeTravelError,
     apply_write,
 )
+from .._program_ref import key_function
 from ._boundaries import unhandled_rows
-from ._pass_rows import (
+from ._rows import (
     PH_LOG,
     PH_SCHED,
     PH_TIMED,
@@ -42,8 +43,7 @@ from ._pass_rows import (
     dumps,
     order_value,
 )
-from ._pass_stores import BlindStore
-from ._program_ref import key_function
+from ._stores import BlindStore
 
 __all__ = [
     "Shipping",
@@ -62,7 +62,7 @@ class Shipping(Routing):
     everything else is the serial engine's own."""
 
     def __init__(self, spec: PassSpec, program: Program):
-        from ..serial import SerialRuntime
+        from ...serial import SerialRuntime
 
         self._serial = SerialRuntime()
         self.rows = self._serial.rows
@@ -89,7 +89,7 @@ class Shipping(Routing):
         self.field_keys: dict[int, Any] = {}
         self.sent_once: set = set()  # window closes sent (see ``schedule``)
         self.folded: dict = {}  # (state, key) -> [sum, position of the last add] (``_fold``)
-        self.unhandled: list = []  # scheduled for kinds no pass handles (``_boundaries``)
+        self.unhandled: list = []  # scheduled for kinds no pass handles (``passes._boundaries``)
         self.dropped: list = []  # closes not sent, for a checkpoint (``closes_waiting``)
         self.once_fields: dict = {}  # the fields of each close sent, for the same
 
@@ -138,7 +138,7 @@ class Shipping(Routing):
 
     def _fold(self, state: str, key: Any, arg: int) -> None:
         """Sum an add into its window's one write, sent at the last add's position
-        (``_window_shapes.folded_counts`` says why nothing sees the adds in between)."""
+        (``passes._window_shapes.folded_counts`` says why nothing sees the adds in between)."""
         self.calls += 1
         ev = self.event
         slot = self.folded.get((state, key))
@@ -258,7 +258,7 @@ class Shipping(Routing):
 class MadeBy:
     """The ``order`` of a plain task's timed writes in a checkpointed replay: the run that
     made each (its event's time and lsn, the handler's number), then a count, which
-    ``_boundaries.made_bytes`` turns into the bytes of the general runtime's positions.
+    ``passes._boundaries.made_bytes`` turns into the bytes of the general runtime's positions.
     Waiting at an epoch's end, they sort among every task's as made."""
 
     def __init__(self, rt: Any, number: dict[str, int]):

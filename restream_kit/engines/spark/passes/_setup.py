@@ -10,12 +10,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...io.log import Log, scratch_parquet
-from ...model.program import Program
-from . import _pass_rows as W
-from ._keys import KeysSpec, KeysTask
-from ._passes import BY_KEY, ORDER, SINGLE, PassPlan, forwards
-from ._program_ref import ProgramRef
+from ....io.log import Log, scratch_parquet
+from ....model.program import Program
+from .._keys import KeysSpec, KeysTask
+from .._program_ref import ProgramRef
+from . import _rows as W
+from ._plan import BY_KEY, ORDER, SINGLE, PassPlan, forwards
 from ._window_shapes import closes_once, folded_counts
 
 __all__ = [
@@ -72,13 +72,13 @@ class Setup:
     wide: Any = None  # the passes' output schema when they forward events (Arrow)
     python_keys: frozenset = frozenset()  # partition columns computed in Python (KeysTask)
     forward_pks: tuple = ()  # the partition values forwarded events carry (``_forwards``)
-    closes_once: frozenset = frozenset()  # see ``_window_shapes.closes_once``
-    folds: frozenset = frozenset()  # see ``_window_shapes.folded_counts``
-    zips: dict = field(default_factory=dict)  # zipped pass -> its partition columns (``_zipped``)
+    closes_once: frozenset = frozenset()  # see ``passes._window_shapes.closes_once``
+    folds: frozenset = frozenset()  # see ``passes._window_shapes.folded_counts``
+    zips: dict = field(default_factory=dict)  # zipped pass -> its partition columns (``passes._zipped``)
     spread: dict = field(default_factory=dict)  # pass with copies -> a value per partition
     # Passes with copies split into ranges of the log: where ranges 1, 2, ... start
     ranges: dict = field(default_factory=dict)
-    # Passes whose events the driver arranges (``_local_arrangement``): pass -> its columns;
+    # Passes whose events the driver arranges (``passes._local_arrangement``): pass -> its columns;
     # and the replay's own directory for the values they send each other.
     local: dict = field(default_factory=dict)
     values_dir: str | None = None
@@ -89,7 +89,7 @@ class Setup:
 def wave_end(setup: Setup, lsn: int) -> None:
     """Run ``setup``'s passes over the log's events up to the one numbered ``lsn`` only: the
     log's frame is cut there, and the driver's arrangement is read up to it
-    (``_local_arrangement.local_batches``)."""
+    (``passes._local_arrangement.local_batches``)."""
     setup.until = lsn
     if setup.df is not None:
         setup.df = setup.df.where(f"lsn <= {int(lsn)}")
@@ -100,15 +100,15 @@ def prepare(
 ) -> Setup:
     """The log's DataFrame (kept for the next replay of the same log in this session), with
     every pass's partition value, and what the pass jobs share; ``start`` the state a resume
-    or a ``start_from`` starts from (``_pass_epochs._Begun.state``), if any."""
-    from ._events import prepare_events as _prepare
-    from ._keys import jvm_key
+    or a ``start_from`` starts from (``passes._epochs._Begun.state``), if any."""
+    from .._events import prepare_events as _prepare
+    from .._keys import jvm_key
 
     program: Program = rep.program
     log: Log = rep.log
     session = rep.session
     if events is None and log.uri is not None:  # read by Spark, never here: see _uri_log
-        from ._uri_log import uri_events
+        from .._uri_log import uri_events
 
         events = uri_events(log)
     events = events or _prepare(log)
@@ -139,7 +139,7 @@ def prepare(
         elif p.partition == SINGLE:
             sql.append(f"'N' AS {col}")
         elif p.partition == BY_KEY or p.lookup:
-            continue  # (a looked-up key: its events come packed by partition, ``_lookups``)
+            continue  # (a looked-up key: its events come packed by partition, ``passes._lookups``)
         elif not log_kinds[p.index]:
             if any(q.reader == p.index for other in passes for q in other.serves):
                 sql.append(f"CAST(NULL AS STRING) AS {col}")  # no log event reads there
@@ -236,7 +236,7 @@ def prepare(
 def copy_ranges(
     session: Any, pp: PassPlan, events: Any, first: int, n: int
 ) -> dict[int, tuple[str, tuple[bytes, ...]]]:
-    """The passes holding copies that run by ranges of the log (``_copies``), each with the
+    """The passes holding copies that run by ranges of the log (``passes._copies``), each with the
     SQL of its events' partition values and the positions where its ranges 1, 2, ... start.
 
     A pass by log order that runs log events only (no stage schedules events, and a start
@@ -293,10 +293,10 @@ def spread_values(session: Any, n: int) -> tuple[str, ...]:
 
 def replay_dir() -> str:
     """A private directory of the kernel's scratch for one replay's values and start shares
-    (removed when it ends, ``_pass_driver.run_passes``)."""
+    (removed when it ends, ``passes._driver.run_passes``)."""
     import tempfile
 
-    from ...io.log import scratch_dir
+    from ....io.log import scratch_dir
 
     return tempfile.mkdtemp(dir=scratch_dir(), prefix="values-")
 
@@ -304,11 +304,11 @@ def replay_dir() -> str:
 def _arranged_locally(
     rep: Any, pp: PassPlan, events: Any, log_kinds: dict, start: dict | None
 ) -> dict:
-    """The passes whose events the driver arranges (``_local_arrangement``), each with the
+    """The passes whose events the driver arranges (``passes._local_arrangement``), each with the
     columns it is partitioned by; empty unless every pass with log events can: on a local
     master, a large log of the kernel's, passes of the serial engine's loop over log events
     only, each partitioned by plain columns, and a pass taking events from another zipped.
-    A replay from a ``start`` state needs it dealt to their partitions (``_start_shares``);
+    A replay from a ``start`` state needs it dealt to their partitions (``passes._start_shares``);
     otherwise its passes take it as rows through Spark's sort."""
     from ._local_arrangement import use_local
     from ._start_shares import dealable
@@ -358,7 +358,7 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
         return df
     local_file = None
     if log.uri is not None:  # Spark's reader made it (see _uri_log)
-        from ._uri_log import uri_frame
+        from .._uri_log import uri_frame
 
         df = uri_frame(session, log)
     elif (local_file := _local_events_file(session, log, events)) is not None:
@@ -427,7 +427,7 @@ def arranged(setup: Setup, rows: Any, by: list[str] | None = None, n: int = 0) -
     and back into Arrow, which cost more CPU than the handlers of a simple rule. With ``by``
     (the partition columns) the packed rows carry the partition values of their first event
     and are partitioned by them again, into ``n`` partitions: each lands where its events
-    were, and Spark knows how the frame is partitioned (``_pass_driver._zipped_input`` needs that).
+    were, and Spark knows how the frame is partitioned (``passes._driver._zipped_input`` needs that).
     The log is immutable (its fingerprint is part of the key), so a kept arrangement is the
     one the replay would compute. The most recent few are kept."""
     if not classic(setup.session):

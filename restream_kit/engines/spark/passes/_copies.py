@@ -1,4 +1,4 @@
-"""Copies of upstream state in every partition of a broadcast-read pass (see ``_passes``).
+"""Copies of upstream state in every partition of a broadcast-read pass (see ``passes._plan``).
 
 A stage that reads a state under a key that is not the event's (or whole, or on scheduled
 events) cannot be told which partition holds what it reads. So the fold pass before it that
@@ -10,7 +10,7 @@ before the run (:class:`CopyFeed`): a plain dict, so whole reads (``len``, ``for
 cost what they cost serially, and keys come in the serial engine's insertion order.
 
 A reading pass by log order that runs log events only is split into contiguous ranges of
-the log (``_pass_setup.copy_ranges``): each partition then needs only the state as of its
+the log (``passes._setup.copy_ranges``): each partition then needs only the state as of its
 range's start and the versions within its range, so that the versions are spread over the
 partitions instead of every partition applying all of them.
 """
@@ -21,8 +21,8 @@ import pickle
 from operator import itemgetter
 from typing import Any
 
-from ._pass_rows import VERS, dumps, position_bytes
-from ._pass_stores import apply_op
+from ._rows import VERS, dumps, position_bytes
+from ._stores import apply_op
 
 __all__ = ["Deleted", "VersionRecorder", "CopyFeed", "in_serial_order", "CHUNK"]
 

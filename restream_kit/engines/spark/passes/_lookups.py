@@ -1,4 +1,4 @@
-"""Passes partitioned by a key read from an upstream state (``_lookup_stages``).
+"""Passes partitioned by a key read from an upstream state (``passes._lookup_stages``).
 
 ``team_msgs[team_of[e.src]]``: the pass that holds ``team_of`` by ``e.src`` reads the team
 for each event of the looked-up pass's kinds, as it serves any probe (at the reading
@@ -7,7 +7,7 @@ that team in the looked-up pass, with the values it read:
 
 - :class:`LookupPacker` (the sending task): per receiving partition, the events, their
   columns as they came and the probe columns, packed as Arrow IPC chunks, each a row whose
-  partition value Spark's hash puts in that partition (``_pass_setup.spread_values``). So
+  partition value Spark's hash puts in that partition (``passes._setup.spread_values``). So
   Spark shuffles a few rows of bytes per task, not a row per event;
 - :func:`merged_events` (the receiving task): the chunks of its partition from every sending
   task, as one table sorted by position (``ts``, ``lsn``): its events in log order, which
@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._codec import MISSING, encode_key
+from .._codec import MISSING, encode_key
 from ._local_arrangement import local_part
-from ._pass_rows import FWD, packed_batches, packed_bytes, probe_array
+from ._rows import FWD, packed_batches, packed_bytes, probe_array
 from ._zipped import to_file
 
 __all__ = [
@@ -203,7 +203,7 @@ def merged_events(batches: Iterator[pa.RecordBatch], files: tuple = ()) -> Itera
 
 def lookups_served(setup: Any, p: Any) -> tuple:
     """The later passes partitioned by a key that pass ``p`` looks up (it serves their reads
-    of the state), as ``PassSpec.lookups`` has them (``_lookups``)."""
+    of the state), as ``PassSpec.lookups`` has them (``passes._lookups``)."""
     mine = {probe.slot for probe in p.serves}
     return tuple(
         (q.index, q.lookup[2], q.lookup[0], setup.spread[q.index], setup.log_kinds[q.index])
@@ -214,7 +214,7 @@ def lookups_served(setup: Any, p: Any) -> tuple:
 
 def looked_up_input(outputs: list, p: Any) -> Any:
     """A pass partitioned by a looked-up key: the chunks of its events that the pass looking
-    the key up packed for each of its partitions (``_lookups``), there by their values."""
+    the key up packed for each of its partitions (``passes._lookups``), there by their values."""
     (home,) = {probe.home for probe in p.consumes if probe.slot in p.lookup[2]}
     return (
         outputs[home].where(f"_rs_kind = {FWD} AND _rs_dest = {p.index}").select("_rs_pk", "_rs_b")

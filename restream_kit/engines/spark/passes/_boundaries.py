@@ -4,7 +4,7 @@ A checkpointed replay runs its passes once over the whole log (a resumed one, or
 from a checkpoint, over the rest of it), as a replay without a checkpoint does: arranged, in
 the serial engine's inlined loop where it can. Each task reports, at the end of every epoch but the last
 (``PassSpec.bounds``: the position of the epoch's last log event), what the serial engine's
-checkpoint holds of its partition there, and the driver (``_pass_epochs``) puts the tasks'
+checkpoint holds of its partition there, and the driver (``passes._epochs``) puts the tasks'
 reports together into one commit per epoch:
 
 - the values of the states it holds, and how many events it has scheduled (``SNAP``, one
@@ -17,7 +17,7 @@ reports together into one commit per epoch:
   it was in flight at. Its run is the head of its ``sub`` (a run's bytes start with its
   position, ``RUN_HEAD``);
 - the events it scheduled for a kind that no pass handles (nothing runs them), and the window
-  closes an inlined loop did not send (one of identical ones is, ``_window_shapes``): the
+  closes an inlined loop did not send (one of identical ones is, ``passes._window_shapes``): the
   serial engine's checkpoint holds each until its time. Its windows' adds summed so far go
   out at each end, so that the closing pass holds them there.
 
@@ -31,8 +31,8 @@ import struct
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from ..serial import RESERVED_FIELDS
-from ._pass_rows import (
+from ...serial import RESERVED_FIELDS
+from ._rows import (
     CARRY,
     PH_LOG,
     PH_TIMED,
@@ -118,7 +118,7 @@ def state_row(
 ) -> tuple:
     """A task's ``SNAP`` row at an epoch's end: the states it holds as they stand, the
     number of events it has scheduled so far, and, from a fold recording versions, where its
-    keys came in (``_copies.VersionRecorder.order``)."""
+    keys came in (``passes._copies.VersionRecorder.order``)."""
     values = {name: dict(stores[name]) for name in finals}
     return (SNAP, epoch, None, _NOWHERE, dumps((values, made, order or {})))
 
@@ -147,7 +147,7 @@ def waiting_rows(heap: list, per_root: dict, epoch: int = 0) -> list[tuple]:
 
 
 def made_bytes(made_by: tuple) -> bytes:
-    """A plain task's timed write's ``order`` (``_plain_pass.MadeBy``: the time, lsn and
+    """A plain task's timed write's ``order`` (``passes._plain.MadeBy``: the time, lsn and
     handler of the run that made it, and a count) as the ``sub`` of its position."""
     t, lsn, handler, count = made_by
     return _MADE.pack(t + SIGN, PH_LOG, lsn + SIGN, handler, count)
@@ -159,7 +159,7 @@ _MADE = struct.Struct(RUN_HEAD.format + U32x2.format[1:])
 
 def future_rows(future: list, names: dict, epoch: int) -> list[tuple]:
     """A plain task's timed writes still waiting (the serial runtime's ``future``, numbered
-    by the runs that made them, ``_plain_pass``), as a ``CARRY`` row of ``epoch``."""
+    by the runs that made them, ``passes._plain``), as a ``CARRY`` row of ``epoch``."""
     entries = []
     # (No two entries share an order: they sort by time and order alone.)
     for at, made_by, d, _default, op, key, arg in sorted(future):
