@@ -23,19 +23,25 @@ EPOCH = 3_000
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")]
 
 
-@pytest.fixture
-def logs(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
     """The sample log's first 12,000 events as a ``file://`` directory of two files and as
-    one local file, a fresh cache; and the serial engine's result (its own log)."""
-    monkeypatch.setenv("RESTREAM_HOME", str(tmp_path / ".restream"))
+    one local file, with one log cache for the module (Spark sorts the URI log once)."""
+    root = tmp_path_factory.mktemp("copies")
     table = pq.read_table(SMALL).slice(0, 12_000)
-    local = tmp_path / "local.parquet"
+    local = root / "local.parquet"
     pq.write_table(table, local)
-    directory = tmp_path / "events"
+    directory = root / "events"
     directory.mkdir()
     pq.write_table(table.slice(0, 7_000), directory / "a.parquet", row_group_size=2_000)
     pq.write_table(table.slice(7_000), directory / "b.parquet", row_group_size=2_000)
-    return {"uri": f"file://{directory}", "file": str(local)}
+    return root
+
+
+@pytest.fixture
+def logs(shared, monkeypatch):
+    monkeypatch.setenv("RESTREAM_HOME", str(shared / ".restream"))
+    return {"uri": f"file://{shared / 'events'}", "file": str(shared / "local.parquet")}
 
 
 def _no_table(monkeypatch) -> None:

@@ -89,8 +89,11 @@ def log_events(log: Log, local: bool) -> EventsTable:
     reads as they are, for the tasks read that copy (``passes._setup``,
     ``passes._local_arrangement``); else ``log``'s table as Spark takes it
     (:func:`prepare_events`)."""
-    if local and log.uri is None and log.copied and all(
-        any(check(f.type) for check in _SAFE) for f in log.schema
+    if (
+        local
+        and log.uri is None
+        and log.copied
+        and all(any(check(f.type) for check in _SAFE) for f in log.schema)
     ):
         return rowless_events(log.schema)
     return prepare_events(log)

@@ -346,7 +346,8 @@ class _CountTask:
         start, stop = self.slices[local_part(batches)]
         counted = None
         for table in self.copy.tables(start, stop, columns=[*self.by, "kind"]):
-            table = _typed(table, self.types).filter(_mine(table, self.kinds))
+            table = _typed(table, self.types)
+            table = table.filter(_mine(table, self.kinds))
             some = pl.DataFrame({"h": key_hashes(table, self.by)}).group_by("h").len()
             counted = some if counted is None else pl.concat([counted, some])
             if counted.height > 4 * some.height:
@@ -471,6 +472,8 @@ def _prune(scratch: Any, fingerprint: str) -> None:
             pass
     for _when, path in sorted(found, reverse=True)[_KEPT_ON_DISK:]:
         shutil.rmtree(path, ignore_errors=True)
+    for old in scratch.glob(f"{fingerprint}.*.arranged.arrow"):  # (one file each, before)
+        old.unlink(missing_ok=True)
 
 
 # -- the tasks -----------------------------------------------------------------------------------

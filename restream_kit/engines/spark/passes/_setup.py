@@ -74,7 +74,9 @@ class Setup:
     forward_pks: tuple = ()  # the partition values forwarded events carry (``_forwards``)
     closes_once: frozenset = frozenset()  # see ``passes._window_shapes.closes_once``
     folds: frozenset = frozenset()  # see ``passes._window_shapes.folded_counts``
-    zips: dict = field(default_factory=dict)  # zipped pass -> its partition columns (``passes._zipped``)
+    zips: dict = field(
+        default_factory=dict
+    )  # zipped pass -> its partition columns (``passes._zipped``)
     spread: dict = field(default_factory=dict)  # pass with copies -> a value per partition
     # Passes with copies split into ranges of the log: where ranges 1, 2, ... start
     ranges: dict = field(default_factory=dict)
