@@ -142,18 +142,7 @@ def replay(
 
         program = with_params(program, params)
     log = Log.of(log, ts, kind)
-    if can.reads_uri_logs and log.uri is not None and log.summary is None:
-        # The engine reads a URI log, not this process: the checks below use what it found.
-        runner.describe_log(log, opts)
-    # Mistakes the log reveals come before any event is replayed and before Spark starts.
-    notes = (
-        warn_findings(check_against_log(program, log, require_kinds=require_kinds)) if check else []
-    )
-    reason = runner.supports(program, log, opts)
-    if reason is not None:
-        raise EngineUnsupported(runner.name, reason)
-    if can.slow_start:
-        runner.warm_up(opts)  # (Spark's JVM starts as we compile)
+    notes = _checked(runner, program, log, opts, check, require_kinds)
     if history and not can.history:
         notes.append(f"the run's history is recorded on serial and spark only, not on {engine}")
         history = False
@@ -163,27 +152,7 @@ def replay(
         return replay_on(runner, program, log, chosen, observer)
 
     if reuse is not None:
-        from .iterate.reuse import replay_reusing
-
-        result = replay_reusing(
-            program,
-            log,
-            reuse,
-            full_replay=full,
-            observer=observer,
-            history=history,
-            options=options,
-        )
-        if not can.in_process and result.reuse.get("reused_stages"):
-            how = (
-                "as polars columns in the driver"
-                if result.reuse.get("rerun_as") == "columns"
-                else "through the serial re-replay in the driver"
-            )
-            result.warnings.append(
-                f"reuse on {engine}: the re-run stages ran {how}, over the values recorded "
-                "in the reused run's history (the result is the same)"
-            )
+        result = _reusing(runner, program, log, reuse, full, observer, history, options)
     else:
         result = full()
     for note in result.warnings:
@@ -195,4 +164,55 @@ def replay(
     # Tables that got no row still have their columns in result[name].
     result.schemas = emit_schemas(program, log)
     result.program, result.log = program, log  # what explain replays again
+    return result
+
+
+def _checked(
+    runner: Any, program: Program, log: Log, opts: Any, check: bool, require_kinds: bool
+) -> list[str]:
+    """Before any event is replayed and before a slow engine starts: the mistakes the log
+    reveals (warnings returned as notes), and whether the engine runs this replay; then the
+    engine starts warming up."""
+    can = capabilities_of(runner)
+    if can.reads_uri_logs and log.uri is not None and log.summary is None:
+        # The engine reads a URI log, not this process: the checks below use what it found.
+        runner.describe_log(log, opts)
+    notes = (
+        warn_findings(check_against_log(program, log, require_kinds=require_kinds)) if check else []
+    )
+    reason = runner.supports(program, log, opts)
+    if reason is not None:
+        raise EngineUnsupported(runner.name, reason)
+    if can.slow_start:
+        runner.warm_up(opts)  # (Spark's JVM starts as we compile)
+    return notes
+
+
+def _reusing(
+    runner: Any,
+    program: Program,
+    log: Log,
+    reuse: Any,
+    full: Any,
+    observer: Observer | None,
+    history: bool,
+    options: dict[str, Any],
+) -> Result:
+    """The replay re-running only the stages changed since ``reuse`` (``full`` where nothing
+    can be reused), with a warning where the engine's own re-runs ran in the driver."""
+    from .iterate.reuse import replay_reusing
+
+    result = replay_reusing(
+        program, log, reuse, full_replay=full, observer=observer, history=history, options=options
+    )
+    if not capabilities_of(runner).in_process and result.reuse.get("reused_stages"):
+        how = (
+            "as polars columns in the driver"
+            if result.reuse.get("rerun_as") == "columns"
+            else "through the serial re-replay in the driver"
+        )
+        result.warnings.append(
+            f"reuse on {runner.name}: the re-run stages ran {how}, over the values recorded "
+            "in the reused run's history (the result is the same)"
+        )
     return result

@@ -140,17 +140,19 @@ class Workbench:
         """The serial run of ``program`` on ``log`` this session kept in memory, or None."""
         return self._serial.get((program.sha256, log.fingerprint))
 
-    def ready_baseline(self, program: Program, log: Log, label: str) -> Baseline | None:
+    def ready_baseline(
+        self, program: Program, log: Log, label: str, same_program: bool = False
+    ) -> Baseline | None:
         """The serial run of ``program`` on ``log`` without replaying it: kept in memory by
         this workbench, or loaded from the catalog; None when there is none."""
         kept = self._serial.get((program.sha256, log.fingerprint))
         if kept is not None:
-            return Baseline(label, kept.result, reused=True, record=kept.record)
+            return Baseline(label, kept.result, True, kept.record, same_program)
         record = self.catalog.find(program_sha=program.sha256, log_fingerprint=log.fingerprint)
         if record is None:
             return None
         try:
-            base = Baseline(label, self.catalog.load(record), reused=True, record=record)
+            base = Baseline(label, self.catalog.load(record), True, record, same_program)
         except CatalogError:
             return None  # forgotten by another process meanwhile
         self._remember(program, log, base)
@@ -188,7 +190,7 @@ class Workbench:
         in memory or the catalog, else replayed (``observer`` sees that replay)."""
         base_program = program if baseline is None else self.program(baseline)
         label = f"serial replay of {program.name}" if baseline is None else f"{baseline} (serial)"
-        ready = self.ready_baseline(base_program, log, label)
+        ready = self.ready_baseline(base_program, log, label, same_program=baseline is None)
         if ready is not None:
             return ready
         # The baseline keeps its history, so that a later cell can re-replay only what it
@@ -201,7 +203,7 @@ class Workbench:
         record = self.catalog.record(
             name=base_program.name, program=base_program, log=log, engine=ORACLE, result=result
         )
-        base = Baseline(label, result, reused=False, record=record)
+        base = Baseline(label, result, False, record, same_program=baseline is None)
         self._remember(base_program, log, base)
         return base
 
@@ -389,7 +391,9 @@ class Workbench:
     def _compare(self, cell, beside, before_replay, cancel, by, say) -> None:
         """The baseline (the run itself on the oracle, or the one got beside it) and the diff."""
         if cell.baseline is None and beside is None and cell.not_compared is None:
-            cell.baseline = Baseline(f"serial replay of {cell.name}", cell.result, reused=False)
+            cell.baseline = Baseline(
+                f"serial replay of {cell.name}", cell.result, reused=False, same_program=True
+            )
         elif beside is not None:
             say(
                 "waiting",

@@ -93,6 +93,28 @@ def dag_figure(plan: Plan) -> go.Figure:
     critical = set(plan.critical_path)
     critical_edges = _critical_edges(plan, g)
     fig = go.Figure()
+    _add_edges(fig, g, pos, critical_edges)
+    _add_handlers(fig, plan, pos, critical)
+    _add_states(fig, plan, pos)
+    _add_stages(fig, plan, pos)
+    fig.add_trace(go.Scatter(
+        x=[None], y=[None], mode="lines", name="critical path",
+        line={"color": CRITICAL, "width": 3},
+    ))  # fmt: skip
+    fig.update_layout(
+        title=f"Plan of {plan.program}: critical path {' → '.join(plan.critical_path)}",
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        plot_bgcolor="white",
+        height=max(360, 110 * max(1, _widest_layer(g))),
+        margin={"l": 20, "r": 20, "t": 60, "b": 20},
+        legend={"orientation": "h", "y": -0.05},
+    )
+    return fig
+
+
+def _add_edges(fig: go.Figure, g: Any, pos: dict, critical_edges: set) -> None:
+    """An arrow per edge (gold on the critical path), a dotted line under scheduled events."""
     for u, v, attrs in g.edges(data=True):
         on_path = (u, v) in critical_edges
         (x0, y0), (x1, y1) = pos[u], pos[v]
@@ -108,6 +130,10 @@ def dag_figure(plan: Plan) -> go.Figure:
                 x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
                 line={"dash": "dot", "color": CRITICAL if on_path else EDGE_COLOR},
             ))  # fmt: skip
+
+
+def _add_handlers(fig: go.Figure, plan: Plan, pos: dict, critical: set) -> None:
+    """The handlers, one trace per stage mode, with what each reads and writes on hover."""
     stage_of = {h: s for s in plan.stages for h in s.handlers}
     for mode, color in MODE_COLORS.items():
         names = [h.name for h in plan.handlers if stage_of[h.name].label == mode]
@@ -145,6 +171,10 @@ def dag_figure(plan: Plan) -> go.Figure:
                          "color": [CRITICAL if n in critical else "#333" for n in names]},
             },
         ))  # fmt: skip
+
+
+def _add_states(fig: go.Figure, plan: Plan, pos: dict) -> None:
+    """The state, as squares."""
     states = [s for s in plan.states if ("s", s.name) in pos]
     if states:
         fig.add_trace(go.Scatter(
@@ -159,6 +189,10 @@ def dag_figure(plan: Plan) -> go.Figure:
             marker={"symbol": "square", "size": 18, "color": STATE_COLOR,
                     "line": {"width": 1, "color": "#555"}},
         ))  # fmt: skip
+
+
+def _add_stages(fig: go.Figure, plan: Plan, pos: dict) -> None:
+    """Each stage's label (its mode and key) and, around several handlers, a dashed box."""
     for s in plan.stages:
         xs = [pos[("h", h)][0] for h in s.handlers]
         ys = [pos[("h", h)][1] for h in s.handlers]
@@ -173,20 +207,6 @@ def dag_figure(plan: Plan) -> go.Figure:
                 y1=max(ys) + 0.2, line={"color": MODE_COLORS[s.label], "dash": "dash"},
                 fillcolor="rgba(0,0,0,0)", layer="below",
             )  # fmt: skip
-    fig.add_trace(go.Scatter(
-        x=[None], y=[None], mode="lines", name="critical path",
-        line={"color": CRITICAL, "width": 3},
-    ))  # fmt: skip
-    fig.update_layout(
-        title=f"Plan of {plan.program}: critical path {' → '.join(plan.critical_path)}",
-        xaxis={"visible": False},
-        yaxis={"visible": False},
-        plot_bgcolor="white",
-        height=max(360, 110 * max(1, _widest_layer(g))),
-        margin={"l": 20, "r": 20, "t": 60, "b": 20},
-        legend={"orientation": "h", "y": -0.05},
-    )
-    return fig
 
 
 #: The DAG's SVG: pixels per character of a label, between layers and between rows.

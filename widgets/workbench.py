@@ -106,10 +106,17 @@ def run_cell(
             workbench, name, program, log, observer=TextMonitor(), on_done=_print_outcome, **options
         )
 
+    return _start_with_views(workbench, name, program, log, the_plan, mode, layout, options)
+
+
+def _start_with_views(workbench, name, program, log, the_plan, mode, layout, options) -> Any:
+    """The cell's replay started on a thread, with its monitor, its quarantine and its diff
+    views shown above the plan (the monitor at the top of the cell while the replay runs)."""
     from widgets.diff_view import DiffView
     from widgets.monitor import ReplayMonitor
     from widgets.quarantine_view import QuarantineView
 
+    engine, by = options["engine"], options.get("by")
     monitor, diff_view = ReplayMonitor(f"{name} on {engine}", engine), DiffView(by=by)
     quarantine_view = QuarantineView()
     monitor_out = _show_static(monitor)

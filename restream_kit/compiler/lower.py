@@ -23,14 +23,40 @@ evaluates level by level never needs a value before it exists.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..model.program import Program
 from ..model.state import Counter, Map
+from ._lower_types import (
+    INT64_SAFE,
+    ColumnFacts,
+    NotLowerable,
+    _column_types,
+    _lit,
+    _Typed,
+    _Typer,
+    column_facts,
+)
+from ._lowered import (
+    Arith,
+    Binary,
+    Cmp,
+    Col,
+    EmitSite,
+    Expr,
+    Lit,
+    Logic,
+    Lowered,
+    LoweredRead,
+    LoweredState,
+    Neg,
+    Not,
+    ReadOf,
+    Unary,
+    Write,
+)
 
 __all__ = [
     "Col",
@@ -55,224 +81,10 @@ __all__ = [
     "NotLowerable",
 ]
 
-INT64_SAFE = 2**62  # bounds below this never overflow int64 after one more + or -
-FLOAT_EXACT = 2**53  # integers below this convert to float exactly
-
-
-class NotLowerable(Exception):
-    """The program (for this log) has something column evaluation could get wrong."""
-
-
-# -- expressions --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Col:
-    """An event field."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class Lit:
-    """A constant (int, float, bool or str)."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class ReadOf:
-    """The value of read site ``site`` (an index into :attr:`Lowered.reads`)."""
-
-    site: int
-
-
-@dataclass(frozen=True)
-class _Binary:
-    op: str
-    left: Expr
-    right: Expr
-
-
-@dataclass(frozen=True)
-class _Unary:
-    operand: Expr
-
-
-class Arith(_Binary):
-    """``left op right``, ``op`` one of "+", "-", "*"."""
-
-
-class Neg(_Unary):
-    """``-operand``."""
-
-
-class Cmp(_Binary):
-    """``left op right``, ``op`` one of "==", "!=", "<", "<=", ">", ">="."""
-
-
-@dataclass(frozen=True)
-class Logic:
-    """``and`` / ``or`` of conditions (Python truthiness of each operand)."""
-
-    op: str
-    operands: tuple[Expr, ...]
-
-
-class Not(_Unary):
-    """``not operand``: the negation of its truth."""
-
-
-Expr = Col | Lit | ReadOf | Arith | Neg | Cmp | Logic | Not
-
-
-# -- what handlers do ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LoweredRead:
-    """A read of ``state[key]`` at operation ``n`` of handler ``handler`` (index), lowered:
-    its key is expressions over the event's columns that an engine can evaluate, where the
-    plan's :class:`~restream_kit.planner.ir.Access` holds the key's canonical source."""
-
-    index: int
-    state: str
-    key: tuple[Expr, ...]
-    handler: int
-    n: int
-
-
-@dataclass(frozen=True)
-class Write:
-    """``state[key] += value`` (merge), ``= value`` (set) or ``del`` (delete), when ``when``."""
-
-    state: str
-    op: str
-    key: tuple[Expr, ...]
-    value: Expr | None
-    when: Expr | None
-    handler: int
-    n: int
-
-
-@dataclass(frozen=True)
-class EmitSite:
-    """``emit(table, **fields)`` at operation ``n`` of handler ``handler``, when ``when``."""
-
-    table: str
-    fields: tuple[tuple[str, Expr], ...]
-    when: Expr | None
-    handler: int
-    n: int
-    level: int = 0
-
-
-@dataclass(frozen=True)
-class LoweredState:
-    """A lowered state: ``kind`` "merge" (sums) or "set" (last write), its default, key shape."""
-
-    name: str
-    kind: str
-    default: Any
-    tuple_key: bool
-    arity: int
-    level: int
-    value_type: str
-    #: For keys of several integers with known ranges: ``(lowest, span)`` per position, so that
-    #: ``sum((k_i - lowest_i) * stride_i)`` is one 64-bit key (joins on one column are faster).
-    packing: tuple[tuple[int, int], ...] | None = None
-
-
-@dataclass(frozen=True)
-class Lowered:
-    """A whole program lowered: handlers' kinds, reads, writes, emits, states by level."""
-
-    kinds: tuple[tuple[str, ...], ...]  # per handler index
-    handler_names: tuple[str, ...]
-    reads: tuple[LoweredRead, ...]
-    writes: tuple[Write, ...]
-    emits: tuple[EmitSite, ...]
-    states: dict[str, LoweredState]
-    ops_per_handler: int
-
-    @property
-    def levels(self) -> int:
-        """How many evaluation rounds the program needs (one per state level, and emits)."""
-        top = [s.level for s in self.states.values() if self.writes_of(s.name)]
-        top += [e.level for e in self.emits]
-        return max(top, default=0) + 1
-
-    def writes_of(self, state: str) -> tuple[Write, ...]:
-        return tuple(w for w in self.writes if w.state == state)
-
-
 # -- lowering ------------------------------------------------------------------------------
 
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 _CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
-
-
-@dataclass
-class _Typed:
-    """What lowering knows of an expression: type class, may it be None, integer bound."""
-
-    expr: Expr
-    type: str  # "int", "float", "bool", "str"
-    nullable: bool = False
-    bound: int | None = None  # for ints: |value| <= bound
-    range: tuple[int, int] | None = None  # for int columns: (min, max)
-
-
-@dataclass(frozen=True)
-class ColumnFacts:
-    """What lowering needs of a log column, without its rows: its type, whether some row is
-    null, and an integer column's (min, max) (``(0, 0)`` when it has no value)."""
-
-    type: pa.DataType
-    nullable: bool
-    range: tuple[int, int] = (0, 0)
-
-
-def column_facts(table: pa.Table) -> dict[str, ColumnFacts]:
-    """The :class:`ColumnFacts` of every column of ``table``."""
-    out = {}
-    for name in table.column_names:
-        col = table.column(name)
-        t = col.type
-        lo_hi = (0, 0)
-        if pa.types.is_integer(t) and t != pa.uint64() and len(col):
-            mm = pc.min_max(col).as_py()
-            lo_hi = (mm["min"] or 0, mm["max"] or 0)
-        out[name] = ColumnFacts(t, col.null_count > 0, lo_hi)
-    return out
-
-
-def _column_types(facts: dict[str, ColumnFacts]) -> dict[str, _Typed]:
-    out = {}
-    for name, fact in facts.items():
-        t, nullable = fact.type, fact.nullable
-        if pa.types.is_boolean(t):
-            out[name] = _Typed(Col(name), "bool", nullable)
-        elif pa.types.is_integer(t) and t != pa.uint64():
-            lo, hi = fact.range
-            out[name] = _Typed(Col(name), "int", nullable, max(abs(lo), abs(hi)), (lo, hi))
-        elif pa.types.is_floating(t):
-            out[name] = _Typed(Col(name), "float", nullable)
-        elif pa.types.is_string(t) or pa.types.is_large_string(t):
-            out[name] = _Typed(Col(name), "str", nullable)
-    return out
-
-
-def _lit(value: Any) -> _Typed:
-    if isinstance(value, bool):
-        return _Typed(Lit(value), "bool")
-    if isinstance(value, int):
-        return _Typed(Lit(value), "int", bound=abs(value))
-    if isinstance(value, float):
-        return _Typed(Lit(value), "float")
-    if isinstance(value, str):
-        return _Typed(Lit(value), "str")
-    raise NotLowerable(f"constant {value!r}")
 
 
 class _Lowerer:
@@ -476,76 +288,6 @@ def _assigned(stmt: ast.AST) -> set[str]:
     }
 
 
-# -- typing: every expression's type, nullability and bound --------------------------------
-
-
-class _Typer:
-    """Types expressions once the writes are known; raises NotLowerable on any doubt."""
-
-    def __init__(self, low: _Lowerer, states: dict[str, LoweredState], read_state: dict[int, str]):
-        self.low = low
-        self.states = states
-        self.read_state = read_state
-        self.state_types: dict[str, _Typed] = {}
-
-    def of(self, x: Expr) -> _Typed:
-        if isinstance(x, Col):
-            return self.low.columns[x.name]
-        if isinstance(x, Lit):
-            return _lit(x.value)
-        if isinstance(x, ReadOf):
-            return self.state_types[self.read_state[x.site]]
-        if isinstance(x, Neg):
-            t = self.of(x.operand)
-            self.numeric(t)
-            return _Typed(x, t.type, False, t.bound)
-        if isinstance(x, Arith):
-            a, b = self.of(x.left), self.of(x.right)
-            self.numeric(a)
-            self.numeric(b)
-            if a.type == b.type == "int":
-                bound = a.bound * b.bound if x.op == "*" else a.bound + b.bound
-                if bound >= INT64_SAFE:
-                    raise NotLowerable("integer arithmetic that could overflow 64 bits")
-                return _Typed(x, "int", False, bound)
-            self.exact(a)
-            self.exact(b)
-            return _Typed(x, "float")
-        if isinstance(x, Cmp):
-            a, b = self.of(x.left), self.of(x.right)
-            if a.nullable or b.nullable:
-                raise NotLowerable("comparison with a value that may be None")
-            if {a.type, b.type} <= {"int", "float"}:
-                if a.type != b.type:
-                    self.exact(a)
-                    self.exact(b)
-            elif a.type != b.type or (a.type == "bool" and x.op not in ("==", "!=")):
-                raise NotLowerable(f"comparison of {a.type} and {b.type}")
-            return _Typed(x, "bool")
-        if isinstance(x, Logic):
-            for o in x.operands:
-                self.truth(self.of(o))
-            return _Typed(x, "bool")
-        if isinstance(x, Not):
-            self.truth(self.of(x.operand))
-            return _Typed(x, "bool")
-        raise NotLowerable(type(x).__name__)
-
-    def numeric(self, t: _Typed) -> None:
-        if t.type not in ("int", "float") or t.nullable:
-            raise NotLowerable(
-                f"arithmetic on a {t.type}{' that may be None' if t.nullable else ''}"
-            )
-
-    def exact(self, t: _Typed) -> None:
-        if t.type == "int" and (t.bound is None or t.bound > FLOAT_EXACT):
-            raise NotLowerable("an integer that might not convert to float exactly")
-
-    def truth(self, t: _Typed) -> None:
-        if t.nullable and t.type != "bool":
-            raise NotLowerable("truth of a value that may be None")
-
-
 def lower(
     program: Program, table: pa.Table | dict[str, ColumnFacts], rows: int | None = None
 ) -> Lowered:
@@ -559,63 +301,15 @@ def lower(
     for h in program.handlers:
         low.handler(h)
     read_state = {r.index: r.state for r in low.reads}
-    # Levels: a state depends on the states its writes read.
-    deps: dict[str, set[str]] = {name: set() for name in program.states}
     written = {w.state for w in low.writes}
-    for w in low.writes:
-        used = low_reads(w.key, w.value, w.when)
-        # A state nobody writes reads as its default everywhere: no round needs to wait for it.
-        deps[w.state] |= {read_state[i] for i in used} & written
-    level: dict[str, int] = {}
-
-    def rank(name: str, seen: tuple[str, ...] = ()) -> int:
-        if name in seen:
-            raise NotLowerable(f"state {name} is written from reads of itself")
-        if name not in level:
-            level[name] = max((rank(d, (*seen, name)) + 1 for d in deps[name]), default=0)
-        return level[name]
-
-    for name in program.states:
-        rank(name)
+    level = _levels(program, low, read_state, written)
     typer = _Typer(low, {}, read_state)
     states: dict[str, LoweredState] = {}
     # Type states level by level: a state's value type needs the types of what it reads.
     for name in sorted(program.states, key=lambda s: (level[s], s in written)):
         decl = program.states[name]
-        ws = [w for w in low.writes if w.state == name]
-        ops = {w.op for w in ws}
+        kind, vtype = _state_type(name, decl.default, low, typer)
         default = decl.default
-        if "merge" in ops:
-            if ops != {"merge"}:
-                raise NotLowerable(f"state {name} is both merged and overwritten or deleted")
-            if type(default) is not int:
-                raise NotLowerable(f"state {name} merges onto a non-integer default")
-            bound = abs(default)
-            for w in ws:
-                t = typer.of(w.value)
-                if t.type != "int" or t.nullable:
-                    raise NotLowerable(f"state {name} merges {t.type} values (sums must be exact)")
-                bound += t.bound * max(low.events, 1)
-            if bound >= INT64_SAFE:
-                raise NotLowerable(f"sums of {name} could overflow 64 bits")
-            typer.state_types[name] = _Typed(None, "int", False, bound)
-            kind, vtype = "merge", "int"
-        else:
-            types = [typer.of(w.value) for w in ws if w.op == "set"]
-            classes = {t.type for t in types}
-            if default is not None:
-                classes.add(_lit(default).type)
-            if len(classes) > 1:
-                raise NotLowerable(f"state {name} holds values of several types")
-            vtype = classes.pop() if classes else "bool"
-            nullable = default is None or any(t.nullable for t in types)
-            bounds = [t.bound for t in types] + (
-                [abs(default)] if vtype == "int" and default is not None else []
-            )
-            typer.state_types[name] = _Typed(
-                None, vtype, nullable, max(bounds, default=0) if vtype == "int" else None
-            )
-            kind = "set"
         arity = len(low.key_types.get(name, [None]))
         states[name] = LoweredState(
             name,
@@ -651,6 +345,67 @@ def lower(
     )
 
 
+def _levels(program: Program, low: _Lowerer, read_state: dict[int, str], written: set[str]):
+    """Each state's round: one after the rounds of the states its writes read (a state nobody
+    writes reads as its default everywhere: no round waits for it)."""
+    deps: dict[str, set[str]] = {name: set() for name in program.states}
+    for w in low.writes:
+        used = low_reads(w.key, w.value, w.when)
+        deps[w.state] |= {read_state[i] for i in used} & written
+    level: dict[str, int] = {}
+
+    def rank(name: str, seen: tuple[str, ...] = ()) -> int:
+        if name in seen:
+            raise NotLowerable(f"state {name} is written from reads of itself")
+        if name not in level:
+            level[name] = max((rank(d, (*seen, name)) + 1 for d in deps[name]), default=0)
+        return level[name]
+
+    for name in program.states:
+        rank(name)
+    return level
+
+
+def _state_type(name: str, default: Any, low: _Lowerer, typer: _Typer) -> tuple[str, str]:
+    """(kind, value type) of state ``name`` from its writes, typed with ``typer`` (which then
+    knows the state's type); NotLowerable for a mix of merges and overwrites, sums that could
+    be inexact or overflow, or values of several types."""
+    ws = [w for w in low.writes if w.state == name]
+    ops = {w.op for w in ws}
+    if "merge" in ops:
+        if ops != {"merge"}:
+            raise NotLowerable(f"state {name} is both merged and overwritten or deleted")
+        if type(default) is not int:
+            raise NotLowerable(f"state {name} merges onto a non-integer default")
+        bound = abs(default)
+        for w in ws:
+            t = typer.of(w.value)
+            if t.type != "int" or t.nullable:
+                raise NotLowerable(f"state {name} merges {t.type} values (sums must be exact)")
+            bound += t.bound * max(low.events, 1)
+        if bound >= INT64_SAFE:
+            raise NotLowerable(f"sums of {name} could overflow 64 bits")
+        typer.state_types[name] = _Typed(None, "int", False, bound)
+        kind, vtype = "merge", "int"
+    else:
+        types = [typer.of(w.value) for w in ws if w.op == "set"]
+        classes = {t.type for t in types}
+        if default is not None:
+            classes.add(_lit(default).type)
+        if len(classes) > 1:
+            raise NotLowerable(f"state {name} holds values of several types")
+        vtype = classes.pop() if classes else "bool"
+        nullable = default is None or any(t.nullable for t in types)
+        bounds = [t.bound for t in types] + (
+            [abs(default)] if vtype == "int" and default is not None else []
+        )
+        typer.state_types[name] = _Typed(
+            None, vtype, nullable, max(bounds, default=0) if vtype == "int" else None
+        )
+        kind = "set"
+    return kind, vtype
+
+
 def walk(*exprs: Any):
     """Every sub-expression of ``exprs`` (expressions, tuples of them, or None)."""
     stack = list(exprs)
@@ -662,9 +417,9 @@ def walk(*exprs: Any):
         if x is None:
             continue
         yield x
-        if isinstance(x, _Binary):
+        if isinstance(x, Binary):
             stack += [x.left, x.right]
-        elif isinstance(x, _Unary):
+        elif isinstance(x, Unary):
             stack.append(x.operand)
         elif isinstance(x, Logic):
             stack += list(x.operands)

@@ -14,6 +14,9 @@ from .options import SPARK_PATHS, SerialOptions, SparkOptions, known_options, sp
 
 __all__ = ["SerialEngine", "SparkEngine", "SPARK_PATHS", "spark_option_problem"]
 
+#: The environment setting that turns Spark's web UI on (in the kernel's, before it starts).
+_UI = "RESTREAM_SPARK_UI=1"
+
 
 class SerialEngine:
     """One event at a time, in this process: the definition of a correct result."""
@@ -73,38 +76,7 @@ class SparkEngine:
         columns over N epochs (the prefix path, judged when ``log`` is given), parallel over
         partitions by a key, or sequential in one task with the reason (what
         ``metrics.path`` then says, but for the task counts)."""
-        from .spark._engine import option_blockers
-        from .spark.passes._plan import layout
-
-        opts = _forecast_options(options)
-        lines = layout(program, opts.partitions)
-        # As the engine chooses (``_Replay._lowered``), which judges by its session where
-        # this judges by the master's URL: Spark Connect and logs given as a URI take the
-        # passes (but a URI log Spark has copied on a local master); local masters and
-        # spark:// clusters the prefix path.
-        master = str(opts.master or "local")
-        blocked = (
-            bool(option_blockers(opts, opts.on_error))
-            or master.startswith("sc://")
-            or (
-                getattr(log, "uri", None) is not None
-                and not (getattr(log, "copied", False) and master.startswith("local"))
-            )
-        )
-        if not blocked and log is not None and opts.path != "passes" and len(log):
-            from ..io.epochs import cut
-            from .spark.prefix._driver import default_epoch, lowered_over, prefix_plan
-            from .spark.session._session import planned_cores
-
-            low, _why = prefix_plan(program, log)
-            if low is not None:
-                epoch = opts.epoch
-                if epoch is None and not opts.checkpoint:
-                    epoch = default_epoch(len(log), planned_cores(opts.master))
-                epochs = sum(1 for ep in cut(log, epoch) if len(ep))
-                said = lowered_over(epochs, bool(opts.checkpoint))
-                return {stage: said for stage in lines}
-        return lines
+        return _spark().forecast_layout(program, log, _forecast_options(options))
 
     def replay(
         self,
@@ -116,57 +88,53 @@ class SparkEngine:
         **given: Any,
     ) -> Any:
         """Replay with ``options`` (built by the caller), else with those built from ``given``."""
-        from . import spark
-
-        return spark.replay(program, log, observer=observer, options=options, **given)
+        return _spark().replay(program, log, observer=observer, options=options, **given)
 
     def warm_up(self, options: SparkOptions) -> None:
         """Start the session in the background (the JVM takes seconds) unless one is given."""
         if options.session is None:
-            from .spark import warm_up
-
-            warm_up(options.master, options.conf)
+            _spark().warm_up(options.master, options.conf)
 
     def describe_log(self, log: Any, options: SparkOptions) -> None:
         """Read a log given as a URI with Spark's reader, so that the checks before the
         replay see its columns and kinds (the session is the replay's)."""
-        from .spark import describe_uri_log, get_session
-
-        session = options.session or get_session(
+        spark = _spark()
+        session = options.session or spark.get_session(
             options.master, options.conf, None, options.executor_wait
         )
-        describe_uri_log(session, log, options)
+        spark.describe_uri_log(session, log, options)
 
     def session(self, options: SparkOptions) -> Any:
         """The SparkSession a replay with ``options`` runs on, made now (what a ``restream
         driver`` keeps up), and its cores."""
-        from .spark.session._session import get_session, session_cores
-
-        session = get_session(options.master, options.conf, options.session, options.executor_wait)
-        return session, session_cores(session)
+        spark = _spark()
+        session = spark.get_session(
+            options.master, options.conf, options.session, options.executor_wait
+        )
+        return session, spark.session_cores(session)
 
     def diagnostics(self) -> Diagnostics:
         """Spark's own log, and its web UI once the session has one."""
-        from .spark.session._session import spark_log_path, ui_url
-
-        return Diagnostics(
-            "Spark",
-            spark_log_path().resolve(),
-            ui_url(),
-            "RESTREAM_SPARK_UI=1",
-        )
+        spark = _spark()
+        return Diagnostics("Spark", spark.spark_log_path().resolve(), spark.ui_url(), _UI)
 
     def error_line(self, error: BaseException) -> str | None:
         """A Java exception as its root cause's line and where Spark's log is; else None."""
         if not type(error).__module__.startswith(("py4j", "pyspark")):
             return None
-        from .spark.session._session import spark_log_path
-
         name, text = type(error).__name__, str(error)
         causes = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Caused by:")]
         first = causes[-1].removeprefix("Caused by:").strip() if causes else ""
         first = first or next((ln.strip() for ln in text.splitlines() if ln.strip()), name)
-        return f"{name}: {first} (Spark's log: {spark_log_path()})"
+        return f"{name}: {first} (Spark's log: {_spark().spark_log_path()})"
+
+
+def _spark() -> Any:
+    """The Spark engine's package, imported on its first use: it takes about a second, and
+    ``import restream_kit`` or a serial replay never needs it."""
+    from . import spark
+
+    return spark
 
 
 def _forecast_options(options: Any) -> SparkOptions:

@@ -42,30 +42,22 @@ epoch. ``state`` and ``rows`` are values the codec above stores, that the engine
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..model import values
-from ..model.errors import RestreamError
-from ._arrow_stores import (
-    FutureColumns,
-    RowsColumns,
-    StoreColumns,
-    future_columns,
-    future_from_table,
-    rows_columns,
-    rows_from_table,
-    store_columns,
-    store_from_table,
-)
 from ._atomic import fsync_path, write_synced
+from ._checkpoint_codec import (
+    CheckpointError,
+    ProgramFunction,
+    load_value,
+    save_value,
+)
 from ._commit_writer import CommitWriter
+from ._serial_state import restore_serial_state, serial_state, state_declarations
 
 __all__ = [
     "CheckpointError",
@@ -80,6 +72,7 @@ __all__ = [
     "ProgramFunction",
     "save_value",
     "load_value",
+    "state_declarations",
 ]
 
 MANIFEST = "manifest.json"
@@ -90,10 +83,6 @@ _RETIRED_STATE_FORMATS = {
     "held pickled values",
 }
 _EPOCH_DIR = "epoch-{:06d}"
-
-
-class CheckpointError(RestreamError):
-    """A checkpoint directory that cannot be used: not one, another replay's, or unreadable."""
 
 
 @dataclass
@@ -406,88 +395,6 @@ def check_states(program: Any, saved: dict[str, list], where: str) -> list[str]:
     return notes
 
 
-def state_declarations(program: Any) -> dict[str, list]:
-    """Name -> [kind, repr(default)] of every declared state, as :func:`check_states` reads."""
-    return {name: [decl.kind, repr(decl.default)] for name, decl in program.states.items()}
-
-
-# -- the serial engine's state --------------------------------------------------------------
-
-
-def serial_state(rt: Any, stores: dict[str, dict], program: Any) -> dict[str, Any]:
-    """The serial runtime's state between epochs, as plain data (see save_value).
-
-    That is every store, the timed writes still pending (their store by name), the scheduled
-    events still pending, the counter that orders both, and each log event's count of
-    scheduled events (the ``seq`` of the next one).
-    """
-    by_id = {id(d): name for name, d in stores.items()}
-    future = [(at, n, by_id[id(d)], op, key, arg) for at, n, d, _dflt, op, key, arg in rt.future]
-    order = next(rt.order)
-    rt.order = _count(order)
-    return {
-        "states": state_declarations(program),
-        # Plain dicts: on_error stores are journaling dict subclasses.
-        "stores": {name: dict(d) for name, d in stores.items()},
-        "future": future,
-        "scheduled": list(rt.scheduled),
-        "order": order,
-        "scheduled_per_root": dict(rt.scheduled_per_root),
-        "quarantined": list(getattr(rt, "quarantined", ())),
-    }
-
-
-def restore_serial_state(
-    rt: Any,
-    stores: dict[str, dict],
-    program: Any,
-    state: dict[str, Any],
-    *,
-    outputs: bool = True,
-    namespace: dict[str, Any] | None = None,
-) -> None:
-    """Put ``state`` (from :func:`serial_state`) back into a fresh runtime and its stores.
-
-    ``outputs`` False (a ``start_from``) leaves out the handler runs quarantined before.
-    Merge functions read from a checkpoint (:class:`ProgramFunction`) are rebuilt from the
-    program's own code in ``namespace`` (the compiled program's globals; when None, the
-    program is compiled again against ``rt`` and ``stores`` to find them).
-    """
-    for name, saved in state["stores"].items():
-        # dict.update: an on_error store must not journal what it is restored to.
-        dict.clear(stores[name])
-        dict.update(stores[name], saved)
-    if outputs and hasattr(rt, "quarantined"):
-        rt.quarantined[:] = state.get("quarantined", [])
-    defaults = {name: decl.default for name, decl in program.states.items()}
-    future = state["future"]
-    if any(isinstance(entry[5], ProgramFunction) for entry in future):
-        if namespace is None:
-            from ..compiler.compile import compile_program
-
-            namespace = compile_program(program, rt, stores).namespace
-        codes = _program_codes(namespace, program.filename)
-        future = [
-            (*entry[:5], entry[5].rebuild(codes, namespace))
-            if isinstance(entry[5], ProgramFunction)
-            else entry
-            for entry in future
-        ]
-    rt.future[:] = [
-        (at, n, stores[name], defaults[name], op, key, arg) for at, n, name, op, key, arg in future
-    ]
-    rt.scheduled[:] = state["scheduled"]
-    rt.order = _count(state["order"])
-    rt.scheduled_per_root.clear()
-    rt.scheduled_per_root.update(state["scheduled_per_root"])
-
-
-def _count(start: int):
-    import itertools
-
-    return itertools.count(start)
-
-
 # -- files ---------------------------------------------------------------------------------
 
 
@@ -562,335 +469,3 @@ def _committed_text(manifest: dict[str, Any]) -> str:
         return "a checkpoint with no committed epoch"
     done = "complete" if manifest.get("complete") else "incomplete"
     return f"a checkpoint of epochs {epochs[0]['epoch']}..{epochs[-1]['epoch']} ({done})"
-
-
-def _culprit(value: Any, hook: Any) -> str | None:
-    """Which store and key hold a value the codec (with ``hook``) cannot store, for the
-    error message."""
-    stores = value.get("stores") if isinstance(value, dict) else None
-    if not isinstance(stores, dict):
-        return None
-    for name, store in stores.items():
-        for key, v in store.items():
-            try:
-                values.encode(v, hook)
-            except Exception:  # noqa: BLE001
-                return f"state {name!r} key {key!r} holds {type(v).__name__} {v!r:.60}: "
-    return None
-
-
-# -- the on-disk codec: JSON with type tags, Arrow files, no pickle ------------------------
-
-
-def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
-    """Write ``value`` as ``directory/<stem>.json`` (Arrow tables in it as ``<stem>-N.arrow``).
-
-    A value the codec cannot store is a :class:`CheckpointError` naming it (and, for a
-    replay's state, the state and key that hold it).
-    """
-    tables: list[Any] = []
-    original, value = value, _with_store_tables(value)
-    if stem == "rows":
-        value = _with_rows_tables(value)
-
-    def hook(v: Any) -> tuple[str, Any] | None:
-        import pyarrow as pa
-
-        if isinstance(v, pa.Table):
-            name = f"{stem}-{len(tables)}.arrow"
-            tables.append((name, v))
-            return "arrow", name
-        if type(v) is _StoreTable:  # a state store: typed Parquet, as a run's state
-            name = f"{stem}-{len(tables)}.parquet"
-            tables.append((name, v.table))
-            return "store", [name, v.arity]
-        if type(v) is _RowsTable:
-            name = f"{stem}-{len(tables)}.arrow"
-            tables.append((name, v.table))
-            return "rows", name
-        if type(v) is _FutureTable:
-            name = f"{stem}-{len(tables)}.arrow"
-            tables.append((name, v.table))
-            return "future", [name, v.arity]
-        return _encode_special(v, hook)
-
-    try:
-        data = values.dumps(value, hook)
-    except (values.ValueCodecError, RecursionError) as exc:
-        culprit = _culprit(original, hook)
-        raise CheckpointError(
-            f"cannot save {what} in the checkpoint: {culprit or ''}{exc}"
-        ) from None
-    for name, table in tables:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        if name.endswith(".parquet"):
-            pq.write_table(table, directory / name)
-        else:
-            with pa.OSFile(str(directory / name), "wb") as sink:
-                with pa.ipc.new_file(sink, table.schema) as writer:
-                    writer.write_table(table)
-        os.chmod(directory / name, 0o600)
-        fsync_path(directory / name)
-    write_synced(directory / f"{stem}.json", data)
-
-
-def load_value(directory: Path, stem: str) -> Any:
-    """The value :func:`save_value` wrote (building only plain values, tables and events)."""
-    path = directory / f"{stem}.json"
-
-    def arrow(name: Any) -> Any:
-        import pyarrow as pa
-
-        if not isinstance(name, str) or "/" in name or not name.endswith((".arrow", ".parquet")):
-            raise values.ValueCodecError(f"bad Arrow file reference {name!r}")
-        if name.endswith(".parquet"):
-            import pyarrow.parquet as pq
-
-            return pq.read_table(directory / name)
-        with pa.memory_map(str(directory / name)) as source:
-            return pa.ipc.open_file(source).read_all()
-
-    def built(name: Any, build: Any, *args: Any) -> Any:
-        try:
-            return build(arrow(name), *args)
-        except ValueError as exc:  # a table that is not what its tag says: damaged or not ours
-            raise values.ValueCodecError(f"{name}: {exc}") from None
-
-    def keyed(payload: Any, build: Any) -> Any:
-        name, arity = payload  # (a store's or timed writes' key shape: see _arrow_stores)
-        if arity is not None and (type(arity) is not int or arity < 1):
-            raise values.ValueCodecError(f"bad key shape {arity!r}")
-        return built(name, build, arity)
-
-    decoders = {
-        "arrow": arrow,
-        "store": lambda payload: keyed(payload, store_from_table),
-        "future": lambda payload: keyed(payload, future_from_table),
-        "rows": lambda name: built(name, rows_from_table),
-    }
-    try:
-        data = path.read_bytes()
-        return values.loads(data, {**decoders, **_DECODERS})
-    except (OSError, values.ValueCodecError) as exc:
-        raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - Arrow errors: a damaged file, said in one line
-        raise CheckpointError(f"cannot read checkpoint file {path}: {exc}") from None
-
-
-@dataclass
-class _StoreTable:
-    """A state store headed for its own Arrow file (see :mod:`._arrow_stores`)."""
-
-    table: Any
-    arity: int | None
-
-
-def _with_store_tables(value: Any) -> Any:
-    """``value`` (a replay's state) with each big store of plain keys and values as a
-    :class:`_StoreTable`, and many timed writes of plain keys and values as a
-    :class:`_FutureTable`; anything else as it is. The caller's dicts are not changed."""
-    stores = value.get("stores") if type(value) is dict else None
-    if type(stores) is not dict:
-        return value
-    swapped = {}
-    for name, store in stores.items():
-        if type(store) is StoreColumns:  # columns already: committed as they are
-            swapped[name] = _StoreTable(store.table, store.arity)
-            continue
-        columns = store_columns(store, plain=False) if type(store) is dict else None
-        swapped[name] = store if columns is None else _StoreTable(*columns)
-    value = {**value, "stores": swapped}
-    future = value.get("future")
-    if type(future) is FutureColumns:  # columns already: committed as they are
-        value["future"] = _FutureTable(future.table, future.arity)
-        return value
-    columns = future_columns(future) if type(future) is list else None
-    if columns is not None:
-        value["future"] = _FutureTable(*columns)
-    return value
-
-
-@dataclass
-class _FutureTable:
-    """The timed writes waiting in a replay's state, headed for their own Arrow file."""
-
-    table: Any
-    arity: int | None
-
-
-@dataclass
-class _RowsTable:
-    """One table's rows of an epoch headed for their own Arrow file (``_arrow_stores``)."""
-
-    table: Any
-
-
-def _with_rows_tables(value: Any) -> Any:
-    """An epoch's rows (table -> rows) with each big table's rows as a :class:`_RowsTable`
-    when they fit (rows an engine gives as columns already, ``RowsColumns``, as they are);
-    anything else as it is."""
-    if type(value) is not dict:
-        return value
-    swapped = {}
-    for name, rows in value.items():
-        if type(rows) is RowsColumns:
-            swapped[name] = _RowsTable(rows.table)
-            continue
-        table = rows_columns(rows) if type(rows) is list else None
-        swapped[name] = rows if table is None else _RowsTable(table)
-    return swapped
-
-
-def _encode_special(v: Any, hook: Any) -> tuple[str, Any] | None:
-    """Events and merge functions of a replay's state (see the module docstring)."""
-    t = type(v)
-    if isinstance(v, tuple) and t.__name__ == "Event" and hasattr(t, "_fields"):
-        # The log's events: named tuples of a class made per log (Log.event_type).
-        return "event", [list(t._fields), values.encode(list(v), hook)]
-    if t.__name__ == "ScheduledEvent" and t.__module__.endswith("runtime.semantics"):
-        return "sched", values.encode(dict(v.__dict__), hook)
-    if t is ProgramFunction:
-        return "fn", values.encode(v.as_dict(), hook)
-    if t is types.FunctionType:
-        return "fn", values.encode(ProgramFunction.of(v).as_dict(), hook)
-    return None
-
-
-_EVENT_TYPES: dict[tuple[str, ...], type] = {}
-
-
-def _event(payload: Any) -> Any:
-    from collections import namedtuple
-
-    fields, items = payload
-    fields = tuple(fields)
-    if not all(isinstance(f, str) and f.isidentifier() for f in fields):
-        raise values.ValueCodecError(f"bad event fields {fields!r}")
-    cls = _EVENT_TYPES.get(fields)
-    if cls is None:
-        cls = _EVENT_TYPES[fields] = namedtuple("Event", fields)
-    return tuple.__new__(cls, _decode_nested(items))
-
-
-def _scheduled(payload: Any) -> Any:
-    from ..runtime import ScheduledEvent
-
-    fields = _decode_nested(payload)
-    return ScheduledEvent(
-        fields.pop("kind"), fields.pop("ts"), fields.pop("lsn"), fields.pop("seq"), fields
-    )
-
-
-def _function(payload: Any) -> Any:
-    return ProgramFunction(**_decode_nested(payload))
-
-
-def _decode_nested(payload: Any) -> Any:
-    return values.decode(payload, _DECODERS)
-
-
-_DECODERS = {"event": _event, "sched": _scheduled, "fn": _function}
-
-
-@dataclass
-class ProgramFunction:
-    """A function of the program (a merge waiting with ``at=``), as a checkpoint keeps it.
-
-    Not code: the function's name, first line and a digest of its compiled code, which find
-    it again in the program being replayed, and the values its closure and defaults held.
-    """
-
-    name: str
-    line: int
-    digest: str
-    closure: tuple = ()
-    defaults: tuple | None = None
-    kwdefaults: dict | None = None
-
-    @classmethod
-    def of(cls, fn: types.FunctionType) -> ProgramFunction:
-        """The reference to ``fn``; its closure's values must be ones the codec stores."""
-        try:
-            closure = tuple(c.cell_contents for c in fn.__closure__ or ())
-        except ValueError:
-            raise values.ValueCodecError(
-                f"function {fn.__qualname__} refers to a variable not yet assigned", fn
-            ) from None
-        return cls(
-            name=fn.__code__.co_name,
-            line=fn.__code__.co_firstlineno,
-            digest=_code_digest(fn.__code__),
-            closure=closure,
-            defaults=fn.__defaults__,
-            kwdefaults=fn.__kwdefaults__,
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields, for the codec."""
-        return {
-            "name": self.name,
-            "line": self.line,
-            "digest": self.digest,
-            "closure": tuple(self.closure),
-            "defaults": self.defaults,
-            "kwdefaults": self.kwdefaults,
-        }
-
-    def rebuild(self, codes: dict[tuple, types.CodeType], namespace: dict[str, Any]) -> Any:
-        """The function again, from the program's own code found in ``codes``."""
-        code = codes.get((self.name, self.line, self.digest))
-        if code is None or len(code.co_freevars) != len(self.closure):
-            raise CheckpointError(
-                f"the checkpoint holds a merge function waiting with at= ({self.name} at line "
-                f"{self.line}) that this program does not have (changed since?)"
-            )
-        fn = types.FunctionType(
-            code,
-            namespace,
-            self.name,
-            self.defaults,
-            tuple(types.CellType(v) for v in self.closure),
-        )
-        fn.__kwdefaults__ = self.kwdefaults
-        return fn
-
-    def __call__(self, *_args: Any) -> Any:
-        raise CheckpointError(
-            f"merge function {self.name} (line {self.line}) was read from a checkpoint and not "
-            "rebuilt: restore_serial_state rebuilds it from the program"
-        )
-
-
-def _code_digest(code: types.CodeType) -> str:
-    """A digest of compiled code that is the same in every process (no ids, no hash order)."""
-    h = hashlib.sha256()
-    for part in (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
-        h.update(repr(part).encode())
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            h.update(_code_digest(const).encode())
-        elif isinstance(const, frozenset):
-            h.update(repr(sorted(map(repr, const))).encode())
-        else:
-            h.update(repr(const).encode())
-    return h.hexdigest()
-
-
-def _program_codes(namespace: dict[str, Any], filename: str) -> dict[tuple, types.CodeType]:
-    """Every code object of the program's functions in ``namespace``, nested ones included."""
-    found: dict[tuple, types.CodeType] = {}
-    todo = [
-        v.__code__
-        for v in namespace.values()
-        if isinstance(v, types.FunctionType) and v.__code__.co_filename == filename
-    ]
-    while todo:
-        code = todo.pop()
-        key = (code.co_name, code.co_firstlineno, _code_digest(code))
-        if key in found:
-            continue
-        found[key] = code
-        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-    return found

@@ -93,7 +93,7 @@ def _sweep_baseline(workbench: Workbench, cell: CellSweep, cancel: CancelToken |
     if base is None and is_oracle(cell.engine):
         for variant in cell.sweep:
             if all(variant.params.get(k, v) == v for k, v in defaults.items()):
-                base = Baseline(label, variant.result, reused=False)
+                base = Baseline(label, variant.result, reused=False, same_program=True)
                 break
     if base is None:
         base = workbench.baseline(program, log, None, cancel=cancel)

@@ -44,6 +44,9 @@ class Baseline:
     result: Result
     reused: bool
     record: RunRecord | None = None
+    #: The oracle's replay of the run's own program (not of another cell's): a difference
+    #: from it is an engine's error, never a change of the program's.
+    same_program: bool = False
 
 
 def no_reuse(baseline: str, why: str) -> dict[str, Any]:
@@ -177,10 +180,7 @@ class CellRun(CellOutcome):
     def unexpected_difference(self) -> bool:
         """True when the baseline is the serial replay of this program and the outputs differ."""
         return bool(
-            self.baseline
-            and self.baseline.label.startswith("serial")
-            and self.diff
-            and not self.diff.empty
+            self.baseline and self.baseline.same_program and self.diff and not self.diff.empty
         )
 
 

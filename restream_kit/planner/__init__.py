@@ -26,6 +26,7 @@ from ..io.log import Log
 from ..model.errors import ProgramError
 from ..model.program import Program
 from ._analysis import ModuleInfo, analyse
+from ._build import build_plan
 from ._lint import Finding, lint
 from .checks import check_against_log, check_program
 from .critical_path import SAMPLE_EVENTS, with_data
@@ -39,7 +40,6 @@ from .ir import (
     Stage,
     StageLoad,
     StateInfo,
-    build_plan,
     compile_key,
 )
 

@@ -36,6 +36,7 @@ from ..compiler.compile import compile_program
 from ..io.log import Log
 from ..model.program import Program
 from ..runtime import SerialRuntime, run_events
+from ._build import static_critical_path
 from .ir import (
     EVENT,
     DataPath,
@@ -44,7 +45,6 @@ from .ir import (
     StageLoad,
     compile_key,
     predicted_speedup,
-    static_critical_path,
 )
 
 if TYPE_CHECKING:
@@ -332,27 +332,7 @@ def _stage_load(
         hot = [(_key_repr(k, single), n, c) for k, n, _r, c in top]
     else:
         key_fn = compile_key(key_expr, program)
-        if found is not None:
-            cols, single = found
-            full, _, _ = loads.by_columns(cols, w, None)
-            acc = {(k[0] if single else k): [n, r, c] for k, n, r, c in full}
-        else:
-            acc = loads.by_python(key_fn, w)
-        extra: dict[Any, list] = {}
-        for ev in scheduled:
-            slot = extra.setdefault(_safe_key(key_fn, ev), [0, 0, 0.0])
-            slot[0] += 1
-            slot[1] += w.runs[ev.kind]
-            slot[2] += w.cost[ev.kind]
-        for k, (n, r, c) in extra.items():
-            slot = acc.setdefault(k, [0, 0, 0.0])
-            slot[0] += math.ceil(n * scale)
-            slot[1] += math.ceil(r * scale)
-            slot[2] += c * scale
-        ordered = sorted(acc.items(), key=lambda kv: (-kv[1][2], -kv[1][0], repr(kv[0])))
-        groups = len(ordered)
-        max_runs = max((v[1] for _, v in ordered), default=0)
-        hot = [(repr(k), v[0], v[2]) for k, v in ordered[:HOT_KEYS]]
+        groups, max_runs, hot = _keyed_in_python(key_fn, found, loads, w, scheduled, scale)
     if not hot:
         return StageLoad(stage.name, stage.mode, work, None, 0, 0.0, (), cost, 0.0, 0), sched_runs
     heaviest_key, _n, heaviest_cost = hot[0]
@@ -371,6 +351,34 @@ def _stage_load(
         ),
         sched_runs,
     )
+
+
+def _keyed_in_python(
+    key_fn: Any, found: Any, loads: _Loads, w: _Weights, scheduled: list, scale: float
+) -> tuple[int, int, list]:
+    """(keys, the heaviest key's runs, the hot keys) of a stage whose key the columns cannot
+    give alone: the log's events grouped by ``key_fn`` (or by columns when ``found``), and the
+    sample's scheduled events, scaled to the log, added by their key."""
+    if found is not None:
+        cols, single = found
+        full, _, _ = loads.by_columns(cols, w, None)
+        acc = {(k[0] if single else k): [n, r, c] for k, n, r, c in full}
+    else:
+        acc = loads.by_python(key_fn, w)
+    extra: dict[Any, list] = {}
+    for ev in scheduled:
+        slot = extra.setdefault(_safe_key(key_fn, ev), [0, 0, 0.0])
+        slot[0] += 1
+        slot[1] += w.runs[ev.kind]
+        slot[2] += w.cost[ev.kind]
+    for k, (n, r, c) in extra.items():
+        slot = acc.setdefault(k, [0, 0, 0.0])
+        slot[0] += math.ceil(n * scale)
+        slot[1] += math.ceil(r * scale)
+        slot[2] += c * scale
+    ordered = sorted(acc.items(), key=lambda kv: (-kv[1][2], -kv[1][0], repr(kv[0])))
+    max_runs = max((v[1] for _, v in ordered), default=0)
+    return len(ordered), max_runs, [(repr(k), v[0], v[2]) for k, v in ordered[:HOT_KEYS]]
 
 
 def chain_bound(plan: Plan, loads: list[StageLoad] | tuple[StageLoad, ...]) -> int:

@@ -78,38 +78,8 @@ def plan_text(plan: Plan) -> str:
                 f"     reads upstream {r.state}{key} in {r.handler} (line {r.lineno}): {how}"
             )
     lines += ["", "Critical path: " + (" -> ".join(plan.critical_path) or "(empty)")]
-    data = plan.data
-    if data is not None:
-        weighting = (
-            f"runs weighted by handler cost measured on the first {data.sample_events:,} events"
-            if data.weighting == "measured"
-            else "every handler run weighs 1"
-        )
-        lines += ["", f"Data critical path on {data.events:,} events ({weighting})"]
-        rows = [["stage", "mode", "runs", "heaviest key", "share", "keys"]]
-        for s in data.per_stage:
-            rows.append(
-                [
-                    s.stage,
-                    plan.stage(s.stage).label,
-                    f"{s.work:,}",
-                    s.heaviest_key if s.heaviest_key is not None else "-",
-                    f"{s.heaviest_share:.1%}",
-                    f"{s.keys:,}",
-                ]
-            )
-        lines += _table(rows, right={2, 4, 5})
-        for s in data.per_stage:
-            if s.hot_keys:
-                hot = ", ".join(f"{k} ({n:,})" for k, n in s.hot_keys[:5])
-                lines.append(f"  hot keys of {s.stage}: {hot}")
-        lines.append(f"  longest chain the plan allows: {data.chain_bound:,} handler runs")
-        lines.append(
-            "  predicted speedup: "
-            + ", ".join(f"P={p}: {x:.2f}" for p, x in data.predicted_speedup)
-        )
-        for note in data.notes:
-            lines.append(f"  note: {note}")
+    if plan.data is not None:
+        lines += _data_lines(plan)
     if plan.windows:
         lines += ["", "Windows (serial engine: native runs them fused; Spark, as their expansion)"]
         lines += [f"  {name}: {how}" for name, how in plan.windows]
@@ -119,3 +89,40 @@ def plan_text(plan: Plan) -> str:
             where = f"line {w.lineno}: " if w.lineno else ""
             lines.append(f"  {where}{w.message} [{w.code}]")
     return "\n".join(lines) + "\n"
+
+
+def _data_lines(plan: Plan) -> list[str]:
+    """The plan's data section: each stage's work and heaviest key, the hot keys, the longest
+    chain and the predicted speedups, measured on a log."""
+    data = plan.data
+    lines: list[str] = []
+    weighting = (
+        f"runs weighted by handler cost measured on the first {data.sample_events:,} events"
+        if data.weighting == "measured"
+        else "every handler run weighs 1"
+    )
+    lines += ["", f"Data critical path on {data.events:,} events ({weighting})"]
+    rows = [["stage", "mode", "runs", "heaviest key", "share", "keys"]]
+    for s in data.per_stage:
+        rows.append(
+            [
+                s.stage,
+                plan.stage(s.stage).label,
+                f"{s.work:,}",
+                s.heaviest_key if s.heaviest_key is not None else "-",
+                f"{s.heaviest_share:.1%}",
+                f"{s.keys:,}",
+            ]
+        )
+    lines += _table(rows, right={2, 4, 5})
+    for s in data.per_stage:
+        if s.hot_keys:
+            hot = ", ".join(f"{k} ({n:,})" for k, n in s.hot_keys[:5])
+            lines.append(f"  hot keys of {s.stage}: {hot}")
+    lines.append(f"  longest chain the plan allows: {data.chain_bound:,} handler runs")
+    lines.append(
+        "  predicted speedup: " + ", ".join(f"P={p}: {x:.2f}" for p, x in data.predicted_speedup)
+    )
+    for note in data.notes:
+        lines.append(f"  note: {note}")
+    return lines

@@ -115,6 +115,10 @@ def test_baseline_is_reused_when_program_and_log_are_unchanged(root, tmp_path):
     assert wb.catalog.runs()["name"].to_list() == ["v1", "v1"]
     changed = wb.run("v2", source.replace("> 2 *", "> 3 *"), str(root / SAMPLE), baseline="v1")
     assert changed.baseline.reused and not changed.diff.empty
+    # The serial replay of the run's own program is the baseline a difference from which is
+    # an engine's error; another cell's (v1) differs because the program changed.
+    assert first.baseline.same_program and not changed.baseline.same_program
+    assert not changed.unexpected_difference
     assert changed.reuse["rerun_stages"] == ["flag"], changed.reuse
     assert wb.diff("v2", "v1").summary() == changed.diff.summary()
     # Another session (a new kernel) finds v1's run in the catalog.
@@ -298,6 +302,7 @@ def test_a_sweep_cell_compares_with_its_own_default_variant(root, tmp_path):
     source = (root / "bench" / "programs" / "antispam_params.py").read_text()
     cell = wb.sweep("s", source, SAMPLE, values={"share": [0.1, 0.2, 0.3]})
     assert cell.ok and cell.baseline.result is cell.variant({"share": 0.2}).result
+    assert cell.baseline.same_program
     assert cell.diff({"share": 0.2}).empty and not cell.diff({"share": 0.1}).empty
     assert wb.catalog.runs().height == 0  # no serial replay of the defaults besides the sweep
 

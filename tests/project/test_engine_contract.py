@@ -1,8 +1,8 @@
 """Code outside the engines asks the engine contract, and options are typed and checked.
 
 - No module outside ``restream_kit/engines/`` compares a value with an engine's name (a
-  string constant equal to a registered engine's name in ``==``, ``!=``, ``in``, ``not in``
-  or a ``match`` case): it asks the engine's ``Capabilities`` instead. Names written
+  string constant equal to a registered engine's name in ``==``, ``!=``, ``in``, ``not in``,
+  a ``match`` case or a ``startswith``/``endswith`` test): it asks the engine's ``Capabilities`` instead. Names written
   elsewhere are allowed: parameter defaults (``engine="serial"``), keyword arguments
   (``replay(..., engine="spark")``), messages and docstrings.
 - An option no engine has, or a value of the wrong type, is one error naming it, from the API
@@ -53,6 +53,13 @@ def name_comparisons(source: str, names: set[str]) -> list[tuple[int, str]]:
                 found += [(node.lineno, n) for n in _names_in(operand, names)]
         elif isinstance(node, ast.MatchValue):
             found += [(node.lineno, n) for n in _names_in(node.value, names)]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "endswith", "removeprefix", "removesuffix")
+        ):
+            # A label tested for an engine's name ("serial replay of ...") is a comparison too.
+            found += [(node.lineno, n) for arg in node.args for n in _names_in(arg, names)]
     return found
 
 
@@ -67,9 +74,12 @@ def test_the_checker_finds_comparisons_and_allows_defaults_and_words():
         "    match engine:\n"
         '        case "spark":\n'
         "            pass\n"
+        '    return label.startswith("serial")\n'
     )
     found = name_comparisons(source, {"serial", "spark"})
-    assert found == [(3, "spark"), (5, "serial"), (5, "spark"), (5, "serial"), (8, "spark")]
+    assert sorted(found) == [
+        (3, "spark"), (5, "serial"), (5, "serial"), (5, "spark"), (8, "spark"), (10, "serial")
+    ]  # fmt: skip
 
 
 def test_no_engine_name_is_compared_outside_the_engines():

@@ -15,7 +15,7 @@ takes them built):
   ``"prefix"``: which of the two paths runs the replay (see ``_engine``);
 - ``checkpoint``, ``resume``, ``start_from``, ``on_error``: as on the serial engine.
 
-See ``_engine`` for how a replay chooses its path, ``passes._plan`` for how the plan becomes
+See ``_path`` for how a replay chooses its path, ``passes._plan`` for how the plan becomes
 passes, and ``docs/spark_engine.md``.
 """
 
@@ -25,9 +25,20 @@ import threading
 from typing import Any
 
 from ._engine import describe_uri_log, replay
-from .session._session import get_session, stop_session
+from ._path import forecast_layout
+from .session._session import get_session, session_cores, spark_log_path, stop_session, ui_url
 
-__all__ = ["replay", "get_session", "stop_session", "warm_up", "describe_uri_log"]
+__all__ = [
+    "replay",
+    "get_session",
+    "stop_session",
+    "warm_up",
+    "describe_uri_log",
+    "forecast_layout",
+    "session_cores",
+    "spark_log_path",
+    "ui_url",
+]
 
 
 def warm_up(master: str | None = None, conf: Any = None) -> None:

@@ -31,12 +31,17 @@ from typing import Any
 
 from ...compiler.lower import Lowered
 from ...io import config
+from ...io.checkpoint import open_for_replay
 from ...io.log import Log
 from ...io.progress import Cancelled, ReplayFinished, ReplayStarted, broadcast
 from ...io.result import Result
 from ...model.errors import RestreamError, RestreamWarning
 from ...model.program import Program
+from ...runtime import check_state
+from .. import serial
 from ..options import SparkOptions
+from ._history import SparkHistory, not_recorded_note
+from ._path import lowers, prefix_choice
 from ._uri_log import copy_facts
 from ._uri_log import describe as _describe_uri
 from ._waves import in_waves
@@ -44,7 +49,7 @@ from .passes._driver import _TaskError as _PassTaskError
 from .passes._driver import run_passes
 from .passes._plan import passes_of
 from .prefix._commits import Carried, why_not_resumed
-from .prefix._driver import default_epoch, prefix_plan, run_prefix
+from .prefix._driver import default_epoch, run_prefix
 from .prefix._jobs import SparkEpochs
 from .session._session import get_session, is_connect, session_cores, watch
 from .session._ship import is_local, ship
@@ -66,28 +71,6 @@ __all__ = ["replay"]
 
 _CHECKPOINTING = ("checkpoint", "resume", "start_from")
 STATE_FORMAT = "serial"  # the serial engine's: checkpoints move between the engines
-#: What the prefix path does not do: start a changed program from a committed state. It
-#: commits checkpoints, and resumes its own program's (see ``_lowered``).
-_STARTING = ("start_from",)
-
-
-def option_blockers(options: SparkOptions, on_error: str) -> list[str]:
-    """The options of a replay that keep it off the prefix path."""
-    blockers = [name for name in _STARTING if getattr(options, name)]
-    if on_error != "stop":
-        blockers.append("on_error")
-    return blockers
-
-
-def _lowers(program: Program, log: Log, options: SparkOptions) -> bool:
-    """Whether the prefix path may run the replay, judged from the log's ordered copy alone
-    (the session's own blockers are judged later, by ``_Replay._lowered``)."""
-    if options.path == "passes" or option_blockers(options, options.on_error):
-        return False
-    try:
-        return len(log) > 0 and prefix_plan(program, log)[0] is not None
-    except Exception:  # noqa: BLE001 - the replay reports a bad log itself
-        return False
 
 
 def _read_meanwhile(program: Program, log: Log, options: SparkOptions) -> threading.Thread | None:
@@ -108,7 +91,7 @@ def _read_meanwhile(program: Program, log: Log, options: SparkOptions) -> thread
 
     def read() -> None:
         try:
-            if log.streamed and _lowers(program, log, options):
+            if log.streamed and lowers(program, log, options):
                 return  # the prefix path reads the ordered copy (now made): not the kernel
             if log.streamed:
                 log.ordered()  # the pass path's tasks read the ordered copy: not the kernel
@@ -223,8 +206,6 @@ class _Replay:
         if not any(getattr(self.options, name) for name in _CHECKPOINTING):
             return None, None
         if self.opened is None:  # a resume without a checkpoint is refused here, in one line
-            from ...io.checkpoint import open_for_replay
-
             self.opened = open_for_replay(
                 self.program,
                 self.log,
@@ -271,8 +252,6 @@ class _Replay:
     def _serial_history(self, result: Result, why: str) -> Result:
         """``result`` with the history a serial replay records, said loudly: the replay's
         path could not record it (``why``)."""
-        from .. import serial
-
         recorded = serial.replay(self.program, self.log, history=True)
         result.history = recorded.history
         note = (
@@ -300,18 +279,11 @@ class _Replay:
         take the pass path. On a cluster the epochs' events travel through Spark."""
         if self.path == "passes":
             return None
-        blockers = option_blockers(self.options, self.on_error)
-        if not len(self.log):
-            blockers.append("an empty log")
-        if self.log.uri is not None and copy_facts(self.log) is None:
-            # Spark's ordered copy (a local master) is what the prefix path's tasks read.
-            blockers.append("a log given as a URI on a cluster (Spark reads it)")
-        if is_connect(self.session) or getattr(self.session, "sparkContext", None) is None:
-            blockers.append("Spark Connect")
-        low, why = (
-            (None, f"not with {', '.join(blockers)}")
-            if blockers
-            else prefix_plan(self.program, self.log)
+        connect = is_connect(self.session) or getattr(self.session, "sparkContext", None) is None
+        # Spark's ordered copy (a local master) is what the prefix path's tasks read.
+        uri_far = self.log.uri is not None and copy_facts(self.log) is None
+        low, why = prefix_choice(
+            self.program, self.log, self.options, connect=connect, uri_far=uri_far
         )
         if low is not None and self.options.resume:
             why = why_not_resumed(self.open_checkpoint()[1])
@@ -338,8 +310,6 @@ class _Replay:
             # A handler raised somewhere: the serial engine names the first error exactly,
             # with the observers, so that the epochs before the error are published (and
             # written with --out) as a serial replay publishes them.
-            from .. import serial
-
             serial.replay(
                 self.program,
                 self.log,
@@ -348,8 +318,6 @@ class _Replay:
                 on_error=self.on_error,
             )
             raise
-        from ...runtime import check_state
-
         check_state(result.state)  # what the serial engine refuses to keep, so does this
         if note:
             result.warnings.append(note)
@@ -375,8 +343,6 @@ class _Replay:
         """A log with no events: the serial engine's result (empty tables, every state
         empty; with ``checkpoint=``, its one empty epoch committed as a Spark checkpoint).
         Nothing is sent to Spark: there is nothing to run."""
-        from .. import serial
-
         opts = self.options
         checkpointer = None
         if any(getattr(opts, name) for name in _CHECKPOINTING):
@@ -455,8 +421,6 @@ def _history_of(program: Program, log: Log, options: SparkOptions, on_error: str
     not) when it cannot; (None, None) when none is asked for."""
     if not options.history:
         return None, None
-    from ._history import SparkHistory, not_recorded_note
-
     note = not_recorded_note(options)
     return (None, note) if note else (SparkHistory(program, log), None)
 

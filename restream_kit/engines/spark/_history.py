@@ -34,9 +34,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ... import planner
 from ...compiler.lower import Arith, Col, Lit, Lowered, Neg
 from ...history.probes import ABSENT, hook_source
+from ...history.recorder import History, RecordedProbe, recorded_sites
 from ..options import SparkOptions
+from .passes._plan import SINGLE
 from .passes._rows import HIST, dumps
 from .prefix._columnar import _align, _dtype, _keyed, combine_deltas
 
@@ -66,9 +69,6 @@ class SparkHistory:
     """The probes a Spark replay of ``program`` over ``log`` records, and the history they make."""
 
     def __init__(self, program: Any, log: Any):
-        from ... import planner
-        from ...history.recorder import History, recorded_sites
-
         self.program = program
         self.log = log
         self.plan = planner.plan(program, allow_nondeterminism=True)
@@ -115,8 +115,6 @@ class SparkHistory:
         """What pass ``p``'s tasks record: ``(slot, handler, state, key, hook source)`` per
         probe read by one of its handlers; or why the pass cannot (its store would not hold
         the value at the reader's place)."""
-        from .passes._plan import SINGLE
-
         out = []
         for slot, (_sig, site) in enumerate(self.sites):
             h = self.index[site.handler].index
@@ -187,7 +185,6 @@ class SparkHistory:
                 items[i] = ABSENT
             self._add_items(sig, items)
             return
-        from ...history.recorder import RecordedProbe
 
         self.history.probes[sig] = RecordedProbe(sig, *encoded)
 

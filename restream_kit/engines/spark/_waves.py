@@ -27,12 +27,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ...io._every import describe_every, parse_every
 from ...io.epochs import Epoch, cut
 from ...io.progress import ReplayFinished, ReplayStarted
 from .prefix._commits import remaining
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...io.result import Result
+    from ._engine import _Replay
 
 __all__ = ["FIRST_RATE", "Waves", "in_waves"]
 
@@ -119,16 +124,16 @@ class WaveNotices:
         self.notify(event)
 
 
-def in_waves(rep: Any, run: Any) -> Any:
+def in_waves(rep: _Replay, run: Callable[[], Result]) -> Result:
     """``run()`` (one path's replay, ``rep`` the engine's ``_Replay``) in waves when the replay
     commits a checkpoint, else once. Each wave after the first resumes what the one before
     committed; the result is the last wave's, told as the whole replay's."""
-    if not rep.options.get("checkpoint") or rep.history is not None:
+    if not rep.options.checkpoint or rep.history is not None:
         return run()  # (a history is recorded over the whole log, without a checkpoint)
     ck, first = rep.open_checkpoint()
-    epochs = remaining(cut(rep.log, rep.options.get("epoch")), first)
-    every = parse_every(rep.options.get("checkpoint_every"))
-    measured = (rep.program.sha256, rep.log.fingerprint, rep.options.get("master"))
+    epochs = remaining(cut(rep.log, rep.options.epoch), first)
+    every = parse_every(rep.options.checkpoint_every)
+    measured = (rep.program.sha256, rep.log.fingerprint, rep.options.master)
     waves = Waves(every, epochs, _RATES.get(measured, FIRST_RATE))
     notify = rep.notify
     notices = WaveNotices(notify, len(epochs))

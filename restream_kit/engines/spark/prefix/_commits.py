@@ -3,7 +3,7 @@
 The prefix path cuts the log into the checkpoint's epochs and brings every epoch's state
 deltas to the driver (``prefix._driver.run_prefix``; several epochs run in one task, their deltas
 and rows kept apart). The state after epoch ``k`` is the deltas of
-epochs ``0..k`` folded in order, exactly as ``prefix._driver._final_state`` folds all of them: a merge
+epochs ``0..k`` folded in order, exactly as ``prefix._assembly.final_state`` folds all of them: a merge
 state's value is its default plus the sums, an overwritten state's the last write, a delete
 removes the key. So once the rounds are done the driver walks the epochs in order, updates
 one dict per state with that epoch's changed keys, and commits it, in the serial engine's
@@ -251,7 +251,7 @@ def _split(frames: list[pl.DataFrame]) -> dict[int, pl.DataFrame]:
 
 
 def _apply(store: dict, delta: pl.DataFrame, info: Any) -> None:
-    """Fold one epoch's delta of a state into ``store`` (as ``prefix._driver._final_state`` folds)."""
+    """Fold one epoch's delta of a state into ``store`` (as ``prefix._assembly.final_state`` folds)."""
     parts = [delta.get_column(f"k{i}").to_list() for i in range(info.arity)]
     keys = list(zip(*parts)) if info.tuple_key else parts[0]
     values = delta.get_column("v").to_list()

@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -49,20 +48,19 @@ from ....io._ordered import OrderedCopy
 from ....io.epochs import cut
 from ....io.log import Log, scratch_parquet
 from ....io.progress import (
-    EpochFinished,
-    EpochStarted,
     Progress,
     ReplayFinished,
     ReplayStarted,
     StageFinished,
     StageStarted,
 )
-from ....io.result import ROW_COLUMNS, Metrics, Result, build_table
+from ....io.result import Metrics, Result
 from ....model.program import Program
 from .._faults import inject_fault
 from .._uri_log import copy_facts
-from ._columnar import DELTA_CHUNK, combine_deltas, epoch_of, needed_columns, run_epoch
-from ._commits import commit_epochs, remaining, resumed_tables, start_deltas
+from ._assembly import Rounds, assemble, from_ipc
+from ._columnar import DELTA_CHUNK, needed_columns, run_epoch
+from ._commits import remaining, start_deltas
 
 __all__ = [
     "default_epoch",
@@ -122,10 +120,6 @@ def _ipc(frame: pl.DataFrame) -> bytes:
     return sink.getvalue()
 
 
-def _from_ipc(data: bytes) -> pl.DataFrame:
-    return pl.read_ipc(io.BytesIO(data))
-
-
 def events_ipc(table: pa.Table) -> bytes:
     """An epoch's events as compressed Arrow IPC, to travel through Spark (``ship_events``)."""
     sink = pa.BufferOutputStream()
@@ -135,7 +129,7 @@ def events_ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def events_from_ipc(data: bytes) -> pa.Table:
+def eventsfrom_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
@@ -194,7 +188,7 @@ class PrefixTask:
         chunks = self.chunks[number] if self.chunks is not None else None
         chunk = chunks[0] if chunks is not None else number
         if payload is not None:
-            events = events_from_ipc(payload)
+            events = eventsfrom_ipc(payload)
         elif self.path is None:
             raise RuntimeError(f"epoch {chunk}: no events were shipped and there is no file")
         else:
@@ -203,10 +197,10 @@ class PrefixTask:
         def base(name: str) -> pl.DataFrame | None:
             if name not in shipped:
                 return None
-            return _from_ipc(shipped[name]).filter(pl.col(DELTA_CHUNK) < chunk)
+            return from_ipc(shipped[name]).filter(pl.col(DELTA_CHUNK) < chunk)
 
         carried = {
-            int(key.split(":")[1]): _from_ipc(data).to_series()
+            int(key.split(":")[1]): from_ipc(data).to_series()
             for key, data in shipped.items()
             if key.startswith("read:") and key.endswith(f":{chunk}")
         }
@@ -335,16 +329,7 @@ def run_prefix(
     ``until``: the last epoch this run replays and commits (a wave, ``_waves``; None: to
     the log's end). A wave's result holds, as its state, where it left off
     (``prefix._commits.Carried``), and ``start`` may be such a value: the next wave's start."""
-    epochs = [ep for ep in remaining(cut(log, epoch), start, until) if len(ep)]
-    bounds = [(ep.start, ep.stop) for ep in epochs]
-    groups = [(i, i + 1) for i in range(len(bounds))]
-    if cores and bounds:
-        todo = bounds[-1][1] - bounds[0][0]
-        groups = task_groups(bounds, max(cores, -(-todo // default_epoch(todo, cores))))
-    spans = [(bounds[a][0], bounds[b - 1][1]) for a, b in groups]
-    chunks = None
-    if len(groups) < len(bounds):
-        chunks = [(a, [lo for lo, _hi in bounds[a:b]]) for a, b in groups]
+    bounds, spans, chunks = _task_spans(log, epoch, start, until, cores)
     columns = needed_columns(low)
     if ship_events:
         path, events = None, _epoch_payloads(log, columns, spans)
@@ -353,12 +338,10 @@ def run_prefix(
     total = len(log)
     rounds = low.levels if history is None else max(low.levels, history[1].round + 1)
     rounds = rounds if bounds else 0  # a resume of a complete checkpoint: nothing to run
-    probed: dict[int, list] = {}  # slot -> [(epoch, IPC bytes)]: the history's probes
     names = tuple(f"round {j + 1}" for j in range(rounds))
     notify(ReplayStarted("spark", total, len(bounds), names, log.span_ms))
-    deltas = start_deltas(low, start)
-    carried: dict[str, bytes] = {}  # "read:<site>:<epoch>": a read column later rounds use
-    emitted: dict[int, list[tuple[int, pl.DataFrame]]] = {}
+    took = Rounds(start_deltas(low, start))
+    deltas, carried = took.deltas, took.carried
     stages: dict[str, float] = {}
     ran: dict[str, str] = {}  # what ran, per round (metrics.path)
     ahead = start.done if start is not None else 0  # a resume's events, done before
@@ -385,26 +368,11 @@ def run_prefix(
                 notify(Progress(events_done, total, time.perf_counter() - started))
 
             table = map_epochs(task, len(spans), shipped, on_tasks, events)
-            # Deltas must stay in epoch order: a state's later writes come last.
-            for row in sorted(table.to_pylist(), key=lambda row: row["chunk"]):
-                if row["what"] == "read":
-                    carried[f"read:{row['name']}:{row['chunk']}"] = row["payload"]
-                elif row["what"] == "delta":
-                    deltas.setdefault(row["name"], []).append(_from_ipc(row["payload"]))
-                elif row["what"] == "probe":
-                    probed.setdefault(int(row["name"]), []).append((row["chunk"], row["payload"]))
-                elif row["what"] == "emit":
-                    emitted.setdefault(int(row["name"]), []).extend(
-                        _split_rows(_from_ipc(row["payload"]), row["chunk"], bounds)
-                    )
+            took.take(table, bounds)
             seconds = time.perf_counter() - round_started
             stages[label] = seconds
             # Where a round's time goes: the tasks' own work, summed (the rest is Spark's).
-            busy = {
-                row["chunk"]: row["seconds"]
-                for row in table.select(["chunk", "seconds"]).to_pylist()
-            }
-            stages[f"{label} (tasks, summed)"] = sum(busy.values())
+            stages[f"{label} (tasks, summed)"] = _busy(table)
             ran[label] = lowered_over(len(bounds), checkpoint is not None, len(spans))
             notify(StageFinished(0, label, seconds, len(spans), epochs=len(bounds)))
             on_tasks(len(spans), len(spans))
@@ -414,27 +382,14 @@ def run_prefix(
         release = getattr(map_epochs, "release", None)
         if release is not None:
             release()
-    assembled = time.perf_counter()
-    if history is not None:
-        history[0].take_prefix(history[1], probed)
-    tables, per_epoch = _tables(low, log, emitted, bounds)
-    if checkpoint is not None:
-        stages["tables (driver)"] = time.perf_counter() - assembled
-        committing = time.perf_counter()
-        state, committed = commit_epochs(
-            checkpoint, low, program, log, epoch, deltas, emitted, per_epoch, notify, check_cancel,
-            start, until,
-        )  # fmt: skip
-        if start is not None and until is None:  # (a wave's tables are not the result)
-            tables = resumed_tables(start, committed)
-        stages["state per epoch, committed (driver)"] = time.perf_counter() - committing
-    else:
-        state = _final_state(low, program, deltas)
-        stages["tables and final state (driver)"] = time.perf_counter() - assembled
-        # Every event is done: the epochs' rows, in order, for streaming views.
-        for number, (lo, hi) in enumerate(bounds):
-            notify(EpochStarted(number, hi - lo))
-            notify(EpochFinished(number, hi, 0.0, per_epoch.get(number, {}), None))
+    run = (low, program, log, epoch, start, until)
+    state, tables = assemble(run, took, bounds, history, checkpoint, stages, notify, check_cancel)
+    return _result(log, state, tables, stages, ran, len(bounds), start, started, notify)
+
+
+def _result(log: Log, state, tables, stages, ran, epochs: int, start, started, notify) -> Result:
+    """The replay's result (told to ``notify`` as finished)."""
+    total = len(log)
     wall = time.perf_counter() - started
     metrics = Metrics(
         engine="spark",
@@ -444,7 +399,7 @@ def run_prefix(
         span_ms=log.span_ms,
         rows={name: t.num_rows for name, t in tables.items()},
         stages=stages,
-        epochs=len(bounds),
+        epochs=epochs,
         path=ran,
     )
     if not ran:
@@ -454,6 +409,28 @@ def run_prefix(
     if start is not None:
         result.resumed_from_epoch = start.next_epoch
     return result
+
+
+def _busy(table: pa.Table) -> float:
+    """The seconds a round's tasks worked, summed (one figure a task, however many rows)."""
+    busy = {row["chunk"]: row["seconds"] for row in table.select(["chunk", "seconds"]).to_pylist()}
+    return sum(busy.values())
+
+
+def _task_spans(log: Log, epoch: Any, start: Any, until: int | None, cores: int | None):
+    """The replay's epochs as (bounds, the tasks' spans of events, the epochs each task
+    runs, or None where each task runs one): several epochs to a task with ``cores``."""
+    epochs = [ep for ep in remaining(cut(log, epoch), start, until) if len(ep)]
+    bounds = [(ep.start, ep.stop) for ep in epochs]
+    groups = [(i, i + 1) for i in range(len(bounds))]
+    if cores and bounds:
+        todo = bounds[-1][1] - bounds[0][0]
+        groups = task_groups(bounds, max(cores, -(-todo // default_epoch(todo, cores))))
+    spans = [(bounds[a][0], bounds[b - 1][1]) for a, b in groups]
+    chunks = None
+    if len(groups) < len(bounds):
+        chunks = [(a, [lo for lo, _hi in bounds[a:b]]) for a, b in groups]
+    return bounds, spans, chunks
 
 
 #: Without ``epoch=``, the prefix path cuts a log into as few epochs as keep every core busy
@@ -489,23 +466,6 @@ def task_groups(bounds: list[tuple[int, int]], tasks: int) -> list[tuple[int, in
     return groups
 
 
-def _split_rows(frame: pl.DataFrame, first: int, bounds) -> list[tuple[int, pl.DataFrame]]:
-    """A task's emitted rows (with positions ``_o``) as ``(epoch, rows)`` of the epochs from
-    ``first`` on: a checkpoint commits each epoch's rows."""
-    if (
-        not frame.height
-        or first + 1 >= len(bounds)
-        or frame.get_column("_o").max() < bounds[first][1]
-    ):
-        return [(first, frame)]
-    starts = [lo for lo, _hi in bounds[first:]]
-    epochs = epoch_of(frame.get_column("_o"), first, starts)
-    parts = frame.with_columns(epochs.alias("_e")).partition_by(
-        "_e", maintain_order=True, as_dict=True
-    )
-    return [(int(e), part.drop("_e")) for (e,), part in parts.items()]
-
-
 def lowered_over(epochs: int, committed: bool = False, tasks: int | None = None) -> str:
     """What ran (with the number of ``tasks``), or will run, on the prefix path
     (``metrics.path``, the engine's layout); ``committed``: with a checkpoint."""
@@ -531,114 +491,3 @@ def _round_label(low: Lowered, job: int) -> str:
     tables = sorted({e.table for e in low.emits if e.level == job})
     parts = states + [f"emit {t}" for t in tables]
     return f"round {job + 1}: {', '.join(parts) or 'nothing'}"
-
-
-def _tables(low: Lowered, log: Log, emitted, bounds) -> tuple[dict[str, pa.Table], dict]:
-    """Output tables in processing order, and each epoch's rows (for streaming views)."""
-    by_table: dict[str, list] = {}
-    for index, parts in sorted(emitted.items()):
-        frames = [frame for _chunk, frame in parts if frame.height]
-        if frames:
-            site = low.emits[index]
-            by_table.setdefault(site.table, []).append(
-                (site, pl.concat(frames, how="vertical_relaxed"))
-            )
-    starts = [lo for lo, _hi in bounds]
-    tables, per_epoch = {}, {}
-    for name, sites in by_table.items():
-        table, order = _columns_table(name, sites, low, log) or _rows_table(name, sites, low, log)
-        tables[name] = table
-        # Rows are in processing order, so each epoch's rows are one slice.
-        cuts = np.searchsorted(order, starts + [len(log)])
-        for number, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
-            if hi > lo:
-                per_epoch.setdefault(number, {})[name] = table.slice(lo, hi - lo)
-    return tables, per_epoch
-
-
-#: Field types a table may take straight from the columns: as ``build_table`` infers them
-#: from the Python values of a serial replay.
-_PLAIN = {
-    pl.Int64: pa.int64(),
-    pl.Float64: pa.float64(),
-    pl.Boolean: pa.bool_(),
-    pl.String: pa.string(),
-}
-
-
-def _columns_table(name: str, sites, low: Lowered, log: Log):
-    """Table ``name`` built from the emitted columns (None when a field's type is not plain,
-    or differs between emit sites: ``build_table`` then decides, or says what is wrong)."""
-    fields: dict[str, Any] = {}
-    frames = []
-    for number, (site, frame) in enumerate(sites):
-        for field, _x in site.fields:
-            dtype = frame.schema[f"f_{field}"]
-            if (
-                field in ROW_COLUMNS
-                or dtype not in _PLAIN
-                or fields.setdefault(field, dtype) != dtype
-            ):
-                return None
-        frames.append(
-            frame.rename({f"f_{f}": f for f, _x in site.fields}).with_columns(
-                pl.lit(site.handler, dtype=pl.Int64).alias("_h"),
-                pl.lit(site.n, dtype=pl.Int64).alias("_n"),
-                pl.lit(number, dtype=pl.Int64).alias("_s"),
-            )
-        )
-    rows = pl.concat(frames, how="diagonal").sort(["_o", "_h", "_n"])
-    if any(rows.get_column(f).null_count() == rows.height for f in fields):
-        return None  # a field that is None in every row has no type of its own
-    # Fields in order of first appearance: a site's rows all hold the same fields.
-    first = rows.get_column("_s").unique(maintain_order=True).to_list()
-    order_of_fields = dict.fromkeys(f for s in first for f, _x in sites[s][0].fields)
-    at = rows.get_column("_o").to_numpy()
-    events = log.rows_at(at, ["lsn", "ts"])  # (only these rows: the log is not read whole)
-    handlers = pa.array(low.handler_names, pa.string())
-    columns = {
-        "lsn": events.column("lsn").cast(pa.int64()),
-        "ts": events.column("ts").cast(pa.int64()),
-        "handler": handlers.take(pa.array(rows.get_column("_h").to_numpy())),
-        "seq": pa.array(np.zeros(rows.height, dtype=np.int64)),
-    }
-    for field in order_of_fields:
-        column = rows.get_column(field).to_arrow()
-        columns[field] = column.cast(_PLAIN[fields[field]])
-    return pa.table(columns), rows.get_column("_o").to_numpy()
-
-
-def _rows_table(name: str, sites, low: Lowered, log: Log):
-    """Table ``name`` built row by row through ``result.build_table``."""
-    rows = []
-    for site, frame in sites:
-        names = [field for field, _x in site.fields]
-        values = [frame.get_column(f"f_{n}").to_list() for n in names]
-        handler = low.handler_names[site.handler]
-        for i, o in enumerate(frame.get_column("_o").to_list()):
-            rows.append(
-                ((o, site.handler, site.n), handler, {n: v[i] for n, v in zip(names, values)})
-            )
-    rows.sort(key=lambda r: r[0])
-    at = [r[0][0] for r in rows]
-    events = log.rows_at(at, ["lsn", "ts"])
-    lsns, tss = events.column("lsn").to_pylist(), events.column("ts").to_pylist()
-    table = build_table(name, [(l_, t_, r[1], 0, r[2]) for r, l_, t_ in zip(rows, lsns, tss)])
-    return table, np.array(at, dtype=np.int64)
-
-
-def _final_state(low: Lowered, program: Program, deltas) -> dict[str, dict]:
-    state: dict[str, dict] = {name: {} for name in program.states}
-    for name, frames in deltas.items():
-        info = low.states[name]
-        folded = combine_deltas(frames, info)
-        keys = [folded.get_column(f"k{i}").to_list() for i in range(info.arity)]
-        values = folded.get_column("v").to_list()
-        if info.kind == "merge" and info.default:
-            # Deltas sum the merges: a key's value is its default plus them.
-            values = [info.default + v for v in values]
-        if info.tuple_key:
-            state[name] = dict(zip(zip(*keys), values))
-        else:
-            state[name] = dict(zip(keys[0], values))
-    return state

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from .._job_watch import JobWatch
 from ._driver import _TASK_ARROW, PrefixTask
 
 __all__ = ["SparkEpochs", "local_map_epochs"]
@@ -29,8 +30,6 @@ class SparkEpochs:
     def __call__(
         self, task: PrefixTask, n: int, shipped: dict, on_tasks=None, events=None
     ) -> pa.Table:
-        from .._job_watch import JobWatch
-
         sc = getattr(self.session, "sparkContext", None)
         broadcast = sc.broadcast(shipped) if (sc is not None and shipped) else None
         task.deltas = broadcast if broadcast is not None else shipped

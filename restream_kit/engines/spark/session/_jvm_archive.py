@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from ....io.samples import sample_data, sample_program
 from ..java import ensure_java_home
 
 __all__ = ["archive_path", "java_options", "build", "main", "training_inputs"]
@@ -102,8 +103,6 @@ session.stop()
 def training_inputs() -> tuple[Path, Path]:
     """The program and log the archive is trained on: both ship inside the package, so an
     installed wheel builds the archive as a checkout does."""
-    from ....io.samples import sample_data, sample_program
-
     return sample_program("antispam"), sample_data("social_small")
 
 

@@ -27,14 +27,10 @@ Asking for another classic master while a classic session runs is an error (stop
 from __future__ import annotations
 
 import os
-import re
-import socket
 import sys
 import threading
-import time
 import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +38,18 @@ from ....io import config
 from ....io.log import default_home, private_dir
 from ....model.errors import RestreamError
 from ..java import ensure_java_home
+from ._cluster import (
+    Watchdog,
+    await_executors,
+    check_python,
+    endpoints,
+    executor_waits,
+    is_connect,
+    master_of,
+    mismatch_message,
+    reachable,
+    watch,
+)
 from ._jvm_archive import java_options
 
 __all__ = [
@@ -64,7 +72,6 @@ __all__ = [
 
 _LOCK = threading.Lock()
 _SESSION: Any = None
-_WAIT: dict[int, float] = {}
 _REMOTE: dict[str, Any] = {}
 
 
@@ -134,15 +141,10 @@ def default_conf(master: str) -> dict[str, str]:
         # A replay runs many small jobs over cached partitions: waiting up to 3 s for a task's
         # preferred executor costs more than reading its blocks from another one.
         conf["spark.locality.wait"] = "0s"
-        if {host for host, _ in _endpoints(master)} <= {"127.0.0.1", "localhost"}:
+        if {host for host, _ in endpoints(master)} <= {"127.0.0.1", "localhost"}:
             # Executors of a one-machine cluster reach the driver on loopback.
             conf["spark.driver.host"] = "127.0.0.1"
     return conf
-
-
-def is_connect(session: Any) -> bool:
-    """True for a Spark Connect session."""
-    return type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def session_cores(session: Any) -> int:
@@ -222,7 +224,7 @@ def _classic_session(target: config.SparkTarget) -> Any:
             f"master {master!r}: expected local[N], spark://host:port or sc://host:port"
         )
     if master.startswith("spark://"):
-        _reachable(master, "Spark master")
+        reachable(master, "Spark master")
     ensure_java_home()
     if "spark.driver.host" in default_conf(master) and "SPARK_LOCAL_IP" not in os.environ:
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # a one-machine cluster: bind to loopback
@@ -247,10 +249,10 @@ def _classic_session(target: config.SparkTarget) -> Any:
         else:
             os.environ["PYSPARK_PYTHON"] = before
     session.sparkContext.setLogLevel("ERROR")
-    _WAIT[id(session)] = target.executor_wait
+    executor_waits[id(session)] = target.executor_wait
     if master.startswith("spark://"):
         try:
-            _await_executors(session, master, target.executor_wait)
+            await_executors(session, master, target.executor_wait)
             if "spark.sql.shuffle.partitions" not in target.conf:
                 cores = session.sparkContext.defaultParallelism
                 session.conf.set("spark.sql.shuffle.partitions", str(cores))
@@ -286,7 +288,7 @@ def _connect_session(target: config.SparkTarget) -> Any:
     session = _REMOTE.get(url)
     if session is not None and not _connect_closed(session):
         return session
-    _reachable(url, "Spark Connect server")
+    reachable(url, "Spark Connect server")
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     defaults = {k: v for k, v in default_conf(url).items() if k.startswith("spark.sql.")}
@@ -325,7 +327,7 @@ def _connect_session(target: config.SparkTarget) -> Any:
         raise RestreamError(
             f"Spark Connect server {shown}: {type(exc).__name__}: {_first_line(exc)}"
         ) from None
-    _WAIT[id(session)] = target.executor_wait
+    executor_waits[id(session)] = target.executor_wait
     _REMOTE[url] = session
     return session
 
@@ -353,182 +355,6 @@ def _connect_closed(session: Any) -> bool:
         return False
 
 
-def _endpoints(master: str) -> list[tuple[str, int]]:
-    """(host, port) pairs of a ``spark://h:p[,h:p]`` or ``sc://h:p/...`` URL."""
-    scheme, _, rest = master.partition("://")
-    rest = rest.split("/")[0].split(";")[0]
-    default = 15002 if scheme == "sc" else 7077
-    out = []
-    for part in rest.split(","):
-        host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
-        try:
-            out.append((host.strip("[]") or "localhost", int(port) if port else default))
-        except ValueError:
-            raise RestreamError(f"master {config.redact(master)!r}: bad port {port!r}") from None
-    return out
-
-
-def _reachable(master: str, what: str) -> None:
-    """Fail at once, in one line, when no endpoint of ``master`` accepts a connection."""
-    errors = []
-    for host, port in _endpoints(master):
-        try:
-            with socket.create_connection((host, port), timeout=5):
-                return
-        except OSError as exc:
-            errors.append(f"{host}:{port}: {exc.strerror or exc}")
-    raise RestreamError(
-        f"cannot reach the {what} at {config.redact(master)} ({'; '.join(errors)}); "
-        "is it running? (for a local one: make cluster)"
-    )
-
-
-def _executors(session: Any) -> int:
-    """Executors registered with a classic session's driver (the driver itself not counted)."""
-    sc = session.sparkContext
-    return max(0, sc._jsc.sc().getExecutorMemoryStatus().size() - 1)
-
-
-def _await_executors(session: Any, master: str, wait: float) -> None:
-    deadline = time.monotonic() + wait
-    while _executors(session) == 0:
-        if time.monotonic() > deadline:
-            raise RestreamError(
-                f"the cluster at {master} gave this application no executor within {wait:g} s: "
-                "no worker with free cores and memory (are workers running? does another "
-                "application hold their cores?)"
-            )
-        time.sleep(0.25)
-
-
-_MISMATCH = re.compile(r"different version:?\s*\(?([\d., ]+)\)?\s*than that in driver:?\s*([\d.]+)")
-
-
-def check_python(session: Any, driver: tuple[int, int] | None = None) -> str:
-    """The workers' Python version (``"3.11"``); a RestreamError when its major.minor is not
-    ``driver``'s (this interpreter's by default)."""
-    want = "{}.{}".format(*(driver or sys.version_info[:2]))
-
-    def probe(batches):  # runs on a worker; pickled by value, so it needs nothing shipped
-        import sys as worker_sys
-
-        import pyarrow as worker_pa
-
-        for _ in batches:
-            pass
-        version = "{}.{}".format(*worker_sys.version_info[:2])
-        yield worker_pa.RecordBatch.from_pydict({"v": [version]})
-
-    try:
-        rows = session.range(1, numPartitions=1).mapInArrow(probe, "v string").collect()
-    except Exception as exc:  # noqa: BLE001 - PySpark's own check comes first
-        message = mismatch_message(str(exc)) or unrunnable_message(str(exc))
-        if message is None:
-            raise
-        raise RestreamError(message) from None
-    got = rows[0]["v"]
-    if got != want:
-        raise RestreamError(_python_message(got, want))
-    return got
-
-
-def mismatch_message(text: str) -> str | None:
-    """Our one line for PySpark's PYTHON_VERSION_MISMATCH error text (None for other text)."""
-    found = _MISMATCH.search(text)
-    if found is None:
-        return None
-    worker = ".".join(p.strip() for p in found.group(1).split(",")[:2] if p.strip())
-    return _python_message(worker, found.group(2).rstrip("."))
-
-
-_UNRUNNABLE = re.compile(r'Cannot run program "([^"]*)": error=\d+, ([^\n]+)')
-
-
-def unrunnable_message(text: str) -> str | None:
-    """Our one line for an executor that cannot start its Python (None for other text)."""
-    found = _UNRUNNABLE.search(text)
-    if found is None:
-        return None
-    return (
-        f"the cluster's workers cannot run Python {found.group(1)!r} "
-        f"({found.group(2).strip()}): set spark.pyspark.python (or PYSPARK_PYTHON) to an "
-        "interpreter the workers can run, with this kernel's Python version and packages"
-    )
-
-
-def _python_message(worker: str, driver: str) -> str:
-    return (
-        f"the cluster's workers run Python {worker} but this kernel runs Python {driver}: "
-        "use the same major.minor version on both (set spark.pyspark.python, or PYSPARK_PYTHON "
-        "on the workers)"
-    )
-
-
-class Watchdog:
-    """Cancels a replay's jobs on a standalone cluster once it has had no executor for
-    ``wait`` seconds; ``reason`` then says why (None while all is well)."""
-
-    def __init__(self, session: Any, group: str, wait: float, master: str):
-        self.session = session
-        self.group = group
-        self.wait = wait
-        self.master = master
-        self.reason: str | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="restream-watchdog", daemon=True)
-
-    def _run(self) -> None:
-        last_seen = time.monotonic()
-        while not self._done.wait(0.5):
-            try:
-                count = _executors(self.session)
-            except Exception:  # noqa: BLE001 - the session is stopping
-                return
-            now = time.monotonic()
-            if count:
-                last_seen = now
-                continue
-            if now - last_seen >= self.wait and self.reason is None:
-                self.reason = (
-                    f"the cluster at {self.master} lost every executor of this replay and gave "
-                    f"none back within {self.wait:g} s (did its workers die?)"
-                )
-            if self.reason is not None:
-                try:  # again every half second, for jobs started after the first cancel
-                    self.session.sparkContext.cancelJobGroup(self.group)
-                except Exception:  # noqa: BLE001
-                    return
-
-    def __enter__(self) -> Watchdog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._done.set()
-        self._thread.join(timeout=5)
-
-
-class _Idle:
-    reason = None
-
-
-@contextmanager
-def watch(session: Any, group: str) -> Iterator[Watchdog | _Idle]:
-    """A :class:`Watchdog` over ``session``'s executors while the block runs, for jobs in
-    ``group`` on a standalone cluster (other sessions need none: nothing to watch)."""
-    master = None if is_connect(session) else master_of(session)
-    if not master or not master.startswith("spark://"):
-        yield _Idle()
-        return
-    wait = _WAIT.get(id(session), config.DEFAULT_EXECUTOR_WAIT)
-    try:
-        session.sparkContext.setJobGroup(group, "restream replay", True)
-    except Exception:  # noqa: BLE001
-        pass
-    with Watchdog(session, group, wait, master) as dog:
-        yield dog
-
-
 def current() -> Any:
     """The process's classic session when one is running, else None."""
     with _LOCK:
@@ -541,14 +367,6 @@ def ui_url() -> str | None:
     try:
         return None if session is None else session.sparkContext.uiWebUrl
     except Exception:  # noqa: BLE001 - no SparkContext (Spark Connect): no UI of ours
-        return None
-
-
-def master_of(session: Any) -> str | None:
-    """A classic session's master URL (None for Spark Connect)."""
-    try:
-        return session.sparkContext.master
-    except Exception:  # noqa: BLE001 - Spark Connect sessions have no SparkContext
         return None
 
 

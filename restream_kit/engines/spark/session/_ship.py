@@ -16,6 +16,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from ._session import is_connect
+
 __all__ = ["package_zip", "ship", "is_local"]
 
 _SHIPPED: set[int] = set()
@@ -31,7 +33,7 @@ def is_local(session: Any) -> bool:
 
 def package_zip(directory: str | Path | None = None) -> Path:
     """A zip of the restream_kit package (Python files only), written under ``directory``."""
-    package = Path(__file__).resolve().parents[2]
+    package = Path(__file__).resolve().parents[3]  # restream_kit/engines/spark/session/
     out_dir = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="restream-ship-"))
     target = out_dir / "restream_kit.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -44,7 +46,6 @@ def ship(session: Any) -> None:
     """Put restream_kit on the workers' Python path, unless they run locally or have it."""
     if is_local(session) or id(session) in _SHIPPED or os.environ.get("RESTREAM_NO_SHIP"):
         return
-    from ._session import is_connect
 
     archive = str(package_zip())
     if is_connect(session):
