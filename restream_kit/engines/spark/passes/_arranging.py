@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ....io._ordered import OrderedCopy
+from ._zipped import ZipError
 
 __all__ = [
     "Deal",
@@ -36,8 +38,6 @@ _BATCH_ROWS = 65_536
 def key_hashes(table: pa.Table, by: tuple[str, ...]) -> np.ndarray:
     """Every row's key hash (uint64): polars' hash of the struct of the ``by`` columns, the
     same for equal keys in any table of the same types."""
-    import polars as pl
-
     frame = pl.from_arrow(table.select(list(by)))
     return frame.select(pl.struct(list(by)).hash(seed=0).alias("h")).get_column("h").to_numpy()
 
@@ -109,8 +109,6 @@ class CountTask:
         self.copy, self.slices, self.by, self.kinds, self.types = copy, slices, by, kinds, types
 
     def __call__(self, batches: Any) -> Iterator[pa.RecordBatch]:
-        import polars as pl
-
         start, stop = self.slices[local_part(batches)]
         counted = None
         for table in self.copy.tables(start, stop, columns=[*self.by, "kind"]):
@@ -234,8 +232,6 @@ def marker_frame(session: Any, n: int) -> Any:
 def local_part(batches: Iterator[pa.RecordBatch]) -> int:
     """A marker task's partition, from its input: marker rows, exactly one, or the task
     fails."""
-    from ._zipped import ZipError
-
     marks = [m for b in batches for m in b.column(MARK).to_pylist()]
     if len(marks) != 1:
         raise ZipError(f"a task of a driver-arranged pass got {len(marks)} markers: {marks}")

@@ -37,15 +37,18 @@ ends. No shuffle, no cache of rows.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
+import pickle
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -61,6 +64,9 @@ from ._arranging import (
     local_part,
     marker_frame,
 )
+from ._rows import FWD
+from ._setup import local_master
+from ._zipped import VALUES, zip_targets
 
 __all__ = [
     "MARK",
@@ -107,8 +113,6 @@ def use_local(session: Any, events: Any, rows: int, by_columns: list[list[str]])
     local master, for a log of ``rows`` events or more (no pickled column) when every pass
     is partitioned by plain columns of integers, strings or booleans (a float's ``-0.0``
     and ``0.0`` are one key to Python, two to a hash)."""
-    from ._setup import local_master
-
     if os.environ.get("RESTREAM_SPARK_LOCAL_ARRANGE", "1") == "0":
         return False
     if events.pickled or rows < LOCAL_ROWS or not by_columns or not local_master(session):
@@ -122,8 +126,6 @@ def use_local(session: Any, events: Any, rows: int, by_columns: list[list[str]])
 def key_partitions(setup: Any, p: Any, n: int, keys: list) -> dict:
     """The partitions of ``keys`` (values, or tuples for a pass keyed by a tuple) in pass
     ``p`` arranged into ``n``; a key the log has no event of is left out."""
-    import ast
-
     by = tuple(setup.local[p.index])
     deal = Deal.load(_deal_file(setup, by, setup.log_kinds[p.index], n))
     tupled = isinstance(ast.parse(p.partition, mode="eval").body, ast.Tuple)
@@ -155,8 +157,6 @@ def local_input(setup: Any, sent: dict[int, list[str]], p: Any, n: int) -> tuple
     """Where pass ``p``'s tasks read the events arranged for it and the files of values
     earlier passes sent each partition (``sent``), and its input: a marker row per
     partition."""
-    from ._zipped import zip_targets
-
     own = (tuple(setup.local[p.index]), setup.log_kinds[p.index])
     # Each event's partition in the zipped passes it sends values to.
     extras = tuple(
@@ -170,8 +170,6 @@ def local_input(setup: Any, sent: dict[int, list[str]], p: Any, n: int) -> tuple
 def _arranged(setup: Any, own: tuple, extras: tuple, columns: list[str], n: int) -> LocalInput:
     """The arrangement of the events of ``own`` (its columns and kinds) into ``n``
     partitions, with the ``extras`` partition columns; made once (see the module docstring)."""
-    import polars as pl
-
     fingerprint = setup.log.fingerprint
     types = tuple((c, str(setup.events.types[c])) for c in columns)
     # (polars hashes the keys: another version may deal them otherwise)
@@ -223,8 +221,6 @@ def _arranged(setup: Any, own: tuple, extras: tuple, columns: list[str], n: int)
 def _deal_file(setup: Any, by: tuple, kinds: tuple, n: int) -> str:
     """The file of the deal of pass keys ``by`` (its events of ``kinds``) into ``n``
     partitions (:class:`Deal`), counted by the executors the first time it is needed."""
-    import polars as pl
-
     fingerprint = setup.log.fingerprint
     types = tuple(str(setup.events.types[c]) for c in by)
     key = (by, kinds, types, n, pl.__version__)
@@ -297,8 +293,6 @@ def _prune(scratch: Any, fingerprint: str) -> None:
 def local_start(local: LocalInput, part: int) -> list | None:
     """Partition ``part``'s share of the state its replay starts from, as its entries
     (``_start_shares.start_of`` makes them a start)."""
-    import pickle
-
     path = local.starts[part] if local.starts else ""
     if not path:
         return None
@@ -310,8 +304,6 @@ def local_batches(local: LocalInput, part: int) -> Iterator:
     """An arranged pass's input in a task (partition ``part``): the values earlier passes
     sent it (packed, as ``_zipped.unzip`` takes them), then its events from its files, those
     after ``local.after`` and up to ``local.until`` only."""
-    from ._zipped import VALUES
-
     sent = local.values[part] if local.values else ()
     if sent:
         blobs = []
@@ -340,8 +332,6 @@ def local_batches(local: LocalInput, part: int) -> Iterator:
 def values_sent(got: pa.Table, sent: dict[int, dict[int, list[str]]]) -> None:
     """The files of values a pass's finished tasks wrote for later arranged passes
     (``_zipped.ValuePacker``), by receiving pass and partition, into ``sent``."""
-    from ._rows import FWD
-
     rows = got.filter(pc.equal(got.column("_rs_kind"), FWD))
     for dest, part, path in zip(
         rows.column("_rs_dest").to_pylist(),
