@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from ..engines import engines
 from ..model.errors import RestreamError
-from ._arrow_pool import use_jemalloc
 from ._args import conf_arg, diff_json, diff_text, log_arg, params_arg, program_arg, run_arg
+from ._arrow_pool import use_jemalloc
 from ._lazy_pandas import defer_pandas
 from ._parser import build_parser
 from ._replay import cmd_replay
