@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from ..engines import engines
 from ..model.errors import RestreamError
 from ._args import conf_arg, diff_json, diff_text, log_arg, params_arg, program_arg, run_arg
+from ._arrow_pool import use_jemalloc
+from ._lazy_pandas import defer_pandas
 from ._parser import build_parser
 from ._replay import cmd_replay
 from ._score import check_label_options, cmd_score
@@ -27,6 +29,8 @@ EXIT_INTERNAL_ERROR = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    defer_pandas()  # imported only by what needs it (0.35 s of every command otherwise)
+    use_jemalloc()  # pages kept for reuse, not zeroed again and again (see _arrow_pool)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)

@@ -117,8 +117,8 @@ class RecordedProbe:
                 ) from None
             absent = table.column("absent") if "absent" in table.column_names else None
             self._values = (
-                table.column("value").combine_chunks(),
-                None if absent is None else absent.combine_chunks(),
+                _one_array(table.column("value")),
+                None if absent is None else _one_array(absent),
             )
         return self._values
 
@@ -151,6 +151,11 @@ class RecordedProbe:
             for i in pc.indices_nonzero(self.absent).to_pylist():
                 out[i] = ABSENT
         return out
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array: its chunk if it has one (no copy), else its chunks joined."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def probe_sites(program: Any, plan: Any, columns: list[str]) -> list:
@@ -332,7 +337,9 @@ class History:
                 columns = {"value": probe.value}
                 if probe.absent is not None:
                     columns["absent"] = probe.absent
-                pq.write_table(pa.table(columns), out / rel)
+                # One row group: read back as one chunk each, without a copy to join them.
+                table = pa.table(columns)
+                pq.write_table(table, out / rel, row_group_size=max(table.num_rows, 1))
             probes.append({**probe.signature.to_json(), "file": rel, "encoding": probe.encoding})
         index = {
             "format": _FORMAT,

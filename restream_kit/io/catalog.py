@@ -16,6 +16,7 @@ through :meth:`Catalog.query`.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import json
@@ -643,15 +644,11 @@ def _metrics(metrics: Metrics) -> list:
 
 
 def _schemas_out(schemas: dict[str, Any]) -> dict[str, str]:
-    """Each table's emit schema (polars types) as a base64 Arrow IPC schema: data, not code."""
-    import base64
-
-    import polars as pl
-
+    """Each table's emit schema (Arrow types) as a base64 Arrow IPC schema: data, not code."""
     out = {}
     for name, schema in schemas.items():
         try:
-            arrow = pl.DataFrame(schema=schema).to_arrow().schema
+            arrow = pa.schema(list(schema.items()))
             out[name] = base64.b64encode(arrow.serialize().to_pybytes()).decode("ascii")
         except Exception:  # noqa: BLE001 - a schema is a convenience for empty tables
             continue
@@ -659,14 +656,10 @@ def _schemas_out(schemas: dict[str, Any]) -> dict[str, str]:
 
 
 def _schemas_in(stored: dict[str, str]) -> dict[str, Any]:
-    import base64
-
-    import polars as pl
-
     out = {}
     for name, text in stored.items():
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-        out[name] = dict(pl.from_arrow(schema.empty_table()).schema)
+        out[name] = dict(zip(schema.names, schema.types))
     return out
 
 

@@ -4,7 +4,9 @@ A replay only knows a table's columns from the rows it emitted, so a table that 
 nothing would have no columns at all. The program text says more: the table's name and its
 fields, and often their types (a literal, ``e.ts``, a comparison, an f-string, a column of
 the log). :func:`emit_schemas` reads them; ``Result`` uses them to give an empty table its
-columns. A field whose type the text does not make evident is typed ``Null``.
+columns. A field whose type the text does not make evident is typed ``null``. Types are
+Arrow's (``result[name]`` shows them as polars'): a command line replay that never shows a
+table does not import polars for them.
 """
 
 from __future__ import annotations
@@ -12,35 +14,35 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-import polars as pl
+import pyarrow as pa
 
 __all__ = ["emit_schemas"]
 
 _CALL_TYPES = {
-    "int": pl.Int64,
-    "len": pl.Int64,
-    "float": pl.Float64,
-    "str": pl.String,
-    "bool": pl.Boolean,
-    "repr": pl.String,
+    "int": pa.int64(),
+    "len": pa.int64(),
+    "float": pa.float64(),
+    "str": pa.string(),
+    "bool": pa.bool_(),
+    "repr": pa.string(),
 }
+_NULL = pa.null()
 
 
-def emit_schemas(program: Any, log: Any = None) -> dict[str, dict[str, pl.DataType]]:
-    """Per table named by a literal in an ``emit`` call: field name -> polars type.
+def emit_schemas(program: Any, log: Any = None) -> dict[str, dict[str, pa.DataType]]:
+    """Per table named by a literal in an ``emit`` call: field name -> Arrow type.
 
     Fields are in order of first appearance over the program text; a field's type is the
     first evident one among the calls (``log``, when given, types ``e.column`` reads).
     """
     names, modules = _emit_names(program.module_ast)
-    columns: dict[str, pl.DataType] = {}
+    columns: dict[str, pa.DataType] = {}
     if log is not None:
         try:
-            schema = pl.from_arrow(log.schema.empty_table()).schema
-            columns = dict(schema)
+            columns = dict(zip(log.schema.names, log.schema.types))
         except Exception:  # noqa: BLE001 - types are a convenience, never a failure
             columns = {}
-    out: dict[str, dict[str, pl.DataType]] = {}
+    out: dict[str, dict[str, pa.DataType]] = {}
     for fn in ast.walk(program.module_ast):
         if not isinstance(fn, ast.FunctionDef):
             continue
@@ -58,7 +60,7 @@ def emit_schemas(program: Any, log: Any = None) -> dict[str, dict[str, pl.DataTy
                 if kw.arg is None:
                     continue
                 typ = _type_of(kw.value, event, columns)
-                if kw.arg not in fields or (fields[kw.arg] == pl.Null and typ != pl.Null):
+                if kw.arg not in fields or (fields[kw.arg] == _NULL and typ != _NULL):
                     fields[kw.arg] = typ
     return out
 
@@ -84,35 +86,35 @@ def _is_emit(func: ast.expr, names: set[str], modules: set[str]) -> bool:
     )
 
 
-def _type_of(expr: ast.expr, event: str | None, columns: dict[str, pl.DataType]) -> pl.DataType:
-    """The polars type of ``expr`` when the text makes it evident, else ``Null``."""
+def _type_of(expr: ast.expr, event: str | None, columns: dict[str, pa.DataType]) -> pa.DataType:
+    """The Arrow type of ``expr`` when the text makes it evident, else ``null``."""
     if isinstance(expr, ast.Constant):
         value = expr.value
         if isinstance(value, bool):
-            return pl.Boolean
+            return pa.bool_()
         if isinstance(value, int):
-            return pl.Int64
+            return pa.int64()
         if isinstance(value, float):
-            return pl.Float64
+            return pa.float64()
         if isinstance(value, str):
-            return pl.String
-        return pl.Null
+            return pa.string()
+        return _NULL
     if isinstance(expr, ast.JoinedStr):
-        return pl.String
+        return pa.string()
     if isinstance(expr, ast.Compare) or (
         isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not)
     ):
-        return pl.Boolean
+        return pa.bool_()
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
         if expr.value.id == event:
             if expr.attr in ("ts", "lsn"):
-                return pl.Int64
+                return pa.int64()
             if expr.attr == "kind":
-                return pl.String
-            return columns.get(expr.attr, pl.Null)
-        return pl.Null
+                return pa.string()
+            return columns.get(expr.attr, _NULL)
+        return _NULL
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
-        return _CALL_TYPES.get(expr.func.id, pl.Null)
+        return _CALL_TYPES.get(expr.func.id, _NULL)
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):
-        return pl.Float64
-    return pl.Null
+        return pa.float64()
+    return _NULL

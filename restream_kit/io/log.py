@@ -404,11 +404,14 @@ class Log:
                 for b in table.slice(start, stop - start).to_batches(ROW_GROUP)
             )
 
-    def select(self, kinds: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
+    def select(
+        self, kinds: Sequence[str], columns: Sequence[str] | None = None, *, text: bool = True
+    ) -> pa.Table:
         """The events of ``kinds`` in log order, with only ``columns`` (every column when
         None), in the log's column order: what a re-run of a few handlers reads. A file log
         is read from its ordered copy a row group at a time, keeping only those rows and
-        columns: the log is never held whole."""
+        columns: the log is never held whole. ``text=False`` leaves the text columns read
+        as dictionaries so (for a caller that decodes only those it uses)."""
         schema = self.schema
         wanted = set(self.columns if columns is None else columns)
         keep = [c for c in self.columns if c in wanted]
@@ -435,7 +438,7 @@ class Log:
         if not parts:
             return schema.empty_table().select(keep)
         out = pa.concat_tables(parts)
-        for name in strings:
+        for name in strings if text else ():
             if name in keep:
                 i = keep.index(name)
                 out = out.set_column(i, name, out.column(i).cast(schema.field(name).type))

@@ -117,7 +117,7 @@ class Result:
     on_error: str = "stop"
     #: The first epoch this replay ran when it resumed a checkpoint (None when it did not).
     resumed_from_epoch: int | None = None
-    #: Per table the program can emit, its fields and their polars types, read from the
+    #: Per table the program can emit, its fields and their Arrow types, read from the
     #: program's ``emit`` calls (``restream_kit.io.emits``); filled in by ``replay``.
     schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Where the tables were written (``write``), if they were.
@@ -148,9 +148,14 @@ class Result:
         if table in self.tables:
             return with_time(pl.from_arrow(self.tables[table]))
         if table in self.schemas:
-            schema = {"lsn": pl.Int64, "ts": pl.Int64, "handler": pl.String, "seq": pl.Int64}
-            schema.update(self.schemas[table])
-            return with_time(pl.DataFrame(schema=schema))
+            fields = {
+                "lsn": pa.int64(),
+                "ts": pa.int64(),
+                "handler": pa.string(),
+                "seq": pa.int64(),
+            }
+            fields.update(self.schemas[table])
+            return with_time(pl.from_arrow(pa.schema(list(fields.items())).empty_table()))
         names = ", ".join(repr(t) for t in self.table_names) or "none"
         raise KeyError(f"no output table {table!r}; the tables are: {names}")
 

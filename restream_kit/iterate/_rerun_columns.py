@@ -29,6 +29,7 @@ from ..compiler.columns import ColumnEvaluator, read_column
 from ..compiler.inline import _function_locals
 from ..compiler.lower import (
     Col,
+    ColumnFacts,
     LoweredRead,
     NotLowerable,
     ReadOf,
@@ -69,25 +70,39 @@ class ColumnRun:
     evaluator: ColumnEvaluator
     handler_kinds: dict[str, tuple[str, ...]]
 
-    def run(self, events: pa.Table, read_values: dict[int, pl.Series], names: dict) -> dict:
+    def run(
+        self,
+        events: pa.Table,
+        read_values: dict[int, pl.Series],
+        names: dict,
+        kinds: set[str] | None = None,
+    ) -> dict:
         """The re-run handlers' tables over ``events`` (the events of their kinds, in log
         order), ``read_values`` the served values of each site, aligned with the events of
-        its handler's kinds (``names``: handler -> its served sites)."""
-        frame = pl.from_arrow(events.select(self.columns))
-        kinds = frame.get_column("kind")
-        every = set(kinds.unique().to_list())
+        its handler's kinds (``names``: handler -> its served sites). Without a ``kind``
+        column, ``kinds`` are the events' kinds, and every re-run handler runs on them all.
+        Text columns read as dictionaries are decoded here, those the handlers use only."""
+        used = [c for c in self.columns if c in events.column_names]
+        frame = pl.from_arrow(_decoded(events.select(used)))
+        if "kind" in frame.columns:
+            every = set(frame.get_column("kind").unique().to_list())
+        else:
+            every = set(kinds or ())
+            assert all(every <= set(k) for k in self.handler_kinds.values()), every
         added = []
         for read, site in self.reads.items():
             handler = names[site]
             values = read_values[site]
             if not every <= set(self.handler_kinds[handler]):
-                at = kinds.is_in(list(self.handler_kinds[handler])).arg_true()
+                kinds_of = frame.get_column("kind")
+                at = kinds_of.is_in(list(self.handler_kinds[handler])).arg_true()
                 full = pl.repeat(None, frame.height, dtype=values.dtype, eager=True)
                 values = full.scatter(at, values)
             added.append(values.alias(read_column(read)))
-        frame = frame.with_columns(added).with_row_index("_rs_o")
-        lsn = events.column("lsn").combine_chunks().cast(pa.int64())
-        ts = events.column("ts").combine_chunks().cast(pa.int64())
+        frame = frame.with_columns(added)
+        # Taken at the emitting events only: the chunks as read, no copy of the whole column.
+        lsn = events.column("lsn").cast(pa.int64())
+        ts = events.column("ts").cast(pa.int64())
         by_table: dict[str, list[_Emit]] = {}
         for e in self.emits:
             by_table.setdefault(e.table, []).append(e)
@@ -104,8 +119,10 @@ class ColumnRun:
             cond = self.evaluator.truth(e.when)
             if not every <= set(e.kinds):
                 cond = pl.col("kind").is_in(list(e.kinds)) & cond
+            # The emitting events' places from the mask: no index column over every event.
+            mask = frame.with_columns(cond.alias("_rs_m")).get_column("_rs_m")
             sel = [pl.col("_rs_o")] + [self.evaluator.value(x).alias(f) for f, x, _t in e.fields]
-            got = frame.lazy().filter(cond).select(sel).collect()
+            got = frame.filter(mask).with_columns(mask.arg_true().alias("_rs_o")).select(sel)
             parts.append((number, e, got))
         types: dict[str, str] = {}
         for _n, e, got in parts:
@@ -128,7 +145,7 @@ class ColumnRun:
             ).sort(["_rs_o", "_rs_h", "_rs_n"], maintain_order=True)
             if any(rows.get_column(f).null_count() for f in types):
                 return _rows(name, parts, lsn, ts)
-        at = pa.array(rows.get_column("_rs_o").to_numpy())
+        at = rows.get_column("_rs_o").to_arrow()
         n = rows.height
         if len(parts) == 1:
             handler = pa.array([parts[0][1].handler] * n, pa.string())
@@ -176,7 +193,7 @@ class _SiteLowerer(_Lowerer):
     def __init__(self, program, table, sites: dict, constants: dict):
         # Not _Lowerer.__init__: states of any kind may exist; only served reads are used.
         self.program = program
-        self.columns = _column_types(column_facts(table))
+        self.columns = _column_types(_facts(table))
         self.events = table.num_rows
         self.reads: list[LoweredRead] = []
         self.read_types: dict[int, _Typed] = {}
@@ -324,6 +341,24 @@ def plan_columns(
         {name: index[name].kinds for name in handlers},
     )
     return run, None
+
+
+def _facts(table: pa.Table) -> dict[str, ColumnFacts]:
+    """:func:`column_facts` of ``table``, a dictionary column taken as its values' type."""
+    coded = {n for n, t in zip(table.column_names, table.schema.types) if pa.types.is_dictionary(t)}
+    facts = column_facts(table.drop_columns(list(coded)))
+    for name in coded:
+        column = table.column(name)
+        facts[name] = ColumnFacts(column.type.value_type, column.null_count > 0)
+    return {name: facts[name] for name in table.column_names}
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    """``table`` with its dictionary columns decoded to their values' type."""
+    for i, t in enumerate(table.schema.types):
+        if pa.types.is_dictionary(t):
+            table = table.set_column(i, table.field(i).name, table.column(i).cast(t.value_type))
+    return table
 
 
 def _emit_is_kit(program) -> bool:

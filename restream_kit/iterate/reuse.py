@@ -340,7 +340,6 @@ def _no_schedule(_t):  # pragma: no cover - programs that schedule are refused b
 
 
 def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Result, Any]:
-    from ..engines.serial import _handler_error
     from ..history.recorder import Recorder
     from ..runtime import SerialRuntime, check_state
 
@@ -359,12 +358,18 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
     sites = prep.sites
     kinds = sorted({k for h in prep.rerun for k in by_name[h].kinds})
     # Only the re-run handlers' events, and only the fields they name: never the whole log.
-    selected = log.select(kinds, _fields_named(program, prep.rerun, log.columns))
+    named = _attributes(program, prep.rerun)
+    fields = [c for c in log.columns if c in ("lsn", "ts", "kind") or c in named]
     total = len(log)
     notify(ReplayStarted("serial", total, 1, ("serial",), log.span_ms))
     notify(EpochStarted(0, total))
     columns_run, why_not = None, "a run that keeps a history records in the loop"
     if recorder is None or not recorder.hooks:
+        # As columns, kinds matter only when the re-run handlers' kinds differ (or one reads
+        # e.kind); text columns are decoded only where an expression uses them (a key's never).
+        same_kinds = all(set(by_name[h].kinds) == set(kinds) for h in prep.rerun)
+        wanted = [c for c in fields if c != "kind" or not same_kinds or "kind" in named]
+        selected = log.select(kinds, wanted, text=False)
         served = {}
         for site in sites:
             arr = _served_array(prep.probes[site.number], program.states[site.state].default)
@@ -377,7 +382,7 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
     if columns_run is not None:
         handler_of = {s.number: s.handler for s in sites}
         values = {n: pl.from_arrow(a) for n, a in served.items() if n in columns_run.reads.values()}
-        new_tables = columns_run.run(selected, values, handler_of)
+        new_tables = columns_run.run(selected, values, handler_of, set(kinds))
         how = "columns"
     else:
         compiled = _compile(program, log, prep, rt, stores, recorder)
@@ -388,8 +393,8 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
             default = program.states[site.state].default
             ns[site.var] = _served_list(prep.probes[site.number], site, default)
         named = compiled.needs_named_events
-        if named:  # a handler takes the event itself: every field, by name
-            selected = log.select(kinds)
+        # A handler that takes the event itself gets every field, by name.
+        selected = log.select(kinds) if named else log.select(kinds, fields)
         make = log.event_type()
         try:
             for batch in selected.to_batches(max_chunksize=65_536):
@@ -404,6 +409,8 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
         except HandlerError:
             raise
         except Exception as exc:
+            from ..engines.serial import _handler_error  # the serial engine's: on error only
+
             raise _handler_error(program, rt, exc, log.columns) from exc
         if rt.future and hist.last_ts is not None:
             # A full replay applies the timed writes due by its last event (log or
@@ -450,15 +457,15 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
     return result, (prep, info)
 
 
-def _fields_named(program: Program, handlers: list[str], columns: list[str]) -> list[str]:
-    """The log columns the re-run handlers name (``e.col``, or any ``.col``), and lsn, ts
-    and kind: all that their lowered columns or their inlined loop read of an event (a
+def _attributes(program: Program, handlers: list[str]) -> set[str]:
+    """The attribute names in ``handlers`` (``e.col``, or any ``.col``): with lsn, ts and
+    kind, the log columns their lowered columns or their inlined loop read of an event (a
     handler that takes the event whole needs named events, and gets every column)."""
     names = set()
     for fn in program.module_ast.body:
         if isinstance(fn, ast.FunctionDef) and fn.name in handlers:
             names |= {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
-    return [c for c in columns if c in ("lsn", "ts", "kind") or c in names]
+    return names
 
 
 def _tables(recorded: Result, new: dict, reused_handlers: set, positions: dict) -> dict:

@@ -84,9 +84,23 @@ def sliding_sums(
         except Exception as exc:
             fail(exc)
 
-    def finish() -> None:
-        if rt.event is not None:
-            expire(rt.event[1])
+    def finish(until: int | None = None, later: Callable | None = None) -> None:
+        """Apply the decrements due by ``until`` (by default the last event's time); with
+        ``later``, hand each one still waiting to it as the timed write the expansion makes,
+        ``later(d, default, op, key, arg, at)``: a Spark pass whose events end before the
+        replay's does (the driver applies them if an event after the log reaches their time)."""
+        if until is None and rt.event is not None:
+            until = rt.event[1]
+        if until is not None:
+            expire(until)
+        if later is None:
+            return
+        for at, key, minus in due:
+            if counts is not None:
+                later(counts, 0, "add", key, -1, at)
+            if sums is not None:
+                later(sums, 0, "add", key, minus, at)
+        due.clear()
 
     return add, value, finish
 
@@ -128,7 +142,7 @@ def sliding_extremes(
         except Exception as exc:
             fail(exc)
 
-    def finish() -> None:
+    def finish(**_when: Any) -> None:  # (its state does not depend on the clock)
         for key, q in queues.items():
             store[key] = tuple(q)
 
@@ -171,7 +185,7 @@ def sliding_distinct(
         except Exception as exc:
             fail(exc)
 
-    def finish() -> None:
+    def finish(**_when: Any) -> None:  # (its state does not depend on the clock)
         for key, (latest, _adds) in keys.items():
             store[key] = tuple((t, v) for v, t in latest.items())
 

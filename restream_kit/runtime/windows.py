@@ -76,10 +76,12 @@ class Fused:
     off: dict[str, str] = field(default_factory=dict)
     finishers: list[Callable] = field(default_factory=list)
 
-    def finish(self) -> None:
-        """Write what the native windows hold in their own structures into their states."""
+    def finish(self, **when: Any) -> None:
+        """Write what the native windows hold in their own structures into their states;
+        ``when`` (``until=``, ``later=``) as a sliding sum's finisher takes it
+        (:func:`~restream_kit.runtime._sliding_queues.sliding_sums`)."""
         for finish in self.finishers:
-            finish()
+            finish(**when)
 
 
 def fuse_windows(

@@ -1,5 +1,6 @@
 """Passes whose events the driver arranges on a local master (``passes._local_arrangement``):
-balanced partitions of keys, one Arrow file per arrangement, values routed by marker rows.
+balanced partitions of keys, a folder of Arrow files per arrangement, values routed by
+marker rows.
 
 The threshold is lowered so that small logs take that path; every replay is checked against
 the serial engine, and against what ran.
@@ -87,15 +88,15 @@ def test_the_driver_arranges_balanced_partitions_and_both_passes_equal_serial(
     for stage, events in got.metrics.task_events.items():
         assert len(events) == 2 and min(events) > 0, (stage, events)
         assert sum(events) == messages, (stage, events)
-    # One file per arrangement, named by the log: a second replay, here or in another
+    # One folder per arrangement, named by the log: a second replay, here or in another
     # process (the in-process cache forgotten), maps the same files and equals serial again.
     scratch = Path(os.environ["RESTREAM_HOME"]) / "scratch"
-    files = sorted(scratch.glob(f"{log.fingerprint}.*.arranged.arrow"))
-    assert len(files) == 2, files
+    files = sorted(scratch.glob(f"{log.fingerprint}.*.arranged/*.arrow"))
+    assert len({f.parent for f in files}) == 2, files
     inodes = [f.stat().st_ino for f in files]  # a file written again is a new inode
     local._FILES.clear()
     arranged_replay(program, log)
-    assert sorted(scratch.glob(f"{log.fingerprint}.*.arranged.arrow")) == files
+    assert sorted(scratch.glob(f"{log.fingerprint}.*.arranged/*.arrow")) == files
     assert [f.stat().st_ino for f in files] == inodes
     # The values the passes sent each other went through files of the replay's own, gone.
     assert not list(scratch.glob("values-*")), list(scratch.iterdir())
@@ -134,7 +135,8 @@ def test_keys_the_driver_cannot_hash_as_python_compares_them_keep_the_shuffle(
 
 def test_a_heavy_key_gets_a_partition_and_the_others_share_the_rest():
     """Keys are dealt largest first into the emptiest partition; equal keys meet; partitions
-    are numbered by size, largest first; events of other kinds are in none."""
+    are numbered by size, largest first; events of other kinds are in none (as the
+    executors put them: the deal of the keys' hashes, counted over the events of the kind)."""
     rng = np.random.default_rng(1)
     keys = np.concatenate([np.full(5000, 7), rng.integers(100, 400, 6000)])
     rng.shuffle(keys)
@@ -142,10 +144,13 @@ def test_a_heavy_key_gets_a_partition_and_the_others_share_the_rest():
     log = rk.Log(
         pa.table({"ts": np.arange(len(keys)), "kind": kinds, "k": keys, "s": keys.astype(str)})
     )
-    events = prepare_events(log)
+    table = prepare_events(log).table
+    hit = kinds == "hit"
     for by in (("k",), ("s",), ("k", "s")):
-        parts = local.partition_of(events, log.fingerprint, by, ("hit",), 3)
-        hit = kinds == "hit"
+        hashes = local.key_hashes(table, by)
+        found, counts = np.unique(hashes[hit], return_counts=True)
+        deal = local.dealt(found, counts, 3)
+        parts = np.where(hit, deal.of(hashes), -1)
         assert (parts[~hit] == -1).all() and (parts[hit] >= 0).all()
         for key in np.unique(keys[hit]):
             assert len(set(parts[hit & (keys == key)])) == 1, key
@@ -160,13 +165,15 @@ def test_a_heavy_key_gets_a_partition_and_the_others_share_the_rest():
 
 def test_a_task_takes_its_marker_its_partitions_values_and_its_events(tmp_path):
     table = pa.table({"lsn": [0, 1, 2, 3], "ts": [0, 1, 2, 3]})
-    path = tmp_path / "events.arrow"
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_batch(table.slice(0, 3).to_batches()[0])
-        writer.write_batch(table.slice(3).to_batches()[0])
+    for name, part in (("p0.arrow", table.slice(0, 3)), ("p1.arrow", table.slice(3))):
+        with (
+            pa.OSFile(str(tmp_path / name), "wb") as sink,
+            pa.ipc.new_file(sink, table.schema) as writer,
+        ):
+            writer.write_batch(part.to_batches()[0])
     sent = tmp_path / "v1.1.x.arrow"
     sent.write_bytes(b"packed values")
-    where = local.LocalInput(str(path), ((0, 1), (1, 2)), ((), (str(sent),)))
+    where = local.LocalInput(str(tmp_path), (("p0.arrow",), ("p1.arrow",)), ((), (str(sent),)))
 
     def markers(*marks):
         return [pa.record_batch([pa.array(marks, pa.int32())], names=[local.MARK])]
@@ -201,13 +208,14 @@ def test_markers_put_one_row_in_each_partition_with_no_shuffle(spark_session):
 
 def test_a_log_keeps_its_most_recently_used_arrangements_on_disk(tmp_path):
     for i in range(local._KEPT_ON_DISK + 2):
-        path = tmp_path / f"abc.{i:02d}.arranged.arrow"
-        path.write_bytes(b"")
+        path = tmp_path / f"abc.{i:02d}.arranged"
+        path.mkdir()
+        (path / "_parts.json").write_text("[]")
         os.utime(path, ns=(i * 10**9, i * 10**9))
-    other = tmp_path / "other.00.arranged.arrow"
-    other.write_bytes(b"")
+    other = tmp_path / "other.00.arranged"
+    other.mkdir()
     os.utime(other, ns=(0, 0))
     local._prune(tmp_path, "abc")
     left = sorted(p.name for p in tmp_path.glob("abc.*"))
-    assert left == [f"abc.{i:02d}.arranged.arrow" for i in range(2, local._KEPT_ON_DISK + 2)]
+    assert left == [f"abc.{i:02d}.arranged" for i in range(2, local._KEPT_ON_DISK + 2)]
     assert other.exists()  # another log's arrangements are its own

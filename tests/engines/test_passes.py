@@ -657,3 +657,38 @@ def test_sliding_windows_keyed_like_their_stage_run_fused_in_its_pass(spark_sess
     for name in ("recent", "peers", "loud"):
         assert f"window {name} fused" in got.metrics.path["track"], got.metrics.path
     assert "window per_ip not fused" in got.metrics.path["per_ip__close"]
+
+
+@pytest.mark.spark
+def test_a_fused_sliding_count_applies_what_falls_due_after_its_partitions_last_event(
+    spark_session,
+):
+    """A partition's last event may come long before the log's, and a closing window's close
+    runs after the log: the decrements a fused sliding count holds past the partition's end
+    fall due by the log's last event, or by that close, exactly as in the serial replay."""
+    source = textwrap.dedent(
+        """
+        from restream_kit import emit, on
+        from restream_kit.windows import sliding, tumbling
+
+        recent = sliding(5, "count")
+        per_k = tumbling(100, "count", table="per_k")
+
+
+        @on("a")
+        def track(e):
+            recent.add(e.k)
+            per_k.add(e.k)
+            if recent.value(e.k) > 1:
+                emit("hot", k=e.k)
+        """
+    )
+    p = rk.Program.from_source(source, "fused_after_the_end")
+    rows = [{"ts": 10 * k, "kind": "a", "k": k} for k in range(8)]
+    rows += [{"ts": 71, "kind": "a", "k": 7}, {"ts": 200, "kind": "a", "k": 0}]
+    want = rk.replay(p, rk.Log(rows))
+    # Each key's add expired by the end: the log's last event, or the close at 300.
+    assert set(want.state["recent__n"].values()) <= {0, 1}, want.state
+    got = rk.replay(p, rk.Log(rows), engine="spark", path="passes", partitions=3)
+    assert "window recent fused" in got.metrics.path["track"], got.metrics.path
+    assert_same_result(got, want)

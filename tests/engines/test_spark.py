@@ -521,8 +521,8 @@ def test_the_log_is_read_while_a_local_session_starts_and_its_errors_still_name_
 ):
     """On a local master the kernel's log is read in a thread while the session starts
     (``_engine._read_meanwhile``); a cluster's master, a log read already or a log Spark
-    reads itself gets no thread. For a rule the prefix path runs, the thread only makes the
-    log's ordered copy (the tasks read it): the kernel never holds the log. A bad log still
+    reads itself gets no thread. For a file log the thread only makes the log's ordered copy
+    (the tasks of either path read it): the kernel never holds the log. A bad log still
     fails the replay with the row named."""
     from restream_kit.engines.options import SparkOptions
     from restream_kit.engines.spark._engine import _read_meanwhile
@@ -542,7 +542,9 @@ def test_the_log_is_read_while_a_local_session_starts_and_its_errors_still_name_
     )
     assert reading is not None
     reading.join()
-    assert log.loaded and log.table.num_rows == 2
+    # The pass path's tasks read the ordered copy too (``passes._local_arrangement``).
+    assert not log.loaded and log.ordered().path.exists()
+    log.table  # noqa: B018 - read already: no thread
     assert _read_meanwhile(program, log, SparkOptions.of({})) is None
     assert (
         _read_meanwhile(

@@ -127,24 +127,6 @@ PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
         "restream_kit/engines/spark/passes/_driver.py",
         "restream_kit.engines.spark.passes._epochs",
     ): SCALE,
-    ("restream_kit/engines/spark/passes/_local_arrangement.py", "hashlib"): SCALE,
-    ("restream_kit/engines/spark/passes/_local_arrangement.py", "json"): SCALE,
-    ("restream_kit/engines/spark/passes/_local_arrangement.py", "pickle"): SCALE,
-    ("restream_kit/engines/spark/passes/_local_arrangement.py", "polars"): SCALE,
-    ("restream_kit/engines/spark/passes/_local_arrangement.py", "pyarrow"): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_local_arrangement.py",
-        "restream_kit.engines.spark.passes._rows",
-    ): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_local_arrangement.py",
-        "restream_kit.engines.spark.passes._setup",
-    ): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_local_arrangement.py",
-        "restream_kit.engines.spark.passes._zipped",
-    ): SCALE,
-    ("restream_kit/engines/spark/passes/_local_arrangement.py", "restream_kit.io.log"): SCALE,
     ("restream_kit/engines/spark/passes/_lookup_stages.py", "ast"): WINSPARK,
     ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.compiler.compile"): RUNTIME,
     ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.compiler.inline"): RUNTIME,
@@ -174,7 +156,6 @@ PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     ("restream_kit/engines/spark/passes/_shipping.py", "restream_kit.engines.serial"): RUNTIME,
     ("restream_kit/engines/spark/passes/_start_shares.py", "itertools"): RUNTIME,
     ("restream_kit/engines/spark/passes/_start_shares.py", "pickle"): RUNTIME,
-    ("restream_kit/engines/spark/passes/_start_shares.py", "polars"): RUNTIME,
     ("restream_kit/engines/spark/passes/_start_shares.py", "pyarrow"): RUNTIME,
     (
         "restream_kit/engines/spark/passes/_start_shares.py",

@@ -56,14 +56,15 @@ from .session._ship import is_local, ship
 
 
 def describe_uri_log(session: Any, log: Log, options: SparkOptions) -> None:
-    """Read a URI log with Spark's reader (see ``_uri_log``), for a replay with ``options``."""
-    refused = [k for k in ("checkpoint", "resume", "start_from") if getattr(options, k)]
-    if refused:
-        raise RestreamError(
-            f"{log.uri}: {refused[0]}= is not supported yet for a log given as a URI; "
-            "give a local path, or replay without it"
-        )
+    """Read a URI log with Spark's reader (see ``_uri_log``), for a replay with ``options``.
+    A checkpoint needs the log's ordered copy on this disk (a local master's)."""
     _describe_uri(session, log)
+    refused = [k for k in ("checkpoint", "resume", "start_from") if getattr(options, k)]
+    if refused and not log.copied:
+        raise RestreamError(
+            f"{log.uri}: {refused[0]}= is not supported yet for a log given as a URI on a "
+            "cluster; give a local path, or replay without it"
+        )
 
 
 __all__ = ["replay"]
@@ -92,7 +93,10 @@ def _read_meanwhile(program: Program, log: Log, options: SparkOptions) -> thread
         try:
             if log.streamed and lowers(program, log, options):
                 return  # the prefix path reads the ordered copy (now made): not the kernel
-            log.table  # noqa: B018 - built and kept on the log
+            if log.streamed:
+                log.ordered()  # the pass path's tasks read the ordered copy: not the kernel
+            else:
+                log.table  # noqa: B018 - built and kept on the log
         except Exception:  # noqa: BLE001 - see the docstring
             pass
 

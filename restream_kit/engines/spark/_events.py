@@ -19,7 +19,7 @@ import pyarrow as pa
 from ...io.log import Log
 from ._program_ref import event_type
 
-__all__ = ["EventsTable", "prepare_events"]
+__all__ = ["EventsTable", "prepare_events", "log_events", "rowless_events"]
 
 _SAFE = (
     pa.types.is_int8,
@@ -81,3 +81,25 @@ def prepare_events(log: Log) -> EventsTable:
     names = [*table.column_names, "_rs_o"]
     out = pa.table(arrays, names=names)
     return EventsTable(out, tuple(table.column_names), frozenset(pickled), types)
+
+
+def log_events(log: Log, local: bool) -> EventsTable:
+    """The engine's view of a file ``log`` for the pass path: with no rows on a ``local``
+    master (its tasks share this disk) when the log has an ordered copy whose columns Spark
+    reads as they are, for the tasks read that copy (``passes._setup``,
+    ``passes._local_arrangement``); else ``log``'s table as Spark takes it
+    (:func:`prepare_events`)."""
+    if (
+        local
+        and log.uri is None
+        and log.copied
+        and all(any(check(f.type) for check in _SAFE) for f in log.schema)
+    ):
+        return rowless_events(log.schema)
+    return prepare_events(log)
+
+
+def rowless_events(schema: pa.Schema) -> EventsTable:
+    """The columns of a log whose rows stay where they lie (read by Spark or its tasks)."""
+    empty = schema.append(pa.field("_rs_o", pa.int64())).empty_table()
+    return EventsTable(empty, tuple(schema.names), frozenset(), {f.name: f.type for f in schema})

@@ -149,7 +149,7 @@ def _read_copy(session: Any, copy: OrderedCopy, summary: LogSummary) -> Any:
 
 def uri_events(log: Log) -> Any:
     """The engine's view of the log's columns (no rows: those stay in Spark)."""
-    from ._events import _SAFE, EventsTable
+    from ._events import _SAFE, rowless_events
 
     schema = log.summary.schema
     for f in schema:
@@ -160,8 +160,7 @@ def uri_events(log: Log) -> Any:
                 path=log.uri,
                 column=f.name,
             )
-    empty = schema.append(pa.field("_rs_o", pa.int64())).empty_table()
-    return EventsTable(empty, tuple(schema.names), frozenset(), {f.name: f.type for f in schema})
+    return rowless_events(schema)
 
 
 def _q(name: str) -> str:

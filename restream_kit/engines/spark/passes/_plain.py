@@ -246,8 +246,8 @@ def run_plain(
         out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
         yield out_rows(out, spec)
         return
-    if windows is not None:
-        windows.finish()
+    if windows is not None:  # (what waits past the log's end goes with the timed writes)
+        windows.finish(until=spec.last_ts, later=functools.partial(_later, rt))
     # Later ones apply only if an event after the log (scheduled elsewhere) comes at or after
     # their time: the driver decides, as for the other passes' (``PEND``).
     for at, order, d, _default, op, key, arg in sorted(rt.future, key=lambda f: f[:2]):
@@ -411,3 +411,9 @@ def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) 
     for values in served.values():
         del values[:n]
     return pa.RecordBatch.from_arrays(arrays, schema=wide)
+
+
+def _later(rt: Any, d: dict, default: Any, op: str, key: Any, arg: Any, at: int) -> None:
+    """A fused window's write still waiting at the partition's end, queued as the timed write
+    the window's expansion would have left in ``rt`` (sent on as ``PEND`` with the others)."""
+    heapq.heappush(rt.future, (at, next(rt.order), d, default, op, key, arg))

@@ -167,7 +167,7 @@ class PassSpec:
     # Passes arranged by the driver (``passes._local_arrangement``): where this one's tasks read
     # their events and the values sent to them, and where they write the values they send.
     local: Any = None
-    shares: bool = False  # its share of a start state comes as rows first (``passes._start_shares``)
+    shares: bool = False  # its share of a start state comes as rows first (``_start_shares``)
     values_dir: str | None = None
     packed: bool = False  # its events come packed as Arrow IPC (``passes._setup.arranged``)
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)

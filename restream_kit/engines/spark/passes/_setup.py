@@ -74,7 +74,9 @@ class Setup:
     forward_pks: tuple = ()  # the partition values forwarded events carry (``_forwards``)
     closes_once: frozenset = frozenset()  # see ``passes._window_shapes.closes_once``
     folds: frozenset = frozenset()  # see ``passes._window_shapes.folded_counts``
-    zips: dict = field(default_factory=dict)  # zipped pass -> its partition columns (``passes._zipped``)
+    zips: dict = field(
+        default_factory=dict
+    )  # zipped pass -> its partition columns (``passes._zipped``)
     spread: dict = field(default_factory=dict)  # pass with copies -> a value per partition
     # Passes with copies split into ranges of the log: where ranges 1, 2, ... start
     ranges: dict = field(default_factory=dict)
@@ -101,7 +103,7 @@ def prepare(
     """The log's DataFrame (kept for the next replay of the same log in this session), with
     every pass's partition value, and what the pass jobs share; ``start`` the state a resume
     or a ``start_from`` starts from (``passes._epochs._Begun.state``), if any."""
-    from .._events import prepare_events as _prepare
+    from .._events import log_events
     from .._keys import jvm_key
 
     program: Program = rep.program
@@ -111,7 +113,8 @@ def prepare(
         from .._uri_log import uri_events
 
         events = uri_events(log)
-    events = events or _prepare(log)
+    # A log with an ordered copy on this disk: no row here, the tasks read the copy.
+    events = events or log_events(log, local_master(session))
     passes = pp.passes
     # The kinds each pass takes from the log: a kind only ever scheduled costs no log scan.
     present = set(log.kinds)
@@ -125,7 +128,7 @@ def prepare(
     ranges = {}
     if df is not None and not (start is not None and start["scheduled"]):
         first = rep.begun.done if start is not None else 0  # (the events before the start)
-        ranges = copy_ranges(session, pp, events, first, partitions)
+        ranges = copy_ranges(session, pp, events, first, partitions, log)
     persisted = []
     python_keys = []
     sql = []
@@ -234,7 +237,7 @@ def prepare(
 
 
 def copy_ranges(
-    session: Any, pp: PassPlan, events: Any, first: int, n: int
+    session: Any, pp: PassPlan, events: Any, first: int, n: int, log: Log | None = None
 ) -> dict[int, tuple[str, tuple[bytes, ...]]]:
     """The passes holding copies that run by ranges of the log (``passes._copies``), each with the
     SQL of its events' partition values and the positions where its ranges 1, 2, ... start.
@@ -243,22 +246,25 @@ def copy_ranges(
     state has none waiting: the caller says) holding copies: its ``n`` partitions take
     contiguous, equal ranges of the events from row ``first`` (the first after a start), so
     that each needs the copied state only as of its range's start and the versions within
-    it. A log the kernel does not hold (read by Spark from a URI) keeps the events spread by
-    hash, each partition with every version."""
+    it. The range ends are read from the events' table, or else from the log's ordered copy
+    (``log``); a log with neither (read by Spark from a URI on a cluster) keeps the events
+    spread by hash, each partition with every version."""
     table = getattr(events, "table", None)
-    if n < 2 or pp.schedules or table is None:
+    held = table is not None and table.num_rows > 0
+    if n < 2 or pp.schedules or not (held or (log is not None and log.copied)):
         return {}
     passes = [p for p in pp.passes if p.copies and p.partition == ORDER]
     if not passes:
         return {}
-    lsn = table.column("lsn").to_numpy()
-    if len(lsn) - first < n:
+    total = table.num_rows if held else len(log)
+    if total - first < n:
         return {}
-    rows = [first + (r * (len(lsn) - first) + n - 1) // n for r in range(1, n)]
-    ts = table.column("ts").to_numpy()
-    bounds = tuple(W.position_bytes((int(ts[i]), 2, int(lsn[i]), b"")) for i in rows)
+    rows = [first + (r * (total - first) + n - 1) // n for r in range(1, n)]
+    at = table.select(["lsn", "ts"]).take(rows) if held else log.rows_at(rows, ["lsn", "ts"])
+    lsn, ts = at.column("lsn").to_pylist(), at.column("ts").to_pylist()
+    bounds = tuple(W.position_bytes((int(t), 2, int(o), b"")) for t, o in zip(ts, lsn))
     values = spread_values(session, n)
-    cases = " ".join(f"WHEN _rs_o < {int(lsn[i])} THEN '{v}'" for i, v in zip(rows, values))
+    cases = " ".join(f"WHEN _rs_o < {int(o)} THEN '{v}'" for o, v in zip(lsn, values))
     sql = f"CASE {cases} ELSE '{values[-1]}' END"
     return {p.index: (sql, bounds) for p in passes}
 
@@ -336,7 +342,7 @@ def _arranged_locally(
             if not forwarding:
                 return {}
         by[p.index] = [unquoted(c) for c in raw]
-    if not by or not use_local(rep.session, events, len(events.table), list(by.values())):
+    if not by or not use_local(rep.session, events, len(rep.log), list(by.values())):
         return {}
     if forwarding and any(takes_from_passes(passes, p, log_kinds) for p in passes):
         zips = zipped_passes(rep.session, pp, log_kinds, lambda p: by.get(p.index))
@@ -350,8 +356,9 @@ _FRAMES: dict[tuple, Any] = {}
 
 def _log_frame(session: Any, log: Log, events: Any) -> Any:
     """The log's events as a DataFrame with their positions, made once per session and log
-    (the two most recent are kept): read from a local file (:func:`_local_events_file`), or
-    else persisted."""
+    (the two most recent are kept): read by Spark from the log's ordered copy, or from a
+    local file of the events the kernel holds (:func:`_local_events_file`), or else
+    persisted."""
     key = (id(session), log.fingerprint)
     df, local_file = _FRAMES.get(key, (None, None))
     if df is not None and (local_file is None or os.path.exists(local_file)):
@@ -361,6 +368,12 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
         from .._uri_log import uri_frame
 
         df = uri_frame(session, log)
+    elif not events.table.num_rows and len(log):  # its tasks read the log's ordered copy
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        local_file = str(log.ordered().path)
+        schema = from_arrow_schema(events.table.drop_columns(["_rs_o"]).schema)
+        df = session.read.schema(schema).parquet(local_file)
     elif (local_file := _local_events_file(session, log, events)) is not None:
         from pyspark.sql.pandas.types import from_arrow_schema
 

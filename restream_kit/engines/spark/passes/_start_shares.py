@@ -7,7 +7,7 @@ a file of the replay's own scratch directory (:func:`deal`):
 
 - **a state's values** go to the partition of their key in every pass that holds the state:
   a pass is partitioned by its states' key, and the driver knows where each key's events
-  are (every log event's partition, ``partition_of``). Keys with no event in the log go to
+  are (the deal of its keys, ``_local_arrangement.key_partitions``). Keys with no event in the log go to
   the first partition: no run reads them, and timed writes to them apply there as they fall
   due;
 - **a timed write still waiting** goes with its key, numbered as the serial engine numbered
@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from .._codec import encode_key
 from . import _rows as W
-from ._local_arrangement import partition_of
+from ._local_arrangement import key_partitions
 from ._plan import BY_KEY, ORDER, SINGLE
 
 __all__ = [
@@ -57,10 +57,6 @@ __all__ = [
 #: The column of a share row's entry (null on events): see :func:`share_frame`.
 SHARE = "_rs_share"
 _FIRST = -(1 << 63)  # a share row's time: before every event
-#: ``_key_partitions`` of the last few passes, by log and arrangement: a replay in waves
-#: (``_waves``) deals a start at every wave, and the keys' partitions never change.
-_KEY_PARTS: dict[tuple, dict] = {}
-_KEY_PARTS_KEPT = 4
 
 
 @dataclass(frozen=True)
@@ -100,7 +96,7 @@ def deal(setup: Any, state: dict, after: int, n: int) -> Starts:
         entries = list(_entries(p, state)) if p.index in setup.local else []
         if not entries:
             continue
-        where = _key_partitions(setup, p, n)
+        where = key_partitions(setup, p, n, list(dict.fromkeys(key for key, _e in entries)))
         parts: list[list] = [[] for _ in range(n)]
         for key, entry in entries:
             parts[where.get(key, 0)].append(entry)
@@ -144,32 +140,6 @@ def start_of(entries: list) -> dict:
 def _tupled(partition: str) -> bool:
     """Whether a pass's keys are tuples (its partition expression is one), not values."""
     return isinstance(ast.parse(partition, mode="eval").body, ast.Tuple)
-
-
-def _key_partitions(setup: Any, p: Any, n: int) -> dict:
-    """Pass ``p``'s keys in the log, each with its partition (the driver's dealing): a key
-    as the handlers see it, a value or a tuple as the partition expression makes it."""
-    import polars as pl
-
-    by = list(setup.local[p.index])
-    kinds = setup.log_kinds[p.index]
-    cached = (setup.log.fingerprint, tuple(by), kinds, n, p.partition)
-    if cached in _KEY_PARTS:
-        return _KEY_PARTS[cached]
-    parts = partition_of(setup.events, setup.log.fingerprint, tuple(by), kinds, n)
-    frame = (
-        pl.from_arrow(setup.events.table.select(by))
-        .with_columns(pl.Series("_rs_part", parts))
-        .filter(pl.col("_rs_part") >= 0)
-        .unique(subset=by)
-    )
-    columns = [frame.get_column(c).to_list() for c in by]
-    keys = list(zip(*columns)) if _tupled(p.partition) else columns[0]
-    found = dict(zip(keys, frame.get_column("_rs_part").to_list()))
-    while len(_KEY_PARTS) >= _KEY_PARTS_KEPT:
-        del _KEY_PARTS[next(iter(_KEY_PARTS))]
-    _KEY_PARTS[cached] = found
-    return found
 
 
 def shares_rows(pp: Any, p: Any, state: dict) -> bool:

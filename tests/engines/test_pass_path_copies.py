@@ -1,0 +1,107 @@
+"""The pass path reads the log's ordered copy on the executors: a file log's, or the one Spark
+wrote of a ``file://`` log. The kernel never builds the log's table (``Log.table`` raises
+here), whether the passes' events are arranged from the copy by the executors or shuffled
+by Spark; every result is the serial engine's on the same rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from engine_matrix import assert_same_result, keep_first_epochs
+
+import restream_kit as rk
+from restream_kit.engines.spark.passes import _local_arrangement
+from restream_kit.io.log import Log
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ROOT / "sample_data" / "social_small.parquet"
+ORDINARY = ROOT / "bench" / "programs" / "ordinary.py"
+EPOCH = 3_000
+
+pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """The sample log's first 12,000 events as a ``file://`` directory of two files and as
+    one local file, with one log cache for the module (Spark sorts the URI log once)."""
+    root = tmp_path_factory.mktemp("copies")
+    table = pq.read_table(SMALL).slice(0, 12_000)
+    local = root / "local.parquet"
+    pq.write_table(table, local)
+    directory = root / "events"
+    directory.mkdir()
+    pq.write_table(table.slice(0, 7_000), directory / "a.parquet", row_group_size=2_000)
+    pq.write_table(table.slice(7_000), directory / "b.parquet", row_group_size=2_000)
+    return root
+
+
+@pytest.fixture
+def logs(shared, monkeypatch):
+    monkeypatch.setenv("RESTREAM_HOME", str(shared / ".restream"))
+    return {"uri": f"file://{shared / 'events'}", "file": str(shared / "local.parquet")}
+
+
+def _no_table(monkeypatch) -> None:
+    def refuse(self):
+        raise AssertionError(f"the kernel read the whole log {self!r}")
+
+    monkeypatch.setattr(Log, "_load", refuse)
+
+
+@pytest.mark.parametrize("arranged", [True, False], ids=["arranged", "shuffled"])
+@pytest.mark.parametrize("form", ["uri", "file"])
+def test_the_pass_path_reads_the_copy_never_the_table(
+    logs, spark_session, monkeypatch, form, arranged
+):
+    program = rk.Program.load(ORDINARY)
+    want = rk.replay(program, rk.Log(logs["file"]))
+    monkeypatch.setattr(_local_arrangement, "LOCAL_ROWS", 100 if arranged else 10**9)
+    _no_table(monkeypatch)
+    got = rk.replay(program, rk.Log(logs[form]), engine="spark", session=spark_session)
+    assert_same_result(got, want)
+    paths = got.metrics.path
+    assert all(w.startswith("parallel over") for w in paths.values()), paths
+    assert all(("arranged by the driver" in w) == arranged for w in paths.values()), paths
+    if arranged:
+        # Kept on disk: another replay (as in another process) maps the same files.
+        scratch = Path(logs["file"]).parent / ".restream" / "scratch"
+        made = sorted(scratch.glob("*.arranged/_parts.json"))
+        assert made, list(scratch.iterdir())
+        stamps = [p.stat().st_ino for p in made]
+        _local_arrangement._FILES.clear()
+        again = rk.replay(program, rk.Log(logs[form]), engine="spark", session=spark_session)
+        assert_same_result(again, want)
+        assert [p.stat().st_ino for p in sorted(scratch.glob("*.arranged/_parts.json"))] == stamps
+
+
+def test_a_checkpointed_pass_path_from_a_uri_log_commits_and_resumes_as_serial(
+    logs, spark_session, monkeypatch, tmp_path
+):
+    program = rk.Program.load(ORDINARY)
+    want = rk.replay(program, rk.Log(logs["file"]), epoch=EPOCH)
+    monkeypatch.setattr(_local_arrangement, "LOCAL_ROWS", 100)
+    _no_table(monkeypatch)
+    ck = tmp_path / "ck"
+    options = dict(engine="spark", session=spark_session, epoch=EPOCH, checkpoint=ck)
+    got = rk.replay(program, rk.Log(logs["uri"]), **options)
+    assert_same_result(got, want)
+    keep_first_epochs(ck, 2)
+    resumed = rk.replay(program, rk.Log(logs["uri"]), **options, resume=True)
+    assert resumed.resumed_from_epoch == 2
+    assert_same_result(resumed, want)
+
+
+def test_keys_are_dealt_largest_first_into_partitions_numbered_by_size():
+    """A heavy key gets a partition of its own; the partitions are numbered by size; a key
+    the deal has not seen has none."""
+    import numpy as np
+
+    hashes = np.array([5, 9, 1, 7, 3], dtype=np.uint64)
+    counts = np.array([2, 50, 3, 4, 1])
+    deal = _local_arrangement.dealt(hashes, counts, 2)
+    parts = dict(zip(hashes.tolist(), deal.of(hashes).tolist()))
+    assert parts[9] == 0 and {parts[h] for h in (5, 1, 7, 3)} == {1}
+    assert deal.of(np.array([2, 9], dtype=np.uint64)).tolist() == [-1, 0]
