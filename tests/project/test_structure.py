@@ -128,8 +128,6 @@ PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
         "restream_kit.engines.spark.passes._epochs",
     ): SCALE,
     ("restream_kit/engines/spark/passes/_lookup_stages.py", "ast"): WINSPARK,
-    ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.compiler.compile"): RUNTIME,
-    ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.compiler.inline"): RUNTIME,
     ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.engines.spark._history"): RUNTIME,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.model.errors"): WINSPARK,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.planner"): WINSPARK,
@@ -152,19 +150,6 @@ PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     ): SCALE,
     ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.io.log"): SCALE,
     ("restream_kit/engines/spark/passes/_setup.py", "tempfile"): SCALE,
-    ("restream_kit/engines/spark/passes/_shipping.py", "ast"): RUNTIME,
-    ("restream_kit/engines/spark/passes/_shipping.py", "restream_kit.engines.serial"): RUNTIME,
-    ("restream_kit/engines/spark/passes/_start_shares.py", "itertools"): RUNTIME,
-    ("restream_kit/engines/spark/passes/_start_shares.py", "pickle"): RUNTIME,
-    ("restream_kit/engines/spark/passes/_start_shares.py", "pyarrow"): RUNTIME,
-    (
-        "restream_kit/engines/spark/passes/_start_shares.py",
-        "restream_kit.engines.spark._codec",
-    ): RUNTIME,
-    (
-        "restream_kit/engines/spark/passes/_start_shares.py",
-        "restream_kit.engines.spark.passes._plan",
-    ): RUNTIME,
     (
         "restream_kit/engines/spark/passes/_start_shares.py",
         "restream_kit.engines.spark.passes._setup",
@@ -173,25 +158,9 @@ PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     ("restream_kit/engines/spark/passes/_zipped.py", "uuid"): PASSES,
 }
 #: A rule's message written again: (path, pattern) -> owner.
-PENDING_RULE_COPIES: dict[tuple[str, str], str] = {
-    (
-        "restream_kit/engines/spark/passes/_shipping.py",
-        "scheduled event fields may not be named",
-    ): RUNTIME,
-    (
-        "restream_kit/engines/spark/passes/_task.py",
-        "kept scheduling events after the log ended",
-    ): RUNTIME,
-    (
-        "restream_kit/engines/spark/passes/_task.py",
-        "scheduled event fields may not be named",
-    ): RUNTIME,
-}
+PENDING_RULE_COPIES: dict[tuple[str, str], str] = {}
 #: Files raising ``TimeTravelError`` themselves (they restate the check): path -> owner.
-PENDING_TIME_TRAVEL: dict[str, str] = {
-    "restream_kit/engines/spark/passes/_shipping.py": RUNTIME,
-    "restream_kit/engines/spark/passes/_task.py": RUNTIME,
-}
+PENDING_TIME_TRAVEL: dict[str, str] = {}
 
 # -- end of the lists
 
