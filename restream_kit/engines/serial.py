@@ -185,6 +185,8 @@ def replay(
         raise error from exc
     wall = time.perf_counter() - started
     tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
+    if recorded is None:  # (freed now, not walked by the collector when it runs again)
+        rt.rows.clear()
     check_state(compiled.stores)
     metrics = Metrics(
         engine="serial",
