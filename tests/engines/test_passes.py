@@ -692,3 +692,4 @@ def test_a_fused_sliding_count_applies_what_falls_due_after_its_partitions_last_
     got = rk.replay(p, rk.Log(rows), engine="spark", path="passes", partitions=3)
     assert "window recent fused" in got.metrics.path["track"], got.metrics.path
     assert_same_result(got, want)
+    assert_ran_as_planned(p, got)
