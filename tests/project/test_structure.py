@@ -101,7 +101,6 @@ PENDING_LONG_FUNCTIONS: dict[str, str] = {
     "restream_kit/engines/spark/passes/_plan.py::_plan": WINSPARK,
     "restream_kit/engines/spark/passes/_setup.py::prepare": SCALE,
     "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
-    "restream_kit/iterate/reuse.py::_rereplay": REUSE,
 }
 #: Modules over the limit: path -> who splits it.
 PENDING_LONG_MODULES: dict[str, str] = {
@@ -111,7 +110,6 @@ PENDING_LONG_MODULES: dict[str, str] = {
     "restream_kit/engines/spark/passes/_setup.py": SCALE,
     "restream_kit/engines/spark/passes/_task.py": RUNTIME,
     "restream_kit/io/log.py": SCALE,
-    "restream_kit/iterate/reuse.py": REUSE,
 }
 #: Imports inside a function not yet moved to the module's top: (path, module) -> owner.
 PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
