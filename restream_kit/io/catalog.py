@@ -185,13 +185,7 @@ class Catalog:
         """
         rows = self._rows()
         ids = [r["run_id"] for r in rows if r["name"] == name or r["run_id"] == name]
-        for run_id in ids:
-            self._delete(run_id)
-        self.sweep()
-        if ids:
-            with contextlib.suppress(OSError):
-                self._refresh()
-        return ids
+        return self._delete_runs(ids)
 
     def keep(self, n: int, name: str | None = None) -> list[str]:
         """Keep the newest ``n`` runs of each name (of ``name`` only, if given); delete the rest.
@@ -208,13 +202,7 @@ class Catalog:
             seen[row["name"]] = seen.get(row["name"], 0) + 1
             if seen[row["name"]] > n:
                 doomed.append(row["run_id"])
-        for run_id in doomed:
-            self._delete(run_id)
-        self.sweep()
-        if doomed:
-            with contextlib.suppress(OSError):
-                self._refresh()
-        return doomed
+        return self._delete_runs(doomed)
 
     def sweep(self) -> list[str]:
         """Remove what killed writers left: temporary run directories whose process is gone
@@ -243,6 +231,16 @@ class Catalog:
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(entry.name)
         return removed
+
+    def _delete_runs(self, ids: list[str]) -> list[str]:
+        """Delete the runs ``ids`` and what killed writers left; return ``ids``."""
+        for run_id in ids:
+            self._delete(run_id)
+        self.sweep()
+        if ids:
+            with contextlib.suppress(OSError):
+                self._refresh()
+        return ids
 
     def _delete(self, run_id: str) -> None:
         src = self.runs_dir / run_id

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..engines.options import EngineOptions
 from ..history.probes import ABSENT, ReadSites, Uncovered, signature
 from ..history.recorder import History
 from ..io.log import Log
@@ -58,7 +59,9 @@ def _decide(program: Program, hist: History, plan, force: set[str]):
         force |= more
 
 
-def check_usable(program: Program, log: Log, label: str, hist, options: dict) -> None:
+def check_usable(program: Program, log: Log, label: str, hist, options: EngineOptions) -> None:
+    """Raise :class:`CannotReuse` when run ``label``'s history ``hist`` cannot serve a
+    re-replay of ``program`` over ``log`` with ``options``."""
     if hist is None:
         raise CannotReuse(
             f"{label} kept no history (replay it with history=True, or restream replay --history)"
@@ -68,9 +71,9 @@ def check_usable(program: Program, log: Log, label: str, hist, options: dict) ->
     if hist.unusable:
         raise CannotReuse(f"its history cannot place every write ({hist.unusable})")
     for option in ("checkpoint", "start_from", "resume"):
-        if options.get(option):
+        if getattr(options, option):
             raise CannotReuse(f"{option} is given (a re-replay is one whole replay)")
-    if options.get("on_error", "stop") != "stop":
+    if options.on_error != "stop":
         raise CannotReuse("on_error is not 'stop' (rolled back runs would have to be redone)")
 
 

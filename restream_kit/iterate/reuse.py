@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import itertools
 import time
+from collections.abc import Mapping
 from itertools import repeat
 from typing import Any
 
@@ -34,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..compiler.inline import SCHEDULED_RUNNER_NAME
+from ..engines.options import EngineOptions
 from ..history.probes import counter_var, signature
 from ..history.recorder import History, probe_sites
 from ..io._state_files import LazyStore
@@ -93,18 +95,19 @@ def replay_reusing(
     full_replay,
     observer: Observer | None = None,
     history: bool = False,
-    options: dict[str, Any] | None = None,
+    options: EngineOptions | Mapping[str, Any] | None = None,
 ) -> Result:
     """Replay ``program`` over ``log`` reusing what run ``run`` computed; see the module doc.
 
     ``full_replay(history=...)`` replays in full, for when nothing can be reused.
+    ``options`` are the engine's (:func:`restream_kit.engines.options_of`).
     """
     from .. import planner
 
     label, recorded, hist = resolve_run(run, log)
     plan = planner.plan(program, allow_nondeterminism=True)
     try:
-        check_usable(program, log, label, hist, options or {})
+        check_usable(program, log, label, hist, EngineOptions.common(options or {}))
         result, (prep, info) = _rereplay(program, log, recorded, hist, plan, observer, history)
     except CannotReuse as why:
         result = full_replay(history=history)
