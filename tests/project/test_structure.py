@@ -49,8 +49,6 @@ PASSES = "owned by issue 36's typed pass sources (spark/passes: a source a class
 WINSPARK = "owned by issue 34's Spark windows in their stage's pass (spark/passes/_plan...)"
 WINDOWS = "owned by issue 34's serial windows (runtime/windows.py, compiler/expand_windows.py)"
 SCALE = "owned by issue 32's executor-side URI logs and results (io/log.py, spark/_uri_log.py)"
-REUSE = "owned by issue 32's whole-process --reuse (iterate/reuse.py, io/catalog.py)"
-LATER = "left by issue 36's structure pass: to split by what a newcomer looks for"
 
 
 #: Imports made inside a function on purpose, for good: (file or folder, module or package it
@@ -101,7 +99,6 @@ PENDING_LONG_FUNCTIONS: dict[str, str] = {
     "restream_kit/engines/spark/passes/_plan.py::_plan": WINSPARK,
     "restream_kit/engines/spark/passes/_setup.py::prepare": SCALE,
     "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
-    "restream_kit/iterate/reuse.py::_rereplay": REUSE,
 }
 #: Modules over the limit: path -> who splits it.
 PENDING_LONG_MODULES: dict[str, str] = {
@@ -110,17 +107,11 @@ PENDING_LONG_MODULES: dict[str, str] = {
     "restream_kit/engines/spark/passes/_plan.py": WINSPARK,
     "restream_kit/engines/spark/passes/_setup.py": SCALE,
     "restream_kit/engines/spark/passes/_task.py": RUNTIME,
-    "restream_kit/io/catalog.py": REUSE,
     "restream_kit/io/log.py": SCALE,
-    "restream_kit/iterate/reuse.py": REUSE,
-    "restream_kit/planner/_analysis.py": LATER,
-    "restream_kit/workbench.py": LATER,
 }
 #: Imports inside a function not yet moved to the module's top: (path, module) -> owner.
 PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     ("restream_kit/engines/serial.py", "restream_kit.history.recorder"): RUNTIME,
-    ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark._program_ref"): LATER,
-    ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark.passes._rows"): LATER,
     ("restream_kit/engines/spark/_uri_log.py", "restream_kit.engines.spark._events"): SCALE,
     ("restream_kit/engines/spark/_uri_log.py", "restream_kit.planner.checks"): SCALE,
     (
