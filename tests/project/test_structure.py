@@ -95,20 +95,16 @@ TIME_TRAVEL_HOME = "restream_kit/runtime/"
 PENDING_LONG_FUNCTIONS: dict[str, str] = {
     "restream_kit/engines/serial.py::replay": RUNTIME,
     "restream_kit/engines/spark/_uri_log.py::_read": SCALE,
-    "restream_kit/engines/spark/passes/_driver.py::run_jobs": SCALE,
     "restream_kit/engines/spark/passes/_epochs.py::run_checkpointed": SCALE,
     "restream_kit/engines/spark/passes/_plain.py::run_plain": RUNTIME,
     "restream_kit/engines/spark/passes/_plan.py::_plan": WINSPARK,
-    "restream_kit/engines/spark/passes/_setup.py::prepare": SCALE,
     "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
     "restream_kit/iterate/reuse.py::_rereplay": REUSE,
 }
 #: Modules over the limit: path -> who splits it.
 PENDING_LONG_MODULES: dict[str, str] = {
     "restream_kit/compiler/expand_windows.py": WINDOWS,
-    "restream_kit/engines/spark/passes/_driver.py": SCALE,
     "restream_kit/engines/spark/passes/_plan.py": WINSPARK,
-    "restream_kit/engines/spark/passes/_setup.py": SCALE,
     "restream_kit/engines/spark/passes/_task.py": RUNTIME,
     "restream_kit/io/catalog.py": REUSE,
     "restream_kit/io/log.py": SCALE,
@@ -123,39 +119,11 @@ PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark.passes._rows"): LATER,
     ("restream_kit/engines/spark/_uri_log.py", "restream_kit.engines.spark._events"): SCALE,
     ("restream_kit/engines/spark/_uri_log.py", "restream_kit.planner.checks"): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_driver.py",
-        "restream_kit.engines.spark.passes._epochs",
-    ): SCALE,
     ("restream_kit/engines/spark/passes/_lookup_stages.py", "ast"): WINSPARK,
     ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.engines.spark._history"): RUNTIME,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.model.errors"): WINSPARK,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.planner"): WINSPARK,
-    ("restream_kit/engines/spark/passes/_setup.py", "ast"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "pyarrow"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.engines.spark._events"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.engines.spark._keys"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.engines.spark._uri_log"): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_setup.py",
-        "restream_kit.engines.spark.passes._local_arrangement",
-    ): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_setup.py",
-        "restream_kit.engines.spark.passes._start_shares",
-    ): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_setup.py",
-        "restream_kit.engines.spark.passes._zipped",
-    ): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.io.log"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "tempfile"): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_start_shares.py",
-        "restream_kit.engines.spark.passes._setup",
-    ): RUNTIME,
     ("restream_kit/engines/spark/passes/_task.py", "restream_kit.engines.spark._history"): RUNTIME,
-    ("restream_kit/engines/spark/passes/_zipped.py", "uuid"): PASSES,
 }
 #: A rule's message written again: (path, pattern) -> owner.
 PENDING_RULE_COPIES: dict[tuple[str, str], str] = {}

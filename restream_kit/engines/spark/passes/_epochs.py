@@ -50,8 +50,8 @@ from .._codec import encode_key
 from .._program_ref import key_function
 from . import _rows as W
 from ._copies import in_serial_order
-from ._driver import Ran, _names, run_jobs, shared_passes
 from ._emitted import committed_rows, emitted_rows, emitted_tables
+from ._jobs import Ran, run_jobs, shared_passes, stage_names
 from ._plan import BY_KEY, ORDER, SINGLE
 from ._results import finish_finals, handler_names, make_result
 from ._rows import PH_LOG
@@ -105,7 +105,7 @@ def run_checkpointed(setup: Setup) -> Result:
     ]
     until = rep.until
     epochs, ends = _ends(setup, epochs, until)
-    rep.notify(ReplayStarted("spark", total, len(epochs), _names(setup.pp), log.span_ms))
+    rep.notify(ReplayStarted("spark", total, len(epochs), stage_names(setup.pp), log.span_ms))
     events, carry, starts = setup.df, None, None
     if begun.state is not None:
         after = log.rows_at([begun.done - 1], ["lsn"]).column("lsn")[0].as_py()

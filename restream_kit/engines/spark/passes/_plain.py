@@ -57,10 +57,10 @@ from ._rows import (
     probe_array,
 )
 from ._shipping import MadeBy, MadeByRuntime, Shipping, guarded_runtime
-from ._start_shares import taken_start
+from ._sources import Arranged
 from ._stores import BlindStore, carried
 from ._window_shapes import fuses_windows, held_elsewhere, pass_windows
-from ._zipped import ValuePacker, unzip
+from ._zipped import ValuePacker
 
 __all__ = ["run_plain"]
 
@@ -81,11 +81,9 @@ def run_plain(
     sort by tag, no per-row join: the event carries its reads.
 
     A replay from a committed epoch gives the task its partition's share of that state
-    (``start``, or as rows before its events, ``spec.shares``: ``passes._start_shares``): its
+    (``start``: from a file, or taken off the front of its rows, ``passes._sources``): its
     states' values, and its timed writes still waiting.
     """
-    if spec.shares:
-        batches, start = taken_start(batches)
     # A pass that writes into state later passes hold, or schedules events for them, sends
     # those as rows (``Shipping``); the rest of the loop is the serial engine's. With
     # ``on_error`` skip or quarantine, a run that raises is undone (``guarded_runtime``).
@@ -169,8 +167,6 @@ def run_plain(
         made = rt.made if ships else 0
         out.append(state_row(j, compiled.stores, spec.finals, made))
 
-    if spec.zipped:
-        batches = unzip(batches)
     packer = (
         ValuePacker(spec.zip_to, spec.wide, spec.zip_by, spec.values_dir) if spec.zip_to else None
     )
@@ -181,22 +177,23 @@ def run_plain(
             program,
             spec.columns,
             spec.wide,
-            spec.one_kind,
-            spec.values_dir if spec.local is not None else None,
+            spec.source.one_kind,
+            spec.values_dir if isinstance(spec.source, Arranged) else None,
         )
         if spec.lookups
         else None
     )
     # What a zipped pass gets of each event from here: its lsn and the probe columns.
     values = pa.schema(f for f in spec.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))
+    one_kind = spec.source.one_kind  # the kind of all its events, when their kind is not sent
     try:
         for batch in batches:
             if not batch.num_rows:
                 continue
             cols = [
                 column_values(batch, c, c in spec.pickled_columns)
-                if c != "kind" or spec.one_kind is None
-                else [spec.one_kind] * batch.num_rows  # not sent: every event is of one kind
+                if c != "kind" or one_kind is None
+                else [one_kind] * batch.num_rows  # not sent: every event is of one kind
                 for c in spec.columns
             ]
             # No probe column at all: no event here came from a pass that read a value for

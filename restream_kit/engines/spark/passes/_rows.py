@@ -149,8 +149,10 @@ class PassSpec:
     max_flush: int
     on_error: str  # stop, skip or quarantine
     plain: bool  # handlers over log events and nothing else: the serial engine's own loop
+    # Where its input comes from (``passes._sources``): the log's events, those forwarded by
+    # earlier passes, driver-arranged files... A task reads it with ``_sources.task_input``.
+    source: Any
     receives_writes: bool  # whether writes or scheduled events come from earlier passes
-    receives: bool  # whether earlier passes send this one rows (probe values, writes, events)
     last_ts: int  # the log's last time: timed writes after it apply only before a later event
     # Checkpointed replays run as one pass over the log (``passes._boundaries``): the positions
     # (ts, 2, lsn) of every epoch's last event but the last epoch's, in order.
@@ -163,15 +165,10 @@ class PassSpec:
     # column, kinds), and each zipped pass's partition columns.
     zip_to: tuple = ()
     zip_by: dict = field(default_factory=dict)
-    zipped: bool = False  # its input: the values read upstream, then its events (``unzip``)
-    # Passes arranged by the driver (``passes._local_arrangement``): where this one's tasks read
-    # their events and the values sent to them, and where they write the values they send.
-    local: Any = None
-    shares: bool = False  # its share of a start state comes as rows first (``_start_shares``)
+    # Passes arranged by the driver (``passes._local_arrangement``): where their tasks write
+    # the values they send (files, not rows).
     values_dir: str | None = None
-    packed: bool = False  # its events come packed as Arrow IPC (``passes._setup.arranged``)
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
-    one_kind: str | None = None  # the kind of all its events, when their kind is not sent
     closes_once: frozenset = frozenset()  # window closes sent once (``passes._window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
     # Passes partitioned by an element of their states' keys: pass -> {state: position of
@@ -186,11 +183,14 @@ class PassSpec:
     spread: dict = field(default_factory=dict)
     ranges: dict = field(default_factory=dict)  # reading passes split into ranges of the log
     # Later passes partitioned by a key read from a state held here (``passes._lookups``): per such
-    # pass, the probe slots that give the key, the state, its partition values and kinds;
-    # and whether this pass is one, its events packed by the pass that looked them up.
+    # pass, the probe slots that give the key, the state, its partition values and kinds.
     lookups: tuple = ()
-    looked_up: bool = False
-    looked_up_files: tuple = ()  # (driver-arranged: per partition, the files of its events)
+
+    @property
+    def receives(self) -> bool:
+        """Whether its rows come with positions (earlier passes send it probe values, writes,
+        events, or a start state comes as rows), not as log events only: its source's."""
+        return self.source.receives
 
 
 def dumps(value: Any) -> bytes:
