@@ -94,8 +94,6 @@ TIME_TRAVEL_HOME = "restream_kit/runtime/"
 #: Functions over the limit without a reason yet: "path::qualified.name" -> who removes it.
 PENDING_LONG_FUNCTIONS: dict[str, str] = {
     "restream_kit/engines/serial.py::replay": RUNTIME,
-    "restream_kit/engines/spark/_uri_log.py::_read": SCALE,
-    "restream_kit/engines/spark/passes/_epochs.py::run_checkpointed": SCALE,
     "restream_kit/engines/spark/passes/_plain.py::run_plain": RUNTIME,
     "restream_kit/engines/spark/passes/_plan.py::_plan": WINSPARK,
     "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
@@ -117,8 +115,6 @@ PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     ("restream_kit/engines/serial.py", "restream_kit.history.recorder"): RUNTIME,
     ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark._program_ref"): LATER,
     ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark.passes._rows"): LATER,
-    ("restream_kit/engines/spark/_uri_log.py", "restream_kit.engines.spark._events"): SCALE,
-    ("restream_kit/engines/spark/_uri_log.py", "restream_kit.planner.checks"): SCALE,
     ("restream_kit/engines/spark/passes/_lookup_stages.py", "ast"): WINSPARK,
     ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.engines.spark._history"): RUNTIME,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.model.errors"): WINSPARK,

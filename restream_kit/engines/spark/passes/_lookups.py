@@ -7,7 +7,7 @@ that team in the looked-up pass, with the values it read:
 
 - :class:`LookupPacker` (the sending task): per receiving partition, the events, their
   columns as they came and the probe columns, packed as Arrow IPC chunks, each a row whose
-  partition value Spark's hash puts in that partition (``passes._setup.spread_values``). So
+  partition value Spark's hash puts in that partition (``passes._ranges.spread_values``). So
   Spark shuffles a few rows of bytes per task, not a row per event;
 - :func:`merged_events` (the receiving task): the chunks of its partition from every sending
   task, as one table sorted by position (``ts``, ``lsn``): its events in log order, which

@@ -32,7 +32,7 @@ def arranged(setup: Any, rows: Any, by: list[str] | None = None, n: int = 0) -> 
     and back into Arrow, which cost more CPU than the handlers of a simple rule. With ``by``
     (the partition columns) the packed rows carry the partition values of their first event
     and are partitioned by them again, into ``n`` partitions: each lands where its events
-    were, and Spark knows how the frame is partitioned (``passes._driver._zipped_input`` needs that).
+    were, and Spark knows how the frame is partitioned (``passes._sources.Zipped`` needs that).
     The log is immutable (its fingerprint is part of the key), so a kept arrangement is the
     one the replay would compute. The most recent few are kept."""
     if not classic(setup.session):

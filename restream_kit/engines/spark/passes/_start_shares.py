@@ -16,7 +16,7 @@ a file of the replay's own scratch directory (:func:`deal`):
 A state held by a pass with no log event, scheduled events waiting (a ``start_from`` of a
 program that schedules), or a state read through copies cannot be dealt so (:func:`dealable`
 says): such a replay takes the start state as rows through Spark's sort
-(``passes._epochs._carry_frame``).
+(``passes._carry.carry_frame``).
 
 Where Spark shuffles the events, a pass that runs the serial engine's loop keeps it too
 when nothing but the start feeds it (:func:`shares_rows`): its share goes as rows keyed as
