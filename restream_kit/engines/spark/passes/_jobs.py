@@ -38,8 +38,6 @@ from ._zipped import sources, zip_targets
 
 __all__ = ["Ran", "run_jobs", "shared_passes", "stage_names", "TaskError"]
 
-_POS = POSITION
-
 
 @dataclass
 class Ran:
@@ -171,8 +169,23 @@ def _spec(run: Run, p: Any, source: Source, plain: bool, bounds: tuple) -> W.Pas
         receives_writes=any(q.sends[p.index] == "writes" for q in senders),
         last_ts=setup.log.last_ts,
         bounds=bounds,
+        sends=_sends(setup, p, source),
+        copies=p.copies,
+        versions_to=p.versions_to,
+        spread=setup.spread,
+        ranges=setup.ranges,
+        closes_once=setup.closes_once,
+        folds=setup.folds,
+        history=rep.history_sites(p, setup.columns) if getattr(rep, "history", None) else (),
+    )
+
+
+def _sends(setup: Setup, p: Any, source: Source) -> W.Sends:
+    """What pass ``p`` sends later passes besides its rows: its events, forwarded; the values
+    zipped passes read; the events of passes partitioned by a key it looks up."""
+    return W.Sends(
         wide=setup.wide,
-        forward=setup.wide is not None and _forwarded_to(passes, p, setup.log_kinds),
+        forward=setup.wide is not None and _forwarded_to(setup.pp.passes, p, setup.log_kinds),
         # Later passes take their events from the log and only the values read here
         # from this pass (``passes._zipped``): its forwarded rows need little but those.
         zip_to=zip_targets(setup, p),
@@ -180,14 +193,8 @@ def _spec(run: Run, p: Any, source: Source, plain: bool, bounds: tuple) -> W.Pas
             j: () if setup.local else tuple(unquoted(c) for c in by) for j, by in setup.zips.items()
         },
         values_dir=setup.values_dir,
-        copies=p.copies,
-        versions_to=p.versions_to,
-        spread=setup.spread,
-        ranges=setup.ranges,
         lookups=lookups_served(setup, p),
-        closes_once=setup.closes_once,
-        folds=setup.folds,
-        history=rep.history_sites(p, setup.columns) if getattr(rep, "history", None) else (),
+        lookups_dir=setup.values_dir if isinstance(source, Arranged) else None,
     )
 
 
@@ -210,7 +217,7 @@ def _job(
             # The last pass: no later pass reads its rows, so one job computes them
             # and brings them back. So with passes the driver arranged: what later
             # passes read of theirs went to files, whose paths come back here.
-            got = out.select("_rs_kind", "_rs_dest", "_rs_pk", "_rs_b", *_POS).toArrow()
+            got = out.select("_rs_kind", "_rs_dest", "_rs_pk", "_rs_b", *POSITION).toArrow()
             if setup.local:
                 values_sent(got, run.sent)
         else:
@@ -322,11 +329,11 @@ def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
         )
     else:
         small = out.where(f"_rs_kind IN ({', '.join(map(str, _SMALL))})")
-        got = small.select("_rs_kind", "_rs_dest", "_rs_b", *_POS).toArrow()
+        got = small.select("_rs_kind", "_rs_dest", "_rs_b", *POSITION).toArrow()
     kinds = got.column("_rs_kind").to_pylist()
     blobs = got.column("_rs_b").to_pylist()
     dests = got.column("_rs_dest").to_pylist()
-    positions = list(zip(*(got.column(c).to_pylist() for c in _POS)))
+    positions = list(zip(*(got.column(c).to_pylist() for c in POSITION)))
     if W.ERROR in kinds:
         raise TaskError(pickle.loads(blobs[kinds.index(W.ERROR)]))
     tasks = 0

@@ -50,7 +50,7 @@ def partition_of_key(encoded: str, n: int) -> int:
 
 
 class LookupPacker:
-    """What a pass sends the passes partitioned by a key it looks up (``spec.lookups``:
+    """What a pass sends the passes partitioned by a key it looks up (``spec.sends.lookups``:
     ``(pass, slots, state, partition values, kinds)`` each): per pass and partition, chunks
     of its events with the values read here, as rows of ``wide`` (kind ``FWD``, the pass as
     ``_rs_dest``, the partition's value as ``_rs_pk``, the chunk in ``_rs_b``)."""

@@ -4,7 +4,7 @@ A pass whose events are log events only, and that sends on nothing but what the 
 send, runs the serial engine's generated loop over its partition, with the handler bodies
 inlined, exactly as a serial replay runs them:
 
-- **probe values travel with the events** when the passes forward events (``spec.wide``):
+- **probe values travel with the events** when the passes forward events (``spec.sends.wide``):
   the loop records, at the reading handler's place in declaration order, the value a later
   pass reads, and sends each event on with those values in its probe columns; a reading
   pass puts each in its store just before the handler that reads it. No probe row, no sort
@@ -57,7 +57,6 @@ from ._rows import (
     probe_array,
 )
 from ._shipping import MadeBy, MadeByRuntime, Shipping, guarded_runtime
-from ._sources import Arranged
 from ._stores import BlindStore, carried
 from ._window_shapes import fuses_windows, held_elsewhere, pass_windows
 from ._zipped import ValuePacker
@@ -73,7 +72,7 @@ def run_plain(
     loop, with the handler bodies inlined, over the partition. Its rows' positions are
     (ts, lsn): the pass path's ``_rs_o`` is the log's ``lsn``.
 
-    When the passes *forward* events (``spec.wide``), probe values travel with the events
+    When the passes *forward* events (``spec.sends.wide``), probe values travel with the events
     themselves: the loop records, at the reading handler's place in declaration order, the
     value a later pass reads (``serves``), and sends each event on with those values in its
     probe columns; a reading pass gets the events with the values of earlier passes and puts
@@ -167,24 +166,27 @@ def run_plain(
         made = rt.made if ships else 0
         out.append(state_row(j, compiled.stores, spec.finals, made))
 
+    sends = spec.sends
     packer = (
-        ValuePacker(spec.zip_to, spec.wide, spec.zip_by, spec.values_dir) if spec.zip_to else None
+        ValuePacker(sends.zip_to, sends.wide, sends.zip_by, sends.values_dir)
+        if sends.zip_to
+        else None
     )
     # Later passes partitioned by a key looked up here get their events from it (``passes._lookups``).
     looker = (
         LookupPacker(
-            spec.lookups,
+            sends.lookups,
             program,
             spec.columns,
-            spec.wide,
+            sends.wide,
             spec.source.one_kind,
-            spec.values_dir if isinstance(spec.source, Arranged) else None,
+            sends.lookups_dir,
         )
-        if spec.lookups
+        if sends.lookups
         else None
     )
     # What a zipped pass gets of each event from here: its lsn and the probe columns.
-    values = pa.schema(f for f in spec.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))
+    values = pa.schema(f for f in sends.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))
     one_kind = spec.source.one_kind  # the kind of all its events, when their kind is not sent
     try:
         for batch in batches:
@@ -223,8 +225,8 @@ def run_plain(
                 yield from looker.add(batch, served)
             if packer is not None:
                 yield from packer.add(batch, _forwarded(batch, values, served))
-            elif spec.forward:
-                yield _forwarded(batch, spec.wide, served)
+            elif sends.forward:
+                yield _forwarded(batch, sends.wide, served)
             else:  # (the values went to the passes that look up keys here)
                 for recorded in served.values():
                     recorded.clear()

@@ -25,6 +25,7 @@ from .._program_ref import ProgramRef, key_function
 
 __all__ = [
     "PassSpec",
+    "Sends",
     "Routing",
     "order_value",
     "OUT_SCHEMA",
@@ -125,6 +126,28 @@ def OUT_SCHEMA(slots: int) -> pa.Schema:  # noqa: N802 - reads as the constant i
 
 
 @dataclass(frozen=True)
+class Sends:
+    """What a pass sends later passes besides rows of ``OUT_SCHEMA``: its events forwarded,
+    the values zipped passes read, the events of passes partitioned by a key it looks up."""
+
+    # Passes that forward events (see ``_plain``): the output schema, wider than OUT_SCHEMA
+    # by the events' columns; None when probe values travel as rows of their own.
+    wide: pa.Schema | None = None
+    forward: bool = False  # whether later passes take their events from this one
+    # Zipped passes (``passes._zipped``): the later passes it packs values for, (pass, partition
+    # column, kinds), and each zipped pass's partition columns; where driver-arranged passes'
+    # tasks write those values (files, not rows: ``passes._local_arrangement``).
+    zip_to: tuple = ()
+    zip_by: dict = field(default_factory=dict)
+    values_dir: str | None = None
+    # Later passes partitioned by a key read from a state held here (``passes._lookups``): per
+    # such pass, the probe slots that give the key, the state, its partition values and kinds;
+    # and where their events go as files (from a pass the driver arranged).
+    lookups: tuple = ()
+    lookups_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class PassSpec:
     """What a task of one pass needs (it travels to the workers pickled)."""
 
@@ -157,17 +180,7 @@ class PassSpec:
     # Checkpointed replays run as one pass over the log (``passes._boundaries``): the positions
     # (ts, 2, lsn) of every epoch's last event but the last epoch's, in order.
     bounds: tuple = ()
-    # Passes that forward events (see ``_plain``): the output schema, wider than OUT_SCHEMA
-    # by the events' columns; None when probe values travel as rows of their own.
-    wide: pa.Schema | None = None
-    forward: bool = False  # whether later passes take their events from this one
-    # Zipped passes (``passes._zipped``): the later passes it packs values for, (pass, partition
-    # column, kinds), and each zipped pass's partition columns.
-    zip_to: tuple = ()
-    zip_by: dict = field(default_factory=dict)
-    # Passes arranged by the driver (``passes._local_arrangement``): where their tasks write
-    # the values they send (files, not rows).
-    values_dir: str | None = None
+    sends: Sends = field(default_factory=Sends)  # what it sends on besides its rows
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
     closes_once: frozenset = frozenset()  # window closes sent once (``passes._window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
@@ -182,9 +195,6 @@ class PassSpec:
     versions_to: tuple = ()
     spread: dict = field(default_factory=dict)
     ranges: dict = field(default_factory=dict)  # reading passes split into ranges of the log
-    # Later passes partitioned by a key read from a state held here (``passes._lookups``): per such
-    # pass, the probe slots that give the key, the state, its partition values and kinds.
-    lookups: tuple = ()
 
     @property
     def receives(self) -> bool:
@@ -312,15 +322,15 @@ def out_rows(rows: list, spec: PassSpec) -> pa.RecordBatch:
     holder = type("Rows", (), {})()
     holder.out = rows
     batch = out_batch(holder, out_schema(spec.slots), spec.slots)
-    if spec.wide is None:
+    wide = spec.sends.wide
+    if wide is None:
         return batch
     # Forwarding passes share one wider schema: the event columns are null on these rows.
     n = batch.num_rows
     arrays = [
-        batch.column(f.name) if f.name in batch.schema.names else pa.nulls(n, f.type)
-        for f in spec.wide
+        batch.column(f.name) if f.name in batch.schema.names else pa.nulls(n, f.type) for f in wide
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=spec.wide)
+    return pa.RecordBatch.from_arrays(arrays, schema=wide)
 
 
 _PROBE = {"l": pa.int64(), "d": pa.float64(), "b": pa.binary()}

@@ -116,7 +116,7 @@ def zip_targets(setup: Any, p: Any) -> tuple:
 
 
 class ValuePacker:
-    """The values an earlier pass sends zipped passes (``spec.zip_to``): per receiving pass
+    """The values an earlier pass sends zipped passes (``spec.sends.zip_to``): per receiving pass
     and partition, chunks of ``lsn`` and the probe columns as Arrow IPC, as rows of the
     pass's output schema (``wide``) carrying the partition values of their first event."""
 
