@@ -93,14 +93,11 @@ TIME_TRAVEL_HOME = "restream_kit/runtime/"
 
 #: Functions over the limit without a reason yet: "path::qualified.name" -> who removes it.
 PENDING_LONG_FUNCTIONS: dict[str, str] = {
-    "restream_kit/engines/serial.py::replay": RUNTIME,
     "restream_kit/engines/spark/_uri_log.py::_read": SCALE,
     "restream_kit/engines/spark/passes/_driver.py::run_jobs": SCALE,
     "restream_kit/engines/spark/passes/_epochs.py::run_checkpointed": SCALE,
-    "restream_kit/engines/spark/passes/_plain.py::run_plain": RUNTIME,
     "restream_kit/engines/spark/passes/_plan.py::_plan": WINSPARK,
     "restream_kit/engines/spark/passes/_setup.py::prepare": SCALE,
-    "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
     "restream_kit/iterate/reuse.py::_rereplay": REUSE,
 }
 #: Modules over the limit: path -> who splits it.
@@ -109,7 +106,6 @@ PENDING_LONG_MODULES: dict[str, str] = {
     "restream_kit/engines/spark/passes/_driver.py": SCALE,
     "restream_kit/engines/spark/passes/_plan.py": WINSPARK,
     "restream_kit/engines/spark/passes/_setup.py": SCALE,
-    "restream_kit/engines/spark/passes/_task.py": RUNTIME,
     "restream_kit/io/catalog.py": REUSE,
     "restream_kit/io/log.py": SCALE,
     "restream_kit/iterate/reuse.py": REUSE,
@@ -118,7 +114,6 @@ PENDING_LONG_MODULES: dict[str, str] = {
 }
 #: Imports inside a function not yet moved to the module's top: (path, module) -> owner.
 PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
-    ("restream_kit/engines/serial.py", "restream_kit.history.recorder"): RUNTIME,
     ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark._program_ref"): LATER,
     ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark.passes._rows"): LATER,
     ("restream_kit/engines/spark/_uri_log.py", "restream_kit.engines.spark._events"): SCALE,
@@ -128,7 +123,6 @@ PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
         "restream_kit.engines.spark.passes._epochs",
     ): SCALE,
     ("restream_kit/engines/spark/passes/_lookup_stages.py", "ast"): WINSPARK,
-    ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.engines.spark._history"): RUNTIME,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.model.errors"): WINSPARK,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.planner"): WINSPARK,
     ("restream_kit/engines/spark/passes/_setup.py", "ast"): SCALE,
@@ -150,11 +144,6 @@ PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     ): SCALE,
     ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.io.log"): SCALE,
     ("restream_kit/engines/spark/passes/_setup.py", "tempfile"): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_start_shares.py",
-        "restream_kit.engines.spark.passes._setup",
-    ): RUNTIME,
-    ("restream_kit/engines/spark/passes/_task.py", "restream_kit.engines.spark._history"): RUNTIME,
     ("restream_kit/engines/spark/passes/_zipped.py", "uuid"): PASSES,
 }
 #: A rule's message written again: (path, pattern) -> owner.

@@ -4,8 +4,9 @@ sends on, and their guarded forms for ``on_error`` skip and quarantine.
 - :class:`Shipping`: writes into state a later pass holds (through ``BlindStore``) and events
   scheduled for later passes go out as rows at the positions the receiving passes sort by;
   everything else is the serial engine's runtime.
-- :class:`MadeBy`: in a checkpointed replay, a plain task's timed writes are numbered by the
-  runs that made them, so that the driver orders every task's as the serial engine made them.
+- :class:`MadeByRuntime`: in a checkpointed replay, a plain task's timed writes are numbered
+  by the runs that made them (``runtime.positioned.MadeBy``), so that the driver orders every
+  task's as the serial engine made them.
 - :class:`GuardedSerial` and :class:`GuardedShipping`: a handler run that raises is undone
   (its state changes, timed writes, emitted rows, rows for other passes and scheduled
   events) and recorded with its position, as the serial engine's ``GuardedRuntime`` does.
@@ -18,6 +19,7 @@ import heapq
 from typing import Any
 
 from ....model.program import Program
+from ....runtime.positioned import MadeBy
 from ....runtime.quarantine import quarantine_row
 from ....runtime.semantics import (
     GuardedRuntime,
@@ -68,7 +70,7 @@ class Shipping(Routing):
         self._serial = SerialRuntime()
         self.rows = self._serial.rows
         self.future = self._serial.future
-        self._order = self._serial.order
+        self.order = self._serial.order
         self.scheduled = self._serial.scheduled  # stays empty: no event is scheduled here
         self.spec = spec
         self.program = program
@@ -119,7 +121,7 @@ class Shipping(Routing):
             if at is None or at == now:
                 apply_write(d, default, op, key, arg)
             elif at > now:
-                heapq.heappush(self.future, (at, next(self._order), d, default, op, key, arg))
+                heapq.heappush(self.future, (at, next(self.order), d, default, op, key, arg))
             else:
                 check_write(at, now)  # (raises: earlier than the event)
             return
@@ -233,6 +235,8 @@ class Shipping(Routing):
     def apply_due(self, t: int) -> None:
         self._serial.apply_due(t)
 
+    later = SerialRuntime.later  # (its queue and order are the serial runtime's)
+
     def ship(self, state: str, key: Any, op: tuple, at: int | None, targets: tuple) -> None:
         """A write for the passes that hold ``state`` (``targets``), at its position."""
         self.calls += 1
@@ -246,26 +250,6 @@ class Shipping(Routing):
     def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
         """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
         self.write_rows(key, position, dumps((state, key, op)), targets, state)
-
-
-class MadeBy:
-    """The ``order`` of a plain task's timed writes in a checkpointed replay: the run that
-    made each (its event's time and lsn, the handler's number), then a count, which
-    ``passes._boundaries.made_bytes`` turns into the bytes of the general runtime's positions.
-    Waiting at an epoch's end, they sort among every task's as made."""
-
-    def __init__(self, rt: Any, number: dict[str, int]):
-        self.rt = rt
-        self.number = number
-        self.count = 0
-
-    def __iter__(self) -> MadeBy:
-        return self
-
-    def __next__(self) -> tuple:
-        ev = self.rt.event
-        self.count += 1
-        return (ev[1], ev[0], self.number[self.rt.handler], self.count)
 
 
 class MadeByRuntime(SerialRuntime):

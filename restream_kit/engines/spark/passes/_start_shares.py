@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from .._codec import encode_key
 from . import _rows as W
+from . import _setup  # (the module, not its names: ``_setup`` imports this one too)
 from ._local_arrangement import key_partitions
 from ._plan import BY_KEY, ORDER, SINGLE
 
@@ -88,9 +89,7 @@ def deal(setup: Any, state: dict, after: int, n: int) -> Starts:
     replay's scratch directory (``setup.values_dir``, made here if the replay has none) as
     its entries (:func:`start_of` makes them a start again in the task)."""
     if setup.values_dir is None:
-        from ._setup import replay_dir
-
-        setup.values_dir = replay_dir()
+        setup.values_dir = _setup.replay_dir()
     shares: dict[int, tuple[str, ...]] = {}
     for p in setup.pp.passes:
         entries = list(_entries(p, state)) if p.index in setup.local else []
@@ -158,8 +157,6 @@ def share_frame(setup: Any, p: Any, state: dict, raw: list[str] | None) -> Any:
     ``raw`` (a key's value in each), or else by its partition value ``_rs_pk``; each with
     its entry (:data:`SHARE`: a state's value, or a timed write with its serial number),
     first in time (``ts``) and in the serial order (``lsn``). None when it has none."""
-    from ._setup import unquoted
-
     entries = list(_entries(p, state))
     if not entries:
         return None
@@ -167,7 +164,7 @@ def share_frame(setup: Any, p: Any, state: dict, raw: list[str] | None) -> Any:
     if raw is None:
         columns["_rs_pk"] = pa.array([encode_key(key) for key, _e in entries], pa.string())
     else:
-        names = [unquoted(c) for c in raw]
+        names = [_setup.unquoted(c) for c in raw]
         tupled = _tupled(p.partition)
         for i, name in enumerate(names):
             values = [key[i] if tupled else key for key, _e in entries]
