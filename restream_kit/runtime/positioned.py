@@ -28,7 +28,8 @@ and gives the rest of a replay's mechanics once:
 The serial engine's runtime (:class:`~.semantics.SerialRuntime`) is this runtime in the
 shape the compiler's inlined loop reads: two heaps keyed by ``(time, order made)``, which
 the single order of one serial replay makes equivalent to positions, and checkpoints number
-by the run that made them (:class:`MadeBy`).
+by the run that made them (:class:`MadeBy`). :class:`SinkingRuntime` is that runtime with
+sinks (a Spark plain pass shipping writes to later passes), its own writes inlined as hot.
 """
 
 from __future__ import annotations
@@ -38,7 +39,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .quarantine import quarantine_row
-from .semantics import apply_write, check_write, drop_newest, flush_overrun, undo_journal
+from .semantics import (
+    SerialRuntime,
+    apply_write,
+    check_write,
+    drop_newest,
+    flush_overrun,
+    undo_journal,
+)
 
 __all__ = [
     "TIMED",
@@ -50,6 +58,7 @@ __all__ = [
     "LocalSink",
     "MadeBy",
     "PositionedRuntime",
+    "SinkingRuntime",
 ]
 
 #: The phases of a position: at one time, timed writes, then scheduled events, then log events.
@@ -102,6 +111,30 @@ class MadeBy:
         ev = self.rt.event
         self.count += 1
         return (ev[1], ev[0], self.number[self.rt.handler], self.count)
+
+
+class SinkingRuntime(SerialRuntime):
+    """The serial runtime (two heaps, as the inlined loop reads them) with sinks: a write to
+    a store whose type ``sinks`` names goes to that :class:`Sink` once its rule is checked;
+    any other is the serial runtime's own (applied now, or queued by ``(at, order)``)."""
+
+    sinks: dict[type, Sink] = {}
+
+    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
+        now = self.event[1]
+        sink = self.sinks.get(type(d))
+        if sink is None:  # the serial runtime's write, inlined: it is hot
+            if at is None or at == now:
+                apply_write(d, default, op, key, arg)
+            elif at > now:
+                heapq.heappush(self.future, (at, next(self.order), d, default, op, key, arg))
+            else:
+                check_write(at, now)  # (raises: earlier than the event)
+        elif at is None or at == now:
+            sink.now(d, default, op, key, arg)
+        else:
+            check_write(at, now)
+            sink.later(d, default, op, key, arg, at)
 
 
 class PositionedRuntime:
