@@ -2,8 +2,10 @@
 
 State lives in plain dicts (see :mod:`restream_kit.compiler.compile`); the runtime of the
 serial semantics (timed writes, scheduled events, their order, the flush after the log) is
-:mod:`restream_kit.runtime`, which this engine drives with the loop the compiler inlines. This
-module adds what makes a replay: epochs, progress, checkpoints, ``on_error``, the result.
+:mod:`restream_kit.runtime`, which this engine drives with the loop the compiler inlines,
+set up by :func:`restream_kit.runtime.loop.compile_loop` (as explanations and Spark plain
+passes set theirs up). This module adds what makes a replay: epochs, progress, checkpoints,
+``on_error``, the result.
 The runtime's names stay importable from here (``SerialRuntime``, ``ScheduledEvent``...).
 """
 

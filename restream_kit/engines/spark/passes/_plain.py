@@ -2,7 +2,9 @@
 
 A pass whose events are log events only, and that sends on nothing but what the loop can
 send, runs the serial engine's generated loop over its partition, with the handler bodies
-inlined, exactly as a serial replay runs them:
+inlined, exactly as a serial replay runs them: the serial runtime, its loop set up by
+``runtime.loop.compile_loop``, the sink of its writes chosen by what the pass sends on
+(:func:`_runtime`):
 
 - **probe values travel with the events** when the passes forward events (``spec.wide``):
   the loop records, at the reading handler's place in declaration order, the value a later
@@ -10,11 +12,13 @@ inlined, exactly as a serial replay runs them:
   pass puts each in its store just before the handler that reads it. No probe row, no sort
   by tag, no per-row join: the event carries its reads;
 - **writes into a later pass's state** (through :class:`BlindStore`) and **events scheduled
-  for later passes** go out as rows (:class:`Shipping`, the serial runtime plus that).
+  for later passes** go out as rows (:class:`Shipping`, the serial runtime with a ship sink).
 
 In a checkpointed replay the loop stops at each epoch's end to report its state there
 (``passes._boundaries``); its timed writes are then numbered by the runs that made them
-(:class:`MadeBy`), so that the driver orders every task's as the serial engine made them.
+(``runtime.positioned.MadeBy``), so that the driver orders every task's as the serial
+engine made them. A fused window's decrements still waiting at the partition's end join the
+runtime's timed writes (``SerialRuntime.later``) and go to the driver with them.
 """
 
 from __future__ import annotations
