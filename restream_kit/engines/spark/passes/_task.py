@@ -194,6 +194,8 @@ class _TaskLoop:
         self.ends = Ends(spec.bounds) if spec.bounds else None
         self.marks: list[int] = []  # the emitted rows before each end
         self.next_lsn = self.ends.next_lsn if self.ends is not None else 1 << 63
+        self.last_ts = spec.last_ts
+        self.receives_writes = spec.receives_writes
 
     def run_event(self, ev: Any, pos: tuple, i: Any, writes: Any) -> None:
         """Run ``ev``'s handlers and probes in declaration order; ``writes`` (from earlier
@@ -335,17 +337,17 @@ class _TaskLoop:
             self.run_waiting()
         # Everything but a timed write after the log's end means an event ran at its time,
         # so this task's own timed writes before it are due.
-        last_ts = self.spec.last_ts
+        heap = rt.heap
         if (
-            rt.heap
-            and rt.heap[0][0] < pos
-            and (tag != TAG_WRITE or pos[0] <= last_ts or pos[1] != PH_TIMED)
+            heap
+            and heap[0][0] < pos
+            and (tag != TAG_WRITE or pos[0] <= self.last_ts or pos[1] != PH_TIMED)
         ):
             rt.settle(pos)
         if tag == TAG_EVENT:
             self.events += 1
             ev = tuple.__new__(self.make, rows[i])
-            if not self.spec.receives_writes:  # nothing can come after it: run it now
+            if not self.receives_writes:  # nothing can come after it: run it now
                 self.run_event(ev, pos, i, ())
                 return
             # Its partition values now: the batch may end before it runs.
