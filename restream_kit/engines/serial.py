@@ -2,8 +2,10 @@
 
 State lives in plain dicts (see :mod:`restream_kit.compiler.compile`); the runtime of the
 serial semantics (timed writes, scheduled events, their order, the flush after the log) is
-:mod:`restream_kit.runtime`, which this engine drives with the loop the compiler inlines. This
-module adds what makes a replay: epochs, progress, checkpoints, ``on_error``, the result.
+:mod:`restream_kit.runtime`, which this engine drives with the loop the compiler inlines,
+set up by :func:`restream_kit.runtime.loop.compile_loop` (as explanations and Spark plain
+passes set theirs up). This module adds what makes a replay: epochs, progress, checkpoints,
+``on_error``, the result.
 The runtime's names stay importable from here (``SerialRuntime``, ``ScheduledEvent``...).
 """
 
@@ -13,8 +15,7 @@ import linecache
 import time
 from typing import Any
 
-from ..compiler.compile import compile_program
-from ..compiler.inline import SCHEDULED_RUNNER_NAME
+from ..history.recorder import Recorder
 from ..io.checkpoint import Start, check_states, open_for_replay, restore_serial_state, serial_state
 from ..io.epochs import Epoch, cut
 from ..io.log import Log
@@ -43,9 +44,8 @@ from ..runtime import (
     TimeTravelError,
     apply_write,
     check_state,
-    flush,
-    run_scheduled,
 )
+from ..runtime.loop import compile_loop
 from ..runtime.quarantine import check_on_error, event_fields
 from ..runtime.windows import Fused, fuse_windows, native_plan
 from ._gc import without_collector
@@ -107,123 +107,164 @@ def replay(
     (:mod:`restream_kit.history.recorder`). Windows run natively
     (:mod:`restream_kit.runtime.windows`); ``native_windows=False`` runs their expansion.
     """
-    notify = broadcast(observer)
-    ck, start = _checkpointing(program, log, epoch, checkpoint, resume, start_from)
-    on_error = check_on_error(on_error)
-    guarded = on_error != "stop"
-    rt = GuardedRuntime(program.filename, list(log.columns)) if guarded else SerialRuntime()
-    by_kind: dict = {}
-    stores = {name: JournalDict(rt.journal) for name in program.states} if guarded else None
-    recorded, history_note = _history_stores(program, log, history, guarded, start, ck)
-    compiled = compile_program(
-        program,
-        rt,
-        stores,
-        columns=log.columns,
-        kind_order=log.kinds_by_frequency(),
-        extra_globals={
-            SCHEDULED_RUNNER_NAME: lambda t: run_scheduled(rt, by_kind, t),
-            **(recorded.globals if recorded is not None else {}),
-        },
-        guarded=guarded,
-        hooks=recorded.hooks if recorded is not None else (),
-    )
-    # Windows run natively: the same effects, cheaper. Not with a checkpoint or a start: its
-    # queue of scheduled events must be the expansion's, which every engine reads and writes.
-    off = _windows_off(_options.get("native_windows", True), ck, start, guarded, recorded)
-    fused = Fused() if off else fuse_windows(compiled, rt)
-    by_kind.update(compiled.handlers_by_kind())
-    run_batch = compiled.run_batch
-    epochs = cut(log, epoch)
-    last_index = epochs[-1].index
-    total = len(log)
-    notes: list[str] = []
-    done = 0
-    if start is not None:
-        notes = _restart(program, rt, compiled.stores, start, compiled.namespace)
-        done = start.done
-        # Epochs from where the checkpoint stopped (it may have cut the log differently).
-        epochs = [Epoch(e.index, max(e.start, done), e.stop) for e in epochs if e.stop > done]
-    notify(ReplayStarted("serial", total, len(epochs), ("serial",), log.span_ms))
-    started = time.perf_counter()
-    published = {name: len(rows) for name, rows in rt.rows.items()}
-    committed = dict(published)
+    run = _SerialRun(program, log, observer, epoch, checkpoint, resume, start_from, on_error)
+    run.set_up(history, _options.get("native_windows", True))
     try:
-        for ep in epochs:
+        run.epochs(cancel, batch_size, final)
+    except (HandlerError, Cancelled) as exc:
+        run.failed(str(exc))
+        raise
+    except Exception as exc:
+        error = _handler_error(program, run.rt, exc, log.columns)
+        run.failed(str(error))
+        raise error from exc
+    return run.result()
+
+
+class _SerialRun:
+    """One serial replay: its runtime and loop (``runtime.loop``), epochs, checkpoints,
+    progress and result."""
+
+    def __init__(self, program, log, observer, epoch, checkpoint, resume, start_from, on_error):
+        self.program = program
+        self.log = log
+        self.observer = observer
+        self.notify = broadcast(observer)
+        self.ck, self.start = _checkpointing(program, log, epoch, checkpoint, resume, start_from)
+        self.on_error = check_on_error(on_error)
+        self.guarded = self.on_error != "stop"
+        self.epoch = epoch
+        self.done = 0
+        self.started = time.perf_counter()
+
+    def set_up(self, history: bool, native_windows: bool) -> None:
+        """The runtime, the stores and the loop; windows fused; a start restored."""
+        program, log, guarded, start = self.program, self.log, self.guarded, self.start
+        rt = GuardedRuntime(program.filename, list(log.columns)) if guarded else SerialRuntime()
+        self.rt = rt
+        stores = {name: JournalDict(rt.journal) for name in program.states} if guarded else None
+        recorded, self.history_note = _history_stores(
+            program, log, history, guarded, start, self.ck
+        )
+        self.recorded = recorded
+        self.loop = compile_loop(
+            program,
+            rt,
+            stores,
+            columns=log.columns,
+            kind_order=log.kinds_by_frequency(),
+            extra_globals=recorded.globals if recorded is not None else None,
+            guarded=guarded,
+            hooks=recorded.hooks if recorded is not None else (),
+        )
+        compiled = self.loop.compiled
+        # Windows run natively: the same effects, cheaper. Not with a checkpoint or a start: its
+        # queue of scheduled events must be the expansion's, which every engine reads and writes.
+        self.off = _windows_off(native_windows, self.ck, start, guarded, recorded)
+        self.fused = Fused() if self.off else fuse_windows(compiled, rt)
+        self.loop.handlers_replaced()
+        self.all_epochs = self.epochs_left = cut(log, self.epoch)
+        self.notes: list[str] = []
+        if start is not None:
+            self.notes = _restart(program, rt, compiled.stores, start, compiled.namespace)
+            self.done = start.done
+            # Epochs from where the checkpoint stopped (it may have cut the log differently).
+            self.epochs_left = [
+                Epoch(e.index, max(e.start, self.done), e.stop)
+                for e in self.all_epochs
+                if e.stop > self.done
+            ]
+
+    def epochs(self, cancel: CancelToken | None, batch_size: int, final: bool) -> None:
+        """Run the log, epoch after epoch: the loop over its batches, then (at the end) the
+        flush and the fused windows' finish; each epoch committed and published."""
+        log, rt, loop, notify = self.log, self.rt, self.loop, self.notify
+        total = len(log)
+        last_index = self.all_epochs[-1].index
+        notify(ReplayStarted("serial", total, len(self.epochs_left), ("serial",), log.span_ms))
+        self.started = started = time.perf_counter()
+        published = {name: len(rows) for name, rows in rt.rows.items()}
+        self.committed = dict(published)
+        named = loop.compiled.needs_named_events
+        run_batch = loop.run_batch
+        for ep in self.epochs_left:
             notify(EpochStarted(ep.index, len(ep)))
             epoch_started = time.perf_counter()
-            for batch in log.iter_events(
-                batch_size, named=compiled.needs_named_events, start=ep.start, stop=ep.stop
-            ):
+            for batch in log.iter_events(batch_size, named=named, start=ep.start, stop=ep.stop):
                 if cancel is not None:
                     cancel.check()
                 run_batch(batch)
-                done += len(batch)
-                notify(Progress(done, total, time.perf_counter() - started))
-            if ep.index == last_index and final:
-                flush(rt, by_kind)
-            if ep.index == last_index:
-                fused.finish()
-            outputs = _new_rows(rt.rows, published) if observer is not None else {}
+                self.done += len(batch)
+                notify(Progress(self.done, total, time.perf_counter() - started))
             last = ep.index == last_index
-            if ck is not None:
-                new_rows = {n: r[committed.get(n, 0) :] for n, r in rt.rows.items()}
-                state = serial_state(rt, compiled.stores, program)
-                ck.commit(ep.index, ep.stop, state, new_rows, last=last and final)
-                committed = {n: len(r) for n, r in rt.rows.items()}
+            if last and final:
+                loop.flush()
+            if last:
+                self.fused.finish()
+            outputs = _new_rows(rt.rows, published) if self.observer is not None else {}
+            if self.ck is not None:
+                self._commit(ep, last and final)
             # Every event earlier than the epoch's last one has run, scheduled ones included.
             settled = None if last or not len(ep) else log.ts_at(ep.stop - 1)
-            notify(
-                EpochFinished(ep.index, done, time.perf_counter() - epoch_started, outputs, settled)
+            took = time.perf_counter() - epoch_started
+            notify(EpochFinished(ep.index, self.done, took, outputs, settled))
+
+    def _commit(self, ep: Epoch, last: bool) -> None:
+        """Commit epoch ``ep``: the state, and the rows emitted since the last commit."""
+        rt = self.rt
+        new_rows = {n: r[self.committed.get(n, 0) :] for n, r in rt.rows.items()}
+        state = serial_state(rt, self.loop.compiled.stores, self.program)
+        self.ck.commit(ep.index, ep.stop, state, new_rows, last=last)
+        self.committed = {n: len(r) for n, r in rt.rows.items()}
+
+    def failed(self, error: str) -> None:
+        self.notify(ReplayFinished(self.done, time.perf_counter() - self.started, False, error))
+
+    def result(self) -> Result:
+        """The replay's :class:`Result` (tables, state, metrics, warnings, quarantine)."""
+        rt, log, start, recorded = self.rt, self.log, self.start, self.recorded
+        stores = self.loop.compiled.stores
+        wall = time.perf_counter() - self.started
+        tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
+        if recorded is None:  # (freed now, not walked by the collector when it runs again)
+            rt.rows.clear()
+        check_state(stores)
+        total = len(log)
+        metrics = Metrics(
+            engine="serial",
+            events=total if start is None or start.resumed else total - start.done,
+            scheduled_events=sum(rt.scheduled_per_root.values()),
+            wall_s=wall,
+            span_ms=log.span_ms,
+            rows={name: t.num_rows for name, t in tables.items()},
+            epochs=len(self.epochs_left),
+            path=window_path(self.program, self.fused, self.off),
+        )
+        self.notify(ReplayFinished(total, wall))
+        resumed = start.next_epoch if start is not None and start.resumed else None
+        notes = self.notes + ([self.history_note] if self.history_note else [])
+        if not self.guarded:
+            result = Result(
+                tables=tables,
+                state=stores,
+                metrics=metrics,
+                warnings=notes,
+                resumed_from_epoch=resumed,
             )
-    except (HandlerError, Cancelled) as exc:
-        notify(ReplayFinished(done, time.perf_counter() - started, ok=False, error=str(exc)))
-        raise
-    except Exception as exc:
-        error = _handler_error(program, rt, exc, log.columns)
-        notify(ReplayFinished(done, time.perf_counter() - started, ok=False, error=str(error)))
-        raise error from exc
-    wall = time.perf_counter() - started
-    tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
-    if recorded is None:  # (freed now, not walked by the collector when it runs again)
-        rt.rows.clear()
-    check_state(compiled.stores)
-    metrics = Metrics(
-        engine="serial",
-        events=total if start is None or start.resumed else total - start.done,
-        scheduled_events=sum(rt.scheduled_per_root.values()),
-        wall_s=wall,
-        span_ms=log.span_ms,
-        rows={name: t.num_rows for name, t in tables.items()},
-        epochs=len(epochs),
-        path=window_path(program, fused, off),
-    )
-    notify(ReplayFinished(total, wall))
-    resumed = start.next_epoch if start is not None and start.resumed else None
-    if history_note:
-        notes.append(history_note)
-    if not guarded:
-        result = Result(
+            if recorded is not None:
+                result.history = recorded.finish(self.program, log, rt, result)
+            return result
+        quarantine = quarantine_table(rt.quarantined)
+        note = quarantine_warning(quarantine, self.on_error)
+        return Result(
             tables=tables,
-            state=compiled.stores,
+            state={name: dict(d) for name, d in stores.items()},
             metrics=metrics,
-            warnings=notes,
+            warnings=notes + ([note] if note else []),
+            quarantine=quarantine,
+            on_error=self.on_error,
             resumed_from_epoch=resumed,
         )
-        if recorded is not None:
-            result.history = recorded.finish(program, log, rt, result)
-        return result
-    quarantine = quarantine_table(rt.quarantined)
-    note = quarantine_warning(quarantine, on_error)
-    return Result(
-        tables=tables,
-        state={name: dict(d) for name, d in compiled.stores.items()},
-        metrics=metrics,
-        warnings=notes + ([note] if note else []),
-        quarantine=quarantine,
-        on_error=on_error,
-        resumed_from_epoch=resumed,
-    )
 
 
 def _windows_off(native: bool, ck: Any, start: Any, guarded: bool, recorded: Any) -> str | None:
@@ -259,8 +300,6 @@ def _history_stores(program, log, history, guarded, start, ck):
             "the run's history was not recorded: it is kept for whole replays that stop on "
             "errors, without checkpoints"
         )
-    from ..history.recorder import Recorder
-
     return Recorder(program, log.columns), None
 
 

@@ -20,11 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.compile import compile_program
-from ..compiler.inline import SCHEDULED_RUNNER_NAME
 from ..io.log import Log
 from ..model.program import Program
-from ..runtime import SerialRuntime, apply_write, flush, run_scheduled
+from ..runtime import SerialRuntime, apply_write
+from ..runtime.loop import compile_loop
 
 __all__ = ["Write", "Read", "Trace", "traced_replay", "event_order", "TIMED", "SCHEDULED", "LOGGED"]
 
@@ -240,28 +239,21 @@ def traced_replay(
         name: _store_class(name, decl.default, rt, trace, target)
         for name, decl in program.states.items()
     }
-    by_kind: dict = {}
-    compiled = compile_program(
-        program,
-        rt,
-        stores,
-        columns=log.columns,
-        kind_order=log.kinds_by_frequency(),
-        extra_globals={SCHEDULED_RUNNER_NAME: lambda t: run_scheduled(rt, by_kind, t)},
+    loop = compile_loop(
+        program, rt, stores, columns=log.columns, kind_order=log.kinds_by_frequency()
     )
-    by_kind.update(compiled.handlers_by_kind())
     stop = None
     if stop_after is not None:  # the log events up to that time, and no further
         stop = int(np.searchsorted(log.table.column("ts").to_numpy(), stop_after, side="right"))
     # A scheduled target: its rows are all made once it has run (made, and no longer waiting).
     scheduled = stop is None and target is not None and target[1] > 0
-    for batch in log.iter_events(named=compiled.needs_named_events, stop=stop):
-        compiled.run_batch(batch)
+    for batch in log.iter_events(named=loop.compiled.needs_named_events, stop=stop):
+        loop.run_batch(batch)
         if scheduled and _has_run(rt, target):
             return trace
     if stop_after is not None:
-        run_scheduled(rt, by_kind, stop_after)
+        loop.run_scheduled(stop_after)
         rt.apply_due(stop_after)
     else:
-        flush(rt, by_kind)
+        loop.flush()
     return trace

@@ -32,12 +32,12 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from ..compiler.compile import compile_program
 from ..compiler.scopes import ScopedTransformer
 from ..io.log import Log
 from ..model.program import Program
 from ..model.state import Value
-from ..runtime import ScheduledEvent, SerialRuntime, run_events
+from ..runtime import ScheduledEvent, SerialRuntime
+from ..runtime.loop import compile_loop
 
 __all__ = ["CausalChain", "longest_chain"]
 
@@ -257,7 +257,7 @@ def longest_chain(
     stores = {name: _RecordingDict(name, tracker) for name in explicit.states}
     names = {id(d): name for name, d in stores.items()}
     rt = _CausalRuntime(tracker, names)
-    compiled = compile_program(explicit, rt, stores)
+    loop = compile_loop(explicit, rt, stores)
     best = {"longest": 0, "runs": 0, "handler": None, "lsn": None}
 
     def hook(name: str, fn: Any, ev: Any, scheduled: bool) -> None:
@@ -277,7 +277,7 @@ def longest_chain(
             events += 1
             yield ev
 
-    scheduled = run_events(compiled.handlers_by_kind(), rt, counted(), hook)
+    scheduled = loop.run_events(counted(), hook)
     return CausalChain(
         events=events,
         runs=best["runs"],

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..compiler.compile import compile_program
 from ..io.log import Log
 from ..model.program import Program
-from ..runtime import SerialRuntime, run_events
+from ..runtime import SerialRuntime
+from ..runtime.loop import compile_loop
 from ._build import static_critical_path
 from .ir import (
     EVENT,
@@ -93,7 +93,7 @@ def measure_sample(program: Program, log: Log, events: int = SAMPLE_EVENTS) -> S
     """Replay the first ``events`` events, timing every handler run."""
     sample = Sample()
     rt = _Sampling()
-    compiled = compile_program(program, rt)
+    loop = compile_loop(program, rt, None)
     clock = time.perf_counter
     seconds = dict.fromkeys((h.name for h in program.handlers), 0.0)
     runs = dict.fromkeys(seconds, 0)
@@ -115,7 +115,7 @@ def measure_sample(program: Program, log: Log, events: int = SAMPLE_EVENTS) -> S
             yield ev
 
     try:
-        run_events(compiled.handlers_by_kind(), rt, counted(), hook, end=events >= len(log))
+        loop.run_events(counted(), hook, end=events >= len(log))
     except Exception as exc:  # the sample only weighs the work; a failing handler is reported
         sample.error = f"{type(exc).__name__}: {exc}"
     sample.seconds, sample.runs, sample.scheduled_runs = seconds, runs, sched

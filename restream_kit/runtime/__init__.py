@@ -1,10 +1,14 @@
 """The runtime of the serial semantics, the one every engine and replay of the planner uses.
 
-``semantics``: the runtime compiled handlers call (timed writes, ``emit``, ``schedule``), the
-order in which scheduled events and timed writes run, the flush after the log
-(:data:`~.semantics.MAX_FLUSH`), the rollback of a handler run that raised (``on_error``), and
-the loop that lets a caller wrap every handler run. ``quarantine``: the rows that record a
-rolled-back run, identical whichever engine ran it.
+``semantics``: the rules, once (how a write applies, a write's and a schedule's checks, the
+flush after the log and :data:`~.semantics.MAX_FLUSH`, the rollback journal), and the
+runtime compiled handlers call in the serial engine's shape (``SerialRuntime``: two heaps
+the inlined loop reads). ``positioned``: the same runtime by position (one heap of timed
+writes and scheduled events, settling, the flush, a run's rollback) with pluggable sinks for
+where a write goes, which a Spark pass task adapts. ``loop``: a replay's loop set up once
+(compile, scheduled runner, flush), for the serial engine, explanations and Spark plain
+passes. ``quarantine``: the rows that record a rolled-back run, identical whichever engine
+ran it.
 
 May import: the program model and the compiler (``restream_kit.model``,
 ``restream_kit.compiler``). Never I/O, the planner, the engines or anything above them.

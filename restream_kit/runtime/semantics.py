@@ -10,9 +10,10 @@ position of the writing run, position within the run) that the SPEC defines. Aft
 scheduled events run until none is left, at most :data:`MAX_FLUSH` of them (past that the
 replay fails: a timer that re-arms itself forever would never let it finish).
 
-The serial engine drives it with the loop the compiler inlines; the planner's replays (cost
-samples, the causal check) and the explanations drive it with :func:`run_events`, which lets
-the caller wrap every handler run; Spark tasks run the same runtime per partition.
+The serial engine drives it with the loop the compiler inlines (set up by
+:mod:`.loop`); the planner's replays (cost samples, the causal check) drive it with
+:func:`run_events`, which lets the caller wrap every handler run; Spark plain passes run it
+per partition, and general pass tasks run its positioned form (:mod:`.positioned`).
 """
 
 from __future__ import annotations
@@ -182,6 +183,11 @@ class SerialRuntime:
         self.scheduled_per_root[root] += 1
         event = self.event_type(kind, at, root, self.scheduled_per_root[root], fields)
         heapq.heappush(self.scheduled, (at, next(self.order), event))
+
+    def later(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int) -> None:
+        """Queue a write for ``at`` made earlier, whose rule was checked then (a fused
+        window's decrement still waiting when a Spark partition's events end)."""
+        heapq.heappush(self.future, (at, next(self.order), d, default, op, key, arg))
 
     # Driven by the engine -------------------------------------------------------------
 

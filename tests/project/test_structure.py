@@ -44,7 +44,6 @@ REASON = "Long because:"
 REASON_WORDS = 8
 
 # Who owns what is still listed below (the other halves of issues 32, 34 and 36).
-RUNTIME = "owned by the one positioned runtime of issue 36 (runtime/, spark/passes/_task...)"
 WINSPARK = "owned by issue 34's Spark windows in their stage's pass (spark/passes/_plan...)"
 WINDOWS = "owned by issue 34's serial windows (runtime/windows.py, compiler/expand_windows.py)"
 SCALE = "owned by issue 32's executor-side URI logs and results (io/log.py, spark/_uri_log.py)"
@@ -90,26 +89,19 @@ TIME_TRAVEL_HOME = "restream_kit/runtime/"
 
 #: Functions over the limit without a reason yet: "path::qualified.name" -> who removes it.
 PENDING_LONG_FUNCTIONS: dict[str, str] = {
-    "restream_kit/engines/serial.py::replay": RUNTIME,
-    "restream_kit/engines/spark/passes/_plain.py::run_plain": RUNTIME,
     "restream_kit/engines/spark/passes/_plan.py::_plan": WINSPARK,
-    "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
 }
 #: Modules over the limit: path -> who splits it.
 PENDING_LONG_MODULES: dict[str, str] = {
     "restream_kit/compiler/expand_windows.py": WINDOWS,
     "restream_kit/engines/spark/passes/_plan.py": WINSPARK,
-    "restream_kit/engines/spark/passes/_task.py": RUNTIME,
     "restream_kit/io/log.py": SCALE,
 }
 #: Imports inside a function not yet moved to the module's top: (path, module) -> owner.
 PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
-    ("restream_kit/engines/serial.py", "restream_kit.history.recorder"): RUNTIME,
     ("restream_kit/engines/spark/passes/_lookup_stages.py", "ast"): WINSPARK,
-    ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.engines.spark._history"): RUNTIME,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.model.errors"): WINSPARK,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.planner"): WINSPARK,
-    ("restream_kit/engines/spark/passes/_task.py", "restream_kit.engines.spark._history"): RUNTIME,
 }
 #: A rule's message written again: (path, pattern) -> owner.
 PENDING_RULE_COPIES: dict[tuple[str, str], str] = {}

@@ -2,7 +2,9 @@
 
 A pass whose events are log events only, and that sends on nothing but what the loop can
 send, runs the serial engine's generated loop over its partition, with the handler bodies
-inlined, exactly as a serial replay runs them:
+inlined, exactly as a serial replay runs them: the serial runtime, its loop set up by
+``runtime.loop.compile_loop``, the sink of its writes chosen by what the pass sends on
+(:func:`_runtime`):
 
 - **probe values travel with the events** when the passes forward events (``spec.sends.wide``):
   the loop records, at the reading handler's place in declaration order, the value a later
@@ -10,11 +12,13 @@ inlined, exactly as a serial replay runs them:
   pass puts each in its store just before the handler that reads it. No probe row, no sort
   by tag, no per-row join: the event carries its reads;
 - **writes into a later pass's state** (through :class:`BlindStore`) and **events scheduled
-  for later passes** go out as rows (:class:`Shipping`, the serial runtime plus that).
+  for later passes** go out as rows (:class:`Shipping`, the serial runtime with a ship sink).
 
 In a checkpointed replay the loop stops at each epoch's end to report its state there
 (``passes._boundaries``); its timed writes are then numbered by the runs that made them
-(:class:`MadeBy`), so that the driver orders every task's as the serial engine made them.
+(``runtime.positioned.MadeBy``), so that the driver orders every task's as the serial
+engine made them. A fused window's decrements still waiting at the partition's end join the
+runtime's timed writes (``SerialRuntime.later``) and go to the driver with them.
 """
 
 from __future__ import annotations
@@ -30,12 +34,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ....compiler.compile import compile_program, dict_name
+from ....compiler.compile import dict_name
 from ....compiler.inline import EVENT, key_source
 from ....model.program import Program
+from ....runtime.loop import compile_loop
+from ....runtime.positioned import MadeBy
+from ....runtime.semantics import JournalDict, SerialRuntime
 from ....runtime.windows import fuse_windows
-from ...serial import JournalDict, SerialRuntime
 from .._codec import MISSING
+from .._history import TaskHistory
 from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._emitted import pack_emitted
@@ -56,7 +63,7 @@ from ._rows import (
     out_rows,
     probe_array,
 )
-from ._shipping import MadeBy, MadeByRuntime, Shipping, guarded_runtime
+from ._shipping import MadeByRuntime, Shipping, guarded_runtime
 from ._stores import BlindStore, carried
 from ._window_shapes import fuses_windows, held_elsewhere, pass_windows
 from ._zipped import ValuePacker
@@ -83,157 +90,155 @@ def run_plain(
     (``start``: from a file, or taken off the front of its rows, ``passes._sources``): its
     states' values, and its timed writes still waiting.
     """
-    # A pass that writes into state later passes hold, or schedules events for them, sends
-    # those as rows (``Shipping``); the rest of the loop is the serial engine's. With
-    # ``on_error`` skip or quarantine, a run that raises is undone (``guarded_runtime``).
-    guarded = spec.on_error != "stop"
-    number = {h.name: h.index for h in program.handlers}
-    ends = Ends(spec.bounds) if spec.bounds else None
-    if guarded:
+    plain = _PlainPass(spec, program, start)
+    yield from plain.run(batches, started)
+
+
+def _runtime(spec: PassSpec, program: Program, number: dict, checkpointed: bool) -> Any:
+    """The runtime of a plain pass, by what its writes' sink is: the serial engine's
+    (applied here), ``Shipping`` (writes into state later passes hold, events scheduled for
+    them: sent on as rows), guarded (``on_error`` skip or quarantine: a run that raises is
+    undone); in a checkpointed replay its timed writes are numbered by the runs that made
+    them (``MadeBy``)."""
+    if spec.on_error != "stop":
         rt = guarded_runtime(spec, program)
     elif spec.blind or spec.ships_events:
         rt = Shipping(spec, program)
     else:
-        rt = MadeByRuntime(number) if ends is not None else SerialRuntime()
-    ships = isinstance(rt, Shipping)
-    if ends is not None and type(rt) is not MadeByRuntime:
-        if ships:
-            rt._order = MadeBy(rt, number)
-        else:
-            rt.order = MadeBy(rt, number)
-    names = [program.handlers[h].name for h in spec.handlers]
-    consumed = sorted({slot for slot, _state, _key, _h in spec.consumes})
-    # Probe columns come after the log's columns: the handlers' own indexes do not move.
-    probe_columns = [f"_rs_q{c}{slot}" for slot in consumed for c in "ldb"]
-    columns = (*spec.columns, *probe_columns)
-    kinds = dict.fromkeys(k for h in spec.handlers for k in program.handlers[h].kinds)
-    for _slot, _state, _key, _h, probe_kinds, _reader in spec.serves:
-        kinds.update(dict.fromkeys(probe_kinds))
-    stores: dict[str, dict] = {
-        name: BlindStore(rt, name)
-        if name in spec.blind
-        else (JournalDict(rt.journal) if guarded else {})
-        for name in program.states
-    }
-    if start is not None:
-        _restore(start, rt, stores, program, made=ends is not None)
-    hooks, extra, served, keys_by_name = _probe_hooks(spec, program, columns, tuple(kinds), stores)
-    history = None
-    if spec.history:  # the run's history: the serial engine's hooks, with positions
-        from .._history import TaskHistory
+        rt = MadeByRuntime(number) if checkpointed else SerialRuntime()
+    if checkpointed and type(rt) is not MadeByRuntime:
+        rt.order = MadeBy(rt, number)
+    return rt
 
-        history = TaskHistory(spec.history, program, stores)
-        more, globals_ = history.plain_hooks()
-        hooks += more
-        extra.update(globals_)
-    compiled = compile_program(
-        program,
-        rt,
-        stores,
-        columns=columns,
-        kind_order=tuple(kinds),
-        extra_globals={"_rs_run_scheduled": lambda t: None, **extra},
-        only=names,
-        hooks=hooks,
-        guarded=guarded,
-    )
-    # Windows it holds whole run as the serial engine runs them (``_window_shapes``).
-    windows = None
-    if start is None and fuses_windows(spec):
-        mine = pass_windows(program, spec.homes, held_elsewhere(spec))
-        if mine:
-            if ships:  # (the serial runtime's count of timed writes, as ``write`` takes)
-                rt.order = rt._order
-            windows = fuse_windows(compiled, rt, only=mine)
-    run_batch = compiled.run_batch
-    # A key function of a probe reads the event's columns by name.
-    named = compiled.needs_named_events or keys_by_name
-    make = event_type(columns) if named else None
-    events = 0
-    out: list = []
-    state_names = {id(d): name for name, d in stores.items()}
 
-    def cross() -> None:
+class _PlainPass:
+    """One plain pass over one partition: the serial engine's loop (``runtime.loop``)."""
+
+    def __init__(self, spec: PassSpec, program: Program, start: dict | None):
+        self.spec = spec
+        self.program = program
+        self.guarded = guarded = spec.on_error != "stop"
+        self.number = {h.name: h.index for h in program.handlers}
+        self.ends = Ends(spec.bounds) if spec.bounds else None
+        rt = self.rt = _runtime(spec, program, self.number, self.ends is not None)
+        self.ships = isinstance(rt, Shipping)
+        names = [program.handlers[h].name for h in spec.handlers]
+        consumed = sorted({slot for slot, _state, _key, _h in spec.consumes})
+        # Probe columns come after the log's columns: the handlers' own indexes do not move.
+        self.probe_columns = [f"_rs_q{c}{slot}" for slot in consumed for c in "ldb"]
+        columns = (*spec.columns, *self.probe_columns)
+        kinds = dict.fromkeys(k for h in spec.handlers for k in program.handlers[h].kinds)
+        for _slot, _state, _key, _h, probe_kinds, _reader in spec.serves:
+            kinds.update(dict.fromkeys(probe_kinds))
+        stores: dict[str, dict] = {
+            name: BlindStore(rt, name)
+            if name in spec.blind
+            else (JournalDict(rt.journal) if guarded else {})
+            for name in program.states
+        }
+        if start is not None:
+            _restore(start, rt, stores, program, made=self.ends is not None)
+        hooks, extra, self.served, by_name = _probe_hooks(
+            spec, program, columns, tuple(kinds), stores
+        )
+        self.history = None
+        if spec.history:  # the run's history: the serial engine's hooks, with positions
+            self.history = TaskHistory(spec.history, program, stores)
+            more, globals_ = self.history.plain_hooks()
+            hooks += more
+            extra.update(globals_)
+        loop = compile_loop(
+            program,
+            rt,
+            stores,
+            columns=columns,
+            kind_order=tuple(kinds),
+            extra_globals=extra,
+            scheduled=False,
+            only=names,
+            hooks=hooks,
+            guarded=guarded,
+        )
+        self.compiled = loop.compiled
+        self.run_batch = loop.run_batch
+        # Windows it holds whole run as the serial engine runs them (``_window_shapes``).
+        self.windows = None
+        if start is None and fuses_windows(spec):
+            mine = pass_windows(program, spec.homes, held_elsewhere(spec))
+            if mine:
+                self.windows = fuse_windows(self.compiled, rt, only=mine)
+        # A key function of a probe reads the event's columns by name.
+        named = self.compiled.needs_named_events or by_name
+        self.make = event_type(columns) if named else None
+        self.state_names = {id(d): name for name, d in stores.items()}
+        self.out: list = []
+
+    def cross(self) -> None:
         """Report the next epoch's end (``passes._boundaries``): what is due by its last event
         applied, the states held here as they stand, the timed writes still waiting."""
+        rt, ends, out = self.rt, self.ends, self.out
         j = ends.passing()
         rt.apply_due(ends.bounds[j][0])
-        out.extend(future_rows(rt.future, state_names, j))
-        if ships:
+        out.extend(future_rows(rt.future, self.state_names, j))
+        if self.ships:
             rt.send_folded()  # a window's adds up to the end, summed (more may follow)
             out.extend(unhandled_rows(rt.unhandled, ends.bounds[j], j))
             out.extend(rt.closes_waiting(ends.bounds[j], j))
-        made = rt.made if ships else 0
-        out.append(state_row(j, compiled.stores, spec.finals, made))
+        made = rt.made if self.ships else 0
+        out.append(state_row(j, self.compiled.stores, self.spec.finals, made))
 
-    sends = spec.sends
-    packer = (
-        ValuePacker(sends.zip_to, sends.wide, sends.zip_by, sends.values_dir)
-        if sends.zip_to
-        else None
-    )
-    # Later passes partitioned by a key looked up here get their events from it (``passes._lookups``).
-    looker = (
-        LookupPacker(
-            sends.lookups,
-            program,
-            spec.columns,
-            sends.wide,
-            spec.source.one_kind,
-            sends.lookups_dir,
+    def run(self, batches: Any, started: float) -> Iterator:
+        """The partition's events through the loop; what it sends on, then its results."""
+        spec, rt = self.spec, self.rt
+        sends = spec.sends
+        packer = (
+            ValuePacker(sends.zip_to, sends.wide, sends.zip_by, sends.values_dir)
+            if sends.zip_to
+            else None
         )
-        if sends.lookups
-        else None
-    )
-    # What a zipped pass gets of each event from here: its lsn and the probe columns.
-    values = pa.schema(f for f in sends.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))
-    one_kind = spec.source.one_kind  # the kind of all its events, when their kind is not sent
-    try:
+        looker = _looker(spec, self.program)
+        try:
+            events = yield from self._events(batches, packer, looker)
+        except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
+            self.out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
+            yield out_rows(self.out, spec)
+            return
+        if self.windows is not None:  # (what waits past the log's end goes with the timed writes)
+            self.windows.finish(until=spec.last_ts, later=rt.later)
+        self._pending()
+        self._results(events, started)
+        yield out_rows(self.out, spec)
+
+    def _events(self, batches: Any, packer: Any, looker: Any) -> Iterator:
+        """Run the batches; yield what goes to later passes (events forwarded, packed for
+        a zipped pass, or for the passes that look keys up here); return the events run."""
+        spec, rt, ends = self.spec, self.rt, self.ends
+        served = self.served
+        # What a zipped pass gets of each event from here: its lsn and the probe columns.
+        values = pa.schema(
+            f for f in spec.sends.wide or () if f.name == "lsn" or f.name.startswith("_rs_q")
+        )
+        events = 0
         for batch in batches:
             if not batch.num_rows:
                 continue
-            cols = [
-                column_values(batch, c, c in spec.pickled_columns)
-                if c != "kind" or one_kind is None
-                else [one_kind] * batch.num_rows  # not sent: every event is of one kind
-                for c in spec.columns
-            ]
-            # No probe column at all: no event here came from a pass that read a value for
-            # it (a log with none of the serving pass's kinds); its reads see the default.
-            names = batch.schema.names
-            cols += [
-                batch.column(c).to_pylist() if c in names else [None] * batch.num_rows
-                for c in probe_columns
-            ]
-            rows = zip(*cols)
-            rows = list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
-            if ends is not None and ends.passed < len(ends.bounds):
-                # Up to each epoch's end passed in this batch, then report it.
-                lsn = batch.column("lsn").to_numpy()
-                start = 0
-                while lsn[-1] > ends.next_lsn:
-                    cut = int(np.searchsorted(lsn, ends.next_lsn, side="right"))
-                    run_batch(rows[start:cut])
-                    start = cut
-                    cross()
-                rows = rows[start:]
-            run_batch(rows)
-            if ends is not None and ships and rt.dropped:
+            self._run(batch)
+            if ends is not None and self.ships and rt.dropped:
                 rt.passed(rt.event[1])
             events += batch.num_rows
             if looker is not None:
                 yield from looker.add(batch, served)
             if packer is not None:
                 yield from packer.add(batch, _forwarded(batch, values, served))
-            elif sends.forward:
-                yield _forwarded(batch, sends.wide, served)
+            elif spec.sends.forward:
+                yield _forwarded(batch, spec.sends.wide, served)
             else:  # (the values went to the passes that look up keys here)
                 for recorded in served.values():
                     recorded.clear()
-            if ships and len(rt.out) >= BATCH_ROWS:
+            if self.ships and len(rt.out) >= BATCH_ROWS:
                 yield _shipped(rt, spec)
         while ends is not None and ends.passed < len(ends.bounds):
-            cross()  # the ends after this partition's last event
+            self.cross()  # the ends after this partition's last event
         # The serial replay applies timed writes due by the log's last event, whichever key
         # that event has: so does this partition, whose own last event may come earlier.
         rt.apply_due(spec.last_ts)
@@ -241,44 +246,90 @@ def run_plain(
             yield from packer.flush()
         if looker is not None:
             yield from looker.flush()
-    except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
-        out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
-        yield out_rows(out, spec)
-        return
-    if windows is not None:  # (what waits past the log's end goes with the timed writes)
-        windows.finish(until=spec.last_ts, later=functools.partial(_later, rt))
-    # Later ones apply only if an event after the log (scheduled elsewhere) comes at or after
-    # their time: the driver decides, as for the other passes' (``PEND``).
-    for at, order, d, _default, op, key, arg in sorted(rt.future, key=lambda f: f[:2]):
-        what = carried(op, arg)
-        sub = made_bytes(order) if type(order) is tuple else U32.pack(order)  # (see MadeBy)
-        blob = dumps((state_names[id(d)], key, what))
-        out.append((PEND, -1, None, (at, PH_TIMED, 0, sub), blob))
-    if ends is None:
-        out += pack_emitted(rt.rows, number)
-    else:  # each epoch's rows apart, for its commit
-        parts: dict[int, dict] = {}
-        for table, rows in rt.rows.items():
-            for j, part in by_epoch(rows, spec.bounds):
-                parts.setdefault(j, {})[table] = part
-        for j, some in sorted(parts.items()):
-            out += pack_emitted(some, number, j)
-    for name in spec.finals:
-        values = compiled.stores[name]
-        values = dict(values) if guarded else values  # (a JournalDict: a plain dict travels)
-        out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, values))))
-    if history is not None:
-        out.append(history.row())
-    if guarded and rt.failed:
-        out.append((QUAR, -1, None, (0, 0, 0, b""), dumps(rt.failed)))
-    made, last_at = (rt.made, rt.last_at) if ships else (0, None)
-    # (Last: that the task ran the serial engine's loop, for ``metrics.path``.)
-    stat = (events, time.perf_counter() - started, made, last_at, True)
-    out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
-    if ships:
-        rt.send_folded()
-        out[:0] = rt.out
-    yield out_rows(out, spec)
+        return events
+
+    def _run(self, batch: pa.RecordBatch) -> None:
+        """One batch of events through the loop, stopping at each epoch's end in it."""
+        spec, ends, make = self.spec, self.ends, self.make
+        n = batch.num_rows
+        cols = [
+            column_values(batch, c, c in spec.pickled_columns)
+            if c != "kind" or spec.source.one_kind is None
+            else [spec.source.one_kind] * n  # not sent: every event is of one kind
+            for c in spec.columns
+        ]
+        # No probe column at all: no event here came from a pass that read a value for
+        # it (a log with none of the serving pass's kinds); its reads see the default.
+        names = batch.schema.names
+        cols += [
+            batch.column(c).to_pylist() if c in names else [None] * n for c in self.probe_columns
+        ]
+        rows = zip(*cols)
+        rows = list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
+        if ends is not None and ends.passed < len(ends.bounds):
+            # Up to each epoch's end passed in this batch, then report it.
+            lsn = batch.column("lsn").to_numpy()
+            start = 0
+            while lsn[-1] > ends.next_lsn:
+                cut = int(np.searchsorted(lsn, ends.next_lsn, side="right"))
+                self.run_batch(rows[start:cut])
+                start = cut
+                self.cross()
+            rows = rows[start:]
+        self.run_batch(rows)
+
+    def _pending(self) -> None:
+        """The timed writes still waiting: they apply only if an event after the log
+        (scheduled elsewhere) comes at or after their time; the driver decides, as for the
+        other passes' (``PEND``)."""
+        for at, order, d, _default, op, key, arg in sorted(self.rt.future, key=lambda f: f[:2]):
+            what = carried(op, arg)
+            sub = made_bytes(order) if type(order) is tuple else U32.pack(order)  # (see MadeBy)
+            blob = dumps((self.state_names[id(d)], key, what))
+            self.out.append((PEND, -1, None, (at, PH_TIMED, 0, sub), blob))
+
+    def _results(self, events: int, started: float) -> None:
+        """Emitted rows (each epoch's apart in a checkpointed replay), finals, counts."""
+        spec, rt, out = self.spec, self.rt, self.out
+        if self.ends is None:
+            out += pack_emitted(rt.rows, self.number)
+        else:  # each epoch's rows apart, for its commit
+            parts: dict[int, dict] = {}
+            for table, rows in rt.rows.items():
+                for j, part in by_epoch(rows, spec.bounds):
+                    parts.setdefault(j, {})[table] = part
+            for j, some in sorted(parts.items()):
+                out += pack_emitted(some, self.number, j)
+        for name in spec.finals:
+            values = self.compiled.stores[name]
+            values = dict(values) if self.guarded else values  # (a JournalDict: a plain dict)
+            out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, values))))
+        if self.history is not None:
+            out.append(self.history.row())
+        if self.guarded and rt.failed:
+            out.append((QUAR, -1, None, (0, 0, 0, b""), dumps(rt.failed)))
+        made, last_at = (rt.made, rt.last_at) if self.ships else (0, None)
+        # (Last: that the task ran the serial engine's loop, for ``metrics.path``.)
+        stat = (events, time.perf_counter() - started, made, last_at, True)
+        out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
+        if self.ships:
+            rt.send_folded()
+            out[:0] = rt.out
+
+
+def _looker(spec: PassSpec, program: Program) -> LookupPacker | None:
+    """Later passes partitioned by a key looked up here get their events from it
+    (``passes._lookups``)."""
+    if not spec.sends.lookups:
+        return None
+    return LookupPacker(
+        spec.sends.lookups,
+        program,
+        spec.columns,
+        spec.sends.wide,
+        spec.source.one_kind,
+        spec.sends.lookups_dir,
+    )
 
 
 def _restore(start: dict, rt: Any, stores: dict, program: Program, made: bool) -> None:
@@ -294,11 +345,7 @@ def _restore(start: dict, rt: Any, stores: dict, program: Program, made: bool) -
         default = program.states[name].default
         heapq.heappush(rt.future, (at, order, stores[name], default, op, key, arg))
     if future and not made:
-        later = itertools.count(max(w[1] for w in future) + 1)  # (after the serial numbers)
-        if isinstance(rt, Shipping):
-            rt._order = later
-        else:
-            rt.order = later
+        rt.order = itertools.count(max(w[1] for w in future) + 1)  # (after the serial numbers)
 
 
 def _shipped(rt: Shipping, spec: PassSpec) -> pa.RecordBatch:
@@ -410,9 +457,3 @@ def _forwarded(batch: pa.RecordBatch, wide: pa.Schema, served: dict[int, list]) 
     for values in served.values():
         del values[:n]
     return pa.RecordBatch.from_arrays(arrays, schema=wide)
-
-
-def _later(rt: Any, d: dict, default: Any, op: str, key: Any, arg: Any, at: int) -> None:
-    """A fused window's write still waiting at the partition's end, queued as the timed write
-    the window's expansion would have left in ``rt`` (sent on as ``PEND`` with the others)."""
-    heapq.heappush(rt.future, (at, next(rt.order), d, default, op, key, arg))

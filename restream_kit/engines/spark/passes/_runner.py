@@ -47,7 +47,7 @@ def kind_runner(kind, acts, program, rt, stores, probe_values, pks_now):
             lines.append(f"    rt.hidx = {h}; rt.handler = N{n}; rt.calls = 0; rt.rb = None")
             if rt.copies is not None:  # the copies held here, as of this run (its bytes, kept)
                 env["ADVANCE"] = rt.copies.advance
-                lines.append("    ADVANCE(rt._run_bytes())")
+                lines.append("    ADVANCE(rt.run_key())")
             if slots_h:
                 env[f"S{n}"] = slots_h
                 lines.append(f"    _fill(stores, S{n}, probe_values, ev)")

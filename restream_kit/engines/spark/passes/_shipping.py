@@ -1,11 +1,13 @@
 """The runtimes of a plain pass (``passes._plain``): the serial engine's, plus what the pass
 sends on, and their guarded forms for ``on_error`` skip and quarantine.
 
-- :class:`Shipping`: writes into state a later pass holds (through ``BlindStore``) and events
-  scheduled for later passes go out as rows at the positions the receiving passes sort by;
-  everything else is the serial engine's runtime.
-- :class:`MadeBy`: in a checkpointed replay, a plain task's timed writes are numbered by the
-  runs that made them, so that the driver orders every task's as the serial engine made them.
+- :class:`Shipping`: the serial runtime with a sink (``runtime.positioned.SinkingRuntime``):
+  writes into state a later pass holds (through ``BlindStore``, whose sink is :class:`_Ship`)
+  and events scheduled for later passes go out as rows at the positions the receiving passes
+  sort by; everything else, the rules' checks included, is the serial engine's runtime.
+- :class:`MadeByRuntime`: in a checkpointed replay, a plain task's timed writes are numbered
+  by the runs that made them (``runtime.positioned.MadeBy``), so that the driver orders every
+  task's as the serial engine made them.
 - :class:`GuardedSerial` and :class:`GuardedShipping`: a handler run that raises is undone
   (its state changes, timed writes, emitted rows, rows for other passes and scheduled
   events) and recorded with its position, as the serial engine's ``GuardedRuntime`` does.
@@ -18,6 +20,7 @@ import heapq
 from typing import Any
 
 from ....model.program import Program
+from ....runtime.positioned import MadeBy, Sink, SinkingRuntime
 from ....runtime.quarantine import quarantine_row
 from ....runtime.semantics import (
     GuardedRuntime,
@@ -58,27 +61,36 @@ __all__ = [
 ]
 
 
-class Shipping(Routing):
+class _Ship(Sink):
+    """Writes to a state a later pass holds (a :class:`BlindStore`): rows for it at their
+    positions; a window's adds summed where nothing sees them in between (``_fold``)."""
+
+    def __init__(self, rt: Shipping):
+        self.rt = rt
+
+    def now(self, d: BlindStore, default: Any, op: str, key: Any, arg: Any) -> None:
+        rt = self.rt
+        if d.state in rt.spec.folds and op == "add":
+            rt._fold(d.state, key, arg)
+        else:
+            rt.ship(d.state, key, carried(op, arg), None, rt.spec.blind[d.state])
+
+    def later(self, d: BlindStore, default: Any, op: str, key: Any, arg: Any, at: int) -> None:
+        self.rt.ship(d.state, key, carried(op, arg), at, self.rt.spec.blind[d.state])
+
+
+class Shipping(Routing, SinkingRuntime):
     """The serial engine's runtime for a plain pass that sends rows on: writes into state a
-    later pass holds (through :class:`BlindStore`) and events scheduled for later passes go
-    out as rows at the positions the receiving passes sort by (see the module docstring),
-    everything else is the serial engine's own."""
+    later pass holds (through :class:`BlindStore`, its sink) and events scheduled for later
+    passes go out as rows at the positions the receiving passes sort by (see the module
+    docstring), everything else is the serial engine's own."""
 
     def __init__(self, spec: PassSpec, program: Program):
-        self._serial = SerialRuntime()
-        self.rows = self._serial.rows
-        self.future = self._serial.future
-        self._order = self._serial.order
-        self.scheduled = self._serial.scheduled  # stays empty: no event is scheduled here
+        self.number = {"": 0, **{h.name: h.index for h in program.handlers}}
+        super().__init__()  # (its ``scheduled`` stays empty: no event is scheduled here)
+        self.sinks = {BlindStore: _Ship(self)}
         self.spec = spec
         self.program = program
-        self.number = {h.name: h.index for h in program.handlers}
-        self.event: Any = None
-        self.seq = 0
-        self._handler = ""
-        self.hidx = 0
-        self.calls = 0
-        self.rb: bytes | None = None
         self.write_pos = None
         self.out: list = []
         self.root: int | None = None  # the root event of the last ``schedule`` and its count
@@ -112,23 +124,6 @@ class Shipping(Routing):
             ev = self.event
             rb = self.rb = RUN_HEAD.pack(ev[1] + SIGN, PH_LOG, ev[0] + SIGN) + U32.pack(self.hidx)
         return rb
-
-    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
-        now = self.event[1]
-        if type(d) is not BlindStore:  # the serial engine's write, inlined: it is hot
-            if at is None or at == now:
-                apply_write(d, default, op, key, arg)
-            elif at > now:
-                heapq.heappush(self.future, (at, next(self._order), d, default, op, key, arg))
-            else:
-                check_write(at, now)  # (raises: earlier than the event)
-            return
-        check_write(at, now)
-        if d.state in self.spec.folds and op == "add" and (at is None or at == now):
-            self._fold(d.state, key, arg)
-            return
-        at = None if at == now else at
-        self.ship(d.state, key, carried(op, arg), at, self.spec.blind[d.state])
 
     def _fold(self, state: str, key: Any, arg: int) -> None:
         """Sum an add into its window's one write, sent at the last add's position
@@ -230,9 +225,6 @@ class Shipping(Routing):
             key = key_function(partition, self.program)(ScheduledEvent(kind, at, root, seq, fields))
         return self._pk(key)
 
-    def apply_due(self, t: int) -> None:
-        self._serial.apply_due(t)
-
     def ship(self, state: str, key: Any, op: tuple, at: int | None, targets: tuple) -> None:
         """A write for the passes that hold ``state`` (``targets``), at its position."""
         self.calls += 1
@@ -246,26 +238,6 @@ class Shipping(Routing):
     def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
         """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
         self.write_rows(key, position, dumps((state, key, op)), targets, state)
-
-
-class MadeBy:
-    """The ``order`` of a plain task's timed writes in a checkpointed replay: the run that
-    made each (its event's time and lsn, the handler's number), then a count, which
-    ``passes._boundaries.made_bytes`` turns into the bytes of the general runtime's positions.
-    Waiting at an epoch's end, they sort among every task's as made."""
-
-    def __init__(self, rt: Any, number: dict[str, int]):
-        self.rt = rt
-        self.number = number
-        self.count = 0
-
-    def __iter__(self) -> MadeBy:
-        return self
-
-    def __next__(self) -> tuple:
-        ev = self.rt.event
-        self.count += 1
-        return (ev[1], ev[0], self.number[self.rt.handler], self.count)
 
 
 class MadeByRuntime(SerialRuntime):
