@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..model.program import Program
@@ -131,22 +131,46 @@ class Access:
         return {name: getattr(self, name) for name in _UPSTREAM_READ_JSON}
 
 
+def fields_json(record: Any, **given: Any) -> dict[str, Any]:
+    """A plan record in the plan's JSON: its fields in their order, each as :func:`_as_json`
+    makes it, but those ``given``."""
+    return {
+        f.name: given[f.name] if f.name in given else _as_json(getattr(record, f.name))
+        for f in fields(record)
+    }
+
+
+def _as_json(value: Any) -> Any:
+    """Tuples as lists (nested ones too), records by their own ``to_dict``."""
+    if isinstance(value, tuple):
+        return [_as_json(v) for v in value]
+    return value.to_dict() if hasattr(value, "to_dict") else value
+
+
 #: The fields of an access in a handler, and of a stage's upstream read, in the plan's JSON.
 _ACCESS_JSON = ("state", "op", "key", "event_key", "lineno", "via")
 _UPSTREAM_READ_JSON = ("state", "key", "event_key", "handler", "lineno")
 
 
 @dataclass(frozen=True)
-class HandlerInfo:
-    """A handler as the planner sees it: kinds, accesses, emitted tables, scheduled kinds."""
+class HandlerFacts:
+    """What reading a handler's source tells: where it is, the kinds it handles, the state it
+    reads and writes (in it or in helpers it calls) and the tables it emits to. The analysis'
+    record (``_analysis.HandlerAccess``) and the plan's (:class:`HandlerInfo`) both hold it."""
 
     name: str
     kinds: tuple[str, ...]
     lineno: int
+    event_arg: str
     accesses: tuple[Access, ...]
     emits: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HandlerInfo(HandlerFacts):
+    """A handler as the planner sees it: kinds, accesses, emitted tables, scheduled kinds."""
+
     schedules: tuple[str, ...]
-    event_arg: str
 
     @property
     def reads(self) -> tuple[Access, ...]:
@@ -157,15 +181,7 @@ class HandlerInfo:
         return tuple(a for a in self.accesses if a.op != "read")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kinds": list(self.kinds),
-            "lineno": self.lineno,
-            "event_arg": self.event_arg,
-            "accesses": [a.to_dict() for a in self.accesses],
-            "emits": list(self.emits),
-            "schedules": list(self.schedules),
-        }
+        return fields_json(self)
 
 
 @dataclass(frozen=True)
@@ -216,17 +232,7 @@ class Stage:
         return self.mode
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "handlers": list(self.handlers),
-            "mode": self.mode,
-            "partition_key": self.partition_key,
-            "reason": self.reason,
-            "owns": list(self.owns),
-            "reads_upstream": [r.upstream_dict() for r in self.reads_upstream],
-            "kinds": list(self.kinds),
-            "upstream": list(self.upstream),
-        }
+        return fields_json(self, reads_upstream=[r.upstream_dict() for r in self.reads_upstream])
 
 
 @dataclass(frozen=True)
@@ -239,7 +245,7 @@ class PlanWarning:
     lineno: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return fields_json(self)
 
 
 @dataclass(frozen=True)
@@ -266,9 +272,7 @@ class StageLoad:
     keys: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["hot_keys"] = [list(k) for k in self.hot_keys]
-        return out
+        return fields_json(self)
 
 
 @dataclass(frozen=True)
@@ -294,17 +298,7 @@ class DataPath:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "events": self.events,
-            "sample_events": self.sample_events,
-            "weighting": self.weighting,
-            "handler_cost_us": [list(c) for c in self.handler_cost_us],
-            "per_stage": [s.to_dict() for s in self.per_stage],
-            "predicted_speedup": [list(p) for p in self.predicted_speedup],
-            "chain_bound": self.chain_bound,
-            "scheduled_runs": self.scheduled_runs,
-            "notes": list(self.notes),
-        }
+        return fields_json(self)
 
     def speedup(self, workers: int) -> float:
         """The predicted speedup on ``workers`` workers (any count, not only powers of two)."""
