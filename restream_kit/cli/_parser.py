@@ -43,11 +43,20 @@ def _engine_choice() -> Option:
     )
 
 
+def _program_command(commands, name: str, about: str, log: Option) -> argparse.ArgumentParser:
+    """A command over a program and a log: the program, ``log`` (``--log`` as this command
+    takes it), and how to read a log of one's own."""
+    parser = add_command(commands, name, about)
+    parser.add_argument("program", help="the program, a .py file")
+    add_options(parser, log, *OWN_DATA)
+    return parser
+
+
 def _add_plan_parser(commands) -> None:
-    plan = add_command(commands, "plan", "show how a program's handlers depend on each other")
-    plan.add_argument("program", help="the program, a .py file")
-    add_options(
-        plan,
+    plan = _program_command(
+        commands,
+        "plan",
+        "show how a program's handlers depend on each other",
         Option(
             "--log",
             "LOG",
@@ -56,7 +65,9 @@ def _add_plan_parser(commands) -> None:
             "repeatable",
             {"action": "append", "default": []},
         ),
-        *OWN_DATA,
+    )
+    add_options(
+        plan,
         switch("--json", "print the plan as JSON"),
         Option(
             "--engine",
@@ -67,43 +78,6 @@ def _add_plan_parser(commands) -> None:
         ),
         Option("--master", None, "the Spark master the replay would use"),
         switch("--allow-nondeterminism", "plan even when the determinism lint finds problems"),
-    )
-
-
-def _add_replay_parser(commands) -> None:
-    replay = add_command(commands, "replay", "replay a log through a program")
-    replay.add_argument("program", help="the program, a .py file")
-    add_options(
-        replay,
-        Option(
-            "--log",
-            "LOG",
-            "a Parquet or CSV log, NAME=PATH to set its kind, or a sample name such as "
-            "social_small; repeatable",
-            {"action": "append", "required": True},
-        ),
-        *OWN_DATA,
-        _engine_choice(),
-        Option(
-            "--master",
-            None,
-            "Spark master: local[N], spark://host:port or sc://host:port (default: "
-            "$RESTREAM_MASTER, then the profile file, then local[*])",
-        ),
-        Option(
-            "--conf",
-            "KEY=VALUE",
-            "a Spark setting for a new session (beats $RESTREAM_SPARK_CONF); repeatable",
-            {"action": "append", "default": []},
-        ),
-        Option("--epoch", None, "epoch size: events (e.g. 100000) or time (e.g. 1h)"),
-        Option("--out", "DIR", "write DIR/<table>.parquet"),
-        *_CHECKPOINT,
-        *_COMPARE,
-        *LABELS,
-        switch("--json", "print the summary as one JSON object"),
-        QUIET,
-        *_CATALOG,
     )
 
 
@@ -179,6 +153,45 @@ _CATALOG = (
 )
 
 
+def _add_replay_parser(commands) -> None:
+    replay = _program_command(
+        commands,
+        "replay",
+        "replay a log through a program",
+        Option(
+            "--log",
+            "LOG",
+            "a Parquet or CSV log, NAME=PATH to set its kind, or a sample name such as "
+            "social_small; repeatable",
+            {"action": "append", "required": True},
+        ),
+    )
+    add_options(
+        replay,
+        _engine_choice(),
+        Option(
+            "--master",
+            None,
+            "Spark master: local[N], spark://host:port or sc://host:port (default: "
+            "$RESTREAM_MASTER, then the profile file, then local[*])",
+        ),
+        Option(
+            "--conf",
+            "KEY=VALUE",
+            "a Spark setting for a new session (beats $RESTREAM_SPARK_CONF); repeatable",
+            {"action": "append", "default": []},
+        ),
+        Option("--epoch", None, "epoch size: events (e.g. 100000) or time (e.g. 1h)"),
+        Option("--out", "DIR", "write DIR/<table>.parquet"),
+        *_CHECKPOINT,
+        *_COMPARE,
+        *LABELS,
+        switch("--json", "print the summary as one JSON object"),
+        QUIET,
+        *_CATALOG,
+    )
+
+
 _DRIVER = """\
 keep a Spark session up and serve this directory's replays on its master
 
@@ -244,12 +257,14 @@ equals its own replay.
 
 
 def _add_sweep_parser(commands) -> None:
-    sweep = add_command(commands, "sweep", _SWEEP)
-    sweep.add_argument("program", help="the program, a .py file")
+    sweep = _program_command(
+        commands,
+        "sweep",
+        _SWEEP,
+        Option("--log", "LOG", "as for replay; repeatable", {"action": "append", "required": True}),
+    )
     add_options(
         sweep,
-        Option("--log", "LOG", "as for replay; repeatable", {"action": "append", "required": True}),
-        *OWN_DATA,
         Option(
             "--param",
             "NAME=V1,V2,...",
