@@ -172,6 +172,12 @@ class HandlerInfo(HandlerFacts):
 
     schedules: tuple[str, ...]
 
+    @classmethod
+    def of(cls, facts: HandlerFacts, schedules: tuple[str, ...]) -> HandlerInfo:
+        """The plan's record of an analysed handler: its facts, and the kinds it schedules."""
+        known = {f.name: getattr(facts, f.name) for f in fields(HandlerFacts)}
+        return cls(**known, schedules=schedules)
+
     @property
     def reads(self) -> tuple[Access, ...]:
         return tuple(a for a in self.accesses if a.op == "read")
