@@ -56,6 +56,7 @@ How it is built:
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
@@ -77,6 +78,7 @@ __all__ = [
     "DataPath",
     "Plan",
     "compile_key",
+    "key_columns",
     "MODES",
     "WRITE_OPS",
     "EVENT",
@@ -401,6 +403,28 @@ class Plan:
 
 
 # -- keys as functions ----------------------------------------------------------------------
+
+
+def key_columns(key: str) -> tuple[list[str], bool] | None:
+    """The event fields a key expression is made of when it is ``e.field`` or a tuple of them,
+    and whether it is a single one (not a tuple); None for any other key, or one that does
+    not parse. What a caller can then group by as columns, where it has them all."""
+    try:
+        expr = ast.parse(key, mode="eval").body
+    except SyntaxError:
+        return None
+    parts = expr.elts if isinstance(expr, ast.Tuple) else [expr]
+    if not all(_is_field(part) for part in parts):
+        return None
+    return [part.attr for part in parts], not isinstance(expr, ast.Tuple)
+
+
+def _is_field(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == EVENT
+    )
 
 
 def compile_key(expr: str, program: Program) -> Callable[[Any], Any]:
