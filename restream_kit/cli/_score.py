@@ -11,74 +11,29 @@ import json
 from typing import Any
 
 from ..model.errors import RestreamError
+from ._options import LABELS_BY, add_command, add_options, switch
 
-__all__ = ["add_score_parser", "add_label_options", "scores_of", "cmd_score", "diff_scores"]
+__all__ = ["add_score_parser", "scores_of", "cmd_score", "diff_scores"]
 
 
-def add_label_options(parser: argparse.ArgumentParser, *, by: bool) -> None:
-    """``--labels FILE`` and its companions (``--by`` too when the command has none)."""
-    parser.add_argument(
-        "--labels",
-        default=None,
-        metavar="FILE",
-        help="score the outputs against these labels (Parquet or CSV with a column per --by "
-        "field, optionally ts and class; or social_small_labels): precision, recall, F1, "
-        "alerts per day, time to detect",
-    )
-    if by:
-        parser.add_argument(
-            "--by",
-            default=None,
-            metavar="FIELD[,FIELD]",
-            help="with --labels: the key fields, in the labels and the output tables",
-        )
-    parser.add_argument(
-        "--window",
-        default=None,
-        metavar="DURATION",
-        help="with --labels: an alert at most this long after the label time is timely "
-        "(e.g. 10min, 1h)",
-    )
-    parser.add_argument(
-        "--bucket",
-        default="1d",
-        metavar="DURATION",
-        help="with --labels: the width of the time buckets in --json (default 1d)",
-    )
-    parser.add_argument(
-        "--label-time",
-        default=None,
-        metavar="COLUMN",
-        help="with --labels: the labels' time column (default ts, when there is one)",
-    )
-    parser.add_argument(
-        "--class",
-        dest="label_class",
-        default=None,
-        metavar="COLUMN",
-        help="with --labels: the labels' class column (default class, when there is one)",
-    )
-    parser.add_argument(
-        "--positive",
-        default=None,
-        metavar="VALUE",
-        help="with --labels: the class of positives (default: every row with a class)",
-    )
+_SCORE = """\
+score a run's outputs against labels: precision, recall, time to detect
+
+Score RUN (a run name or id in the catalog, or a replay --out directory) against labels, by key:
+a key alerted and labelled is a true positive, alerted only a false positive, labelled only a
+false negative. Prints one line per output table that has the --by fields.
+"""
 
 
 def add_score_parser(commands) -> None:
-    score = commands.add_parser(
-        "score",
-        help="score a run's outputs against labels: precision, recall, time to detect",
-        description="Score RUN (a run name or id in the catalog, or a replay --out directory) "
-        "against labels, by key: a key alerted and labelled is a true positive, alerted only "
-        "a false positive, labelled only a false negative. Prints one line per output table "
-        "that has the --by fields.",
-    )
+    score = add_command(commands, "score", _SCORE)
     score.add_argument("run", metavar="RUN", help="a run name or id, or a --out directory")
-    add_label_options(score, by=True)
-    score.add_argument("--keys", action="store_true", help="with --json: every key's outcome too")
-    score.add_argument("--json", action="store_true", help="print the scores as JSON")
+    add_options(
+        score,
+        *LABELS_BY,
+        switch("--keys", "with --json: every key's outcome too"),
+        switch("--json", "print the scores as JSON"),
+    )
 
 
 def check_label_options(args: argparse.Namespace) -> None:

@@ -62,6 +62,37 @@ class TableKeyDiff(Rows):
             "same_time": int((m == 0).sum()) if len(m) else 0,
         }
 
+    def text_lines(self, samples: int, a: str, b: str) -> list[str]:
+        """This table in the plain-text report (the sides called ``a`` and ``b``): the counts,
+        where the changed keys moved, then a few keys of each kind."""
+        c = self.counts
+        verdict = "same keys, same rows" if self.empty else "differs"
+        lines = [
+            f"{self.table}: {verdict}: {c['only_a']:,} keys only in {a}, {c['only_b']:,} only "
+            f"in {b}, {c['changed']:,} in both with different rows, {c['same']:,} identical"
+        ]
+        mv = self.moved()
+        if self.changed.height:
+            lines.append(
+                f"  of the changed keys, {a} has {mv['earlier']:,} earlier, "
+                f"{mv['later']:,} later, {mv['same_time']:,} at the same first time"
+            )
+        for row in self.changed.head(samples).iter_rows(named=True):
+            lines.append(
+                f"  changed {_key_text(row, self.by)}: first row "
+                f"{format_moved(row['moved_ms'], a, b)} "
+                f"({iso_time(row['first_ts_a'])} vs {iso_time(row['first_ts_b'])}), "
+                f"{_rows(row['rows_a'])} vs {row['rows_b']:,}, first difference at "
+                f"{iso_time(row['first_diff_ts'])}"
+            )
+        for side, frame in ((a, self.only_a), (b, self.only_b)):
+            for row in frame.head(samples).iter_rows(named=True):
+                lines.append(
+                    f"  only in {side} {_key_text(row, self.by)}: first at "
+                    f"{iso_time(row['first_ts'])}, {_rows(row['rows'])}"
+                )
+        return lines
+
     def to_dict(self, samples: int | None = None) -> dict[str, Any]:
         """JSON-able: counts, and the keys (all, or the first ``samples``) with ISO times."""
 
@@ -102,34 +133,8 @@ class KeyDiff:
         """A plain-text report: per table, counts, then a few keys of each kind."""
         by = ", ".join(self.by)
         lines = [f"{self.a} vs {self.b}, by {by}:"]
-        for name, t in self.tables.items():
-            c = t.counts
-            verdict = "same keys, same rows" if t.empty else "differs"
-            lines.append(
-                f"{name}: {verdict}: {c['only_a']:,} keys only in {self.a}, {c['only_b']:,} only "
-                f"in {self.b}, {c['changed']:,} in both with different rows, {c['same']:,} "
-                "identical"
-            )
-            mv = t.moved()
-            if t.changed.height:
-                lines.append(
-                    f"  of the changed keys, {self.a} has {mv['earlier']:,} earlier, "
-                    f"{mv['later']:,} later, {mv['same_time']:,} at the same first time"
-                )
-            for row in t.changed.head(samples).iter_rows(named=True):
-                key = _key_text(row, self.by)
-                lines.append(
-                    f"  changed {key}: first row {format_moved(row['moved_ms'], self.a, self.b)} "
-                    f"({iso_time(row['first_ts_a'])} vs {iso_time(row['first_ts_b'])}), "
-                    f"{_rows(row['rows_a'])} vs {row['rows_b']:,}, first difference at "
-                    f"{iso_time(row['first_diff_ts'])}"
-                )
-            for side, frame in ((self.a, t.only_a), (self.b, t.only_b)):
-                for row in frame.head(samples).iter_rows(named=True):
-                    lines.append(
-                        f"  only in {side} {_key_text(row, self.by)}: first at "
-                        f"{iso_time(row['first_ts'])}, {_rows(row['rows'])}"
-                    )
+        for t in self.tables.values():
+            lines += t.text_lines(samples, self.a, self.b)
         for name, reason in self.skipped.items():
             lines.append(f"{name}: not compared ({reason})")
         if not self.tables and not self.skipped:

@@ -57,6 +57,25 @@ class TableDiff(Rows):
 
     FRAMES: ClassVar[tuple[str, ...]] = ("added", "removed", "changed")
 
+    def text_lines(self, samples: int) -> list[str]:
+        """This table in the plain-text report: the counts, then a few rows of each kind."""
+        c = self.counts
+        verdict = "identical" if self.empty else "differs"
+        lines = [
+            f"{self.table}: {self.rows:,} rows vs {self.baseline_rows:,} in the baseline, "
+            f"{verdict} (+{c['added']:,} added, -{c['removed']:,} removed, "
+            f"~{c['changed']:,} changed)"
+        ]
+        for kind in self.FRAMES:
+            frame = getattr(self, kind)
+            # The rank within its event only identifies a row: not shown; time is.
+            shown = frame.drop([c for c in (self.rank, *DERIVED) if c in frame.columns])
+            for row in shown.head(samples).iter_rows(named=True):
+                if "ts" in row:
+                    row = {"time": iso_time(row["ts"]), **row}
+                lines.append(f"  {kind}: {row}")
+        return lines
+
 
 @dataclass(frozen=True)
 class Diff:
@@ -97,23 +116,7 @@ class Diff:
         """A plain-text report, for terminals and logs."""
         if not self.tables:
             return "no output tables on either side"
-        lines = []
-        for name, t in self.tables.items():
-            c = t.counts
-            verdict = "identical" if t.empty else "differs"
-            lines.append(
-                f"{name}: {t.rows:,} rows vs {t.baseline_rows:,} in the baseline, {verdict} "
-                f"(+{c['added']:,} added, -{c['removed']:,} removed, ~{c['changed']:,} changed)"
-            )
-            for kind in ("added", "removed", "changed"):
-                frame = getattr(t, kind)
-                # The rank within its event only identifies a row: not shown; time is.
-                shown = frame.drop([c for c in (t.rank, *DERIVED) if c in frame.columns])
-                for row in shown.head(samples).iter_rows(named=True):
-                    if "ts" in row:
-                        row = {"time": iso_time(row["ts"]), **row}
-                    lines.append(f"  {kind}: {row}")
-        return "\n".join(lines)
+        return "\n".join(line for t in self.tables.values() for line in t.text_lines(samples))
 
 
 def diff(

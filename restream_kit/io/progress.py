@@ -76,6 +76,8 @@ class EpochFinished:
 
 @dataclass(frozen=True)
 class Progress:
+    """How far a replay is: events done of the log's total, seconds since it started."""
+
     events_done: int
     events_total: int
     elapsed_s: float
@@ -83,6 +85,8 @@ class Progress:
 
 @dataclass(frozen=True)
 class ReplayFinished:
+    """A replay ended, ``ok`` or with the ``error`` that stopped it."""
+
     events_done: int
     elapsed_s: float
     ok: bool = True

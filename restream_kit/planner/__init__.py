@@ -25,38 +25,17 @@ from typing import Any
 from ..io.log import Log
 from ..model.errors import ProgramError
 from ..model.program import Program
+from . import ir
 from ._analysis import analyse
 from ._build import build_plan
 from ._lint import Finding, lint
 from ._module_info import ModuleInfo
 from .checks import check_against_log, check_program
 from .critical_path import SAMPLE_EVENTS, with_data
-from .ir import (
-    Access,
-    DataPath,
-    Edge,
-    HandlerInfo,
-    Plan,
-    PlanWarning,
-    Stage,
-    StageLoad,
-    StateInfo,
-    compile_key,
-)
+from .ir import *  # noqa: F403 (the plan's records, listed in ir once)
+from .ir import Plan, PlanWarning
 
-__all__ = [
-    "plan",
-    "Plan",
-    "Access",
-    "HandlerInfo",
-    "StateInfo",
-    "Edge",
-    "Stage",
-    "PlanWarning",
-    "StageLoad",
-    "DataPath",
-    "compile_key",
-]
+__all__ = ["plan", *ir.__all__]
 
 
 def plan(

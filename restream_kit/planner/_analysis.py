@@ -28,7 +28,7 @@ from ..model.errors import ProgramError
 from ..model.program import Program
 from ._canon import MAX_DEPTH, SENTINEL, Canon, bind_arguments, render
 from ._module_info import ModuleInfo
-from .ir import EVENT, Access
+from .ir import EVENT, Access, HandlerFacts
 
 __all__ = ["ScheduleCall", "HandlerAccess", "analyse", "EVENT"]
 
@@ -47,15 +47,10 @@ class ScheduleCall:
 
 
 @dataclass(frozen=True)
-class HandlerAccess:
-    """What one handler does to state and outputs, found by reading its source."""
+class HandlerAccess(HandlerFacts):
+    """What one handler does to state and outputs, found by reading its source: the facts the
+    plan keeps, and the schedule calls, helpers and notes it is built from."""
 
-    name: str
-    kinds: tuple[str, ...]
-    lineno: int
-    event_arg: str
-    accesses: tuple[Access, ...]  # in the handler or in helpers it calls
-    emits: tuple[str, ...]
     schedules: tuple[ScheduleCall, ...]
     helpers: tuple[str, ...]  # module-level functions followed from this handler
     notes: tuple[tuple[str, str, int], ...]  # (code, message, line) worth a warning

@@ -67,16 +67,8 @@ def build_plan(
     import networkx as nx  # only when planning: ``import restream_kit`` stays light
 
     handlers = tuple(
-        HandlerInfo(
-            name=h.name,
-            kinds=h.kinds,
-            lineno=h.lineno,
-            accesses=h.accesses,
-            emits=h.emits,
-            schedules=tuple(
-                dict.fromkeys(s.kind if s.kind is not None else "?" for s in h.schedules)
-            ),
-            event_arg=h.event_arg,
+        HandlerInfo.of(
+            h, tuple(dict.fromkeys(s.kind if s.kind is not None else "?" for s in h.schedules))
         )
         for h in analysed
     )

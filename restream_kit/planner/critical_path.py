@@ -21,7 +21,6 @@ chain lets it. Merges and as-of lookups are taken as free: the model counts hand
 
 from __future__ import annotations
 
-import ast
 import itertools
 import math
 import time
@@ -38,12 +37,12 @@ from ..runtime import SerialRuntime
 from ..runtime.loop import compile_loop
 from ._build import static_critical_path
 from .ir import (
-    EVENT,
     DataPath,
     Plan,
     Stage,
     StageLoad,
     compile_key,
+    key_columns,
     predicted_speedup,
 )
 
@@ -124,22 +123,15 @@ def measure_sample(program: Program, log: Log, events: int = SAMPLE_EVENTS) -> S
 
 
 def _columns_of(key: str, columns: set[str]) -> tuple[list[str], bool] | None:
-    """The log columns a key is made of when it is ``e.col`` or a tuple of them; single?"""
-    expr = ast.parse(key, mode="eval").body
-    parts = expr.elts if isinstance(expr, ast.Tuple) else [expr]
-    out = []
-    for part in parts:
-        if not (
-            isinstance(part, ast.Attribute)
-            and isinstance(part.value, ast.Name)
-            and part.value.id == EVENT
-            and part.attr in columns
-        ):
-            return None
-        out.append(part.attr)
-    if not out or len(set(out)) != len(out):
+    """The log columns a key is made of (:func:`key_columns`), when the log has them all and
+    none twice; with whether the key is a single one."""
+    found = key_columns(key)
+    if found is None:
         return None
-    return out, not isinstance(expr, ast.Tuple)
+    names, single = found
+    if not names or len(set(names)) != len(names) or not set(names) <= columns:
+        return None
+    return names, single
 
 
 def _quote(name: str) -> str:

@@ -56,9 +56,10 @@ How it is built:
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..model.program import Program
@@ -77,6 +78,7 @@ __all__ = [
     "DataPath",
     "Plan",
     "compile_key",
+    "key_columns",
     "MODES",
     "WRITE_OPS",
     "EVENT",
@@ -131,22 +133,52 @@ class Access:
         return {name: getattr(self, name) for name in _UPSTREAM_READ_JSON}
 
 
+def fields_json(record: Any, **given: Any) -> dict[str, Any]:
+    """A plan record in the plan's JSON: its fields in their order, each as :func:`_as_json`
+    makes it, but those ``given``."""
+    return {
+        f.name: given[f.name] if f.name in given else _as_json(getattr(record, f.name))
+        for f in fields(record)
+    }
+
+
+def _as_json(value: Any) -> Any:
+    """Tuples as lists (nested ones too), records by their own ``to_dict``."""
+    if isinstance(value, tuple):
+        return [_as_json(v) for v in value]
+    return value.to_dict() if hasattr(value, "to_dict") else value
+
+
 #: The fields of an access in a handler, and of a stage's upstream read, in the plan's JSON.
 _ACCESS_JSON = ("state", "op", "key", "event_key", "lineno", "via")
 _UPSTREAM_READ_JSON = ("state", "key", "event_key", "handler", "lineno")
 
 
 @dataclass(frozen=True)
-class HandlerInfo:
-    """A handler as the planner sees it: kinds, accesses, emitted tables, scheduled kinds."""
+class HandlerFacts:
+    """What reading a handler's source tells: where it is, the kinds it handles, the state it
+    reads and writes (in it or in helpers it calls) and the tables it emits to. The analysis'
+    record (``_analysis.HandlerAccess``) and the plan's (:class:`HandlerInfo`) both hold it."""
 
     name: str
     kinds: tuple[str, ...]
     lineno: int
+    event_arg: str
     accesses: tuple[Access, ...]
     emits: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HandlerInfo(HandlerFacts):
+    """A handler as the planner sees it: kinds, accesses, emitted tables, scheduled kinds."""
+
     schedules: tuple[str, ...]
-    event_arg: str
+
+    @classmethod
+    def of(cls, facts: HandlerFacts, schedules: tuple[str, ...]) -> HandlerInfo:
+        """The plan's record of an analysed handler: its facts, and the kinds it schedules."""
+        known = {f.name: getattr(facts, f.name) for f in fields(HandlerFacts)}
+        return cls(**known, schedules=schedules)
 
     @property
     def reads(self) -> tuple[Access, ...]:
@@ -157,15 +189,7 @@ class HandlerInfo:
         return tuple(a for a in self.accesses if a.op != "read")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kinds": list(self.kinds),
-            "lineno": self.lineno,
-            "event_arg": self.event_arg,
-            "accesses": [a.to_dict() for a in self.accesses],
-            "emits": list(self.emits),
-            "schedules": list(self.schedules),
-        }
+        return fields_json(self)
 
 
 @dataclass(frozen=True)
@@ -216,17 +240,7 @@ class Stage:
         return self.mode
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "handlers": list(self.handlers),
-            "mode": self.mode,
-            "partition_key": self.partition_key,
-            "reason": self.reason,
-            "owns": list(self.owns),
-            "reads_upstream": [r.upstream_dict() for r in self.reads_upstream],
-            "kinds": list(self.kinds),
-            "upstream": list(self.upstream),
-        }
+        return fields_json(self, reads_upstream=[r.upstream_dict() for r in self.reads_upstream])
 
 
 @dataclass(frozen=True)
@@ -239,7 +253,7 @@ class PlanWarning:
     lineno: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return fields_json(self)
 
 
 @dataclass(frozen=True)
@@ -266,9 +280,7 @@ class StageLoad:
     keys: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["hot_keys"] = [list(k) for k in self.hot_keys]
-        return out
+        return fields_json(self)
 
 
 @dataclass(frozen=True)
@@ -294,17 +306,7 @@ class DataPath:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "events": self.events,
-            "sample_events": self.sample_events,
-            "weighting": self.weighting,
-            "handler_cost_us": [list(c) for c in self.handler_cost_us],
-            "per_stage": [s.to_dict() for s in self.per_stage],
-            "predicted_speedup": [list(p) for p in self.predicted_speedup],
-            "chain_bound": self.chain_bound,
-            "scheduled_runs": self.scheduled_runs,
-            "notes": list(self.notes),
-        }
+        return fields_json(self)
 
     def speedup(self, workers: int) -> float:
         """The predicted speedup on ``workers`` workers (any count, not only powers of two)."""
@@ -401,6 +403,28 @@ class Plan:
 
 
 # -- keys as functions ----------------------------------------------------------------------
+
+
+def key_columns(key: str) -> tuple[list[str], bool] | None:
+    """The event fields a key expression is made of when it is ``e.field`` or a tuple of them,
+    and whether it is a single one (not a tuple); None for any other key, or one that does
+    not parse. What a caller can then group by as columns, where it has them all."""
+    try:
+        expr = ast.parse(key, mode="eval").body
+    except SyntaxError:
+        return None
+    parts = expr.elts if isinstance(expr, ast.Tuple) else [expr]
+    if not all(_is_field(part) for part in parts):
+        return None
+    return [part.attr for part in parts], not isinstance(expr, ast.Tuple)
+
+
+def _is_field(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == EVENT
+    )
 
 
 def compile_key(expr: str, program: Program) -> Callable[[Any], Any]:
