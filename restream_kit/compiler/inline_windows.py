@@ -16,28 +16,34 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from .inline import build_runner
+from .inline import SCHEDULED_RUNNER_NAME, build_runner
 
 __all__ = ["Site", "inline_calls"]
 
 #: Given the call's argument names (each bound to its argument, evaluated once, in order,
-#: before the statements run) and a prefix for the names of its own, the statements that do
-#: a helper call's work (source text), or None to keep the call.
-Site = Callable[[list[str], str], "str | None"]
+#: before the statements run), a prefix for the names of its own and the name the call's
+#: value goes to (None: a call whose value is dropped), the statements that do a helper
+#: call's work (source text), or None to keep the call.
+Site = Callable[[list[str], str, "str | None"], "str | None"]
 
 
-def inline_calls(compiled: Any, sites: dict[str, tuple[Site, int]]) -> bool:
+def inline_calls(
+    compiled: Any, sites: dict[str, tuple[Site, int]], clock: str | None = None
+) -> bool:
     """Rebuild ``compiled.run_batch`` with the calls of the helpers in ``sites`` (helper ->
     (site, the line its statements carry: the window's declaration, as the expansion's
     code does)) written out. The function object stays and gets the new code, so whatever
     holds it runs the new loop. False when nothing was written out (or the loop is the
-    guarded one, which calls every handler)."""
+    guarded one, which calls every handler).
+
+    ``clock``: the name of a global list whose first item the loop sets, before it runs
+    the scheduled events due by an event's time, to that time (how far they run)."""
     inputs = compiled.runner_inputs
     if inputs is None or inputs[4].get("guarded"):
         return False
     tree, handlers, columns, kinds, options = inputs
     runner = build_runner(tree, handlers, columns, kinds, **options).function
-    splicer = _Splicer(sites)
+    splicer = _Splicer(sites, clock)
     runner = splicer.visit(runner)
     if not splicer.count:
         return False
@@ -49,15 +55,33 @@ def inline_calls(compiled: Any, sites: dict[str, tuple[Site, int]]) -> bool:
 
 
 class _Splicer(ast.NodeTransformer):
-    """Replaces statements ``helper(a, b, c)`` with ``_rwN_0 = a`` ... and the site's code."""
+    """Replaces statements ``helper(a, b, c)`` and ``x = helper(a, b, c)`` with ``_rwN_0 = a``
+    ... and the site's code."""
 
-    def __init__(self, sites: dict[str, tuple[Site, int]]):
+    def __init__(self, sites: dict[str, tuple[Site, int]], clock: str | None):
         self.sites = sites
+        self.clock = clock
         self.numbers = itertools.count()
         self.count = 0
 
     def visit_Expr(self, node: ast.Expr) -> Any:
         call = node.value
+        if (
+            self.clock is not None
+            and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == SCHEDULED_RUNNER_NAME
+        ):
+            source = f"{self.clock}[0] = {ast.unparse(call.args[0])}"
+            return [ast.copy_location(ast.parse(source).body[0], node), node]
+        return self._splice(node, call, None)
+
+    def visit_Assign(self, node: ast.Assign) -> Any:
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            return node
+        return self._splice(node, node.value, node.targets[0].id)
+
+    def _splice(self, node: ast.stmt, call: ast.expr, target: str | None) -> Any:
         if not (
             isinstance(call, ast.Call)
             and isinstance(call.func, ast.Name)
@@ -69,7 +93,7 @@ class _Splicer(ast.NodeTransformer):
         site, lineno = self.sites[call.func.id]
         prefix = f"_rw{next(self.numbers)}_"
         names = [f"{prefix}{i}" for i in range(len(call.args))]
-        source = site(names, prefix)
+        source = site(names, prefix, target)
         if source is None:
             return node
         self.count += 1

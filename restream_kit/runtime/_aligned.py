@@ -29,7 +29,7 @@ from ..model.windows import Hopping, Tumbling
 from ._window_parts import FINISH, INLINE, Close, store
 from .semantics import ScheduledEvent, SerialRuntime, TimeTravelError
 
-__all__ = ["aligned"]
+__all__ = ["aligned", "MERGE", "STATE", "indent", "merger", "value_getter"]
 
 #: Per aggregate: the record's aggregate for a window's first value ``{v}``, the statement
 #: that adds ``{v}`` to record ``{r}``, and the state that gets the aggregate at the end.
@@ -41,7 +41,7 @@ _FIRST = {
     "max": "{v}",
     "distinct": "{{{v}}}",
 }
-_MERGE = {
+MERGE = {
     "count": "",
     "sum": "{r}[1] = {r}[1] + {v}",
     "mean": "{r}[1] = {r}[1] + {v}",
@@ -49,7 +49,7 @@ _MERGE = {
     "max": "if {r}[1] is None or {v} > {r}[1]:\n    {r}[1] = {v}",
     "distinct": "{r}[1].add({v})",
 }
-_STATE = {"sum": "__sum", "mean": "__sum", "min": "__best", "max": "__best", "distinct": "__values"}
+STATE = {"sum": "__sum", "mean": "__sum", "min": "__best", "max": "__best", "distinct": "__values"}
 #: Windows of one event written out one by one up to this many, a loop beyond.
 _UNROLL = 4
 
@@ -70,7 +70,7 @@ class _Batch(ScheduledEvent):
         self.index = index
 
 
-def _value_of(agg: str) -> Callable | None:
+def value_getter(agg: str) -> Callable | None:
     """The aggregate of a record (None: its count)."""
     return {
         "count": None,
@@ -82,17 +82,17 @@ def _value_of(agg: str) -> Callable | None:
     }[agg]
 
 
-def _merger(agg: str) -> tuple[Callable, Callable]:
+def merger(agg: str) -> tuple[Callable, Callable]:
     """``merge(record, value)`` and ``first(value)`` (a record's first aggregate): what the
-    written-out add does (:data:`_MERGE`, :data:`_FIRST`), as functions."""
-    source = "def merge(r, v):\n" + _indent(_MERGE[agg].format(r="r", v="v") or "pass")
+    written-out add does (:data:`MERGE`, :data:`_FIRST`), as functions."""
+    source = "def merge(r, v):\n" + indent(MERGE[agg].format(r="r", v="v") or "pass")
     source += "\ndef first(v):\n    return " + _FIRST[agg].format(v="v")
     namespace: dict = {}
     exec(source, namespace)
     return namespace["merge"], namespace["first"]
 
 
-def _indent(text: str, spaces: int = 4) -> str:
+def indent(text: str, spaces: int = 4) -> str:
     return "\n".join(" " * spaces + line for line in text.splitlines())
 
 
@@ -112,10 +112,10 @@ def aligned(
     functions of their own, each would look that state up again on every call.
     """
     agg = window.agg
-    merge, first = _merger(agg)
-    value_of = _value_of(agg)
+    merge, first = merger(agg)
+    value_of = value_getter(agg)
     counts = store(namespace, f"{n}__n")
-    aggregates = store(namespace, f"{n}{_STATE[agg]}") if agg in _STATE else None
+    aggregates = store(namespace, f"{n}{STATE[agg]}") if agg in STATE else None
     width = window.width
     hop = window.hop if isinstance(window, Hopping) else width
     kind = close_kind(n)
@@ -311,10 +311,12 @@ def add_site(n: str, agg: str, width: int, hop: int) -> Callable:
     g = f"_rsn_{n}_"
     many = -(-width // hop)
 
-    def site(args: list[str], p: str) -> str:
+    def site(args: list[str], p: str, target: str | None) -> str | None:
+        if target is not None:  # (an add's value is None: written out only as a statement)
+            return None
         k, v, t = args
         first = _FIRST[agg].format(v=v)
-        merge = _MERGE[agg].format(r=f"{p}w", v=v)
+        merge = MERGE[agg].format(r=f"{p}w", v=v)
 
         def window(start: str) -> str:
             lines = [
@@ -330,19 +332,19 @@ def add_site(n: str, agg: str, width: int, hop: int) -> Callable:
                 f"        {p}w[0] += 1",
             ]
             if merge:
-                lines.append(_indent(merge, 8))
+                lines.append(indent(merge, 8))
             return "\n".join(lines)
 
         lines = [f"{p}q = {g}root_get(_rs_ev[0], 0)", f"{p}s = {t} - {t} % {hop}"]
         if many > _UNROLL:
             lines += [f"{p}lo = {t} - {width}", f"while {p}s > {p}lo:"]
-            lines += [_indent(window(f"{p}s")), f"    {p}s -= {hop}"]
+            lines += [indent(window(f"{p}s")), f"    {p}s -= {hop}"]
         else:
             for i in range(many):
                 if i:
                     lines.append(f"{p}s -= {hop}")
                 if i == many - 1 and width % hop:
-                    lines += [f"if {p}s > {t} - {width}:", _indent(window(f"{p}s"))]
+                    lines += [f"if {p}s > {t} - {width}:", indent(window(f"{p}s"))]
                 else:
                     lines.append(window(f"{p}s"))
         lines.append(f"{g}roots[_rs_ev[0]] = {p}q")

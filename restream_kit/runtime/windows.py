@@ -47,8 +47,8 @@ from ..model.windows import Hopping, Session, Sliding, Tumbling
 from ._aligned import aligned
 from ._native_plan import adds_at_event_time, native_plan
 from ._sessions import session
-from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums
-from ._window_parts import FINISH, INLINE, store
+from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums, sums_sites
+from ._window_parts import CLOCK, FINISH, INLINE, store
 from .semantics import SerialRuntime, TimeTravelError
 
 __all__ = ["fuse_windows", "Fused", "native_plan"]
@@ -116,7 +116,7 @@ def fuse_windows(
             (hname, compiled.namespace[hname]) for hname, _fn in compiled.handlers
         )
     if sites:
-        inline_calls(compiled, sites)
+        inline_calls(compiled, sites, CLOCK if CLOCK in compiled.namespace else None)
     return fused
 
 
@@ -151,8 +151,9 @@ def _sliding(
     counts = store(namespace, f"{n}__n") if agg in ("count", "mean") else None
     sums = store(namespace, f"{n}__sum") if agg in ("sum", "mean") else None
     if event_time:  # the decrements fall due in the order they are made: one deque
-        add, value, finish = sliding_sums(counts, sums, width, rt, fail)
-        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
+        add, value, finish, parts = sliding_sums(counts, sums, width, rt, fail)
+        inline = sums_sites(n, width, parts)
+        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish, INLINE: inline}
     future = rt.future
     order = rt.order
 
