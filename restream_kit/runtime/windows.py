@@ -8,11 +8,13 @@ functions below, which keep every observable effect of the expansion:
 
 - the window states hold the same keys and values as the expansion's once the replay ends,
   and every read of a window (``value``, a close's aggregate) sees what the expansion's does;
-- tumbling and hopping: only the close scheduled by a window's first value can emit (the
-  expansion's later closes find the window gone or still counting and do nothing, see
-  ``expand_windows``), so only that one is put in the runtime's queue of scheduled events;
-  the others only take their number (``seq``) from the runtime, as the expansion's do, so
-  every row keeps its ``lsn`` and ``seq`` and ``Metrics.scheduled_events`` is unchanged;
+- tumbling and hopping (``_aligned``): only the close scheduled by a window's first value
+  can emit (the expansion's later closes find the window gone or still counting and do
+  nothing, see ``expand_windows``), so a window is a record in its start's table of open
+  windows (count, aggregate, the emitting close's ``lsn``, ``seq`` and order) and a start
+  has one entry in the runtime's queue; every add takes its number (``seq``) from the
+  runtime, as the expansion's do, so every row keeps its ``lsn`` and ``seq`` and
+  ``Metrics.scheduled_events`` is unchanged;
 - session (``_sessions``): every value takes its number (``seq``) as its close would; when
   the adds come at their events' times (``_native_plan.adds_at_event_time``), the open
   sessions wait in one queue, oldest close first, and the window has one entry in the
@@ -23,9 +25,12 @@ functions below, which keep every observable effect of the expansion:
   would apply its timed writes (otherwise those timed writes, written to the runtime's
   queue directly); min, max and distinct: a queue per key changed in place, whose tuples
   the state gets when the replay ends;
-- ``distinct`` of a closing window: a set per window added to in place, the state's
-  frozensets written when the replay ends (``Fused.finish``): nothing else reads them before;
-- a close writes its row and calls the ``on_close`` functions as the generated handler does.
+- the states of closing windows get their open windows' counts and aggregates (a
+  ``distinct``'s set as a frozenset) when the replay ends (``Fused.finish``): nothing else
+  reads them before;
+- a close writes its row and calls the ``on_close`` functions as the generated handler does;
+- where the replay's loop writes a handler's body out, the window's ``add`` (a sliding
+  count's, sum's or mean's ``value``) is written out there too (``compiler.inline_windows``).
 
 A window keeps its expansion when another handler listens to its close events (each of them
 must run), or (sliding distinct) when it is added to at other times than its events'
