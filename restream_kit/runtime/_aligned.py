@@ -92,7 +92,22 @@ def merger(agg: str) -> tuple[Callable, Callable]:
     return namespace["merge"], namespace["first"]
 
 
+def _rows(bucket: dict, start: int, width: int, at: int, handler: str, value_of: Any) -> list:
+    """The rows of the windows of ``bucket`` (key -> record) closing at ``at``, in order."""
+    end = start + width
+    if value_of is None:
+        return [
+            (r[2], at, handler, r[3], {"key": k, "start": start, "end": end, "value": r[0]})
+            for k, r in bucket.items()
+        ]
+    return [
+        (r[2], at, handler, r[3], {"key": k, "start": start, "end": end, "value": value_of(r)})
+        for k, r in bucket.items()
+    ]
+
+
 def indent(text: str, spaces: int = 4) -> str:
+    """``text`` with every line indented by ``spaces``."""
     return "\n".join(" " * spaces + line for line in text.splitlines())
 
 
@@ -223,33 +238,7 @@ def aligned(
                     or scheduled[0][1] > next(reversed(bucket.values()))[4]
                 ):
                     # Nothing runs between these closes, nothing else reads them: at once.
-                    end = start + width
-                    if value_of is None:
-                        rows[table].extend(
-                            [
-                                (
-                                    r[2],
-                                    at,
-                                    handler,
-                                    r[3],
-                                    {"key": k, "start": start, "end": end, "value": r[0]},
-                                )
-                                for k, r in bucket.items()
-                            ]
-                        )
-                    else:
-                        rows[table].extend(
-                            [
-                                (
-                                    r[2],
-                                    at,
-                                    handler,
-                                    r[3],
-                                    {"key": k, "start": start, "end": end, "value": value_of(r)},
-                                )
-                                for k, r in bucket.items()
-                            ]
-                        )
+                    rows[table].extend(_rows(bucket, start, width, at, handler, value_of))
                     return
                 closing[start] = bucket
                 items = e.items = list(bucket.items())
