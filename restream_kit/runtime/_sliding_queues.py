@@ -103,13 +103,7 @@ def sliding_sums(
                 later(sums, 0, "add", key, minus, at)
         due.clear()
 
-    def expiring(now: int) -> None:
-        try:
-            expire(now)
-        except Exception as exc:
-            fail(exc)
-
-    parts = {"due": due, "expire": expiring, "counts": counts, "sums": sums}
+    parts = {"due": due, "counts": counts, "sums": sums}
     return add, value, finish, parts
 
 
@@ -118,17 +112,26 @@ def sums_sites(n: str, width: int, parts: dict) -> dict:
     replay's loop (``compiler.inline_windows``): helper -> (site, the globals its code uses)."""
     g = f"_rsn_{n}_"
     counts, sums = parts["counts"], parts["sums"]
-    globals_ = {f"{g}due": parts["due"], f"{g}expire": parts["expire"]}
+    globals_ = {f"{g}due": parts["due"]}
     if counts is not None:
         globals_.update({f"{g}n": counts, f"{g}n_get": counts.get})
     if sums is not None:
         globals_.update({f"{g}sum": sums, f"{g}sum_get": sums.get})
 
+    def expiring(now: str, p: str) -> list[str]:
+        """The decrements due by ``now`` applied, oldest first (``expire``)."""
+        lines = [f"while {g}due and {g}due[0][0] <= {now}:", f"    {p}x = {g}due.popleft()"]
+        if counts is not None:
+            lines.append(f"    {g}n[{p}x[1]] = {g}n[{p}x[1]] - 1")
+        if sums is not None:
+            lines.append(f"    {g}sum[{p}x[1]] = {g}sum[{p}x[1]] + {p}x[2]")
+        return lines
+
     def add(args: list[str], p: str, target: str | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
-        lines = [f"if {g}due and {g}due[0][0] <= {t}:", f"    {g}expire({t})"]
+        lines = expiring(t, p)
         if counts is not None:
             lines.append(f"{g}n[{k}] = {g}n_get({k}, 0) + 1")
         if sums is not None:
@@ -143,7 +146,7 @@ def sums_sites(n: str, width: int, parts: dict) -> dict:
     def value(args: list[str], p: str, target: str | None) -> str | None:
         k = args[0]
         out = target if target is not None else f"{p}v"
-        lines = [f"if {g}due and {g}due[0][0] <= _rs_ev[1]:", f"    {g}expire(_rs_ev[1])"]
+        lines = expiring("_rs_ev[1]", p)
         if sums is None:
             lines.append(f"{out} = {g}n_get({k}, 0)")
         elif counts is None:
