@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JUPYTER_PORT ?= 8888
 
-.PHONY: setup lab test lint format demo data data-scale bench cluster cluster-stop clean help
+.PHONY: setup lab test lint format demo data data-scale bench bench-regress cluster cluster-stop clean help
 
 help:
 	@echo "make lab    - JupyterLab on notebooks/ (127.0.0.1, token auth); no browser, no root"
@@ -14,6 +14,7 @@ help:
 	@echo "make data   - generate the 1M and 10M event sample logs"
 	@echo "make data-scale EVENTS=N - a large social log of N events (30M), 2M users, not in time order"
 	@echo "make bench  - benchmarks (ratios against a baseline measured in the same run)"
+	@echo "make bench-regress BASE=rev - the benchmarks' rules on BASE (main) and this tree: none >5% slower"
 	@echo "make lint   - ruff check and format check"
 	@echo "make cluster / cluster-stop - a local standalone Spark cluster and a Spark Connect server"
 
@@ -73,6 +74,10 @@ data-scale: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+BASE ?= main
+bench-regress: setup
+	$(BIN)/python -m bench regress --base $(BASE)
 
 cluster: setup
 	scripts/cluster.sh start

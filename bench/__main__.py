@@ -2,7 +2,9 @@
 
 Options after the names go to each benchmark run (``python -m bench serial --events 20000``);
 ``python -m bench --list`` lists the benchmarks. To add one, write a module with a
-``main(argv) -> int`` and register it in ``BENCHMARKS``.
+``main(argv) -> int`` and register it in ``BENCHMARKS``. ``python -m bench regress --base REV``
+times the others' rules on a base revision and the current tree, alternating; it runs only
+when named.
 """
 
 from __future__ import annotations
@@ -60,7 +62,13 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.cell_iterate_bench",
         "a --baseline threshold edit and a 12-variant --sweep cell vs a full replay, in a kernel",
     ),
+    "regress": (
+        "bench.regress",
+        "the benchmarks' rules on a base revision (--base REV) and the current tree, alternating",
+    ),
 }
+#: Benchmarks run only when named: ``regress`` needs ``--base`` and times the others' rules.
+ONLY_BY_NAME = {"regress"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     failed = []
-    for name in names or list(BENCHMARKS):
+    for name in names or [name for name in BENCHMARKS if name not in ONLY_BY_NAME]:
         module = importlib.import_module(BENCHMARKS[name][0])
         if module.main(argv) != 0:
             failed.append(name)

@@ -152,7 +152,7 @@ def replay(
         return replay_on(runner, program, log, chosen, observer)
 
     if reuse is not None:
-        result = _reusing(runner, program, log, reuse, full, observer, history, options)
+        result = _reusing(runner, program, log, reuse, full, observer, history, opts)
     else:
         result = full()
     for note in result.warnings:
@@ -196,7 +196,7 @@ def _reusing(
     full: Any,
     observer: Observer | None,
     history: bool,
-    options: dict[str, Any],
+    options: Any,
 ) -> Result:
     """The replay re-running only the stages changed since ``reuse`` (``full`` where nothing
     can be reused), with a warning where the engine's own re-runs ran in the driver."""

@@ -9,17 +9,14 @@ catalog instead of being replayed again.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from .api import replay
-from .engines import ORACLE, capabilities_of, get_engine, is_oracle
-from .io._state_files import recorded_state
-from .io.catalog import MANIFEST, Catalog, CatalogError
+from .engines import capabilities_of, get_engine, is_oracle
+from .io.catalog import Catalog
 from .io.compare import Diff, KeyDiff, diff
 from .io.log import Log
 from .io.progress import (
@@ -32,6 +29,7 @@ from .io.progress import (
 )
 from .io.result import Result
 from .iterate._background import BackgroundRun, ReplayCancelled
+from .iterate._baselines import KEEP_IN_MEMORY, Baselines
 from .iterate._beside import BesideBaseline, not_compared_line, sayer, serial_watch
 from .iterate._beside import compare_limit as _compare_limit
 from .iterate._sweep_cell import sweep_cell
@@ -59,9 +57,6 @@ __all__ = [
     "log_epoch",
     "reuse_line",
 ]
-
-#: How many serial results a workbench keeps in memory for later cells' baselines.
-KEEP_IN_MEMORY = 4
 
 
 def log_epoch(log: Log, engine: str = "serial") -> int | None:
@@ -93,9 +88,7 @@ class Workbench:
         self.runs: dict[str, CellRun] = {}
         self.sweeps: dict[str, CellSweep] = {}
         self.compare_limit = _compare_limit(compare_limit)
-        # Serial results of this session by (program sha, log fingerprint), latest last: a
-        # later cell's baseline without reading the catalog again.
-        self._serial: OrderedDict[tuple[str, str], Baseline] = OrderedDict()
+        self.baselines = Baselines(self.catalog, self.program)
         self._loaded: OrderedDict[str, Result] = OrderedDict()  # the last runs read by name
         self._logs: OrderedDict[str, Log] = OrderedDict()  # the last logs, by fingerprint
 
@@ -129,35 +122,6 @@ class Workbench:
 
     # -- baselines -----------------------------------------------------------------------
 
-    def _remember(self, program: Program, log: Log, base: Baseline) -> None:
-        key = (program.sha256, log.fingerprint)
-        self._serial.pop(key, None)
-        self._serial[key] = base
-        while len(self._serial) > KEEP_IN_MEMORY:
-            self._serial.popitem(last=False)
-
-    def kept(self, program: Program, log: Log) -> Baseline | None:
-        """The serial run of ``program`` on ``log`` this session kept in memory, or None."""
-        return self._serial.get((program.sha256, log.fingerprint))
-
-    def ready_baseline(
-        self, program: Program, log: Log, label: str, same_program: bool = False
-    ) -> Baseline | None:
-        """The serial run of ``program`` on ``log`` without replaying it: kept in memory by
-        this workbench, or loaded from the catalog; None when there is none."""
-        kept = self._serial.get((program.sha256, log.fingerprint))
-        if kept is not None:
-            return Baseline(label, kept.result, True, kept.record, same_program)
-        record = self.catalog.find(program_sha=program.sha256, log_fingerprint=log.fingerprint)
-        if record is None:
-            return None
-        try:
-            base = Baseline(label, self.catalog.load(record), True, record, same_program)
-        except CatalogError:
-            return None  # forgotten by another process meanwhile
-        self._remember(program, log, base)
-        return base
-
     def _session_run(self, name: str, log: Log) -> Baseline | None:
         """Cell ``name``'s finished run in this session, of its current program on ``log``, on
         any engine (each equals the serial replay), as a baseline; None when there is none."""
@@ -167,45 +131,6 @@ class Workbench:
         if run.program.sha256 != self.program(name).sha256:
             return None
         return Baseline(f"{name} ({run.engine})", run.result, reused=True, record=run.record)
-
-    def _has_serial(self, program: Program, log: Log) -> bool:
-        key = (program.sha256, log.fingerprint)
-        return key in self._serial or (
-            self.catalog.find(program_sha=program.sha256, log_fingerprint=log.fingerprint)
-            is not None
-        )
-
-    def baseline(
-        self,
-        program: Program,
-        log: Log,
-        baseline: str | None = None,
-        on_error: str = "stop",
-        cancel: CancelToken | None = None,
-        observer: Observer | None = None,
-        history: bool = True,
-    ) -> Baseline:
-        """The baseline result: the serial replay of ``program``, or of the cell named ``baseline``
-        (with ``on_error``, so that a run that rolls poison events back has a baseline), kept
-        in memory or the catalog, else replayed (``observer`` sees that replay)."""
-        base_program = program if baseline is None else self.program(baseline)
-        label = f"serial replay of {program.name}" if baseline is None else f"{baseline} (serial)"
-        ready = self.ready_baseline(base_program, log, label, same_program=baseline is None)
-        if ready is not None:
-            return ready
-        # The baseline keeps its history, so that a later cell can re-replay only what it
-        # changed (``--baseline``); recording costs about a third of a replay, once.
-        keep = history and on_error == "stop"
-        result = replay(
-            base_program, log, engine=ORACLE, on_error=on_error, cancel=cancel, history=keep,
-            observer=observer, batch_size=CELL_BATCH,
-        )  # fmt: skip
-        record = self.catalog.record(
-            name=base_program.name, program=base_program, log=log, engine=ORACLE, result=result
-        )
-        base = Baseline(label, result, False, record, same_program=baseline is None)
-        self._remember(base_program, log, base)
-        return base
 
     def _baseline_for(
         self, cell: CellRun, baseline: str | None, on_error: str, cancel: Any, compare: Any, say
@@ -224,22 +149,22 @@ class Workbench:
 
         def beside() -> Baseline:
             watch = serial_watch(say)
-            return self.baseline(program, log, baseline, on_error, own, observer=watch)
+            return self.baselines.get(program, log, baseline, on_error, own, observer=watch)
 
         if baseline is not None:
             label = f"{baseline} (serial)"
-            ready = self.ready_baseline(self.program(baseline), log, label)
+            ready = self.baselines.ready(self.program(baseline), log, label)
             if ready is None:
                 ready = self._session_run(baseline, log)
             if ready is None and is_oracle(cell.engine):
-                ready = self.baseline(program, log, baseline, on_error, cancel)
+                ready = self.baselines.get(program, log, baseline, on_error, cancel)
             if ready is not None:
                 return ready, None
             return None, BesideBaseline(beside, cell.name, own.cancel)
         if is_oracle(cell.engine):
             return None, None
         if compare is False or (
-            not compare and len(log) > limit and not self._has_serial(program, log)
+            not compare and len(log) > limit and not self.baselines.has_serial(program, log)
         ):
             cell.not_compared = not_compared_line(cell.name, len(log), limit)
             return None, None
@@ -348,7 +273,7 @@ class Workbench:
         if cell.baseline is not None and cell.baseline.result is cell.result:
             cell.baseline.record = cell.record
             if cell.ok and on_error == "stop":
-                self._remember(program, log, replace(cell.baseline, reused=True))
+                self.baselines.remember(program, log, replace(cell.baseline, reused=True))
         cell.wall_s = time.monotonic() - started
         return cell
 
@@ -377,7 +302,7 @@ class Workbench:
             if cell.baseline is None:
                 cell.reuse = no_reuse(baseline, "its serial run on this log runs beside this one")
             else:
-                source, why = self.reusable(cell.baseline, cell.log)
+                source, why = self.baselines.reusable(cell.baseline, cell.log)
                 if source is None:
                     cell.reuse = no_reuse(baseline, why)
                 else:
@@ -424,46 +349,10 @@ class Workbench:
         cell = self.runs.get(name)
         if cell is None or cell.result is None:
             raise RestreamError(f"no finished run called {name!r} in this session")
-        base = self.baseline(cell.program, cell.log, None, cancel=cancel, observer=observer)
+        base = self.baselines.get(cell.program, cell.log, None, cancel=cancel, observer=observer)
         cell.baseline, cell.not_compared = base, None
         cell.diff = diff(cell.result, base.result)
         return cell
-
-    def reusable(self, base: Baseline, log: Log) -> tuple[Result | None, str | None]:
-        """The baseline's serial run on ``log`` with its history (for ``replay(reuse=...)``),
-        or None and why there is none: the baseline's own record first, then the latest other
-        run of the same program on the same log that kept one, on any engine (a Spark run
-        records the same history as a serial one)."""
-        from .history.recorder import History
-
-        if base.result.history is not None:
-            return _on_record(base), None
-        if base.record is None:
-            return None, "its run is not in the catalog"
-        if base.record.log_fingerprint != log.fingerprint:
-            return None, "it replayed another log"
-        runs = self.catalog.query(
-            "SELECT run_id, program_sha, log_fingerprint FROM runs "
-            "WHERE status = 'ok' ORDER BY recorded_at DESC"
-        )
-        for run_id, sha, fingerprint in runs.iter_rows():
-            if sha != base.record.program_sha or fingerprint != log.fingerprint:
-                continue
-            if run_id == base.record.run_id:
-                result = base.result
-            else:
-                try:
-                    result = self.catalog.load(run_id)
-                except CatalogError:
-                    continue  # forgotten meanwhile
-            if result.path is not None:
-                result.history = History.read(result.path)
-            if result.history is not None:
-                return result, None
-        return None, (
-            "none of its runs on this log kept a history (runs recorded before the notebook "
-            "kept histories; run its cell again)"
-        )
 
     def sweep(self, name: str, source: str | Program, log: Log | Any, **options: Any) -> CellSweep:
         """Define ``name`` and sweep its parameters over ``values=`` (a grid, see
@@ -489,21 +378,3 @@ class Workbench:
             while len(self._loaded) > 2:
                 self._loaded.popitem(last=False)
         return self._loaded[record.run_id]
-
-
-def _on_record(base: Baseline) -> Result:
-    """The baseline's result, its states in memory tied to the files its record wrote, so
-    that a run reusing them links those files rather than encoding them again (a state file
-    and history probe is most of what recording a reusing run costs)."""
-    result, record = base.result, base.record
-    if record is None or record.outputs is None or record.status != "ok":
-        return result
-    try:
-        entries = json.loads((Path(record.outputs) / MANIFEST).read_text()).get("state")
-    except (OSError, ValueError):
-        return result  # forgotten meanwhile: encoded again
-    if not isinstance(entries, dict):
-        return result
-    history = result.history.recorded_at(record.outputs)  # its probes: linked too
-    state = recorded_state(result.state, Path(record.outputs), entries)
-    return replace(result, state=state, history=history)

@@ -90,6 +90,7 @@ class ReplayMonitor:
         self._stage_bars: dict[str, w.IntProgress] = {}
         self._stage_done: dict[str, int] = {}
         self._last_draw = 0.0
+        self._drawn_percent = -1
         self._lock = threading.Lock()
         self._run: Any = None
         # "done in X s" is the time from here (the cell's start) to the end of the cell.
@@ -196,9 +197,16 @@ class ReplayMonitor:
                 event, (EpochFinished, ReplayFinished, StageStarted, StageFinished)
             )
             now = time.monotonic()
-            if boundary or now - self._last_draw >= REDRAW_EVERY_S:
+            # A new whole percent is drawn at once (at most a hundred times a replay), so the
+            # bar moves with every step of a short replay too, not only every REDRAW_EVERY_S.
+            percent = int(self.state.fraction * 100)
+            if (
+                boundary
+                or percent != self._drawn_percent
+                or now - self._last_draw >= REDRAW_EVERY_S
+            ):
                 self._draw()
-                self._last_draw = now
+                self._last_draw, self._drawn_percent = now, percent
 
     def _phase(self, event: Phase) -> None:
         """What the cell is doing: the serial baseline's progress on its own line, any other

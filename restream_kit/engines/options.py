@@ -123,6 +123,15 @@ class EngineOptions:
             if getattr(self, f.name) != f.default
         }
 
+    @staticmethod
+    def common(options: EngineOptions | Mapping[str, Any]) -> EngineOptions:
+        """The options every engine takes, from an engine's options: typed, or the mapping
+        of an engine without an options type (its own options set aside)."""
+        if isinstance(options, EngineOptions):
+            return options
+        names = {f.name for f in dataclasses.fields(EngineOptions)}
+        return EngineOptions(**{k: v for k, v in options.items() if k in names and v is not None})
+
     def get(self, name: str, default: Any = None) -> Any:
         """``getattr(self, name, default)``, for code that still reads a mapping."""
         value = getattr(self, name, default)

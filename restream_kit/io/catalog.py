@@ -11,17 +11,15 @@ Any number of processes record and read at once without a lock: a run is written
 temporary directory and renamed to ``runs/<run_id>`` when complete, so it is listed whole or
 not at all. ``index.parquet`` caches the manifests; it is refreshed from the directories on
 every read and rebuilt, with one line on stderr, when it is damaged. DuckDB queries the runs
-through :meth:`Catalog.query`.
+through :meth:`Catalog.query`. What one run directory holds, and its writing and reading,
+is :mod:`._run_dir`; this module names, lists, renames and deletes them.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
-import json
 import os
-import re
 import shutil
 import socket
 import sys
@@ -34,14 +32,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..model import values
-from ..model.errors import RestreamError
 from ..model.program import Program
-from ._atomic import fsync_path, synced_file, write_synced
+from ._atomic import fsync_path, synced_file
 from ._parquet import read_parquet
-from ._state_files import LazyState, write_state
+from ._run_dir import (
+    FORMAT,
+    HISTORY_DIR,
+    MANIFEST,
+    CatalogError,
+    disk_size,
+    read_manifest,
+    read_result,
+    write_run,
+)
 from .log import Log, default_home, private_dir
-from .result import QUARANTINE_FILE, Metrics, Result, quarantine_table
+from .result import Result
 
 __all__ = [
     "Catalog",
@@ -51,20 +56,11 @@ __all__ = [
     "HISTORY_DIR",
     "human_size",
     "disk_size",
+    "MANIFEST",
 ]
 
-#: The run directory format this module writes (``manifest.json``'s ``format``): 2 keeps
-#: the state as Parquet (``state/``), 1 as one JSON document (``state.json``), still read.
-FORMAT = 2
-_READS = (1, 2)
-MANIFEST = "manifest.json"
-STATE_FILE = "state.json"  # format 1
-QUARANTINE = QUARANTINE_FILE  # "_quarantine.parquet", apart from the tables
+#: The index of the runs: a cache of their manifests, under the catalog's home.
 INDEX = "index.parquet"
-#: The folder of a run directory that holds its history (``restream_kit.history``).
-HISTORY_DIR = "history"
-#: Table names written as ``<name>.parquet``; others go to ``tables/NNNN.parquet``.
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
 #: A temporary directory left by a process on another host is removed after this long.
 STALE_TMP_S = 24 * 3600
 
@@ -92,10 +88,6 @@ _COLUMNS: dict[str, pa.DataType] = {
     "outputs": pa.string(),
 }
 _SCHEMA = pa.schema(list(_COLUMNS.items()))
-
-
-class CatalogError(RestreamError):
-    """A run that cannot be found or read back (forgotten, damaged, from an old catalog)."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +163,7 @@ class Catalog:
         tmp = self.runs_dir / f".tmp-{run_id}-{socket.gethostname()}-{os.getpid()}"
         tmp.mkdir(mode=0o700)
         try:
-            manifest = self._write_run(
+            manifest = write_run(
                 tmp, run_id, now, name, program, log, engine, result, master, params, error
             )
             fsync_path(tmp)
@@ -185,78 +177,6 @@ class Catalog:
             self._refresh()  # keep the index warm; a reader would refresh it anyway
         return _record(manifest, str(final) if result is not None else None)
 
-    def _write_run(
-        self, tmp, run_id, now, name, program, log, engine, result, master, params, error
-    ) -> dict[str, Any]:
-        files: dict[str, int] = {}
-        tables: dict[str, str] = {}
-        metrics: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        if result is not None:
-            # <table>.parquet, as `replay --out` writes: a run directory is also an --out one.
-            for i, (table_name, table) in enumerate(result.tables.items()):
-                rel = f"{table_name}.parquet"
-                if not _SAFE_NAME.match(table_name):  # not a plain file name: numbered aside
-                    (tmp / "tables").mkdir(mode=0o700, exist_ok=True)
-                    rel = f"tables/{i:04d}.parquet"
-                pq.write_table(table, tmp / rel)
-                tables[table_name] = rel
-            if result.quarantine.num_rows:
-                pq.write_table(result.quarantine, tmp / QUARANTINE)
-            if (
-                result.history is not None
-            ):  # history/: every state write (restream_kit.history.recorder)
-                result.history.write(tmp)
-            state = write_state(tmp, result.state)
-            metrics = result.metrics.as_dict()
-            extra = {
-                "state": state,
-                "metrics": _metrics(result.metrics),
-                "warnings": list(result.warnings),
-                "on_error": result.on_error,
-                "resumed_from_epoch": result.resumed_from_epoch,
-                "tables": tables,
-                "schemas": _schemas_out(result.schemas),
-            }
-        for path in sorted(tmp.rglob("*")):
-            if path.is_file():
-                fsync_path(path)
-                files[str(path.relative_to(tmp))] = path.stat().st_size
-        wall = metrics.get("wall_s")
-        started = now - dt.timedelta(seconds=wall) if isinstance(wall, (int, float)) else now
-        manifest: dict[str, Any] = {
-            "format": FORMAT,
-            "run_id": run_id,
-            "name": name,
-            "started_at": started.isoformat(),
-            "recorded_at": now.isoformat(),
-            "status": "ok" if error is None and result is not None else "failed",
-            "engine": engine,
-            "master": master,
-            "events": metrics.get("events"),
-            "wall_s": _finite(metrics.get("wall_s")),
-            "events_per_s": _finite(metrics.get("events_per_s")),
-            "realtime_multiple": _finite(metrics.get("realtime_multiple")),
-            "program_sha": program.sha256,
-            "program_source": program.source,
-            "log_fingerprint": log.fingerprint,
-            "log_sources": json.dumps([s.label for s in log.sources]),
-            "params": json.dumps(params or {}, default=str, sort_keys=True),
-            "error": error if error is not None or result is not None else "no result",
-            **extra,
-        }
-        # The manifest lists its own size too: settle the few bytes the sizes themselves take.
-        manifest["files"] = files
-        files[MANIFEST] = 0
-        for _ in range(4):
-            manifest["size_bytes"] = sum(files.values())
-            text = json.dumps(manifest, indent=1, allow_nan=False).encode()
-            if files[MANIFEST] == len(text):
-                break
-            files[MANIFEST] = len(text)
-        write_synced(tmp / MANIFEST, text, exclusive=True)
-        return manifest
-
     def forget(self, name: str) -> list[str]:
         """Delete every run called ``name`` (or the run whose id is ``name``) and its files.
 
@@ -265,13 +185,7 @@ class Catalog:
         """
         rows = self._rows()
         ids = [r["run_id"] for r in rows if r["name"] == name or r["run_id"] == name]
-        for run_id in ids:
-            self._delete(run_id)
-        self.sweep()
-        if ids:
-            with contextlib.suppress(OSError):
-                self._refresh()
-        return ids
+        return self._delete_runs(ids)
 
     def keep(self, n: int, name: str | None = None) -> list[str]:
         """Keep the newest ``n`` runs of each name (of ``name`` only, if given); delete the rest.
@@ -288,13 +202,7 @@ class Catalog:
             seen[row["name"]] = seen.get(row["name"], 0) + 1
             if seen[row["name"]] > n:
                 doomed.append(row["run_id"])
-        for run_id in doomed:
-            self._delete(run_id)
-        self.sweep()
-        if doomed:
-            with contextlib.suppress(OSError):
-                self._refresh()
-        return doomed
+        return self._delete_runs(doomed)
 
     def sweep(self) -> list[str]:
         """Remove what killed writers left: temporary run directories whose process is gone
@@ -323,6 +231,16 @@ class Catalog:
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(entry.name)
         return removed
+
+    def _delete_runs(self, ids: list[str]) -> list[str]:
+        """Delete the runs ``ids`` and what killed writers left; return ``ids``."""
+        for run_id in ids:
+            self._delete(run_id)
+        self.sweep()
+        if ids:
+            with contextlib.suppress(OSError):
+                self._refresh()
+        return ids
 
     def _delete(self, run_id: str) -> None:
         src = self.runs_dir / run_id
@@ -360,30 +278,9 @@ class Catalog:
                 return _record(row, row["outputs"])
         return None
 
-    def program_source(self, run_id: str) -> str:
-        """The source of the program that made run ``run_id``."""
-        return self.manifest(run_id)["program_source"]
-
     def manifest(self, run_id: str) -> dict[str, Any]:
         """The manifest of run ``run_id`` (a dict, as in ``runs/<run_id>/manifest.json``)."""
-        path = self.runs_dir / run_id / MANIFEST
-        try:
-            manifest = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise CatalogError(
-                f"run {run_id} is not in the catalog {self.home} (forgotten?)"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise CatalogError(f"run {run_id}: {path} cannot be read: {exc}") from None
-        if not isinstance(manifest, dict) or manifest.get("format") not in _READS:
-            fmt = manifest.get("format") if isinstance(manifest, dict) else None
-            newer = (
-                f" (format {fmt}, from a newer restream)"
-                if isinstance(fmt, int) and fmt > FORMAT
-                else ""
-            )
-            raise CatalogError(f"run {run_id}: {path} is not a restream run manifest{newer}")
-        return manifest
+        return read_manifest(self.runs_dir / run_id, run_id, self.home)
 
     def load(self, record: RunRecord | str) -> Result:
         """The stored result of a run: tables, final state, metrics (no code is run)."""
@@ -391,40 +288,11 @@ class Catalog:
         manifest = self.manifest(run_id)
         if manifest.get("status") != "ok" or "tables" not in manifest:
             raise CatalogError(f"run {run_id} failed ({manifest.get('error')}); it has no result")
-        out_dir = self.runs_dir / run_id
-        try:
-            tables = {
-                name: read_parquet(_inside(out_dir, rel))
-                for name, rel in manifest["tables"].items()
-            }
-            state = _state_in(out_dir, manifest)
-            fields = values.decode(manifest["metrics"])
-            schemas = _schemas_in(manifest.get("schemas", {}))
-            quarantine = (
-                read_parquet(out_dir / QUARANTINE)
-                if (out_dir / QUARANTINE).exists()
-                else quarantine_table()
-            )
-        except FileNotFoundError as exc:
-            raise CatalogError(
-                f"run {run_id} lost a file ({exc.filename}); forgotten meanwhile?"
-            ) from None
-        except (OSError, pa.ArrowException, values.ValueCodecError) as exc:
-            raise CatalogError(f"run {run_id} cannot be read: {exc}") from None
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise CatalogError(f"run {run_id}: a damaged manifest ({exc!r})") from None
-        known = {k: v for k, v in fields.items() if k in Metrics.__dataclass_fields__}
-        return Result(
-            schemas=schemas,
-            path=str(out_dir),
-            tables=tables,
-            state=state,
-            metrics=Metrics(**known),
-            warnings=list(manifest.get("warnings", [])),
-            quarantine=quarantine,
-            on_error=manifest.get("on_error", "stop"),
-            resumed_from_epoch=manifest.get("resumed_from_epoch"),
-        )
+        return read_result(self.runs_dir / run_id, run_id, manifest)
+
+    def program_source(self, run_id: str) -> str:
+        """The source of the program that made run ``run_id``."""
+        return self.manifest(run_id)["program_source"]
 
     def runs(self):
         """Every complete run, newest first, as a polars DataFrame (with its size on disk)."""
@@ -596,22 +464,9 @@ def _record(row: dict[str, Any], outputs: str | None) -> RunRecord:
     )
 
 
-def disk_size(run_dir: str | Path) -> int:
-    """Bytes the history of the run in ``run_dir`` takes on disk (0 without one)."""
-    where = Path(run_dir) / HISTORY_DIR
-    return sum(p.stat().st_size for p in where.rglob("*") if p.is_file()) if where.exists() else 0
-
-
 def _history_size(outputs: str | None) -> str:
     size = disk_size(outputs) if outputs else 0
     return human_size(size) if size else ""
-
-
-def _inside(run_dir: Path, rel: str) -> Path:
-    """``run_dir / rel``, refusing a manifest that points outside its run."""
-    if not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts:
-        raise CatalogError(f"{run_dir / MANIFEST} names a file outside its run: {rel!r}")
-    return run_dir / rel
 
 
 def _run_dirs(runs_dir: Path) -> list[str]:
@@ -620,51 +475,6 @@ def _run_dirs(runs_dir: Path) -> list[str]:
         return [e.name for e in os.scandir(runs_dir) if not e.name.startswith(".") and e.is_dir()]
     except FileNotFoundError:
         return []
-
-
-def _state_in(run_dir: Path, manifest: dict[str, Any]) -> Any:
-    """A run's state: lazy, from its Parquet files; a format 1 run's JSON document, read."""
-    if "state" in manifest:
-        return LazyState(run_dir, manifest["state"])
-    return values.loads((run_dir / STATE_FILE).read_bytes())
-
-
-def _metrics(metrics: Metrics) -> list:
-    """Every field of ``metrics`` through the codec; a field of a type it does not know (an
-    engine's own report object) is kept as its text rather than failing the record."""
-    fields = {}
-    for name in Metrics.__dataclass_fields__:
-        value = getattr(metrics, name)
-        try:
-            values.check(value)
-        except values.ValueCodecError:
-            value = str(value)
-        fields[name] = value
-    return values.encode(fields)
-
-
-def _schemas_out(schemas: dict[str, Any]) -> dict[str, str]:
-    """Each table's emit schema (Arrow types) as a base64 Arrow IPC schema: data, not code."""
-    out = {}
-    for name, schema in schemas.items():
-        try:
-            arrow = pa.schema(list(schema.items()))
-            out[name] = base64.b64encode(arrow.serialize().to_pybytes()).decode("ascii")
-        except Exception:  # noqa: BLE001 - a schema is a convenience for empty tables
-            continue
-    return out
-
-
-def _schemas_in(stored: dict[str, str]) -> dict[str, Any]:
-    out = {}
-    for name, text in stored.items():
-        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-        out[name] = dict(zip(schema.names, schema.types))
-    return out
-
-
-def _finite(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and x == x and abs(x) != float("inf") else None
 
 
 def _alive(pid: int) -> bool:

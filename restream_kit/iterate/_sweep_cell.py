@@ -59,9 +59,9 @@ def sweep_cell(
         if cancel is not None:
             cancel.check()
         if baseline is not None:
-            cell.baseline = workbench.baseline(program, log, baseline, cancel=cancel)
+            cell.baseline = workbench.baselines.get(program, log, baseline, cancel=cancel)
         else:  # at hand in this session, else got after the sweep (see _sweep_baseline)
-            cell.baseline = workbench.kept(program, log)
+            cell.baseline = workbench.baselines.kept(program, log)
         if cell.baseline is not None and before_replay is not None:
             before_replay(cell)
         options: dict[str, Any] = {"observer": broadcast(observers), "cancel": cancel}
@@ -96,5 +96,5 @@ def _sweep_baseline(workbench: Workbench, cell: CellSweep, cancel: CancelToken |
                 base = Baseline(label, variant.result, reused=False, same_program=True)
                 break
     if base is None:
-        base = workbench.baseline(program, log, None, cancel=cancel)
+        base = workbench.baselines.get(program, log, None, cancel=cancel)
     return replace(base, label=label)

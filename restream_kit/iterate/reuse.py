@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import itertools
 import time
+from collections.abc import Mapping
 from itertools import repeat
 from typing import Any
 
@@ -34,7 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..compiler.inline import SCHEDULED_RUNNER_NAME
-from ..history.probes import ABSENT, ReadSites, Uncovered, counter_var, signature
+from ..engines.options import EngineOptions
+from ..history.probes import counter_var, signature
 from ..history.recorder import History, probe_sites
 from ..io._state_files import LazyStore
 from ..io.log import Log
@@ -51,12 +53,17 @@ from ..io.result import Metrics, Result, build_table
 from ..model.errors import HandlerError, RestreamError
 from ..model.program import Program
 from ._rerun_columns import plan_columns
+from ._reuse_plan import (
+    CannotReuse,
+    Prepared,
+    check_usable,
+    pick,
+    prepare,
+    served_array,
+    served_list,
+)
 
 __all__ = ["replay_reusing", "CannotReuse", "resolve_run"]
-
-
-class CannotReuse(Exception):
-    """Why a recorded run cannot serve this re-replay (the replay then runs in full)."""
 
 
 def resolve_run(run: Any, log: Log) -> tuple[str, Result | None, History | None]:
@@ -88,18 +95,19 @@ def replay_reusing(
     full_replay,
     observer: Observer | None = None,
     history: bool = False,
-    options: dict[str, Any] | None = None,
+    options: EngineOptions | Mapping[str, Any] | None = None,
 ) -> Result:
     """Replay ``program`` over ``log`` reusing what run ``run`` computed; see the module doc.
 
     ``full_replay(history=...)`` replays in full, for when nothing can be reused.
+    ``options`` are the engine's (:func:`restream_kit.engines.options_of`).
     """
     from .. import planner
 
     label, recorded, hist = resolve_run(run, log)
     plan = planner.plan(program, allow_nondeterminism=True)
     try:
-        _check_usable(program, log, label, hist, options or {})
+        check_usable(program, log, label, hist, EngineOptions.common(options or {}))
         result, (prep, info) = _rereplay(program, log, recorded, hist, plan, observer, history)
     except CannotReuse as why:
         result = full_replay(history=history)
@@ -127,188 +135,10 @@ def replay_reusing(
     return result
 
 
-def _decide(program: Program, hist: History, plan, force: set[str]):
-    """:func:`identity.decide` (``force``: stages to re-run whatever their identity),
-    re-running also the writers of a state that a handler of RUN that is not reused (removed
-    or changed) wrote: RUN's values of that state hold its part too."""
-    from ..history.identity import decide
-
-    writers = {state: set(handlers) for state, handlers in hist.writers.items()}
-    stages = {s.name: s for s in plan.stages}
-    force = set(force)
-    while True:
-        decision = decide(program, hist.identities, plan=plan, force=force)
-        reused = {h for s in decision.reused_stages for h in stages[s].handlers}
-        more = set()
-        for name in decision.reused_stages:
-            for h in stages[name].handlers:
-                for access in plan.handler(h).writes:
-                    if writers.get(access.state, set()) - reused:
-                        more.add(name)
-        if not more:
-            return decision
-        force |= more
-
-
-def _check_usable(program: Program, log: Log, label: str, hist, options: dict) -> None:
-    if hist is None:
-        raise CannotReuse(
-            f"{label} kept no history (replay it with history=True, or restream replay --history)"
-        )
-    if hist.log_fingerprint != log.fingerprint:
-        raise CannotReuse(f"{label} replayed another log")
-    if hist.unusable:
-        raise CannotReuse(f"its history cannot place every write ({hist.unusable})")
-    for option in ("checkpoint", "start_from", "resume"):
-        if options.get(option):
-            raise CannotReuse(f"{option} is given (a re-replay is one whole replay)")
-    if options.get("on_error", "stop") != "stop":
-        raise CannotReuse("on_error is not 'stop' (rolled back runs would have to be redone)")
-
-
 # -- the re-replay -----------------------------------------------------------------------
 
 
-def _pick(value: Any, fallback: Any) -> Any:
-    return fallback if value is ABSENT else value
-
-
-def _typed_default(encoding: str, default: Any) -> bool:
-    want = {"int64": int, "double": float, "string": str, "bool": bool}.get(encoding)
-    return default is None or (want is not None and type(default) is want)
-
-
-def _served_array(probe, default: Any) -> pa.Array | None:
-    """A probe's values with the state's default where the store had none, as one Arrow
-    array, or None when the values have no plain type of their own (codec) or another type
-    than the default."""
-    n = len(probe.value)
-    if probe.absent is not None and pc.all(probe.absent).as_py() and n:
-        if type(default) not in (int, float, str, bool):
-            return None
-        return pa.array([default] * n)
-    if probe.encoding == "codec" or probe.encoding.startswith("columns:"):
-        return None
-    if probe.absent is None or not pc.any(probe.absent).as_py():
-        return probe.value
-    if not _typed_default(probe.encoding, default):
-        return None
-    return pc.if_else(probe.absent, pa.scalar(default, probe.value.type), probe.value)
-
-
-def _served_list(probe, site, default: Any) -> list:
-    """A site's values for the loop: its read's values, ABSENT kept for ``get(k, fallback)``."""
-    if site.default:
-        arr = _served_array(probe, default)
-        if arr is not None:
-            return arr.to_pylist()
-        return [default if v is ABSENT else v for v in probe.python_values()]
-    return probe.python_values()
-
-
-class _Prepared:
-    """What re-runs, and the read sites of reused state that probes serve."""
-
-    def __init__(self, decision, sites, probes, rerun, reused, reused_states, notes):
-        self.decision = decision
-        self.sites = sites
-        self.probes = probes  # site number -> Probe
-        self.rerun = rerun
-        self.reused = reused
-        self.reused_states = reused_states
-        self.notes = notes
-
-    def serve(self, program, log) -> ReadSites:
-        """The tree transform that serves the sites (``compile_program(transform=...)``)."""
-        handlers = {h: self.reused_states for h in self.rerun}
-        return ReadSites(program, handlers, log.columns, serve=True)
-
-
-def _prepare(program, log, hist, plan) -> _Prepared:
-    """Decide what re-runs and find its reads of reused state, each served by a probe.
-
-    A read no probe answers (or any other use of reused state) makes the stages that write
-    that state re-run too, and the decision is taken again: re-running is always exact."""
-    from ..compiler.compile import _rewrite
-
-    stages = {s.name: s for s in plan.stages}
-    stage_of = {h: s.name for s in plan.stages for h in s.handlers}
-    force: set[str] = set()
-    notes: list[str] = []
-    while True:
-        decision = _decide(program, hist, plan, force)
-        if decision.full:
-            raise CannotReuse(decision.reason + ("" if not notes else f" ({'; '.join(notes)})"))
-        rerun = [h for s in decision.rerun_stages for h in stages[s].handlers]
-        reused = {h for s in decision.reused_stages for h in stages[s].handlers}
-        reused_states = {a.state for h in reused for a in plan.handler(h).writes}
-        prep = _Prepared(decision, [], {}, rerun, reused, reused_states, notes)
-        serve = prep.serve(program, log)
-        try:
-            serve(_rewrite(program))
-            for site in serve.sites:
-                sig = signature(program, plan, site.handler, site.state, site.text)
-                prep.probes[site.number] = hist.probes.get(sig)
-                if prep.probes[site.number] is None:
-                    raise Uncovered(
-                        site.state,
-                        f"no recorded read of {site.state}[{site.text}] at the place of "
-                        f"handler {site.handler} (line {site.lineno})",
-                    )
-        except Uncovered as why:
-            more = {
-                stage_of[h.name]
-                for h in plan.handlers
-                if any(a.state == why.state for a in h.writes)
-            } - set(decision.rerun_stages)
-            if not more:
-                raise CannotReuse(str(why)) from None
-            force |= more
-            notes.append(f"{', '.join(sorted(more))} re-ran too: {why}")
-            continue
-        prep.sites = serve.sites
-        _check_timing(plan, hist, prep)
-        return prep
-
-
-def _check_timing(plan, hist, prep: _Prepared) -> None:
-    """Refuse a re-replay that scheduled events would make inexact (see ``docs/iterate.md``).
-
-    A re-replay runs the re-run handlers on log events only, so none may run on a kind that
-    is scheduled, and none may schedule; every handler of RUN that scheduled must be reused,
-    so that the scheduled events (and the timed writes due by the last of them) are RUN's.
-    A handler that runs on scheduled events and schedules in turn (a chain) is refused too:
-    rows are merged by (ts, lsn, seq), which is the order events ran only without chains.
-    """
-    mine = {h.name: set(h.schedules) for h in plan.handlers if h.schedules}
-    kinds = set().union(*mine.values(), *map(set, hist.schedulers.values()))
-    if "?" in kinds:
-        who = sorted(h for h, k in {**hist.schedulers, **mine}.items() if "?" in k)
-        raise CannotReuse(f"{who[0]} schedules events of a kind that is not a literal")
-    for h in plan.handlers:
-        if mine.get(h.name) and set(h.kinds) & kinds:
-            raise CannotReuse(
-                f"{h.name} runs on scheduled events and schedules more (a chain of scheduled "
-                "events, whose order a re-replay does not keep)"
-            )
-    for name in prep.rerun:
-        info = plan.handler(name)
-        if mine.get(name):
-            raise CannotReuse(
-                f"{name} re-runs and schedules events (a re-replay runs log events only)"
-            )
-        if set(info.kinds) & kinds:
-            kind = sorted(set(info.kinds) & kinds)[0]
-            raise CannotReuse(
-                f"{name} re-runs and runs on scheduled events ({kind!r}); "
-                "a re-replay runs log events only"
-            )
-    gone = sorted(set(hist.schedulers) - prep.reused)
-    if gone:
-        raise CannotReuse(f"{gone[0]} of the recorded run scheduled events and is not reused")
-
-
-def _compile(program, log, prep: _Prepared, rt, stores, recorder):
+def _compile(program, log, prep: Prepared, rt, stores, recorder):
     """The re-run handlers compiled for the loop, their served reads rewritten."""
     from ..compiler.compile import compile_program
 
@@ -321,7 +151,7 @@ def _compile(program, log, prep: _Prepared, rt, stores, recorder):
         kind_order=log.kinds_by_frequency(),
         extra_globals={
             SCHEDULED_RUNNER_NAME: _no_schedule,
-            "_rs_pick": _pick,
+            "_rs_pick": pick,
             **(recorder.globals if recorder is not None else {}),
         },
         only=prep.rerun,
@@ -340,95 +170,37 @@ def _no_schedule(_t):  # pragma: no cover - programs that schedule are refused b
 
 
 def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Result, Any]:
+    """Re-run the stages that changed over ``log``, reading the others' state from ``hist``
+    and their rows from ``recorded``: as columns where the re-run handlers lower, else in
+    the loop. Returns the result and (the plan, how the handlers re-ran)."""
     from ..history.recorder import Recorder
     from ..runtime import SerialRuntime, check_state
 
     notify = broadcast(observer)
     started = time.perf_counter()
-    positions = {h.name: i for i, h in enumerate(program.handlers)}
-    by_name = {h.name: h for h in program.handlers}
     rt = SerialRuntime()
     stores: dict[str, dict] = {name: {} for name in program.states}
     recorder = None
-    prep = _prepare(program, log, hist, plan)
+    prep = prepare(program, log, hist, plan)
     if history:
         # The new run's history: probes of reused state come from RUN's, the others are
         # recorded by the re-run loop (their readers all re-run: they are downstream).
         recorder = Recorder(program, log.columns, skip=prep.reused_states, plan=plan)
-    sites = prep.sites
-    kinds = sorted({k for h in prep.rerun for k in by_name[h].kinds})
-    # Only the re-run handlers' events, and only the fields they name: never the whole log.
-    named = _attributes(program, prep.rerun)
-    fields = [c for c in log.columns if c in ("lsn", "ts", "kind") or c in named]
+    events = _Events(program, log, prep)
     total = len(log)
     notify(ReplayStarted("serial", total, 1, ("serial",), log.span_ms))
     notify(EpochStarted(0, total))
-    columns_run, why_not = None, "a run that keeps a history records in the loop"
+    as_columns, why_not = None, "a run that keeps a history records in the loop"
     if recorder is None or not recorder.hooks:
-        # As columns, kinds matter only when the re-run handlers' kinds differ (or one reads
-        # e.kind); text columns are decoded only where an expression uses them (a key's never).
-        same_kinds = all(set(by_name[h].kinds) == set(kinds) for h in prep.rerun)
-        wanted = [c for c in fields if c != "kind" or not same_kinds or "kind" in named]
-        selected = log.select(kinds, wanted, text=False)
-        served = {}
-        for site in sites:
-            arr = _served_array(prep.probes[site.number], program.states[site.state].default)
-            if arr is not None and site.default:
-                served[site.number] = arr
-        columns_run, why_not = plan_columns(program, prep.rerun, sites, served, selected)
-        if why_not:
-            why_not = f"the re-run handlers ran in the loop, not as columns: {why_not}"
+        as_columns, why_not = _as_columns(program, prep, events)
     prep_s = time.perf_counter() - started
-    if columns_run is not None:
-        handler_of = {s.number: s.handler for s in sites}
-        values = {n: pl.from_arrow(a) for n, a in served.items() if n in columns_run.reads.values()}
-        new_tables = columns_run.run(selected, values, handler_of, set(kinds))
-        how = "columns"
+    if as_columns is not None:
+        new_tables, how = as_columns(), "columns"
     else:
         compiled = _compile(program, log, prep, rt, stores, recorder)
-        ns = compiled.namespace
-        for handler in {s.handler for s in sites}:
-            ns[counter_var(handler)] = itertools.count().__next__
-        for site in sites:
-            default = program.states[site.state].default
-            ns[site.var] = _served_list(prep.probes[site.number], site, default)
-        named = compiled.needs_named_events
-        # A handler that takes the event itself gets every field, by name.
-        selected = log.select(kinds) if named else log.select(kinds, fields)
-        make = log.event_type()
-        try:
-            for batch in selected.to_batches(max_chunksize=65_536):
-                # The loop reads fields by position: those no re-run handler names are None.
-                read = dict(zip(batch.schema.names, batch.columns))
-                rows = zip(
-                    *(read[c].to_pylist() if c in read else repeat(None) for c in log.columns)
-                )
-                compiled.run_batch(
-                    list(map(lambda r: tuple.__new__(make, r), rows)) if named else list(rows)
-                )
-        except HandlerError:
-            raise
-        except Exception as exc:
-            from ..engines.serial import _handler_error  # the serial engine's: on error only
-
-            raise _handler_error(program, rt, exc, log.columns) from exc
-        if rt.future and hist.last_ts is not None:
-            # A full replay applies the timed writes due by its last event (log or
-            # scheduled, the same as RUN's: only reused handlers schedule), no later ones.
-            rt.apply_due(hist.last_ts)
-        new_tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
-        how = "loop"
-    tables = _tables(recorded, new_tables, prep.reused, positions)
-    state = {}
-    for name in program.states:
-        if name in prep.reused_states:
-            # _decide made sure every recorded writer of this state is reused: its recorded
-            # final values are the ones a full replay ends with.
-            # A recorded store not yet read stays so: recording this run links its file.
-            kept = recorded.state.get(name, {})
-            state[name] = kept if type(kept) is LazyStore else dict(kept)
-        else:
-            state[name] = stores[name]
+        new_tables, how = _loop(program, log, prep, events, compiled, rt, hist.last_ts), "loop"
+    tables = _tables(recorded, new_tables, prep.reused, events.positions)
+    state = _final_state(program, recorded, prep, stores)
     check_state({n: d for n, d in state.items() if n not in prep.reused_states})
     wall = time.perf_counter() - started
     notify(Progress(total, total, wall))
@@ -445,16 +217,113 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
     )
     result = Result(tables=tables, state=state, metrics=metrics)
     if history:
-        result.history = recorder.finish(program, log, rt, result)
-        result.history.last_ts = hist.last_ts  # the same events ran as in RUN
-        # Reads of reused state: the values RUN recorded (same signature, same values).
-        for site in probe_sites(program, plan, list(log.columns)):
-            if site.state in prep.reused_states:
-                sig = signature(program, plan, site.handler, site.state, site.text)
-                if sig in hist.probes:
-                    result.history.probes[sig] = hist.probes[sig]
+        result.history = _new_history(program, log, plan, hist, prep, recorder, rt, result)
     info = {"rerun_as": how, "columns_refused": None if how == "columns" else why_not}
     return result, (prep, info)
+
+
+class _Events:
+    """The events the re-run handlers run on: their kinds, and the fields they name."""
+
+    def __init__(self, program: Program, log: Log, prep: Prepared):
+        self.positions = {h.name: i for i, h in enumerate(program.handlers)}
+        self.by_name = {h.name: h for h in program.handlers}
+        self.kinds = sorted({k for h in prep.rerun for k in self.by_name[h].kinds})
+        # Only the re-run handlers' events, and only the fields they name: never the whole log.
+        self.named = _attributes(program, prep.rerun)
+        self.fields = [c for c in log.columns if c in ("lsn", "ts", "kind") or c in self.named]
+        self.log = log
+
+
+def _as_columns(program: Program, prep: Prepared, events: _Events):
+    """The re-run handlers as one polars selection per emit site: a function that runs them
+    and returns their tables, and None; or None and why they run in the loop instead."""
+    log, kinds, sites = events.log, events.kinds, prep.sites
+    # As columns, kinds matter only when the re-run handlers' kinds differ (or one reads
+    # e.kind); text columns are decoded only where an expression uses them (a key's never).
+    same_kinds = all(set(events.by_name[h].kinds) == set(kinds) for h in prep.rerun)
+    wanted = [c for c in events.fields if c != "kind" or not same_kinds or "kind" in events.named]
+    selected = log.select(kinds, wanted, text=False)
+    served = {}
+    for site in sites:
+        arr = served_array(prep.probes[site.number], program.states[site.state].default)
+        if arr is not None and site.default:
+            served[site.number] = arr
+    columns_run, why_not = plan_columns(program, prep.rerun, sites, served, selected)
+    if why_not:
+        why_not = f"the re-run handlers ran in the loop, not as columns: {why_not}"
+    if columns_run is None:
+        return None, why_not
+
+    def run() -> dict:
+        handler_of = {s.number: s.handler for s in sites}
+        values = {n: pl.from_arrow(a) for n, a in served.items() if n in columns_run.reads.values()}
+        return columns_run.run(selected, values, handler_of, set(kinds))
+
+    return run, why_not
+
+
+def _loop(program, log, prep: Prepared, events: _Events, compiled, rt, last_ts) -> dict:
+    """Run the compiled re-run handlers over their events, their served reads taking each
+    probe's values by run number; the tables they emit."""
+    sites = prep.sites
+    ns = compiled.namespace
+    for handler in {s.handler for s in sites}:
+        ns[counter_var(handler)] = itertools.count().__next__
+    for site in sites:
+        default = program.states[site.state].default
+        ns[site.var] = served_list(prep.probes[site.number], site, default)
+    named = compiled.needs_named_events
+    # A handler that takes the event itself gets every field, by name.
+    selected = log.select(events.kinds) if named else log.select(events.kinds, events.fields)
+    make = log.event_type()
+    try:
+        for batch in selected.to_batches(max_chunksize=65_536):
+            # The loop reads fields by position: those no re-run handler names are None.
+            read = dict(zip(batch.schema.names, batch.columns))
+            rows = zip(*(read[c].to_pylist() if c in read else repeat(None) for c in log.columns))
+            compiled.run_batch(
+                list(map(lambda r: tuple.__new__(make, r), rows)) if named else list(rows)
+            )
+    except HandlerError:
+        raise
+    except Exception as exc:
+        from ..engines.serial import _handler_error  # the serial engine's: on error only
+
+        raise _handler_error(program, rt, exc, log.columns) from exc
+    if rt.future and last_ts is not None:
+        # A full replay applies the timed writes due by its last event (log or
+        # scheduled, the same as RUN's: only reused handlers schedule), no later ones.
+        rt.apply_due(last_ts)
+    return {name: build_table(name, rows) for name, rows in rt.rows.items()}
+
+
+def _final_state(program: Program, recorded: Result, prep: Prepared, stores: dict) -> dict:
+    """The re-run states' stores, and the reused states' final values as RUN recorded them."""
+    state = {}
+    for name in program.states:
+        if name in prep.reused_states:
+            # _decide made sure every recorded writer of this state is reused: its recorded
+            # final values are the ones a full replay ends with.
+            # A recorded store not yet read stays so: recording this run links its file.
+            kept = recorded.state.get(name, {})
+            state[name] = kept if type(kept) is LazyStore else dict(kept)
+        else:
+            state[name] = stores[name]
+    return state
+
+
+def _new_history(program, log, plan, hist, prep: Prepared, recorder, rt, result) -> History:
+    """The re-replay's own history: what the re-run loop recorded, and RUN's probes of the
+    reads of reused state (same signature, same values)."""
+    history = recorder.finish(program, log, rt, result)
+    history.last_ts = hist.last_ts  # the same events ran as in RUN
+    for site in probe_sites(program, plan, list(log.columns)):
+        if site.state in prep.reused_states:
+            sig = signature(program, plan, site.handler, site.state, site.text)
+            if sig in hist.probes:
+                history.probes[sig] = hist.probes[sig]
+    return history
 
 
 def _attributes(program: Program, handlers: list[str]) -> set[str]:

@@ -25,9 +25,10 @@ from typing import Any
 from ..io.log import Log
 from ..model.errors import ProgramError
 from ..model.program import Program
-from ._analysis import ModuleInfo, analyse
+from ._analysis import analyse
 from ._build import build_plan
 from ._lint import Finding, lint
+from ._module_info import ModuleInfo
 from .checks import check_against_log, check_program
 from .critical_path import SAMPLE_EVENTS, with_data
 from .ir import (

@@ -11,45 +11,28 @@ are bound to the caller's arguments, so a key built in a helper is written in te
 handler's event. Calls that cannot be followed (recursion through state, a helper passed as a
 value, a state-using callable that is not a plain function) are rejected with the line.
 
-Key expressions are canonicalised: the event argument becomes ``e``, locals assigned once are
-replaced by their value, helpers that only ``return`` an expression are inlined. Two ways of
-writing one key in a handler then give the same text, and the text can be evaluated with the
-event bound to ``e`` in the program's namespace (see ``plan.compile_key``).
+Key expressions are canonicalised (``_canon``): the event argument becomes ``e``, locals
+assigned once are replaced by their value, helpers that only ``return`` an expression are
+inlined. Two ways of writing one key in a handler then give the same text, and the text can be
+evaluated with the event bound to ``e`` in the program's namespace (see ``plan.compile_key``).
+The program's module-level names come from ``_module_info``. This module is the walk.
 """
 
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass
 
-from ..compiler.scopes import Scope, StateResolver, make_scope, no_state, param_names
+from ..compiler.scopes import Scope
 from ..model.errors import ProgramError
 from ..model.program import Program
+from ._canon import MAX_DEPTH, SENTINEL, Canon, bind_arguments, render
+from ._module_info import ModuleInfo
 from .ir import EVENT, Access
 
-__all__ = ["ScheduleCall", "HandlerAccess", "ModuleInfo", "analyse", "EVENT"]
+__all__ = ["ScheduleCall", "HandlerAccess", "analyse", "EVENT"]
 
-_SENTINEL = "__rs_event__"
-_MAX_DEPTH = 40
 _STATE_METHODS = {"get", "set", "add", "merge", "delete"}
-#: Builtins whose result differs between processes or runs: never part of an event key.
-_IMPURE_BUILTINS = {
-    "hash",
-    "id",
-    "input",
-    "open",
-    "print",
-    "eval",
-    "exec",
-    "globals",
-    "locals",
-    "vars",
-    "__import__",
-    "breakpoint",
-    "iter",
-    "next",
-}
 
 
 @dataclass(frozen=True)
@@ -78,273 +61,6 @@ class HandlerAccess:
     notes: tuple[tuple[str, str, int], ...]  # (code, message, line) worth a warning
 
 
-# -- the module ----------------------------------------------------------------------------
-
-
-class ModuleInfo:
-    """Module-level names of a program: state, functions, imports and other bindings."""
-
-    def __init__(self, program: Program):
-        self.program = program
-        self.filename = program.filename
-        self.states = {name: decl.kind for name, decl in program.states.items()}
-        self.resolver = StateResolver(self.states)
-        self.defs: dict[str, ast.FunctionDef | ast.Lambda] = {}
-        self.others: dict[str, ast.AST] = {}
-        self.imports: dict[str, str] = {}
-        self.emit_names: set[str] = set()
-        self.schedule_names: set[str] = set()
-        self.kit_modules: set[str] = set()
-        for node in program.module_ast.body:
-            self._bind(node)
-        self._mentions: set[str] | None = None
-
-    def _bind(self, node: ast.stmt) -> None:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self.defs[node.name] = node
-            self.others.pop(node.name, None)
-        elif isinstance(node, ast.ClassDef):
-            self.others[node.name] = node
-            self.defs.pop(node.name, None)
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                local = alias.asname or alias.name.split(".")[0]
-                self.imports[local] = alias.name if alias.asname else local
-                if alias.name == "restream_kit":
-                    self.kit_modules.add(local)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                local = alias.asname or alias.name
-                self.imports[local] = f"{node.module}.{alias.name}"
-                if node.module.split(".")[0] == "restream_kit":
-                    if alias.name == "emit":
-                        self.emit_names.add(local)
-                    elif alias.name == "schedule":
-                        self.schedule_names.add(local)
-        elif (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Lambda)
-        ):
-            self.defs[node.targets[0].id] = node.value
-        else:
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                    if sub.id not in self.states:
-                        self.defs.pop(sub.id, None)
-                        self.others[sub.id] = node
-
-    def _reaching_state(self) -> set[str]:
-        """Module-level names from which declared state can be reached through references."""
-        refs: dict[str, set[str]] = {}
-        for name, node in list(self.defs.items()) + list(self.others.items()):
-            refs[name] = {
-                sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name) and sub.id != name
-            }
-        reaching = set(self.states)
-        changed = True
-        while changed:
-            changed = False
-            for name, names in refs.items():
-                if name not in reaching and names & reaching:
-                    reaching.add(name)
-                    changed = True
-        return reaching
-
-    def mentions_state(self, name: str) -> bool:
-        """Whether module-level ``name`` (a function or other binding) can reach declared state."""
-        if self._mentions is None:
-            self._mentions = self._reaching_state()
-        return name in self._mentions
-
-
-# -- canonical key expressions ----------------------------------------------------------------
-
-
-class _Canon(ast.NodeTransformer):
-    """Rewrite an expression in terms of the handler's event; note which parts are not pure.
-
-    ``bad`` holds the ids of output nodes that are not a function of the event and module
-    constants (state, locals with no single value, lambdas...), so that the purity of any
-    part of the result (one element of a tuple key) can be told.
-    """
-
-    def __init__(self, walker: _Walker, stack: list[Scope], expanding: frozenset = frozenset()):
-        self.w = walker
-        self.stack = stack
-        self.expanding = expanding
-        self.bad: set[int] = set()
-        self.bound_here: set[str] = set()
-
-    @property
-    def pure(self) -> bool:
-        return not self.bad
-
-    def run(self, node: ast.expr) -> tuple[ast.expr, bool]:
-        out = self.visit(copy.deepcopy(node))
-        return out, self.pure
-
-    def part_is_pure(self, node: ast.AST) -> bool:
-        return not any(id(n) in self.bad for n in ast.walk(node))
-
-    def _taint(self, node: ast.AST) -> ast.AST:
-        self.bad.add(id(node))
-        return node
-
-    def _comprehension(self, node: ast.AST) -> ast.AST:
-        for gen in node.generators:
-            for sub in ast.walk(gen.target):
-                if isinstance(sub, ast.Name):
-                    self.bound_here.add(sub.id)
-        return self.generic_visit(node)
-
-    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
-
-    def _impure(self, node: ast.AST) -> ast.AST:
-        return self._taint(self.generic_visit(node))
-
-    visit_Lambda = visit_Await = visit_Yield = visit_YieldFrom = _impure
-
-    def visit_NamedExpr(self, node: ast.NamedExpr) -> ast.AST:
-        # ``(k := v)`` is the value ``v``.
-        return self.visit(node.value)
-
-    def _inner(self, inner: _Canon, value: ast.expr) -> ast.expr:
-        out = inner.visit(copy.deepcopy(value))
-        self.bad |= inner.bad
-        return out
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        if not isinstance(node.ctx, ast.Load) or node.id in self.bound_here:
-            return node
-        where, payload = self.w.lookup(node.id, self.stack)
-        if where == "state":
-            return self._taint(node)
-        if where == "local":
-            index = payload
-            scope = self.stack[index]
-            if node.id in scope.subst:
-                value, pure = scope.subst[node.id]
-                out = copy.deepcopy(value)
-                return out if pure else self._taint(out)
-            marker = (id(scope.node), node.id)
-            if (
-                node.id in scope.simple
-                and marker not in self.expanding
-                and len(self.expanding) < _MAX_DEPTH
-            ):
-                inner = _Canon(self.w, self.stack[: index + 1], self.expanding | {marker})
-                return self._inner(inner, scope.simple[node.id])
-            return self._taint(node)
-        if where in ("def", "module") and self.w.mod.mentions_state(node.id):
-            return self._taint(node)
-        if where == "builtin" and node.id in _IMPURE_BUILTINS:
-            return self._taint(node)
-        return node
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        func = node.func
-        if isinstance(func, ast.Name) and func.id not in self.bound_here:
-            where, payload = self.w.lookup(func.id, self.stack)
-            if where == "def":
-                inlined = self._inline(func.id, node)
-                if inlined is not None:
-                    return inlined
-        return self.generic_visit(node)
-
-    def _inline(self, name: str, call: ast.Call) -> ast.expr | None:
-        """Inline a pure helper whose body is one ``return`` of an expression."""
-        fn = self.w.mod.defs[name]
-        if self.w.mod.mentions_state(name) or len(self.expanding) >= _MAX_DEPTH:
-            return None
-        if isinstance(fn, ast.Lambda):
-            result = fn.body
-        else:
-            body = [s for s in fn.body if not _is_docstring(s)]
-            if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
-                return None
-            result = body[0].value
-        marker = (id(fn), name)
-        if marker in self.expanding:
-            return None
-        binding = _bind_arguments(fn.args, call)
-        if binding is None:
-            return None
-        scope = make_scope(fn, no_state)
-        for param, arg in binding.items():
-            if arg is None:
-                return None
-            value, pure = (
-                _Canon(self.w, self.stack, self.expanding).run(arg)
-                if param[1]
-                else (_Canon(self.w, [], self.expanding).run(arg))
-            )
-            scope.subst[param[0]] = (value, pure)
-        if set(param_names(fn.args)) - set(scope.subst):
-            return None
-        return self._inner(_Canon(self.w, [scope], self.expanding | {marker}), result)
-
-
-def _is_docstring(stmt: ast.stmt) -> bool:
-    return (
-        isinstance(stmt, ast.Expr)
-        and isinstance(stmt.value, ast.Constant)
-        and isinstance(stmt.value.value, str)
-    )
-
-
-def _bind_arguments(
-    args: ast.arguments, call: ast.Call
-) -> dict[tuple[str, bool], ast.expr | None] | None:
-    """Map each parameter to (argument, from the caller) or (default, from the definition).
-
-    None when the call cannot be bound statically (``*args``, ``**kwargs``, unknown names).
-    """
-    if any(isinstance(a, ast.Starred) for a in call.args) or any(
-        k.arg is None for k in call.keywords
-    ):
-        return None
-    if args.vararg or args.kwarg:
-        return None
-    positional = args.posonlyargs + args.args
-    if len(call.args) > len(positional):
-        return None
-    out: dict[tuple[str, bool], ast.expr | None] = {}
-    given: dict[str, ast.expr] = {}
-    for param, arg in zip(positional, call.args):
-        given[param.arg] = arg
-    for kw in call.keywords:
-        if kw.arg in given or kw.arg not in {a.arg for a in args.args + args.kwonlyargs}:
-            return None
-        given[kw.arg] = kw.value
-    defaults = dict(
-        zip([a.arg for a in positional][len(positional) - len(args.defaults) :], args.defaults)
-    )
-    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
-    for param in positional + args.kwonlyargs:
-        if param.arg in given:
-            out[(param.arg, True)] = given[param.arg]
-        elif param.arg in defaults:
-            out[(param.arg, False)] = defaults[param.arg]
-        else:
-            return None
-    return out
-
-
-def render(expr: ast.expr) -> tuple[str, bool]:
-    """The text of a canonical expression with the event named ``e``; False if ``e`` clashes."""
-    clash = any(isinstance(n, ast.Name) and n.id == EVENT for n in ast.walk(expr))
-    renamed = copy.deepcopy(expr)
-    for sub in ast.walk(renamed):
-        if isinstance(sub, ast.Name) and sub.id == _SENTINEL:
-            sub.id = EVENT
-    return ast.unparse(renamed), not clash
-
-
-# -- the walk -------------------------------------------------------------------------------
-
-
 class _Walker:
     """Walks one handler and every helper it calls, recording what they do."""
 
@@ -362,18 +78,6 @@ class _Walker:
 
     # names
 
-    def lookup(self, name: str, stack: list[Scope]) -> tuple[str, object]:
-        found = self.mod.resolver.binding(name, stack)
-        if found is not None:
-            return found
-        if name in self.mod.states:
-            return "state", name
-        if name in self.mod.defs:
-            return "def", name
-        if name in self.mod.others or name in self.mod.imports:
-            return "module", name
-        return "builtin", name
-
     def state_of(self, node: ast.AST, stack: list[Scope]) -> str | None:
         return self.mod.resolver.state_of(node.id, stack) if isinstance(node, ast.Name) else None
 
@@ -389,7 +93,7 @@ class _Walker:
     # recording
 
     def canon(self, expr: ast.expr, stack: list[Scope]) -> tuple[ast.expr, bool]:
-        return _Canon(self, stack).run(expr)
+        return Canon(self.mod, stack).run(expr)
 
     def record(
         self,
@@ -404,7 +108,7 @@ class _Walker:
         if key is None:
             text, event_key = None, not whole
         else:
-            canon = _Canon(self, stack)
+            canon = Canon(self.mod, stack)
             expr, pure = canon.run(key)
             text, no_clash = render(expr)
             event_key = pure and no_clash
@@ -446,7 +150,7 @@ class _Walker:
         return where == "module" and name not in self.mod.imports and self.mod.mentions_state(name)
 
     def visit_Name(self, node: ast.Name, stack: list[Scope]) -> None:
-        where, payload = self.lookup(node.id, stack)
+        where, payload = self.mod.lookup(node.id, stack)
         if not isinstance(node.ctx, ast.Load):
             return
         if where == "state":
@@ -559,7 +263,7 @@ class _Walker:
                     self._output(node, func.attr, stack)
                     return
         if isinstance(func, ast.Name):
-            where, payload = self.lookup(func.id, stack)
+            where, payload = self.mod.lookup(func.id, stack)
             if where == "builtin" or where == "module":
                 if func.id in self.mod.emit_names:
                     self._output(node, "emit", stack)
@@ -582,7 +286,7 @@ class _Walker:
                     "function defined with def; make it a plain module-level function",
                 )
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            where, _ = self.lookup(func.value.id, stack)
+            where, _ = self.mod.lookup(func.value.id, stack)
             if self._reaches_state(where, func.value.id):
                 raise self.error(
                     node.lineno,
@@ -647,7 +351,7 @@ class _Walker:
         self, node: ast.Call, fn: ast.AST, name: str, outer: list[Scope], stack: list[Scope]
     ) -> None:
         """Walk a called function with its parameters bound to this call's arguments."""
-        binding = _bind_arguments(fn.args, node)
+        binding = bind_arguments(fn.args, node)
         state_args = [a for a in node.args if self.state_of(a, stack)] + [
             k.value for k in node.keywords if self.state_of(k.value, stack)
         ]
@@ -661,7 +365,7 @@ class _Walker:
                 )
             self.children(node, stack)
             return
-        if name in self.calls or len(self.calls) >= _MAX_DEPTH:
+        if name in self.calls or len(self.calls) >= MAX_DEPTH:
             if reaches:
                 raise self.error(
                     node.lineno,
@@ -731,7 +435,7 @@ def analyse(
     for h in program.handlers:
         walker = _Walker(mod, h.name)
         scope = mod.resolver.scope(h.node)
-        scope.subst[h.event_arg] = (ast.Name(id=_SENTINEL, ctx=ast.Load()), True)
+        scope.subst[h.event_arg] = (ast.Name(id=SENTINEL, ctx=ast.Load()), True)
         walker.function(h.node, [scope])
         reached[h.name] = walker.reached
         out.append(

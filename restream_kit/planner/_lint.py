@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ._analysis import ModuleInfo
+from ._module_info import ModuleInfo
 
 __all__ = ["Finding", "lint"]
 

@@ -76,11 +76,18 @@ def grind(e):
 _WATCH_JS = """() => {
     const node = window.jupyterapp.shell.currentWidget.content.node;
     window.__restream = {labels: [], status: {}, t0: Date.now()};
-    const seen = () => {
-        for (const el of node.querySelectorAll('.widget-label')) {
-            const text = el.textContent;
-            const labels = window.__restream.labels;
-            if (/% of/.test(text) && labels[labels.length - 1] !== text) labels.push(text);
+    // Every text a label takes, from the mutation records themselves: several updates that
+    // arrive before the observer runs would otherwise show only the last one.
+    const label = (text) => {
+        const labels = window.__restream.labels;
+        if (/% of/.test(text) && labels[labels.length - 1] !== text) labels.push(text);
+    };
+    const seen = (records) => {
+        for (const record of records) {
+            const el = record.target.nodeType === 1 ? record.target : record.target.parentElement;
+            if (!el || !el.closest('.widget-label')) continue;
+            if (record.type === 'characterData') label(record.target.data);
+            for (const added of record.addedNodes) label(added.textContent);
         }
         for (const el of node.querySelectorAll('.restream-status')) {
             const s = el.dataset.status;

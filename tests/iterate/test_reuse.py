@@ -140,6 +140,15 @@ def test_nothing_is_reused_on_another_log_or_after_an_upstream_edit():
     assert_same(got, rk.replay(upstream, log))
 
 
+def test_a_checkpointed_replay_reuses_nothing_and_says_which_option(tmp_path):
+    log = rk.Log(rk.Log(SOCIAL).table.slice(0, 5_000))
+    v1 = rk.replay(ANTISPAM, log, history=True)
+    got = rk.replay(STRICTER, log, reuse=v1, checkpoint=str(tmp_path / "ck"))
+    assert got.reuse["reused_stages"] == []
+    assert "checkpoint is given (a re-replay is one whole replay)" in got.reuse["reuse_reason"]
+    assert_same(got, rk.replay(STRICTER, log))
+
+
 def test_reads_no_probe_serves_rerun_the_writers_of_that_state_and_say_why():
     log = rk.Log(SOCIAL)
     v1 = rk.replay(ANTISPAM, log, history=True)

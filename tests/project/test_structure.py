@@ -45,12 +45,9 @@ REASON_WORDS = 8
 
 # Who owns what is still listed below (the other halves of issues 32, 34 and 36).
 RUNTIME = "owned by the one positioned runtime of issue 36 (runtime/, spark/passes/_task...)"
-PASSES = "owned by issue 36's typed pass sources (spark/passes: a source a class, one method)"
 WINSPARK = "owned by issue 34's Spark windows in their stage's pass (spark/passes/_plan...)"
 WINDOWS = "owned by issue 34's serial windows (runtime/windows.py, compiler/expand_windows.py)"
 SCALE = "owned by issue 32's executor-side URI logs and results (io/log.py, spark/_uri_log.py)"
-REUSE = "owned by issue 32's whole-process --reuse (iterate/reuse.py, io/catalog.py)"
-LATER = "left by issue 36's structure pass: to split by what a newcomer looks for"
 
 
 #: Imports made inside a function on purpose, for good: (file or folder, module or package it
@@ -94,67 +91,24 @@ TIME_TRAVEL_HOME = "restream_kit/runtime/"
 #: Functions over the limit without a reason yet: "path::qualified.name" -> who removes it.
 PENDING_LONG_FUNCTIONS: dict[str, str] = {
     "restream_kit/engines/serial.py::replay": RUNTIME,
-    "restream_kit/engines/spark/_uri_log.py::_read": SCALE,
-    "restream_kit/engines/spark/passes/_driver.py::run_jobs": SCALE,
-    "restream_kit/engines/spark/passes/_epochs.py::run_checkpointed": SCALE,
     "restream_kit/engines/spark/passes/_plain.py::run_plain": RUNTIME,
     "restream_kit/engines/spark/passes/_plan.py::_plan": WINSPARK,
-    "restream_kit/engines/spark/passes/_setup.py::prepare": SCALE,
     "restream_kit/engines/spark/passes/_task.py::PassTask._run": RUNTIME,
-    "restream_kit/iterate/reuse.py::_rereplay": REUSE,
 }
 #: Modules over the limit: path -> who splits it.
 PENDING_LONG_MODULES: dict[str, str] = {
-    "restream_kit/engines/spark/passes/_driver.py": SCALE,
     "restream_kit/engines/spark/passes/_plan.py": WINSPARK,
-    "restream_kit/engines/spark/passes/_setup.py": SCALE,
     "restream_kit/engines/spark/passes/_task.py": RUNTIME,
-    "restream_kit/io/catalog.py": REUSE,
     "restream_kit/io/log.py": SCALE,
-    "restream_kit/iterate/reuse.py": REUSE,
-    "restream_kit/planner/_analysis.py": LATER,
-    "restream_kit/workbench.py": LATER,
 }
 #: Imports inside a function not yet moved to the module's top: (path, module) -> owner.
 PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     ("restream_kit/engines/serial.py", "restream_kit.history.recorder"): RUNTIME,
-    ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark._program_ref"): LATER,
-    ("restream_kit/engines/spark/_history.py", "restream_kit.engines.spark.passes._rows"): LATER,
-    ("restream_kit/engines/spark/_uri_log.py", "restream_kit.engines.spark._events"): SCALE,
-    ("restream_kit/engines/spark/_uri_log.py", "restream_kit.planner.checks"): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_driver.py",
-        "restream_kit.engines.spark.passes._epochs",
-    ): SCALE,
     ("restream_kit/engines/spark/passes/_lookup_stages.py", "ast"): WINSPARK,
     ("restream_kit/engines/spark/passes/_plain.py", "restream_kit.engines.spark._history"): RUNTIME,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.model.errors"): WINSPARK,
     ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.planner"): WINSPARK,
-    ("restream_kit/engines/spark/passes/_setup.py", "ast"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "pyarrow"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.engines.spark._events"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.engines.spark._keys"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.engines.spark._uri_log"): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_setup.py",
-        "restream_kit.engines.spark.passes._local_arrangement",
-    ): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_setup.py",
-        "restream_kit.engines.spark.passes._start_shares",
-    ): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_setup.py",
-        "restream_kit.engines.spark.passes._zipped",
-    ): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "restream_kit.io.log"): SCALE,
-    ("restream_kit/engines/spark/passes/_setup.py", "tempfile"): SCALE,
-    (
-        "restream_kit/engines/spark/passes/_start_shares.py",
-        "restream_kit.engines.spark.passes._setup",
-    ): RUNTIME,
     ("restream_kit/engines/spark/passes/_task.py", "restream_kit.engines.spark._history"): RUNTIME,
-    ("restream_kit/engines/spark/passes/_zipped.py", "uuid"): PASSES,
 }
 #: A rule's message written again: (path, pattern) -> owner.
 PENDING_RULE_COPIES: dict[tuple[str, str], str] = {}

@@ -45,8 +45,8 @@ from ._path import lowers, prefix_choice
 from ._uri_log import copy_facts
 from ._uri_log import describe as _describe_uri
 from ._waves import in_waves
-from .passes._driver import _TaskError as _PassTaskError
 from .passes._driver import run_passes
+from .passes._jobs import TaskError as _PassTaskError
 from .passes._plan import passes_of
 from .prefix._commits import Carried, why_not_resumed
 from .prefix._driver import default_epoch, run_prefix

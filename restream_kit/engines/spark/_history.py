@@ -39,8 +39,9 @@ from ...compiler.lower import Arith, Col, Lit, Lowered, Neg
 from ...history.probes import ABSENT, hook_source
 from ...history.recorder import History, RecordedProbe, recorded_sites
 from ..options import SparkOptions
+from ._program_ref import key_function
 from .passes._plan import SINGLE
-from .passes._rows import HIST, dumps
+from .passes._rows import AFTER_RUN, HIST, PH_LOG, dumps
 from .prefix._columnar import _align, _dtype, _keyed, combine_deltas
 
 __all__ = [
@@ -355,9 +356,6 @@ class TaskHistory:
     def hook(self, h: int) -> Any:
         """For the general pass loop: a function ``(ev, pos)`` that records handler ``h``'s
         probes at log events (None when it reads none)."""
-        from ._program_ref import key_function
-        from .passes._rows import AFTER_RUN, PH_LOG
-
         mine = [
             (self.lists[slot].append, self.stores[state], key_function(key, self.program))
             for slot, hh, state, key, _hook in self.sites

@@ -34,6 +34,8 @@ from ...compiler.lower import ColumnFacts
 from ...io._ordered import OrderedCopy
 from ...io.log import DEFAULT_KIND, RESERVED, Log, LogSummary, own_columns, private_dir
 from ...model.errors import LogError, RestreamError
+from ...planner.checks import EVENT_ATTRIBUTES
+from ._events import _SAFE, rowless_events
 
 __all__ = ["describe", "uri_frame", "uri_events", "copy_facts"]
 
@@ -149,8 +151,6 @@ def _read_copy(session: Any, copy: OrderedCopy, summary: LogSummary) -> Any:
 
 def uri_events(log: Log) -> Any:
     """The engine's view of the log's columns (no rows: those stay in Spark)."""
-    from ._events import _SAFE, rowless_events
-
     schema = log.summary.schema
     for f in schema:
         if not any(check(f.type) for check in _SAFE):
@@ -173,26 +173,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _read(session: Any, log: Log) -> Any:
+    """The canonical log's DataFrame of ``log.uri``, in log order (see the module docstring)."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as ST
 
     uri = log.uri
     source = log.sources[0]
-    suffix = PurePosixPath(urlparse(uri).path).suffix.lower()
-    csv = suffix in (".csv", ".tsv", ".txt")
-    try:
-        if csv:
-            sep = "\t" if suffix == ".tsv" else ","
-            raw = session.read.options(header=True, inferSchema=True, sep=sep).csv(uri)
-        elif suffix in (".parquet", ".pq", ""):
-            raw = session.read.parquet(uri)
-        else:
-            raise LogError("unknown log format (use .parquet or .csv)", path=uri)
-        fields = {f.name: f.dataType for f in raw.schema.fields}
-    except LogError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - e.g. PATH_NOT_FOUND: one line, naming the URI
-        raise LogError(f"Spark cannot read the log: {_first_line(exc)}", path=uri) from None
+    raw, fields, csv = _scan(session, uri)
     # The time column named by ts= becomes ts, as Log makes it; the same checks and errors.
     own_columns(_empty_like(raw), source)
     renamed = source.ts is not None and source.ts != "ts"
@@ -215,6 +201,39 @@ def _read(session: Any, log: Log) -> Any:
         kind = F.coalesce(F.col("kind").cast("string"), F.lit(kind_name))
     else:
         kind = F.lit(kind_name)
+    rest = _other_columns(fields, csv)
+    if "lsn" in fields:
+        return _with_lsn(df, fields, uri, ts, kind, rest)
+    return _numbered(df, fields, ts, kind, rest)
+
+
+def _scan(session: Any, uri: str) -> tuple[Any, dict, bool]:
+    """Spark's scan of ``uri`` (Parquet, or CSV with a header), its columns' Spark types, and
+    whether it is CSV; a :class:`LogError` naming the URI when Spark cannot read it."""
+    suffix = PurePosixPath(urlparse(uri).path).suffix.lower()
+    csv = suffix in (".csv", ".tsv", ".txt")
+    try:
+        if csv:
+            sep = "\t" if suffix == ".tsv" else ","
+            raw = session.read.options(header=True, inferSchema=True, sep=sep).csv(uri)
+        elif suffix in (".parquet", ".pq", ""):
+            raw = session.read.parquet(uri)
+        else:
+            raise LogError("unknown log format (use .parquet or .csv)", path=uri)
+        fields = {f.name: f.dataType for f in raw.schema.fields}
+    except LogError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. PATH_NOT_FOUND: one line, naming the URI
+        raise LogError(f"Spark cannot read the log: {_first_line(exc)}", path=uri) from None
+    return raw, fields, csv
+
+
+def _other_columns(fields: dict, csv: bool) -> list:
+    """The log's own columns but the reserved ones, as they are (a CSV's small integers as
+    int64, as pyarrow reads them)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as ST
+
     rest = []
     for name, typ in fields.items():
         if name in RESERVED:
@@ -224,24 +243,39 @@ def _read(session: Any, log: Log) -> Any:
         if csv and isinstance(typ, (ST.IntegerType, ST.ShortType, ST.ByteType)):
             col = col.cast("bigint")
         rest.append(col.alias(name))
-    if "lsn" in fields:
-        if not isinstance(fields["lsn"], ST.IntegralType):
-            raise LogError(
-                f"lsn has type {fields['lsn'].simpleString()}; it must be an integer",
-                path=uri,
-                column="lsn",
-            )
-        df = df.select(
-            F.col("lsn").cast("bigint").alias("lsn"), ts.alias("ts"), kind.alias("kind"), *rest
+    return rest
+
+
+def _with_lsn(df: Any, fields: dict, uri: str, ts: Any, kind: Any, rest: list) -> Any:
+    """A log with its own ``lsn`` column: sorted by (``ts``, ``lsn``), its ``lsn`` checked
+    (integers, none null, none twice)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as ST
+
+    if not isinstance(fields["lsn"], ST.IntegralType):
+        raise LogError(
+            f"lsn has type {fields['lsn'].simpleString()}; it must be an integer",
+            path=uri,
+            column="lsn",
         )
-        nulls, rows, distinct = df.agg(
-            F.count(F.lit(1)) - F.count("lsn"), F.count(F.lit(1)), F.countDistinct("lsn")
-        ).first()
-        if nulls:
-            raise LogError("lsn is null", path=uri, column="lsn")
-        if distinct != rows:
-            raise LogError("an lsn is duplicated", path=uri, column="lsn")
-        return df.orderBy("ts", "lsn").localCheckpoint(eager=True)
+    df = df.select(
+        F.col("lsn").cast("bigint").alias("lsn"), ts.alias("ts"), kind.alias("kind"), *rest
+    )
+    nulls, rows, distinct = df.agg(
+        F.count(F.lit(1)) - F.count("lsn"), F.count(F.lit(1)), F.countDistinct("lsn")
+    ).first()
+    if nulls:
+        raise LogError("lsn is null", path=uri, column="lsn")
+    if distinct != rows:
+        raise LogError("an lsn is duplicated", path=uri, column="lsn")
+    return df.orderBy("ts", "lsn").localCheckpoint(eager=True)
+
+
+def _numbered(df: Any, fields: dict, ts: Any, kind: Any, rest: list) -> Any:
+    """A log without an ``lsn``: sorted by time and position in the input, and numbered from 0
+    in that order."""
+    from pyspark.sql import functions as F
+
     ordered = (
         df.select(ts.alias("ts"), kind.alias("kind"), *rest, "_rs_f", "_rs_b", "_rs_m")
         .orderBy("ts", "_rs_f", "_rs_b", "_rs_m")
@@ -324,8 +358,6 @@ def _summarize(base: Any) -> tuple[LogSummary, dict]:
     from pyspark.sql import functions as F
     from pyspark.sql import types as ST
     from pyspark.sql.pandas.types import to_arrow_schema
-
-    from ...planner.checks import EVENT_ATTRIBUTES
 
     others = [c for c in base.columns if c not in EVENT_ATTRIBUTES]
     ints = [

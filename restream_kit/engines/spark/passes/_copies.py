@@ -10,7 +10,7 @@ before the run (:class:`CopyFeed`): a plain dict, so whole reads (``len``, ``for
 cost what they cost serially, and keys come in the serial engine's insertion order.
 
 A reading pass by log order that runs log events only is split into contiguous ranges of
-the log (``passes._setup.copy_ranges``): each partition then needs only the state as of its
+the log (``passes._ranges.copy_ranges``): each partition then needs only the state as of its
 range's start and the versions within its range, so that the versions are spread over the
 partitions instead of every partition applying all of them.
 """

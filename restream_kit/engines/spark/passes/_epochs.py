@@ -10,7 +10,7 @@ tasks' reports together and commits them epoch by epoch once the passes are done
 creation), each root event's count of scheduled events, and the runs quarantined so far.
 
 A resume or a ``start_from`` runs once over the log's events after the committed epoch, its
-passes fed that epoch's state as rows (:func:`_carry_frame`): a state's values go to every
+passes fed that epoch's state as rows (``passes._carry.carry_frame``): a state's values go to every
 pass that holds it (tag ``TAG_STATE``, before everything), a timed write to the holders of its
 state and a scheduled event to the passes of its kind, at positions that sort before whatever
 a run makes at the same time. So a serial engine's checkpoint can start a Spark replay and
@@ -45,14 +45,12 @@ from ....io.checkpoint import (
 from ....io.epochs import Epoch, cut
 from ....io.progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
 from ....io.result import Result, build_table
-from ...serial import RESERVED_FIELDS, ScheduledEvent, SerialRuntime
-from .._codec import encode_key
-from .._program_ref import key_function
+from ...serial import ScheduledEvent, SerialRuntime
 from . import _rows as W
+from ._carry import carry_frame
 from ._copies import in_serial_order
-from ._driver import Ran, _names, run_jobs, shared_passes
 from ._emitted import committed_rows, emitted_rows, emitted_tables
-from ._plan import BY_KEY, ORDER, SINGLE
+from ._jobs import Ran, run_jobs, shared_passes, stage_names
 from ._results import finish_finals, handler_names, make_result
 from ._rows import PH_LOG
 from ._setup import Setup, wave_end
@@ -61,20 +59,6 @@ from ._start_shares import Starts, deal
 __all__ = ["run_checkpointed", "start_state"]
 
 _FIRST = -(1 << 63)  # the position of a state row: before every event
-# A restored entry's run: before any run (its bytes sort first, and name no real run).
-_RESTORED = bytes(W.RUN_HEAD.size)
-_CARRY_SCHEMA = pa.schema(
-    [
-        ("_rs_dest", pa.int32()),
-        ("_rs_t", pa.int64()),
-        ("_rs_ph", pa.int8()),
-        ("_rs_o", pa.int64()),
-        ("_rs_sub", pa.binary()),
-        ("_rs_tag", pa.int8()),
-        ("_rs_pk", pa.string()),
-        ("_rs_b", pa.binary()),
-    ]
-)
 
 
 def start_state(rep: Any) -> dict | None:
@@ -105,67 +89,14 @@ def run_checkpointed(setup: Setup) -> Result:
     ]
     until = rep.until
     epochs, ends = _ends(setup, epochs, until)
-    rep.notify(ReplayStarted("spark", total, len(epochs), _names(setup.pp), log.span_ms))
-    events, carry, starts = setup.df, None, None
-    if begun.state is not None:
-        after = log.rows_at([begun.done - 1], ["lsn"]).column("lsn")[0].as_py()
-        if setup.local:  # each task's share of the start, beside its events after it
-            starts = deal(setup, begun.state, after, setup.partitions)
-        else:  # the log after the start, and the start's state and waiting entries as rows
-            events = events.where(f"lsn > {after}")
-            frames = shared_passes(setup, begun.state)  # (a share each: ``passes._start_shares``)
-            carry = _carry_frame(setup, begun.state, skip=frozenset(frames))
-            starts = Starts(after, frames=frames)
-    if epochs:
-        reach = epochs[-1].stop  # (a wave's end, for its progress)
-        ran = run_jobs(setup, events, carry, (begun.done, reach), total, bounds=ends, starts=starts)
-    else:  # a complete checkpoint resumed: nothing is left to run
-        ran = Ran(finals={name: dict(begun.state["stores"][name]) for name in program.states})
+    rep.notify(ReplayStarted("spark", total, len(epochs), stage_names(setup.pp), log.span_ms))
+    ran = _run(setup, begun, epochs, ends, total)
     finish_finals(program, ran)
     if not ends:  # one epoch: its tasks emitted their rows as without a checkpoint
         ran.emitted_at[0] = (ran.emitted, ran.emitted_columns)
     names = handler_names(program)
-    quarantined = sorted(ran.quarantined, key=lambda q: (q[0], q[1]))
-    seen = dict.fromkeys(begun.rows)  # the tables emitted so far
-    every: tuple[list, dict] = ([], {})  # all epochs' rows, for the tables
     kept = _Kept(begun) if until is not None and ck is not None else None
-    for j, ep in enumerate(epochs):
-        rep._check_cancel()
-        rep.notify(EpochStarted(ep.index, len(ep)))
-        committing = time.perf_counter()
-        last = j == len(epochs) - 1
-        final = last and until is None  # (a wave's last epoch is committed from its end)
-        rows, columns = ran.emitted_at.get(j, ([], {}))
-        every[0].extend(rows)
-        for name, chunks in columns.items():
-            every[1].setdefault(name, []).extend(chunks)
-        new_rows = committed_rows(rows, columns, names)
-        seen.update(dict.fromkeys(new_rows))
-        # Every table emitted so far, as the serial engine commits them (empty: none now).
-        new_rows = {name: new_rows.get(name, []) for name in seen}
-        failed = [q[2] for q in quarantined if final or q[0][:3] <= ends[j]]
-        if final:
-            state = _state_after(program, ran.finals, [], begun.quarantined + failed)
-            state["scheduled_total"] = begun.scheduled + ran.scheduled
-        else:
-            stores, made, orders = ran.snapshots.get(j, ({}, 0, {}))
-            stores = {name: stores.get(name, {}) for name in program.states}
-            in_serial_order(stores, orders)
-            state = _state_after(
-                program, stores, ran.carried.get(j, []), begun.quarantined + failed
-            )
-            state["scheduled_total"] = begun.scheduled + made
-        if ck is not None:  # written beside the next epoch's or wave's work
-            ck.commit_soon(ep.index, ep.stop, state, new_rows, last=final)
-            if final:
-                ck.flush()  # (a replay returns with its checkpoint complete)
-        if kept is not None:
-            kept.add(ep, state, new_rows)
-        outputs = emitted_tables(rows, columns, names)
-        settled = None if final else ends[j][0]
-        elapsed = time.perf_counter() - committing
-        rep.notify(EpochFinished(ep.index, ep.stop, elapsed, outputs, settled))
-        rep.notify(Progress(ep.stop, total, time.perf_counter() - setup.started))
+    every = _commit(setup, ck, kept, epochs, ends, ran, begun)
     if kept is not None and kept.last is not None:  # a wave: the next starts from it as it is
         rep.begun, rep.opened, rep.carried = kept.begun(), (ck, kept.start()), kept
     if ck is not None:
@@ -185,11 +116,102 @@ def run_checkpointed(setup: Setup) -> Result:
     rep.notify(ReplayFinished(total, time.perf_counter() - setup.started))
     replayed = total if start is None or start.resumed else total - start.done
     earlier = [((_FIRST, 0, i, b""), 0, row) for i, row in enumerate(begun.quarantined)]
+    quarantined = _quarantined(ran)
     result = make_result(setup, ran, tables, replayed, len(epochs), earlier + quarantined)
     result.warnings[:0] = begun.notes
     if start is not None and start.resumed:
         result.resumed_from_epoch = start.next_epoch
     return result
+
+
+def _run(setup: Setup, begun: _Begun, epochs: list[Epoch], ends: tuple, total: int) -> Ran:
+    """The passes' run over the events after ``begun``'s start, fed its state: dealt to the
+    tasks where the driver arranges the events, else as rows (and shares of their own,
+    ``passes._start_shares``). Nothing runs when a complete checkpoint is resumed."""
+    events, carry, starts = setup.df, None, None
+    if begun.state is not None:
+        after = setup.log.rows_at([begun.done - 1], ["lsn"]).column("lsn")[0].as_py()
+        if setup.local:  # each task's share of the start, beside its events after it
+            starts = deal(setup, begun.state, after, setup.partitions)
+        else:  # the log after the start, and the start's state and waiting entries as rows
+            events = events.where(f"lsn > {after}")
+            frames = shared_passes(setup, begun.state)  # (a share each: ``passes._start_shares``)
+            carry = carry_frame(setup, begun.state, skip=frozenset(frames))
+            starts = Starts(after, frames=frames)
+    if not epochs:  # a complete checkpoint resumed: nothing is left to run
+        states = setup.program.states
+        return Ran(finals={name: dict(begun.state["stores"][name]) for name in states})
+    reach = epochs[-1].stop  # (a wave's end, for its progress)
+    return run_jobs(setup, events, carry, (begun.done, reach), total, bounds=ends, starts=starts)
+
+
+def _quarantined(ran: Ran) -> list:
+    """The runs the tasks quarantined, in the serial engine's order (position, handler)."""
+    return sorted(ran.quarantined, key=lambda q: (q[0], q[1]))
+
+
+def _commit(
+    setup: Setup,
+    ck: Any,
+    kept: _Kept | None,
+    epochs: list[Epoch],
+    ends: tuple,
+    ran: Ran,
+    begun: _Begun,
+) -> tuple[list, dict]:
+    """Commit each epoch's state and rows to the checkpoint ``ck`` (and to ``kept``, a wave's),
+    as the serial engine commits them, telling the replay's listeners; all epochs' rows."""
+    rep, program = setup.rep, setup.program
+    names = handler_names(program)
+    quarantined = _quarantined(ran)
+    seen = dict.fromkeys(begun.rows)  # the tables emitted so far
+    every: tuple[list, dict] = ([], {})  # all epochs' rows, for the tables
+    total = len(setup.log)
+    for j, ep in enumerate(epochs):
+        rep._check_cancel()
+        rep.notify(EpochStarted(ep.index, len(ep)))
+        committing = time.perf_counter()
+        last = j == len(epochs) - 1
+        final = last and rep.until is None  # (a wave's last epoch is committed from its end)
+        rows, columns = ran.emitted_at.get(j, ([], {}))
+        every[0].extend(rows)
+        for name, chunks in columns.items():
+            every[1].setdefault(name, []).extend(chunks)
+        new_rows = committed_rows(rows, columns, names)
+        seen.update(dict.fromkeys(new_rows))
+        # Every table emitted so far, as the serial engine commits them (empty: none now).
+        new_rows = {name: new_rows.get(name, []) for name in seen}
+        failed = [q[2] for q in quarantined if final or q[0][:3] <= ends[j]]
+        state = _epoch_state(program, ran, begun, j, final, begun.quarantined + failed)
+        if ck is not None:  # written beside the next epoch's or wave's work
+            ck.commit_soon(ep.index, ep.stop, state, new_rows, last=final)
+            if final:
+                ck.flush()  # (a replay returns with its checkpoint complete)
+        if kept is not None:
+            kept.add(ep, state, new_rows)
+        outputs = emitted_tables(rows, columns, names)
+        settled = None if final else ends[j][0]
+        elapsed = time.perf_counter() - committing
+        rep.notify(EpochFinished(ep.index, ep.stop, elapsed, outputs, settled))
+        rep.notify(Progress(ep.stop, total, time.perf_counter() - setup.started))
+    return every
+
+
+def _epoch_state(
+    program: Any, ran: Ran, begun: _Begun, j: int, final: bool, quarantined: list
+) -> dict:
+    """The serial engine's state after epoch ``j`` (the replay's end when ``final``), from
+    what the tasks reported, with the events scheduled in all so far."""
+    if final:
+        state = _state_after(program, ran.finals, [], quarantined)
+        state["scheduled_total"] = begun.scheduled + ran.scheduled
+        return state
+    stores, made, orders = ran.snapshots.get(j, ({}, 0, {}))
+    stores = {name: stores.get(name, {}) for name in program.states}
+    in_serial_order(stores, orders)
+    state = _state_after(program, stores, ran.carried.get(j, []), quarantined)
+    state["scheduled_total"] = begun.scheduled + made
+    return state
 
 
 def _ends(setup: Setup, epochs: list[Epoch], until: int | None) -> tuple[list[Epoch], tuple]:
@@ -403,63 +425,3 @@ def _serial_op(op: tuple, state: str, key: Any) -> tuple[str, Any, Any]:
     if op[0] == "del":
         return "del", key, None
     raise CheckpointError(f"a timed write to {state!r} ({op[0]}) cannot be checkpointed")
-
-
-def _pass_op(op: str, arg: Any) -> tuple:
-    return ("del",) if op == "del" else (op, arg)
-
-
-def _carry_frame(setup: Setup, state: dict[str, Any], skip: frozenset = frozenset()) -> Any:
-    """The rows an epoch starts from (see the module docstring), as a DataFrame; none for
-    the passes ``skip`` (they take their shares as rows of their own: ``passes._start_shares``)."""
-    pp, program = setup.pp, setup.program
-    # (A pass holding copies of a state gets them from its versions, made by a holder.)
-    holders = {
-        name: [p for p in pp.passes if name in p.homes and p.index not in skip]
-        for name in program.states
-    }
-    rows: list[tuple] = []
-
-    def pk(partition: str, key: Any) -> str:
-        return "N" if partition in (SINGLE, ORDER) else encode_key(key)
-
-    # Each value numbered in the state's order: a fold records it as a version there, and a
-    # copy, which merges several folds' versions by position, holds the keys in that order.
-    number = 0
-    for name, values in state["stores"].items():
-        for p in holders.get(name, ()):
-            for i, (key, value) in enumerate(values.items(), number):
-                blob = W.dumps((name, key, value))
-                sub = i.to_bytes(8, "big")
-                where = pk(p.partition, p.partition_value(name, key))
-                rows.append((p.index, _FIRST, 0, 0, sub, W.TAG_STATE, where, blob))
-        number += len(values)
-    for at, n, name, op, key, arg in state["future"]:
-        sub = _RESTORED + n.to_bytes(8, "big")
-        blob = W.dumps((name, key, _pass_op(op, arg)))
-        for p in holders.get(name, ()):
-            where = pk(p.partition, p.partition_value(name, key))
-            rows.append((p.index, at, 0, 0, sub, W.TAG_WRITE, where, blob))
-    routes: dict[int, Any] = {}
-    per_root = state["scheduled_per_root"]
-    for at, n, ev in state["scheduled"]:
-        sub = _RESTORED + n.to_bytes(8, "big")
-        fields = {k: v for k, v in vars(ev).items() if k not in RESERVED_FIELDS}
-        blob = W.dumps((ev.kind, fields, ev.lsn, ev.seq, per_root.get(ev.lsn, ev.seq)))
-        for target in pp.kind_passes.get(ev.kind, ()):
-            partition = pp.passes[target].partition
-            if partition in (SINGLE, BY_KEY):
-                where = "N"
-            elif partition == ORDER:
-                where = W.order_value(ev.lsn)
-            else:
-                fn = routes.get(target)
-                if fn is None:
-                    fn = routes[target] = key_function(partition, program)
-                where = encode_key(fn(ev))
-            rows.append((target, at, 1, 0, sub, W.TAG_SCHED, where, blob))
-    columns = list(zip(*rows)) if rows else [[] for _ in _CARRY_SCHEMA]
-    table = pa.table(
-        [pa.array(list(c), f.type) for c, f in zip(columns, _CARRY_SCHEMA)], schema=_CARRY_SCHEMA
-    )
-    return setup.session.createDataFrame(table)

@@ -3,7 +3,7 @@ instead of by a Spark shuffle of the log's rows.
 
 A pass partitioned by plain log columns takes its events partitioned by key and in log
 order within each partition. Spark does that with a shuffle, a sort and a pack
-(``_setup.arranged``): on a cold replay of 10M events that was more than the passes' own
+(``_packing.arranged``): on a cold replay of 10M events that was more than the passes' own
 work. On a local master the tasks share the kernel's disk, and the log has an ordered copy
 on it (a file log's, ``io/_ordered``, or the one Spark wrote of a URI log, ``_uri_log``; a
 log of in-memory tables is written to the scratch directory once). So the arrangement is
@@ -64,8 +64,8 @@ from ._arranging import (
     local_part,
     marker_frame,
 )
+from ._machine import local_master
 from ._rows import FWD
-from ._setup import local_master
 from ._zipped import VALUES, zip_targets
 
 __all__ = [
@@ -153,10 +153,10 @@ def key_partitions(setup: Any, p: Any, n: int, keys: list) -> dict:
 _FILES: dict[tuple, LocalInput] = {}
 
 
-def local_input(setup: Any, sent: dict[int, list[str]], p: Any, n: int) -> tuple[Any, Any]:
+def local_input(setup: Any, sent: dict[int, list[str]], p: Any, n: int) -> LocalInput:
     """Where pass ``p``'s tasks read the events arranged for it and the files of values
-    earlier passes sent each partition (``sent``), and its input: a marker row per
-    partition."""
+    earlier passes sent each partition (``sent``); its job's input is a marker row per
+    partition (:func:`marker_frame`)."""
     own = (tuple(setup.local[p.index]), setup.log_kinds[p.index])
     # Each event's partition in the zipped passes it sends values to.
     extras = tuple(
@@ -164,7 +164,7 @@ def local_input(setup: Any, sent: dict[int, list[str]], p: Any, n: int) -> tuple
     )
     local = _arranged(setup, own, extras, list(setup.columns), n)
     values = tuple(tuple(sent.get(i, ())) for i in range(n))
-    return replace(local, values=values), marker_frame(setup.session, n)
+    return replace(local, values=values)
 
 
 def _arranged(setup: Any, own: tuple, extras: tuple, columns: list[str], n: int) -> LocalInput:

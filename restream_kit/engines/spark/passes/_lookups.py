@@ -7,7 +7,7 @@ that team in the looked-up pass, with the values it read:
 
 - :class:`LookupPacker` (the sending task): per receiving partition, the events, their
   columns as they came and the probe columns, packed as Arrow IPC chunks, each a row whose
-  partition value Spark's hash puts in that partition (``passes._setup.spread_values``). So
+  partition value Spark's hash puts in that partition (``passes._ranges.spread_values``). So
   Spark shuffles a few rows of bytes per task, not a row per event;
 - :func:`merged_events` (the receiving task): the chunks of its partition from every sending
   task, as one table sorted by position (``ts``, ``lsn``): its events in log order, which
@@ -50,7 +50,7 @@ def partition_of_key(encoded: str, n: int) -> int:
 
 
 class LookupPacker:
-    """What a pass sends the passes partitioned by a key it looks up (``spec.lookups``:
+    """What a pass sends the passes partitioned by a key it looks up (``spec.sends.lookups``:
     ``(pass, slots, state, partition values, kinds)`` each): per pass and partition, chunks
     of its events with the values read here, as rows of ``wide`` (kind ``FWD``, the pass as
     ``_rs_dest``, the partition's value as ``_rs_pk``, the chunk in ``_rs_b``)."""

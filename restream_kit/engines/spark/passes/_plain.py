@@ -4,7 +4,7 @@ A pass whose events are log events only, and that sends on nothing but what the 
 send, runs the serial engine's generated loop over its partition, with the handler bodies
 inlined, exactly as a serial replay runs them:
 
-- **probe values travel with the events** when the passes forward events (``spec.wide``):
+- **probe values travel with the events** when the passes forward events (``spec.sends.wide``):
   the loop records, at the reading handler's place in declaration order, the value a later
   pass reads, and sends each event on with those values in its probe columns; a reading
   pass puts each in its store just before the handler that reads it. No probe row, no sort
@@ -57,10 +57,9 @@ from ._rows import (
     probe_array,
 )
 from ._shipping import MadeBy, MadeByRuntime, Shipping, guarded_runtime
-from ._start_shares import taken_start
 from ._stores import BlindStore, carried
 from ._window_shapes import fuses_windows, held_elsewhere, pass_windows
-from ._zipped import ValuePacker, unzip
+from ._zipped import ValuePacker
 
 __all__ = ["run_plain"]
 
@@ -73,7 +72,7 @@ def run_plain(
     loop, with the handler bodies inlined, over the partition. Its rows' positions are
     (ts, lsn): the pass path's ``_rs_o`` is the log's ``lsn``.
 
-    When the passes *forward* events (``spec.wide``), probe values travel with the events
+    When the passes *forward* events (``spec.sends.wide``), probe values travel with the events
     themselves: the loop records, at the reading handler's place in declaration order, the
     value a later pass reads (``serves``), and sends each event on with those values in its
     probe columns; a reading pass gets the events with the values of earlier passes and puts
@@ -81,11 +80,9 @@ def run_plain(
     sort by tag, no per-row join: the event carries its reads.
 
     A replay from a committed epoch gives the task its partition's share of that state
-    (``start``, or as rows before its events, ``spec.shares``: ``passes._start_shares``): its
+    (``start``: from a file, or taken off the front of its rows, ``passes._sources``): its
     states' values, and its timed writes still waiting.
     """
-    if spec.shares:
-        batches, start = taken_start(batches)
     # A pass that writes into state later passes hold, or schedules events for them, sends
     # those as rows (``Shipping``); the rest of the loop is the serial engine's. With
     # ``on_error`` skip or quarantine, a run that raises is undone (``guarded_runtime``).
@@ -169,34 +166,36 @@ def run_plain(
         made = rt.made if ships else 0
         out.append(state_row(j, compiled.stores, spec.finals, made))
 
-    if spec.zipped:
-        batches = unzip(batches)
+    sends = spec.sends
     packer = (
-        ValuePacker(spec.zip_to, spec.wide, spec.zip_by, spec.values_dir) if spec.zip_to else None
+        ValuePacker(sends.zip_to, sends.wide, sends.zip_by, sends.values_dir)
+        if sends.zip_to
+        else None
     )
     # Later passes partitioned by a key looked up here get their events from it (``passes._lookups``).
     looker = (
         LookupPacker(
-            spec.lookups,
+            sends.lookups,
             program,
             spec.columns,
-            spec.wide,
-            spec.one_kind,
-            spec.values_dir if spec.local is not None else None,
+            sends.wide,
+            spec.source.one_kind,
+            sends.lookups_dir,
         )
-        if spec.lookups
+        if sends.lookups
         else None
     )
     # What a zipped pass gets of each event from here: its lsn and the probe columns.
-    values = pa.schema(f for f in spec.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))
+    values = pa.schema(f for f in sends.wide or () if f.name == "lsn" or f.name.startswith("_rs_q"))
+    one_kind = spec.source.one_kind  # the kind of all its events, when their kind is not sent
     try:
         for batch in batches:
             if not batch.num_rows:
                 continue
             cols = [
                 column_values(batch, c, c in spec.pickled_columns)
-                if c != "kind" or spec.one_kind is None
-                else [spec.one_kind] * batch.num_rows  # not sent: every event is of one kind
+                if c != "kind" or one_kind is None
+                else [one_kind] * batch.num_rows  # not sent: every event is of one kind
                 for c in spec.columns
             ]
             # No probe column at all: no event here came from a pass that read a value for
@@ -226,8 +225,8 @@ def run_plain(
                 yield from looker.add(batch, served)
             if packer is not None:
                 yield from packer.add(batch, _forwarded(batch, values, served))
-            elif spec.forward:
-                yield _forwarded(batch, spec.wide, served)
+            elif sends.forward:
+                yield _forwarded(batch, sends.wide, served)
             else:  # (the values went to the passes that look up keys here)
                 for recorded in served.values():
                     recorded.clear()

@@ -25,6 +25,7 @@ from .._program_ref import ProgramRef, key_function
 
 __all__ = [
     "PassSpec",
+    "Sends",
     "Routing",
     "order_value",
     "OUT_SCHEMA",
@@ -125,6 +126,28 @@ def OUT_SCHEMA(slots: int) -> pa.Schema:  # noqa: N802 - reads as the constant i
 
 
 @dataclass(frozen=True)
+class Sends:
+    """What a pass sends later passes besides rows of ``OUT_SCHEMA``: its events forwarded,
+    the values zipped passes read, the events of passes partitioned by a key it looks up."""
+
+    # Passes that forward events (see ``_plain``): the output schema, wider than OUT_SCHEMA
+    # by the events' columns; None when probe values travel as rows of their own.
+    wide: pa.Schema | None = None
+    forward: bool = False  # whether later passes take their events from this one
+    # Zipped passes (``passes._zipped``): the later passes it packs values for, (pass, partition
+    # column, kinds), and each zipped pass's partition columns; where driver-arranged passes'
+    # tasks write those values (files, not rows: ``passes._local_arrangement``).
+    zip_to: tuple = ()
+    zip_by: dict = field(default_factory=dict)
+    values_dir: str | None = None
+    # Later passes partitioned by a key read from a state held here (``passes._lookups``): per
+    # such pass, the probe slots that give the key, the state, its partition values and kinds;
+    # and where their events go as files (from a pass the driver arranged).
+    lookups: tuple = ()
+    lookups_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class PassSpec:
     """What a task of one pass needs (it travels to the workers pickled)."""
 
@@ -149,29 +172,16 @@ class PassSpec:
     max_flush: int
     on_error: str  # stop, skip or quarantine
     plain: bool  # handlers over log events and nothing else: the serial engine's own loop
+    # Where its input comes from (``passes._sources``): the log's events, those forwarded by
+    # earlier passes, driver-arranged files... A task reads it with ``_sources.task_input``.
+    source: Any
     receives_writes: bool  # whether writes or scheduled events come from earlier passes
-    receives: bool  # whether earlier passes send this one rows (probe values, writes, events)
     last_ts: int  # the log's last time: timed writes after it apply only before a later event
     # Checkpointed replays run as one pass over the log (``passes._boundaries``): the positions
     # (ts, 2, lsn) of every epoch's last event but the last epoch's, in order.
     bounds: tuple = ()
-    # Passes that forward events (see ``_plain``): the output schema, wider than OUT_SCHEMA
-    # by the events' columns; None when probe values travel as rows of their own.
-    wide: pa.Schema | None = None
-    forward: bool = False  # whether later passes take their events from this one
-    # Zipped passes (``passes._zipped``): the later passes it packs values for, (pass, partition
-    # column, kinds), and each zipped pass's partition columns.
-    zip_to: tuple = ()
-    zip_by: dict = field(default_factory=dict)
-    zipped: bool = False  # its input: the values read upstream, then its events (``unzip``)
-    # Passes arranged by the driver (``passes._local_arrangement``): where this one's tasks read
-    # their events and the values sent to them, and where they write the values they send.
-    local: Any = None
-    shares: bool = False  # its share of a start state comes as rows first (``_start_shares``)
-    values_dir: str | None = None
-    packed: bool = False  # its events come packed as Arrow IPC (``passes._setup.arranged``)
+    sends: Sends = field(default_factory=Sends)  # what it sends on besides its rows
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
-    one_kind: str | None = None  # the kind of all its events, when their kind is not sent
     closes_once: frozenset = frozenset()  # window closes sent once (``passes._window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
     # Passes partitioned by an element of their states' keys: pass -> {state: position of
@@ -185,12 +195,12 @@ class PassSpec:
     versions_to: tuple = ()
     spread: dict = field(default_factory=dict)
     ranges: dict = field(default_factory=dict)  # reading passes split into ranges of the log
-    # Later passes partitioned by a key read from a state held here (``passes._lookups``): per such
-    # pass, the probe slots that give the key, the state, its partition values and kinds;
-    # and whether this pass is one, its events packed by the pass that looked them up.
-    lookups: tuple = ()
-    looked_up: bool = False
-    looked_up_files: tuple = ()  # (driver-arranged: per partition, the files of its events)
+
+    @property
+    def receives(self) -> bool:
+        """Whether its rows come with positions (earlier passes send it probe values, writes,
+        events, or a start state comes as rows), not as log events only: its source's."""
+        return self.source.receives
 
 
 def dumps(value: Any) -> bytes:
@@ -312,15 +322,15 @@ def out_rows(rows: list, spec: PassSpec) -> pa.RecordBatch:
     holder = type("Rows", (), {})()
     holder.out = rows
     batch = out_batch(holder, out_schema(spec.slots), spec.slots)
-    if spec.wide is None:
+    wide = spec.sends.wide
+    if wide is None:
         return batch
     # Forwarding passes share one wider schema: the event columns are null on these rows.
     n = batch.num_rows
     arrays = [
-        batch.column(f.name) if f.name in batch.schema.names else pa.nulls(n, f.type)
-        for f in spec.wide
+        batch.column(f.name) if f.name in batch.schema.names else pa.nulls(n, f.type) for f in wide
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=spec.wide)
+    return pa.RecordBatch.from_arrays(arrays, schema=wide)
 
 
 _PROBE = {"l": pa.int64(), "d": pa.float64(), "b": pa.binary()}

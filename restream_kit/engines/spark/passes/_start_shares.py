@@ -16,7 +16,7 @@ a file of the replay's own scratch directory (:func:`deal`):
 A state held by a pass with no log event, scheduled events waiting (a ``start_from`` of a
 program that schedules), or a state read through copies cannot be dealt so (:func:`dealable`
 says): such a replay takes the start state as rows through Spark's sort
-(``passes._epochs._carry_frame``).
+(``passes._carry.carry_frame``).
 
 Where Spark shuffles the events, a pass that runs the serial engine's loop keeps it too
 when nothing but the start feeds it (:func:`shares_rows`): its share goes as rows keyed as
@@ -41,7 +41,9 @@ import pyarrow as pa
 from .._codec import encode_key
 from . import _rows as W
 from ._local_arrangement import key_partitions
+from ._machine import replay_dir
 from ._plan import BY_KEY, ORDER, SINGLE
+from ._sql import unquoted
 
 __all__ = [
     "Starts",
@@ -88,8 +90,6 @@ def deal(setup: Any, state: dict, after: int, n: int) -> Starts:
     replay's scratch directory (``setup.values_dir``, made here if the replay has none) as
     its entries (:func:`start_of` makes them a start again in the task)."""
     if setup.values_dir is None:
-        from ._setup import replay_dir
-
         setup.values_dir = replay_dir()
     shares: dict[int, tuple[str, ...]] = {}
     for p in setup.pp.passes:
@@ -158,8 +158,6 @@ def share_frame(setup: Any, p: Any, state: dict, raw: list[str] | None) -> Any:
     ``raw`` (a key's value in each), or else by its partition value ``_rs_pk``; each with
     its entry (:data:`SHARE`: a state's value, or a timed write with its serial number),
     first in time (``ts``) and in the serial order (``lsn``). None when it has none."""
-    from ._setup import unquoted
-
     entries = list(_entries(p, state))
     if not entries:
         return None

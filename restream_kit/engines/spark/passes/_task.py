@@ -47,8 +47,6 @@ from .._program_ref import column_values as _column_values
 from .._program_ref import event_type, key_function, load_program
 from ._boundaries import Ends, state_row, unhandled_rows, waiting_rows
 from ._copies import CopyFeed, VersionRecorder
-from ._local_arrangement import local_batches, local_part, local_start
-from ._lookups import merged_events
 from ._plain import run_plain
 from ._rows import (
     AFTER_RUN,
@@ -79,8 +77,7 @@ from ._rows import (
     position_bytes,
 )
 from ._runner import kind_runner
-from ._setup import unpacked
-from ._start_shares import start_of
+from ._sources import task_input
 from ._stores import BlindStore, JournalStore, RecordingStore, apply_op, carried
 
 __all__ = ["PassTask"]
@@ -246,16 +243,8 @@ class PassTask:
         inject_fault(f"pass{spec.index}")
         started = time.perf_counter()
         program = load_program(spec.program)
-        start = None  # its share of the state a replay starts from (``passes._start_shares``)
-        if spec.local is not None:  # arranged by the driver: its events from a file
-            part = local_part(batches)
-            share = local_start(spec.local, part)
-            start = None if share is None else start_of(share)
-            batches = local_batches(spec.local, part)
-        if spec.packed:
-            batches = unpacked(batches)
-        if spec.looked_up:  # its events packed by the pass that looked its key up
-            batches = merged_events(batches, spec.looked_up_files)
+        # Its rows as its source sends them, and its share of the state a replay starts from.
+        batches, start = task_input(spec.source, batches)
         if spec.plain:
             yield from run_plain(spec, program, batches, started, start)
             return

@@ -80,14 +80,12 @@ def fuses_windows(spec: Any) -> bool:
     runs the serial engine's loop (``plain``) and the serial engine would too, that is not
     under a checkpoint (or its waves), a guarded ``on_error``, a recorded history or a start
     state (``engines.serial._windows_off``)."""
-    local = spec.local
     return bool(
         spec.plain
         and not spec.bounds
         and spec.on_error == "stop"
         and not spec.history
-        and not spec.shares
-        and (local is None or (local.after is None and local.until is None))
+        and not spec.source.partial
     )
 
 

@@ -4,7 +4,7 @@ their events, which every pass takes from the log's kept arrangement, by ``lsn``
 When the passes forward events (``passes._plan.forwards``: nothing but probe values crosses
 passes), a pass that takes some kinds of events from an earlier pass takes the events
 themselves from the log instead, partitioned by its own key and sorted by position (packed
-and kept for the next replay, ``passes._setup.arranged``). From the earlier pass it takes only
+and kept for the next replay, ``passes._packing.arranged``). From the earlier pass it takes only
 the values its events read there: that pass packs, for each event, its ``lsn`` and probe
 columns as Arrow IPC, one chunk per partition of the receiving pass (the partition number is
 a column Spark computed with the receiving pass's own partitioning, ``pmod(hash(key), n)``),
@@ -22,6 +22,7 @@ partition: one that does not fails the task (:class:`ZipError`), never a silent 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -115,7 +116,7 @@ def zip_targets(setup: Any, p: Any) -> tuple:
 
 
 class ValuePacker:
-    """The values an earlier pass sends zipped passes (``spec.zip_to``): per receiving pass
+    """The values an earlier pass sends zipped passes (``spec.sends.zip_to``): per receiving pass
     and partition, chunks of ``lsn`` and the probe columns as Arrow IPC, as rows of the
     pass's output schema (``wide``) carrying the partition values of their first event."""
 
@@ -190,8 +191,6 @@ def to_file(sink: str, key: tuple[int, int], blob: bytes) -> bytes:
     """Write a chunk of values (or events, ``passes._lookups``) for (pass, partition) ``key`` to a file of its own in
     ``sink``; its path, as bytes. The driver hands the receiving task the paths that
     finished tasks reported, so a failed attempt's file is never read."""
-    import uuid
-
     path = os.path.join(sink, f"v{key[0]}.{key[1]}.{uuid.uuid4().hex}.arrow")
     with open(path, "wb") as f:
         f.write(blob)
