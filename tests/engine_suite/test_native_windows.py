@@ -345,3 +345,34 @@ def test_a_fused_windows_add_is_written_out_in_the_loop(window):
     assert "w__add" not in names and "w__value" not in names
     log = rk.Log([{"ts": t, "kind": "a", "k": t % 3, "v": t} for t in range(0, 40, 3)])
     _assert_same(rk.replay(program, log), rk.replay(program, log, native_windows=False))
+
+
+def test_an_event_between_two_closes_of_a_batch_adds_to_closed_and_open_windows():
+    """A timer due at a tumbling window's end, queued between the closes of two of its
+    windows, runs between them: its add to the window already closed opens it again (a
+    close of its own, after the others), its add to the window still open counts there."""
+    source = (
+        "from restream_kit import on, schedule\n"
+        "from restream_kit.windows import tumbling\n"
+        "w = tumbling(4, 'count', table='rows')\n"
+        "@on('a')\n"
+        "def track(e):\n"
+        "    w.add(e.k)\n"
+        "    if e.k == 0:\n"
+        "        schedule('tick', at=e.ts + 4, k=e.k)\n"
+        "@on('tick')\n"
+        "def tick(e):\n"
+        "    w.add(e.k, ts=e.ts - 1)\n"
+        "    w.add(e.k + 1, ts=e.ts - 1)\n"
+    )
+    program = rk.Program.from_source(source, name="between_closes")
+    log = rk.Log([{"ts": t, "kind": "a", "k": k} for t, k in ((0, 0), (1, 1), (9, 0))])
+    want = rk.replay(program, log, native_windows=False)
+    got = rk.replay(program, log)
+    _assert_same(got, want)
+    rows = got.tables["rows"].select(["key", "start", "value"]).to_pylist()
+    assert rows[:3] == [
+        {"key": 0, "start": 0, "value": 1},
+        {"key": 1, "start": 0, "value": 2},
+        {"key": 0, "start": 0, "value": 1},
+    ]
