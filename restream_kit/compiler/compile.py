@@ -58,6 +58,9 @@ class CompiledProgram:
     #: ``run_batch(events)`` when compiled for a log's columns (see ``_inline``), else None.
     run_batch: Callable[[list], None] | None = None
     needs_named_events: bool = True
+    #: What built ``run_batch`` (the rewritten module, then ``build_runner``'s arguments):
+    #: a fused window rebuilds it with its adds written into the loop (``inline_windows``).
+    runner_inputs: tuple | None = None
 
     def handlers_by_kind(self) -> dict[str, tuple[tuple[str, Callable], ...]]:
         by_kind: dict[str, list[tuple[str, Callable]]] = {}
@@ -92,14 +95,20 @@ def compile_program(
     if transform is not None:  # a re-replay serves some reads from a history (``reuse``)
         tree = transform(tree)
     dispatch = None
+    runner_inputs = None
     if columns is not None:
         # ``only``: the runner dispatches to these handlers alone (a Spark pass runs a stage).
         handlers_kinds = [
             (h.name, h.kinds, h.index) for h in program.handlers if only is None or h.name in only
         ]
-        dispatch = build_runner(
-            tree, handlers_kinds, list(columns), list(kind_order), guarded=guarded, hooks=hooks
+        runner_inputs = (
+            tree,  # (build_runner only reads it: the runner appended below is no handler)
+            handlers_kinds,
+            list(columns),
+            list(kind_order),
+            {"guarded": guarded, "hooks": hooks},
         )
+        dispatch = build_runner(*runner_inputs[:4], **runner_inputs[4])
         tree.body.append(dispatch.function)
     code = compile(tree, program.filename, "exec")
     stores = stores if stores is not None else {name: {} for name in program.states}
@@ -124,6 +133,7 @@ def compile_program(
     if dispatch is not None:
         compiled.run_batch = namespace[RUNNER_NAME]
         compiled.needs_named_events = dispatch.needs_named_events
+        compiled.runner_inputs = runner_inputs
     return compiled
 
 

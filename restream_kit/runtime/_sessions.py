@@ -21,7 +21,8 @@ from typing import Any
 
 from ..compiler.expand_windows import close_kind
 from ..model.windows import Session
-from ._window_parts import FINISH, Close, aggregate, closer, store
+from ._aligned import MERGE, STATE, indent, merger, value_getter
+from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, store
 from .semantics import ScheduledEvent, SerialRuntime, TimeTravelError
 
 __all__ = ["session"]
@@ -85,11 +86,13 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
     over one set of locals, on the hot path of every event that adds to a session; split
     into functions of their own, each would look that state up again on every call.
     """
-    merge, value_of, drop, own = aggregate(window, namespace, n)
+    agg = window.agg
+    merge, first = merger(agg)
+    value_of = value_getter(agg)
     counts = store(namespace, f"{n}__n")
-    first = store(namespace, f"{n}__first")
-    last = store(namespace, f"{n}__last")
-    drop = (counts, *drop)
+    firsts = store(namespace, f"{n}__first")
+    lasts = store(namespace, f"{n}__last")
+    aggregates = store(namespace, f"{n}{STATE[agg]}") if agg in STATE else None
     gap = window.gap
     kind = close_kind(n)
     table = window.table
@@ -97,11 +100,12 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
     callbacks = [namespace[fn.__name__] for fn in window.callbacks]
     per_root = rt.scheduled_per_root
     scheduled = rt.scheduled
+    future = rt.future
     order = rt.order
     rows = rt.rows
     heappush, heappop = heapq.heappush, heapq.heappop
-    # key -> [first, last, close time, order, lsn, seq] of its open session: the close time
-    # and order of the close that will emit, the lsn and seq of the add that scheduled it.
+    # key -> [count, aggregate, lsn, seq, order, first, last, close time] of its open
+    # session: the lsn, seq, order and time of the close that will emit.
     open_: dict = {}
     # Each open session has one entry, (close time, order, key, session), in ``fresh`` (in
     # the order they opened, which is their closes' order until they move on) or, once its
@@ -111,28 +115,41 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
     fresh: deque = deque()
     moved: list = []
     queued = [False]  # whether the window has its entry in the runtime's queue
+    # The time the replay's loop runs scheduled events up to (``CLOCK``): sessions closing
+    # by then close one after the other while nothing else is queued before them.
+    clock = namespace.setdefault(CLOCK, [float("-inf")])
+
+    def put(key: Any, value: Any, ts: int, seq: int) -> None:
+        """Add ``value`` to ``key``'s session at ``ts`` with the add's number ``seq``."""
+        root = rt.event[0]
+        at = ts + gap
+        rec = open_.get(key)
+        if rec is None:
+            o = next(order)
+            open_[key] = rec = [1, first(value), root, seq, o, ts, ts, at]
+            fresh.append((at, o, key, rec))
+            if not queued[0]:  # (an entry there stands at or before every session's)
+                queued[0] = True
+                heappush(scheduled, (at, o, Close(kind, at, root, seq, key, None, o)))
+            return
+        rec[0] += 1
+        merge(rec, value)
+        rec[6] = ts
+        if rec[7] != at:  # (a later close at the same time never emits: the first does)
+            rec[7], rec[4], rec[2], rec[3] = at, next(order), root, seq
+
+    def opener(key: Any, value: Any, ts: int, seq: int) -> None:
+        try:
+            put(key, value, ts, seq)
+        except Exception as exc:
+            fail(exc)
 
     def add(key: Any, value: Any, ts: int) -> None:
         try:
-            counts[key] = counts.get(key, 0) + 1
-            if merge is not None:
-                merge(key, value)
             root = rt.event[0]
             seq = per_root.get(root, 0) + 1
             per_root[root] = seq
-            at = ts + gap
-            rec = open_.get(key)
-            if rec is None:
-                o = next(order)
-                open_[key] = rec = [ts, ts, at, o, root, seq]
-                fresh.append((at, o, key, rec))
-                if not queued[0]:  # (an entry there stands at or before every session's)
-                    queued[0] = True
-                    heappush(scheduled, (at, o, Close(kind, at, root, seq, key, None, o)))
-                return
-            rec[1] = ts
-            if rec[2] != at:  # (a later close at the same time never emits: the first does)
-                rec[2], rec[3], rec[4], rec[5] = at, next(order), root, seq
+            put(key, value, ts, seq)
         except Exception as exc:
             fail(exc)
 
@@ -141,19 +158,19 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
         while fresh:
             entry = fresh[0]
             rec = entry[3]
-            if rec[3] == entry[1]:
+            if rec[4] == entry[1]:
                 break
             fresh.popleft()
-            if rec[3] is not None:
-                heappush(moved, (rec[2], rec[3], entry[2], rec))
+            if rec[4] is not None:
+                heappush(moved, (rec[7], rec[4], entry[2], rec))
         while moved:
             entry = moved[0]
             rec = entry[3]
-            if rec[3] == entry[1]:
+            if rec[4] == entry[1]:
                 break
             heappop(moved)
-            if rec[3] is not None:
-                heappush(moved, (rec[2], rec[3], entry[2], rec))
+            if rec[4] is not None:
+                heappush(moved, (rec[7], rec[4], entry[2], rec))
         if not fresh:
             return moved[0] if moved else None
         if not moved or fresh[0][:2] < moved[0][:2]:
@@ -161,23 +178,21 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
         return moved[0]
 
     def emit(key: Any, rec: list, end: int, lsn: int, seq: int) -> None:
-        """Close ``key``'s session ``rec`` at ``end``: its row, ``on_close``, its state."""
+        """Close ``key``'s session ``rec`` at ``end``: its row, ``on_close``."""
         del open_[key]
-        rec[3] = None  # its entry is stale
-        value = value_of(key)
+        rec[4] = None  # its entry is stale
+        value = rec[0] if value_of is None else value_of(rec)
         if table is not None:
-            fields = {"key": key, "start": rec[0], "end": end, "value": value}
+            fields = {"key": key, "start": rec[5], "end": end, "value": value}
             rows[table].append((lsn, end, handler, seq, fields))
         for fn in callbacks:
-            fn(key, rec[0], end, value)
-        for d in drop:
-            d.pop(key, None)
+            fn(key, rec[5], end, value)
 
     def close(e: Any) -> None:
         try:
             if type(e) is not Close:  # a close the program scheduled itself
                 rec = open_.get(e.key)
-                if rec is not None and rec[1] + gap <= e.ts:
+                if rec is not None and rec[6] + gap <= e.ts:
                     emit(e.key, rec, e.ts, e.lsn, e.seq)
                 return
             at = e.ts
@@ -187,29 +202,73 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
                     queued[0] = False
                     return
                 at2, o, key, rec = entry
-                lsn, seq = rec[4], rec[5]
-                if at2 != at or (scheduled and scheduled[0][0] == at and scheduled[0][1] < o):
-                    # Not now, or another scheduled event first: the window's entry moves.
-                    heappush(scheduled, (at2, o, Close(kind, at2, lsn, seq, key, None, o)))
+                if scheduled and scheduled[0][0] <= at2 and scheduled[0][:2] < (at2, o):
+                    # Another scheduled event first: the window's entry moves.
+                    heappush(scheduled, (at2, o, Close(kind, at2, rec[2], rec[3], key, None, o)))
                     return
+                if at2 != at:
+                    if at2 > clock[0]:  # not due yet
+                        heappush(
+                            scheduled, (at2, o, Close(kind, at2, rec[2], rec[3], key, None, o))
+                        )
+                        return
+                    at = at2  # due, and next: it closes now, as its own entry would
+                    if future and future[0][0] <= at:
+                        rt.apply_due(at)
                 if fresh and fresh[0] is entry:
                     fresh.popleft()
                 else:
                     heappop(moved)
                 if callbacks:  # what they emit or schedule comes from this close
-                    rt.event = Close(kind, at, lsn, seq, key, None, o)
-                    rt.seq = seq
-                emit(key, rec, at, lsn, seq)
+                    rt.event = Close(kind, at, rec[2], rec[3], key, None, o)
+                    rt.seq = rec[3]
+                emit(key, rec, at, rec[2], rec[3])
         except Exception as exc:
             fail(exc)
 
-    finish_aggregate = own.get(FINISH)
-
     def finish(**_when: Any) -> None:  # (the state holds no clock-dependent part)
+        frozen = agg == "distinct"
         for key, rec in open_.items():
-            first[key] = rec[0]
-            last[key] = rec[1]
-        if finish_aggregate is not None:
-            finish_aggregate()
+            counts[key] = rec[0]
+            firsts[key] = rec[5]
+            lasts[key] = rec[6]
+            if aggregates is not None:
+                aggregates[key] = frozenset(rec[1]) if frozen else rec[1]
 
-    return {f"{n}__add": add, f"{n}__close": close, FINISH: finish}
+    g = f"_rsn_{n}_"
+    names = {"get": open_.get, "open": opener, "roots": per_root, "root_get": per_root.get}
+    globals_ = {f"{g}{what}": value for what, value in names.items()}
+    globals_[f"{g}order"] = order
+
+    def site(args: list[str], p: str, target: str | None) -> str | None:
+        if target is not None:  # (an add's value is None: written out only as a statement)
+            return None
+        k, v, t = args
+        lines = [
+            f"{p}q = {g}root_get(_rs_ev[0], 0) + 1",
+            f"{g}roots[_rs_ev[0]] = {p}q",
+            f"{p}r = {g}get({k})",
+            f"if {p}r is None:",
+            f"    {g}open({k}, {v}, {t}, {p}q)",
+            "else:",
+            f"    {p}r[0] += 1",
+        ]
+        merge_line = MERGE[agg].format(r=f"{p}r", v=v)
+        if merge_line:
+            lines.append(indent(merge_line))
+        lines += [
+            f"    {p}r[6] = {t}",
+            f"    if {p}r[7] != {t} + {gap}:",
+            f"        {p}r[7] = {t} + {gap}",
+            f"        {p}r[4] = next({g}order)",
+            f"        {p}r[2] = _rs_ev[0]",
+            f"        {p}r[3] = {p}q",
+        ]
+        return "\n".join(lines)
+
+    return {
+        f"{n}__add": add,
+        f"{n}__close": close,
+        FINISH: finish,
+        INLINE: {f"{n}__add": (site, globals_)},
+    }

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["sliding_extremes", "sliding_distinct", "sliding_sums"]
+__all__ = ["sliding_extremes", "sliding_distinct", "sliding_sums", "sums_sites"]
 
 _time_of = itemgetter(0)
 
@@ -43,10 +43,11 @@ def _expired(times: Iterable[int], limit: int) -> int:
 
 def sliding_sums(
     counts: dict | None, sums: dict | None, width: int, rt: Any, fail: Callable
-) -> tuple[Callable, Callable, Callable]:
-    """``(add(key, value, ts), value(key, ts), finish())`` of a sliding count (``counts``,
-    the state ``X__n``), sum (``sums``, ``X__sum``) or mean (both), for adds at their events'
-    times; ``rt`` the runtime, whose ``event`` is the event running (its time: the clock)."""
+) -> tuple[Callable, Callable, Callable, dict]:
+    """``(add(key, value, ts), value(key, ts), finish(), parts)`` of a sliding count
+    (``counts``, the state ``X__n``), sum (``sums``, ``X__sum``) or mean (both), for adds at
+    their events' times; ``rt`` the runtime, whose ``event`` is the event running (its time:
+    the clock). ``parts``: what :func:`sums_sites` writes out in a replay's loop."""
     due: deque = deque()  # (time due, key, minus the value) of each add, oldest first
 
     def expire(now: int) -> None:
@@ -102,7 +103,62 @@ def sliding_sums(
                 later(sums, 0, "add", key, minus, at)
         due.clear()
 
-    return add, value, finish
+    parts = {"due": due, "counts": counts, "sums": sums}
+    return add, value, finish, parts
+
+
+def sums_sites(n: str, width: int, parts: dict) -> dict:
+    """``add`` and ``value`` of sliding window ``n`` (:func:`sliding_sums`) written out in a
+    replay's loop (``compiler.inline_windows``): helper -> (site, the globals its code uses)."""
+    g = f"_rsn_{n}_"
+    counts, sums = parts["counts"], parts["sums"]
+    globals_ = {f"{g}due": parts["due"]}
+    if counts is not None:
+        globals_.update({f"{g}n": counts, f"{g}n_get": counts.get})
+    if sums is not None:
+        globals_.update({f"{g}sum": sums, f"{g}sum_get": sums.get})
+
+    def expiring(now: str, p: str) -> list[str]:
+        """The decrements due by ``now`` applied, oldest first (``expire``)."""
+        lines = [f"while {g}due and {g}due[0][0] <= {now}:", f"    {p}x = {g}due.popleft()"]
+        if counts is not None:
+            lines.append(f"    {g}n[{p}x[1]] = {g}n[{p}x[1]] - 1")
+        if sums is not None:
+            lines.append(f"    {g}sum[{p}x[1]] = {g}sum[{p}x[1]] + {p}x[2]")
+        return lines
+
+    def add(args: list[str], p: str, target: str | None) -> str | None:
+        if target is not None:  # (an add's value is None: written out only as a statement)
+            return None
+        k, v, t = args
+        lines = expiring(t, p)
+        if counts is not None:
+            lines.append(f"{g}n[{k}] = {g}n_get({k}, 0) + 1")
+        if sums is not None:
+            lines += [
+                f"{g}sum[{k}] = {g}sum_get({k}, 0) + {v}",
+                f"{g}due.append(({t} + {width}, {k}, -{v}))",
+            ]
+        else:
+            lines.append(f"{g}due.append(({t} + {width}, {k}, None))")
+        return "\n".join(lines)
+
+    def value(args: list[str], p: str, target: str | None) -> str | None:
+        k = args[0]
+        out = target if target is not None else f"{p}v"
+        lines = expiring("_rs_ev[1]", p)
+        if sums is None:
+            lines.append(f"{out} = {g}n_get({k}, 0)")
+        elif counts is None:
+            lines.append(f"{out} = {g}sum_get({k}, 0)")
+        else:
+            lines += [
+                f"{p}c = {g}n_get({k}, 0)",
+                f"{out} = {g}sum_get({k}, 0) / {p}c if {p}c else None",
+            ]
+        return "\n".join(lines)
+
+    return {f"{n}__add": (add, globals_), f"{n}__value": (value, globals_)}
 
 
 def sliding_extremes(

@@ -10,11 +10,18 @@ from ..compiler.compile import dict_name
 from ..model.windows import Session
 from .semantics import ScheduledEvent, SerialRuntime
 
-__all__ = ["FINISH", "Close", "store", "aggregate", "closer"]
+__all__ = ["FINISH", "INLINE", "CLOCK", "Close", "store", "aggregate", "closer"]
 
 #: The entry of a builder's result that is not a helper: what writes the window's state once
 #: the replay ends (``Fused.finish``).
 FINISH = "__finish__"
+#: The entry of a builder's result that gives helper calls written out in a replay's loop:
+#: helper -> (site, the globals its code uses) (``compiler.inline_windows``).
+INLINE = "__inline__"
+#: The global of a compiled program's namespace that holds (in a list) the time up to which
+#: the replay's loop is running scheduled events (``compiler.inline_windows``); minus
+#: infinity when no loop says.
+CLOCK = "_rsn_clock"
 
 
 class Close(ScheduledEvent):

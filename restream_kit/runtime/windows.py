@@ -8,11 +8,13 @@ functions below, which keep every observable effect of the expansion:
 
 - the window states hold the same keys and values as the expansion's once the replay ends,
   and every read of a window (``value``, a close's aggregate) sees what the expansion's does;
-- tumbling and hopping: only the close scheduled by a window's first value can emit (the
-  expansion's later closes find the window gone or still counting and do nothing, see
-  ``expand_windows``), so only that one is put in the runtime's queue of scheduled events;
-  the others only take their number (``seq``) from the runtime, as the expansion's do, so
-  every row keeps its ``lsn`` and ``seq`` and ``Metrics.scheduled_events`` is unchanged;
+- tumbling and hopping (``_aligned``): only the close scheduled by a window's first value
+  can emit (the expansion's later closes find the window gone or still counting and do
+  nothing, see ``expand_windows``), so a window is a record in its start's table of open
+  windows (count, aggregate, the emitting close's ``lsn``, ``seq`` and order) and a start
+  has one entry in the runtime's queue; every add takes its number (``seq``) from the
+  runtime, as the expansion's do, so every row keeps its ``lsn`` and ``seq`` and
+  ``Metrics.scheduled_events`` is unchanged;
 - session (``_sessions``): every value takes its number (``seq``) as its close would; when
   the adds come at their events' times (``_native_plan.adds_at_event_time``), the open
   sessions wait in one queue, oldest close first, and the window has one entry in the
@@ -23,9 +25,12 @@ functions below, which keep every observable effect of the expansion:
   would apply its timed writes (otherwise those timed writes, written to the runtime's
   queue directly); min, max and distinct: a queue per key changed in place, whose tuples
   the state gets when the replay ends;
-- ``distinct`` of a closing window: a set per window added to in place, the state's
-  frozensets written when the replay ends (``Fused.finish``): nothing else reads them before;
-- a close writes its row and calls the ``on_close`` functions as the generated handler does.
+- the states of closing windows get their open windows' counts and aggregates (a
+  ``distinct``'s set as a frozenset) when the replay ends (``Fused.finish``): nothing else
+  reads them before;
+- a close writes its row and calls the ``on_close`` functions as the generated handler does;
+- where the replay's loop writes a handler's body out, the window's ``add`` (a sliding
+  count's, sum's or mean's ``value``) is written out there too (``compiler.inline_windows``).
 
 A window keeps its expansion when another handler listens to its close events (each of them
 must run), or (sliding distinct) when it is added to at other times than its events'
@@ -42,28 +47,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..compiler.compile import CompiledProgram
-from ..compiler.expand_windows import close_kind
+from ..compiler.inline_windows import inline_calls
 from ..model.windows import Hopping, Session, Sliding, Tumbling
+from ._aligned import aligned
 from ._native_plan import adds_at_event_time, native_plan
 from ._sessions import session
-from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums
-from ._window_parts import FINISH, Close, aggregate, closer, store
-from .semantics import ScheduledEvent, SerialRuntime, TimeTravelError
+from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums, sums_sites
+from ._window_parts import CLOCK, FINISH, INLINE, store
+from .semantics import SerialRuntime, TimeTravelError
 
 __all__ = ["fuse_windows", "Fused", "native_plan"]
-
-
-class _Batch(ScheduledEvent):
-    """The closes of one window's windows that end at the same time ``ts``, in the order
-    they opened: ``items`` of (order, key, start, lsn, seq), run from ``index`` on."""
-
-    def __init__(self, kind: str, ts: int, lsn: int, seq: int, items: list, index: int = 0):
-        self.kind = kind
-        self.ts = ts
-        self.lsn = lsn
-        self.seq = seq
-        self.items = items
-        self.index = index
 
 
 @dataclass
@@ -101,6 +94,7 @@ def fuse_windows(
     Spark pass fuses the windows it holds whole, ``engines.spark``)."""
     program = compiled.program
     fused = Fused()
+    sites: dict = {}
     for name, (native, why) in native_plan(program).items():
         if only is not None and name not in only:
             continue
@@ -116,12 +110,18 @@ def fuse_windows(
         finish = replaced.pop(FINISH, None)
         if finish is not None:
             fused.finishers.append(finish)
+        line = compiled.namespace[f"{name}__add"].__code__.co_firstlineno
+        for helper, (site, globals_) in replaced.pop(INLINE, {}).items():
+            compiled.namespace.update(globals_)
+            sites[helper] = (site, line)
         compiled.namespace.update(replaced)
         fused.names.append(name)
     if fused.names:
         compiled.handlers = tuple(
             (hname, compiled.namespace[hname]) for hname, _fn in compiled.handlers
         )
+    if sites:
+        inline_calls(compiled, sites, CLOCK if CLOCK in compiled.namespace else None)
     return fused
 
 
@@ -133,152 +133,6 @@ def _raiser(filename: str, generated: Callable) -> Callable:
     source = "\n" * (lineno - 1) + "def fail(exc): raise exc"
     exec(compile(source, filename, "exec"), namespace)
     return namespace["fail"]
-
-
-def _aligned(
-    n: str,
-    window: Tumbling | Hopping,
-    namespace: dict,
-    rt: SerialRuntime,
-    batch: bool,
-    fail: Callable,
-) -> dict:
-    """The native helpers of tumbling or hopping window ``n``: ``n__into``, ``n__add`` and
-    ``n__close`` (the batch closer).
-
-    Long because: the add and the queueing of a window's close are closures over one set of
-    locals, on the hot path of every event that adds to a window; split into functions of
-    their own, each would look that state up again on every call.
-    """
-    merge, value_of, drop, own = aggregate(window, namespace, n)
-    counts = store(namespace, f"{n}__n")
-    width = window.width
-    hop = window.hop if isinstance(window, Hopping) else width
-    kind = close_kind(n)
-    per_root = rt.scheduled_per_root
-    scheduled = rt.scheduled
-    order = rt.order
-    counts_get = counts.get
-    heappush = heapq.heappush
-    pending: dict[int, list] = {}  # close time -> the items of its batch not yet run
-
-    def opened(at: int, root: int, seq: int, key: Any, start: int) -> None:
-        """Queue the close of a window that just got its first value."""
-        o = next(order)
-        if not batch:
-            fields = {"key": key, "start": start}  # a plain event: checkpoints store it
-            heappush(scheduled, (at, o, ScheduledEvent(kind, at, root, seq, fields)))
-            return
-        items = pending.get(at)
-        if items is None:
-            items = pending[at] = []
-            heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items)))
-        items.append((o, key, start, root, seq))
-
-    def into(key: Any, value: Any, start: int) -> None:
-        try:
-            w = (key, start)
-            old = counts_get(w)
-            counts[w] = 1 if old is None else old + 1
-            if merge is not None:
-                merge(w, value)
-            ev = rt.event
-            at = start + width
-            if at < ev[1]:
-                raise TimeTravelError.schedule(at, ev[1])
-            root = ev[0]
-            seq = per_root.get(root, 0) + 1
-            per_root[root] = seq
-            if not old:  # the window's first value: its close is the one that emits
-                opened(at, root, seq, key, start)
-        except Exception as exc:
-            fail(exc)
-
-    # ``into`` written out for every window of the value, latest first, as the hot path:
-    # each takes the next number (seq) of the event's root, the one that opens a window
-    # queues its close (in its close time's batch).
-    def add(key: Any, value: Any, ts: int) -> None:
-        try:
-            ev = rt.event
-            now, root = ev[1], ev[0]
-            seq = per_root.get(root, 0)
-            start = ts - ts % hop
-            low = ts - width
-            while start > low:
-                w = (key, start)
-                old = counts_get(w)
-                counts[w] = 1 if old is None else old + 1
-                if merge is not None:
-                    merge(w, value)
-                at = start + width
-                if at < now:
-                    raise TimeTravelError.schedule(at, now)
-                seq += 1
-                if not old:
-                    if not batch:
-                        opened(at, root, seq, key, start)
-                    else:
-                        o = next(order)
-                        items = pending.get(at)
-                        if items is None:
-                            items = pending[at] = []
-                            heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items)))
-                        items.append((o, key, start, root, seq))
-                start -= hop
-            per_root[root] = seq
-        except Exception as exc:
-            fail(exc)
-
-    one, finish = closer(n, window, namespace, rt, value_of, drop, fail)
-    close = _batch_closer(n, window, counts, rt, pending, (one, finish, fail))
-    return {f"{n}__into": into, f"{n}__add": add, f"{n}__close": close, **own}
-
-
-def _batch_closer(
-    n: str,
-    window: Tumbling | Hopping,
-    counts: dict,
-    rt: SerialRuntime,
-    pending: dict,
-    closers: tuple[Callable, Callable, Callable],
-) -> Callable:
-    """The close handler of a tumbling or hopping window: runs a batch of closes (``_Batch``),
-    or one close event (restored from a checkpoint, or queued when batches are off)."""
-    one, finish, fail = closers
-    callbacks = bool(window.callbacks)
-    kind = close_kind(n)
-    width = window.width
-    scheduled = rt.scheduled
-    counts_get = counts.get
-    heappush = heapq.heappush
-
-    def close(e: Any) -> None:
-        try:
-            if type(e) is not _Batch:
-                one(e)
-                return
-            items, at = e.items, e.ts
-            if pending.get(at) is items:
-                del pending[at]  # windows closing at ``at`` from now on go to a new batch
-            for i in range(e.index, len(items)):
-                o, key, start, root, seq = items[i]
-                if i > e.index and scheduled:
-                    top = scheduled[0]
-                    if top[0] == at and top[1] < o:
-                        # An event queued between these closes runs first, as it would have.
-                        heappush(scheduled, (at, o, _Batch(kind, at, root, seq, items, i)))
-                        return
-                w = (key, start)
-                if not counts_get(w, 0):
-                    continue
-                if callbacks:  # what they emit or schedule comes from this close
-                    rt.event = Close(kind, at, root, seq, key, start)
-                    rt.seq = seq
-                finish(key, w, start, start + width, root, at, seq)
-        except Exception as exc:
-            fail(exc)
-
-    return close
 
 
 def _sliding(
@@ -302,8 +156,9 @@ def _sliding(
     counts = store(namespace, f"{n}__n") if agg in ("count", "mean") else None
     sums = store(namespace, f"{n}__sum") if agg in ("sum", "mean") else None
     if event_time:  # the decrements fall due in the order they are made: one deque
-        add, value, finish = sliding_sums(counts, sums, width, rt, fail)
-        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
+        add, value, finish, parts = sliding_sums(counts, sums, width, rt, fail)
+        inline = sums_sites(n, width, parts)
+        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish, INLINE: inline}
     future = rt.future
     order = rt.order
 
@@ -356,4 +211,4 @@ def _sliding(
     return {f"{n}__add": add, f"{n}__value": value}
 
 
-_BUILDERS = {Tumbling: _aligned, Hopping: _aligned, Session: session, Sliding: _sliding}
+_BUILDERS = {Tumbling: aligned, Hopping: aligned, Session: session, Sliding: _sliding}

@@ -14,8 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import restream_kit as rk
+from restream_kit.compiler.compile import compile_program
 from restream_kit.engines import engines
 from restream_kit.planner.render import plan_text
+from restream_kit.runtime import SerialRuntime
+from restream_kit.runtime.windows import fuse_windows
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
@@ -61,7 +64,8 @@ def windowed_programs(draw, late: bool = True) -> str:
     """Two windows added to by kind ``a`` (both keyed by ``k`` or by ``(k, j)``), sliding
     ones read after each add, closing ones emitting to their table or from ``on_close``
     functions; some adds a step before their event's time (out of time order); sometimes a
-    user handler on a close kind, or a timer that lands on the same times as the closes.
+    user handler on a close kind, a timed write the ``on_close`` functions read, or a timer
+    that lands on the same times as the closes.
     ``late=False``: every add at its event's time (see the Spark xfail below)."""
     source = HEADER
     adds = []
@@ -81,6 +85,10 @@ def windowed_programs(draw, late: bool = True) -> str:
                 f"@on({name + ':close'!r})\ndef {name}_listener(e):\n"
                 "    emit('listened', key=e.key)\n"
             )
+    if draw(st.booleans()):
+        # A timed write the on_close functions read: due between closes, it must land first.
+        step = draw(st.integers(1, 4))
+        adds.append(f"    seen.add(e.k, 100, at=e.ts + {step})\n")
     if draw(st.booleans()):
         adds.append("    schedule('tick', at=e.ts + 2, k=e.k)\n")
         source += "@on('tick')\ndef tick(e):\n    seen[e.k] += 10\n    emit('ticked', k=e.k)\n"
@@ -284,3 +292,87 @@ def test_windows_left_open_hold_the_expansions_state(final):
     _assert_same(got, want)
     open_sessions = want.state["s__first"]
     assert bool(open_sessions) is not final
+
+
+def test_sessions_closing_in_one_run_see_the_timed_writes_due_before_each():
+    """Sessions due by the loop's clock close one after another in one run of the window's
+    entry: a timed write due between two of those closes lands before the later one, as it
+    does before the expansion's close event at that time."""
+    source = (
+        "from restream_kit import emit, on, state\n"
+        "from restream_kit.windows import session\n"
+        "seen = state.Counter()\n"
+        "w = session(2, 'count')\n"
+        "@w.on_close\n"
+        "def closed(key, start, end, value):\n"
+        "    emit('closed', key=key, end=end, n=seen['all'])\n"
+        "@on('a')\n"
+        "def track(e):\n"
+        "    w.add(e.k)\n"
+        "    seen.add('all', 1, at=e.ts + 2)\n"
+    )
+    program = rk.Program.from_source(source, name="sessions_in_one_run")
+    log = rk.Log([{"ts": t, "kind": "a", "k": k} for t, k in ((0, 0), (1, 1), (20, 0))])
+    want = rk.replay(program, log, native_windows=False)
+    got = rk.replay(program, log)
+    _assert_same(got, want)
+    assert got.tables["closed"].column("n").to_pylist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("window", ["tumbling(4)", "hopping(4, 2)", "session(4)", "sliding(4)"])
+def test_a_fused_windows_add_is_written_out_in_the_loop(window):
+    """An add in a handler whose body the loop writes out is written out there too: the loop
+    no longer calls the window's ``add`` helper (nor a sliding window's ``value``)."""
+    closing = not window.startswith("sliding")
+    source = (
+        "from restream_kit import emit, on\n"
+        "from restream_kit.windows import hopping, session, sliding, tumbling\n"
+        f"w = {window[:-1]}, 'sum'{', table=' + repr('rows') if closing else ''})\n"
+        "@on('a')\n"
+        "def track(e):\n"
+        "    w.add(e.k, e.v)\n"
+        + ("" if closing else "    v = w.value(e.k)\n    emit('seen', v=v)\n")
+    )
+    program = rk.Program.from_source(source, name="written_out")
+    rt = SerialRuntime()
+    compiled = compile_program(
+        program, rt, columns=["lsn", "ts", "kind", "k", "v"], kind_order=["a"]
+    )
+    assert "w__add" in compiled.run_batch.__code__.co_names
+    fused = fuse_windows(compiled, rt)
+    assert fused.names == ["w"]
+    names = compiled.run_batch.__code__.co_names
+    assert "w__add" not in names and "w__value" not in names
+    log = rk.Log([{"ts": t, "kind": "a", "k": t % 3, "v": t} for t in range(0, 40, 3)])
+    _assert_same(rk.replay(program, log), rk.replay(program, log, native_windows=False))
+
+
+def test_an_event_between_two_closes_of_a_batch_adds_to_closed_and_open_windows():
+    """A timer due at a tumbling window's end, queued between the closes of two of its
+    windows, runs between them: its add to the window already closed opens it again (a
+    close of its own, after the others), its add to the window still open counts there."""
+    source = (
+        "from restream_kit import on, schedule\n"
+        "from restream_kit.windows import tumbling\n"
+        "w = tumbling(4, 'count', table='rows')\n"
+        "@on('a')\n"
+        "def track(e):\n"
+        "    w.add(e.k)\n"
+        "    if e.k == 0:\n"
+        "        schedule('tick', at=e.ts + 4, k=e.k)\n"
+        "@on('tick')\n"
+        "def tick(e):\n"
+        "    w.add(e.k, ts=e.ts - 1)\n"
+        "    w.add(e.k + 1, ts=e.ts - 1)\n"
+    )
+    program = rk.Program.from_source(source, name="between_closes")
+    log = rk.Log([{"ts": t, "kind": "a", "k": k} for t, k in ((0, 0), (1, 1), (9, 0))])
+    want = rk.replay(program, log, native_windows=False)
+    got = rk.replay(program, log)
+    _assert_same(got, want)
+    rows = got.tables["rows"].select(["key", "start", "value"]).to_pylist()
+    assert rows[:3] == [
+        {"key": 0, "start": 0, "value": 1},
+        {"key": 1, "start": 0, "value": 2},
+        {"key": 0, "start": 0, "value": 1},
+    ]

@@ -93,7 +93,6 @@ PENDING_LONG_FUNCTIONS: dict[str, str] = {
 }
 #: Modules over the limit: path -> who splits it.
 PENDING_LONG_MODULES: dict[str, str] = {
-    "restream_kit/compiler/expand_windows.py": WINDOWS,
     "restream_kit/engines/spark/passes/_plan.py": WINSPARK,
     "restream_kit/io/log.py": SCALE,
 }

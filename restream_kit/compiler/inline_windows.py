@@ -1,0 +1,110 @@
+"""Write a fused window's helper calls into a replay's loop (``runtime.windows``).
+
+The loop (:func:`~restream_kit.compiler.inline.build_runner`) inlines handler bodies, but a
+window's ``w.add(...)`` stays a call of the generated helper ``w__add``: a Python call per add,
+which for a window that does little per add is most of its cost. A window the serial runtime
+runs natively can give, per helper, the statements that do the call's work in place
+(:data:`Site`); :func:`inline_calls` rebuilds the loop with every call that is a statement of
+an inlined handler body replaced by them. Calls elsewhere (handlers called as functions,
+``on_close`` functions, calls inside expressions) keep calling the helper, which does the same.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from .inline import SCHEDULED_RUNNER_NAME, build_runner
+
+__all__ = ["Site", "inline_calls"]
+
+#: Given the call's argument names (each bound to its argument, evaluated once, in order,
+#: before the statements run), a prefix for the names of its own and the name the call's
+#: value goes to (None: a call whose value is dropped), the statements that do a helper
+#: call's work (source text), or None to keep the call.
+Site = Callable[[list[str], str, "str | None"], "str | None"]
+
+
+def inline_calls(
+    compiled: Any, sites: dict[str, tuple[Site, int]], clock: str | None = None
+) -> bool:
+    """Rebuild ``compiled.run_batch`` with the calls of the helpers in ``sites`` (helper ->
+    (site, the line its statements carry: the window's declaration, as the expansion's
+    code does)) written out. The function object stays and gets the new code, so whatever
+    holds it runs the new loop. False when nothing was written out (or the loop is the
+    guarded one, which calls every handler).
+
+    ``clock``: the name of a global list whose first item the loop sets, before it runs
+    the scheduled events due by an event's time, to that time (how far they run)."""
+    inputs = compiled.runner_inputs
+    if inputs is None or inputs[4].get("guarded"):
+        return False
+    tree, handlers, columns, kinds, options = inputs
+    runner = build_runner(tree, handlers, columns, kinds, **options).function
+    splicer = _Splicer(sites, clock)
+    runner = splicer.visit(runner)
+    if not splicer.count:
+        return False
+    module = ast.fix_missing_locations(ast.Module(body=[runner], type_ignores=[]))
+    scratch: dict[str, Any] = {}
+    exec(compile(module, compiled.program.filename, "exec"), scratch)
+    compiled.run_batch.__code__ = scratch[runner.name].__code__
+    return True
+
+
+class _Splicer(ast.NodeTransformer):
+    """Replaces statements ``helper(a, b, c)`` and ``x = helper(a, b, c)`` with ``_rwN_0 = a``
+    ... and the site's code."""
+
+    def __init__(self, sites: dict[str, tuple[Site, int]], clock: str | None):
+        self.sites = sites
+        self.clock = clock
+        self.numbers = itertools.count()
+        self.count = 0
+
+    def visit_Expr(self, node: ast.Expr) -> Any:
+        call = node.value
+        if (
+            self.clock is not None
+            and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == SCHEDULED_RUNNER_NAME
+        ):
+            source = f"{self.clock}[0] = {ast.unparse(call.args[0])}"
+            return [ast.copy_location(ast.parse(source).body[0], node), node]
+        return self._splice(node, call, None)
+
+    def visit_Assign(self, node: ast.Assign) -> Any:
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            return node
+        return self._splice(node, node.value, node.targets[0].id)
+
+    def _splice(self, node: ast.stmt, call: ast.expr, target: str | None) -> Any:
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id in self.sites
+            and not call.keywords
+            and not any(isinstance(a, ast.Starred) for a in call.args)
+        ):
+            return node
+        site, lineno = self.sites[call.func.id]
+        prefix = f"_rw{next(self.numbers)}_"
+        names = [f"{prefix}{i}" for i in range(len(call.args))]
+        source = site(names, prefix, target)
+        if source is None:
+            return node
+        self.count += 1
+        bind = [
+            ast.copy_location(ast.Assign([ast.Name(n, ast.Store())], arg), node)
+            for n, arg in zip(names, call.args)
+        ]
+        body = ast.parse(source).body
+        for stmt in body:
+            for n in ast.walk(stmt):
+                if hasattr(n, "lineno"):
+                    n.lineno = n.end_lineno = lineno
+                    n.col_offset = n.end_col_offset = 0
+        return [*bind, *body]
