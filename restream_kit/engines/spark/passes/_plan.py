@@ -235,12 +235,14 @@ def _why_not(program: Program, pp: PassPlan, name: str, serial: tuple[bool, str]
     if not native:  # (the serial engine keeps its expansion too)
         return how.removeprefix("off: ")
     closers = [pp.passes[i] for i in pp.kind_passes.get(close_kind(name), ())]
+    why = pp.unfused.get(name)
+    if why and why.startswith("its adds and closes run in one stage"):
+        return f"Spark runs its expansion: {why}"
     if closers:
         where = ", ".join(f"{q.stage} by {q.partition}" for q in closers)
         kind = close_kind(name)
         sent = "one summed write per window" if f"{name}__n" in folded_counts(program) else ""
         sent += (", " if sent else "") + "one close per window" * (kind in closes_once(program))
-        why = pp.unfused.get(name)
         return (
             f"Spark runs its closes as scheduled events in a stage of their own ({where}), "
             f"its adds sent there as writes{f' ({sent})' if sent else ''}"

@@ -264,12 +264,14 @@ def _fuse_close(
     closers = [i for i, d in enumerate(drafts) if kind in d["kinds"]]
     users = [i for i, d in enumerate(drafts) if any(a.state in states for _h, a, _k in accesses(d))]
     adders = [i for i in users if i not in closers]
+    if closers == users == closers[:1]:
+        return f"its adds and closes run in one stage, {drafts[closers[0]]['stage']}"
     if len(closers) != 1 or len(adders) != 1 or adders[0] > closers[0]:
         return "its state or close events are used by more than its adding and closing stages"
     add, close = drafts[adders[0]], drafts[closers[0]]
-    if set(close["kinds"]) != {kind} or close["copies"]:
+    if set(close["kinds"]) != {kind}:
         return f"its close stage {close['stage']} runs more than its closes"
-    if any(a.state not in states for _h, a, _k in accesses(close)):
+    if close["copies"] or any(a.state not in states for _h, a, _k in accesses(close)):
         return "its close handlers use state other than the window's"
     makers = {
         d["stage"]
