@@ -180,7 +180,11 @@ def run_jobs(
             share = starts.frames[p.index] if shared else None
             fed = fed_by_passes or (carry is not None and not shared)
             raw = raw_key(p.partition, setup.events) if not fed else None
-            plain = _plain(setup, p, fed, kinds, forwarding)
+            # Closing windows it holds whole run in its loop, closes included, where the
+            # serial engine would run them natively too (``passes._own_closes``).
+            own = not bounds and starts is None and carry is None and setup.until is None
+            own = own and rep.on_error == "stop" and not getattr(rep, "history", None)
+            plain = _plain(setup, p, fed, kinds, forwarding, own)
             n = 1 if p.partition == SINGLE else partitions
             zipped = None
             files: tuple = ()  # a looked-up pass's, when the driver arranged the passes
@@ -340,6 +344,7 @@ def run_jobs(
                 max_flush=MAX_FLUSH,
                 on_error=rep.on_error,
                 plain=plain,
+                closes=p.closes if plain else (),
                 ships_events=bool(p.schedules),
                 receives=fed or not kinds,
                 # Writes or scheduled events from earlier passes (an event then waits for
@@ -474,13 +479,20 @@ def shared_passes(setup: Setup, state: dict) -> dict[int, Any]:
     return found
 
 
-def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> bool:
+def _plain(
+    setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool, own: bool = False
+) -> bool:
     """Whether pass ``p`` runs the serial engine's inlined loop (``passes._plain.run_plain``): it
     takes log events only, and sends on nothing but what that loop can send (probe values
     carried by forwarded events, writes into later passes' state, events scheduled for later
-    passes); under ``on_error`` skip or quarantine, its guarded loop (``passes._shipping``)."""
+    passes); under ``on_error`` skip or quarantine, its guarded loop (``passes._shipping``).
+    ``own``: whether it may run the closes of the windows it holds whole (``p.closes``), when
+    it sends nothing on (``passes._own_closes``)."""
     if fed or not kinds or p.feeds:
         return False
+    if p.closes:
+        closes = {f"{name}:close" for name in p.closes}
+        return own and not p.blind and not p.serves and set(p.schedules) <= closes
     if (p.serves or p.consumes or p.probe_kinds) and not forwarding:
         return False
     kind_passes = setup.pp.kind_passes

@@ -40,6 +40,7 @@ from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._emitted import pack_emitted
 from ._lookups import LookupPacker
+from ._own_closes import OwnCloses
 from ._rows import (
     BATCH_ROWS,
     ERROR,
@@ -94,7 +95,7 @@ def run_plain(
     ends = Ends(spec.bounds) if spec.bounds else None
     if guarded:
         rt = guarded_runtime(spec, program)
-    elif spec.blind or spec.ships_events:
+    elif spec.blind or (spec.ships_events and not spec.closes):
         rt = Shipping(spec, program)
     else:
         rt = MadeByRuntime(number) if ends is not None else SerialRuntime()
@@ -120,6 +121,8 @@ def run_plain(
     }
     if start is not None:
         _restore(start, rt, stores, program, made=ends is not None)
+    # Closing windows it holds whole: their closes run here, as the serial engine runs them.
+    closes = OwnCloses(rt, program, spec.closes, spec.max_flush) if spec.closes else None
     hooks, extra, served, keys_by_name = _probe_hooks(spec, program, columns, tuple(kinds), stores)
     history = None
     if spec.history:  # the run's history: the serial engine's hooks, with positions
@@ -135,7 +138,7 @@ def run_plain(
         stores,
         columns=columns,
         kind_order=tuple(kinds),
-        extra_globals={"_rs_run_scheduled": lambda t: None, **extra},
+        extra_globals={"_rs_run_scheduled": closes.run if closes else lambda t: None, **extra},
         only=names,
         hooks=hooks,
         guarded=guarded,
@@ -143,11 +146,13 @@ def run_plain(
     # Windows it holds whole run as the serial engine runs them (``_window_shapes``).
     windows = None
     if start is None and fuses_windows(spec):
-        mine = pass_windows(program, spec.homes, held_elsewhere(spec))
+        mine = [*pass_windows(program, spec.homes, held_elsewhere(spec)), *spec.closes]
         if mine:
             if ships:  # (the serial runtime's count of timed writes, as ``write`` takes)
                 rt.order = rt._order
             windows = fuse_windows(compiled, rt, only=mine)
+    if closes is not None:
+        closes.ready(compiled)
     run_batch = compiled.run_batch
     # A key function of a probe reads the event's columns by name.
     named = compiled.needs_named_events or keys_by_name
@@ -206,6 +211,8 @@ def run_plain(
                 batch.column(c).to_pylist() if c in names else [None] * batch.num_rows
                 for c in probe_columns
             ]
+            if closes is not None:
+                closes.seen(batch)
             rows = zip(*cols)
             rows = list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
             if ends is not None and ends.passed < len(ends.bounds):
@@ -237,6 +244,8 @@ def run_plain(
             cross()  # the ends after this partition's last event
         # The serial replay applies timed writes due by the log's last event, whichever key
         # that event has: so does this partition, whose own last event may come earlier.
+        if closes is not None:  # (and runs its closes, then those after the log)
+            closes.finish(spec.last_ts)
         rt.apply_due(spec.last_ts)
         if packer is not None:
             yield from packer.flush()
@@ -255,6 +264,8 @@ def run_plain(
         sub = made_bytes(order) if type(order) is tuple else U32.pack(order)  # (see MadeBy)
         blob = dumps((state_names[id(d)], key, what))
         out.append((PEND, -1, None, (at, PH_TIMED, 0, sub), blob))
+    if closes is not None:  # (before the others: it takes its rows out of them)
+        out += closes.rows(rt.rows, number)
     if ends is None:
         out += pack_emitted(rt.rows, number)
     else:  # each epoch's rows apart, for its commit
@@ -273,6 +284,8 @@ def run_plain(
     if guarded and rt.failed:
         out.append((QUAR, -1, None, (0, 0, 0, b""), dumps(rt.failed)))
     made, last_at = (rt.made, rt.last_at) if ships else (0, None)
+    if closes is not None:
+        made, last_at = closes.stat()
     # (Last: that the task ran the serial engine's loop, for ``metrics.path``.)
     stat = (events, time.perf_counter() - started, made, last_at, True)
     out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))

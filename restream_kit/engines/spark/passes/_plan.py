@@ -122,7 +122,9 @@ class Pass:
         said = self._describe(partitions)
         for name in self.windows:
             native, how = self.window_notes.get(name, (False, "Spark runs its expansion"))
-            if native and not fused and name not in self.closes:
+            if native and not fused and name in self.closes:
+                how = how.replace("in the serial engine's loop", "as its expansion")
+            elif native and not fused:
                 native, how = False, _UNFUSED_RUN
             said += f"; window {name} {'fused' if native else 'not fused'}: {how}"
         return said
@@ -192,7 +194,10 @@ _UNFUSED_RUN = (
 )
 
 
-_OWN_CLOSES = "its expansion: the pass runs closes of its own, outside the serial engine's loop"
+_OWN_CLOSES = (
+    "its expansion: the pass runs closes of its own and sends rows on, outside the serial "
+    "engine's loop"
+)
 
 
 def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
@@ -217,13 +222,18 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
             else (False, _why_not(program, pp, name, native_plan(program)[name]))
             for name in names
         }
-        for name in names if p.closes else ():
-            if name in native:  # (a pass running closes of its own runs no native loop)
+        # A pass that runs closes of its own and sends something on runs no native loop.
+        kinds = {close_kind(name) for name in p.closes}
+        looped = not (p.blind or p.serves or not set(p.schedules) <= kinds)
+        for name in names if p.closes and not looped else ():
+            if name in native:
                 notes[name] = (False, _OWN_CLOSES)
         for name in p.closes:
+            how = "in the serial engine's loop" if looped else "as its expansion"
             notes[name] = (
                 True,
-                f"its adds and closes in this pass, by {p.partition}: no close pass, no write sent",
+                f"its adds and closes in this pass, by {p.partition}, {how}: no close pass, "
+                "no write sent",
             )
         passes.append(replace(p, windows=names, window_notes=notes))
     return replace(pp, passes=tuple(passes))

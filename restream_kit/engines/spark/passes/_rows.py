@@ -171,6 +171,7 @@ class PassSpec:
     values_dir: str | None = None
     packed: bool = False  # its events come packed as Arrow IPC (``passes._setup.arranged``)
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
+    closes: tuple = ()  # closing windows whose closes it runs itself (plain: ``_own_closes``)
     one_kind: str | None = None  # the kind of all its events, when their kind is not sent
     closes_once: frozenset = frozenset()  # window closes sent once (``passes._window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
