@@ -487,12 +487,11 @@ def _plain(
     carried by forwarded events, writes into later passes' state, events scheduled for later
     passes); under ``on_error`` skip or quarantine, its guarded loop (``passes._shipping``).
     ``own``: whether it may run the closes of the windows it holds whole (``p.closes``), when
-    it sends nothing on (``passes._own_closes``)."""
+    it serves no probe (``passes._own_closes``)."""
     if fed or not kinds or p.feeds:
         return False
     if p.closes:
-        closes = {f"{name}:close" for name in p.closes}
-        return own and not p.blind and not p.serves and set(p.schedules) <= closes
+        return own and not p.serves
     if (p.serves or p.consumes or p.probe_kinds) and not forwarding:
         return False
     kind_passes = setup.pp.kind_passes

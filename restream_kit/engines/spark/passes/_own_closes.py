@@ -22,15 +22,23 @@ start state: ``engines.serial._windows_off``), and in a pass that sends no write
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 import numpy as np
 
 from ....compiler.compile import CompiledProgram
-from ....runtime.semantics import SerialRuntime, flush_overrun, run_scheduled
+from ....runtime.semantics import (
+    ScheduledEvent,
+    SerialRuntime,
+    check_schedule,
+    flush_overrun,
+    run_scheduled,
+)
 from ._rows import BLOB_ROWS, EMIT, PH_LOG, PH_SCHED, RUN_HEAD, SIGN, U32x2, dumps
+from ._shipping import Shipping
 
-__all__ = ["OwnCloses", "close_handlers"]
+__all__ = ["OwnCloses", "ShippingCloses", "close_handlers"]
 
 
 def close_handlers(program: Any, windows: tuple[str, ...]) -> frozenset[str]:
@@ -118,5 +126,31 @@ class OwnCloses:
         ]
 
     def stat(self) -> tuple[int, int | None]:
-        """What the task's ``STAT`` row says of scheduled events: made, the latest run."""
-        return self.made(), self.last_at
+        """What the task's ``STAT`` row says of scheduled events: made, the latest run (or,
+        of those it sent on, the latest made)."""
+        last = [t for t in (self.last_at, getattr(self.rt, "last_at", None)) if t is not None]
+        return self.made(), max(last, default=None)
+
+
+class ShippingCloses(Shipping):
+    """:class:`Shipping` for a pass that also runs closes of its own: one count of the events
+    each root event scheduled (``seq``), shared by the closes it queues here (the native
+    windows number theirs from ``scheduled_per_root``) and the events it sends on."""
+
+    def __init__(self, spec: Any, program: Any):
+        super().__init__(spec, program)
+        self.scheduled_per_root: dict[int, int] = {}
+
+    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
+        root = self.event[0]
+        per_root = self.scheduled_per_root
+        self.root, self.seq_of_root = root, per_root.get(root, 0)  # (Shipping counts on)
+        if self.spec.index in self.spec.kind_passes.get(kind, ()):
+            # A close of its own (a window run as its expansion here): the serial queue.
+            check_schedule(at, self.event[1], fields)
+            seq = per_root[root] = per_root.get(root, 0) + 1
+            event = ScheduledEvent(kind, at, root, seq, fields)
+            heapq.heappush(self.scheduled, (at, next(self._order), event))
+            return
+        super().schedule(kind, at=at, **fields)
+        per_root[root] = self.seq_of_root

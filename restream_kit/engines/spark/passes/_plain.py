@@ -40,7 +40,7 @@ from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._emitted import pack_emitted
 from ._lookups import LookupPacker
-from ._own_closes import OwnCloses
+from ._own_closes import OwnCloses, ShippingCloses
 from ._rows import (
     BATCH_ROWS,
     ERROR,
@@ -95,8 +95,8 @@ def run_plain(
     ends = Ends(spec.bounds) if spec.bounds else None
     if guarded:
         rt = guarded_runtime(spec, program)
-    elif spec.blind or (spec.ships_events and not spec.closes):
-        rt = Shipping(spec, program)
+    elif spec.blind or spec.ships_events:
+        rt = ShippingCloses(spec, program) if spec.closes else Shipping(spec, program)
     else:
         rt = MadeByRuntime(number) if ends is not None else SerialRuntime()
     ships = isinstance(rt, Shipping)

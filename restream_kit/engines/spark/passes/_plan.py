@@ -195,7 +195,7 @@ _UNFUSED_RUN = (
 
 
 _OWN_CLOSES = (
-    "its expansion: the pass runs closes of its own and sends rows on, outside the serial "
+    "its expansion: the pass runs closes of its own and serves reads, outside the serial "
     "engine's loop"
 )
 
@@ -222,9 +222,8 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
             else (False, _why_not(program, pp, name, native_plan(program)[name]))
             for name in names
         }
-        # A pass that runs closes of its own and sends something on runs no native loop.
-        kinds = {close_kind(name) for name in p.closes}
-        looped = not (p.blind or p.serves or not set(p.schedules) <= kinds)
+        # A pass that runs closes of its own and serves probes runs no native loop.
+        looped = not p.serves
         for name in names if p.closes and not looped else ():
             if name in native:
                 notes[name] = (False, _OWN_CLOSES)

@@ -240,13 +240,19 @@ def fuse_closes(
     window and every close it schedules come to the same partition: the close stage's
     handlers join the adding stage's draft (``closes``: the windows, ``held``: their states,
     which it then holds whole). A stage that only writes (stateless, by log order) is
-    partitioned by the key of one of its windows, a session's first (every add schedules a
-    close of its own). Any other shape keeps the close stage; the result says why, per
+    partitioned by the key of one of its windows: a ``distinct`` one's first (its sets cost
+    the most to send), then a session's (every add schedules a close of its own). Any other
+    shape keeps the close stage; the result says why, per
     window, for the path (``window -> why not``). ``keyless``: the partitionings that are
     no key (``passes._plan``'s ORDER, SINGLE, BY_KEY; by log order first)."""
     why: dict[str, str] = {}
     closing = [n for n, w in program.windows.items() if isinstance(w, (Tumbling, Hopping, Session))]
-    closing.sort(key=lambda n: not isinstance(program.windows[n], Session))
+    closing.sort(
+        key=lambda n: (
+            program.windows[n].agg != "distinct",
+            not isinstance(program.windows[n], Session),
+        )
+    )
     for name in closing:
         reason = _fuse_close(name, drafts, accesses, program, info, keyless)
         if reason:
