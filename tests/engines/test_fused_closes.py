@@ -227,3 +227,26 @@ def test_fused_closes_commit_the_serial_engines_epochs_and_resume(spark_session,
     assert resumed.resumed_from_epoch == 2
     assert_same_result(resumed, want)
     assert "window visits not fused" in resumed.metrics.path["visits__close"]
+
+
+@pytest.mark.spark
+def test_close_rows_keep_the_serial_order_with_lsns_out_of_time_order(spark_session):
+    """A close's row goes at the close's place (its time, before that time's events, then its
+    root event's place), not at a log event's: with ``lsn`` running against time, and the
+    ``on_close`` rows in the table the handler emits to, the order is still the serial one."""
+    source = BY_KEY.replace('emit("third", k=e.k, n=seen[e.k])', 'emit("closed", k=e.k, n=0)')
+    p = rk.Program.from_source(source, "against_time")
+    rows = _log().table.drop_columns(["lsn"]).to_pylist()
+    # Later times, smaller lsns; in (ts, lsn) order, as a log must be.
+    first = {}
+    for i, r in enumerate(rows):
+        first.setdefault(r["ts"], i)
+    log = rk.Log(
+        [{**r, "lsn": (1_000 - r["ts"]) * 100 + i - first[r["ts"]]} for i, r in enumerate(rows)]
+    )
+    want = rk.replay(p, log)
+    handlers = {r["handler"] for r in want.tables["closed"].to_pylist()}
+    assert {"track", "per_k__close", "spread__close"} <= handlers
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, want)
+    _fused(got, "track", ("per_k", "spread", "visits"))
