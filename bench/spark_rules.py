@@ -11,6 +11,8 @@ Rules (``bench/programs/`` and ``examples/``):
   alert (the window keyed like its stage, the other not);
 - ``sessions``: sessions per sender and a hopping count of distinct recipients per IP with
   an ``on_close`` alert;
+- ``windows-keyed``: a tumbling count with an ``on_close`` alert, sessions and a sliding
+  count, all per sender (every window keyed like its stage: closes run in its pass);
 - ``ewma``: one partitioned stage with floats (the hand-written-job comparison);
 - ``teams``: a read by a looked-up key (a broadcast read: every partition of its pass holds a
   copy of the counts it reads).
@@ -66,6 +68,7 @@ RULES = {
     "windows": ROOT / "bench" / "programs" / "windows.py",
     "windows-ip": ROOT / "bench" / "programs" / "windows_ip.py",
     "sessions": ROOT / "bench" / "programs" / "windows_sessions.py",
+    "windows-keyed": ROOT / "bench" / "programs" / "windows_keyed.py",
     "ewma": ROOT / "bench" / "programs" / "sender_ewma.py",
     "teams": ROOT / "bench" / "programs" / "teams.py",
 }

@@ -84,7 +84,9 @@ def plan_text(plan: Plan) -> str:
         lines += [
             "",
             "Windows (serial engine: native runs them fused; Spark: a sliding window its stage"
-            " holds alone fused, the others as their expansion, metrics.path says which)",
+            " holds alone fused, a closing window keyed like its adding stage fused with its"
+            " closes, the others as their expansion; --engine spark and metrics.path say which"
+            " and why)",
         ]
         lines += [f"  {name}: {how}" for name, how in plan.windows]
     if plan.warnings:

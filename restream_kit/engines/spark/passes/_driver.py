@@ -36,6 +36,11 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         # its share of the start by its key (``passes._setup.prepare``); a looked-up pass's
         # keys are known only as its events come: the same program takes the copies.
         pp = passes_of(rep.program, lookups=False)
+    restarted = start is not None or rep.until is not None
+    if (restarted or getattr(rep, "history", None)) and any(p.closes for p in pp.passes):
+        # A start's waiting closes go to the partition of their window, and a history
+        # records the close stage's reads: closing windows keep their close passes.
+        pp = passes_of(rep.program, lookups=not restarted, closes=False)
     setup = prepare(rep, pp, started, events, start)
     try:
         if checkpointing:

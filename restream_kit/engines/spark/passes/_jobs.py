@@ -94,7 +94,14 @@ def run_jobs(
             rep._check_cancel()
             rep.notify(StageStarted(0, p.stage))
             started = time.perf_counter()
-            plain = _plain(setup, p, run.fed(p), setup.log_kinds[p.index], setup.wide is not None)
+            plain = _plain(
+                setup,
+                p,
+                run.fed(p),
+                setup.log_kinds[p.index],
+                setup.wide is not None,
+                _own(run, bounds),
+            )
             source = source_of(run, p, plain)
             if source is None:
                 _unreached(run, p, ran, started, len(bounds))
@@ -161,6 +168,7 @@ def _spec(run: Run, p: Any, source: Source, plain: bool, bounds: tuple) -> W.Pas
         max_flush=MAX_FLUSH,
         on_error=rep.on_error,
         plain=plain,
+        closes=p.closes if plain else (),
         ships_events=bool(p.schedules),
         source=source,
         # Writes or scheduled events from earlier passes (an event then waits for
@@ -284,26 +292,28 @@ def shared_passes(setup: Setup, state: dict) -> dict[int, Any]:
     return found
 
 
-def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> bool:
+def _own(run: Run, bounds: tuple) -> bool:
+    """Whether a pass may run the closes of the closing windows it holds whole in its loop,
+    closes included, where the serial engine would run them natively too
+    (``passes._own_closes``): not in a checkpointed, started, cut, guarded or recorded replay."""
+    rep = run.setup.rep
+    own = not bounds and run.starts is None and run.carry is None and run.setup.until is None
+    return own and rep.on_error == "stop" and not getattr(rep, "history", None)
+
+
+def _plain(
+    setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool, own: bool = False
+) -> bool:
     """Whether pass ``p`` runs the serial engine's inlined loop (``passes._plain.run_plain``): it
     takes log events only, and sends on nothing but what that loop can send (probe values
     carried by forwarded events, writes into later passes' state, events scheduled for later
-    passes); under ``on_error`` skip or quarantine, its guarded loop (``passes._shipping``)."""
+    passes); under ``on_error`` skip or quarantine, its guarded loop (``passes._shipping``).
+    ``own``: whether it may run the closes of the windows it holds whole (``p.closes``), when
+    it serves no probe (``passes._own_closes``)."""
     if fed or not kinds or p.feeds:
         return False
-    if (p.serves or p.consumes or p.probe_kinds) and not forwarding:
-        return False
-    kind_passes = setup.pp.kind_passes
-    return not any(p.index in kind_passes.get(kind, ()) for kind in p.schedules)
-
-
-def _plain(setup: Setup, p: Any, fed: bool, kinds: tuple, forwarding: bool) -> bool:
-    """Whether pass ``p`` runs the serial engine's inlined loop (``passes._plain.run_plain``): it
-    takes log events only, and sends on nothing but what that loop can send (probe values
-    carried by forwarded events, writes into later passes' state, events scheduled for later
-    passes); under ``on_error`` skip or quarantine, its guarded loop (``passes._shipping``)."""
-    if fed or not kinds or p.feeds:
-        return False
+    if p.closes:
+        return own and not p.serves
     if (p.serves or p.consumes or p.probe_kinds) and not forwarding:
         return False
     kind_passes = setup.pp.kind_passes

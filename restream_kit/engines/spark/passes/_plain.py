@@ -47,6 +47,7 @@ from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._emitted import pack_emitted
 from ._lookups import LookupPacker
+from ._own_closes import OwnCloses, ShippingCloses
 from ._rows import (
     BATCH_ROWS,
     ERROR,
@@ -103,7 +104,7 @@ def _runtime(spec: PassSpec, program: Program, number: dict, checkpointed: bool)
     if spec.on_error != "stop":
         rt = guarded_runtime(spec, program)
     elif spec.blind or spec.ships_events:
-        rt = Shipping(spec, program)
+        rt = ShippingCloses(spec, program) if spec.closes else Shipping(spec, program)
     else:
         rt = MadeByRuntime(number) if checkpointed else SerialRuntime()
     if checkpointed and type(rt) is not MadeByRuntime:
@@ -138,6 +139,10 @@ class _PlainPass:
         }
         if start is not None:
             _restore(start, rt, stores, program, made=self.ends is not None)
+        # Closing windows it holds whole: their closes run here, as the serial engine runs them.
+        self.closes = closes = (
+            OwnCloses(rt, program, spec.closes, spec.max_flush) if spec.closes else None
+        )
         hooks, extra, self.served, by_name = _probe_hooks(
             spec, program, columns, tuple(kinds), stores
         )
@@ -147,6 +152,8 @@ class _PlainPass:
             more, globals_ = self.history.plain_hooks()
             hooks += more
             extra.update(globals_)
+        if closes is not None:
+            extra["_rs_run_scheduled"] = closes.run
         loop = compile_loop(
             program,
             rt,
@@ -154,7 +161,7 @@ class _PlainPass:
             columns=columns,
             kind_order=tuple(kinds),
             extra_globals=extra,
-            scheduled=False,
+            scheduled=False,  # (a pass's own closes run through ``closes.run`` instead)
             only=names,
             hooks=hooks,
             guarded=guarded,
@@ -164,9 +171,11 @@ class _PlainPass:
         # Windows it holds whole run as the serial engine runs them (``_window_shapes``).
         self.windows = None
         if start is None and fuses_windows(spec):
-            mine = pass_windows(program, spec.homes, held_elsewhere(spec))
+            mine = [*pass_windows(program, spec.homes, held_elsewhere(spec)), *spec.closes]
             if mine:
                 self.windows = fuse_windows(self.compiled, rt, only=mine)
+        if closes is not None:
+            closes.ready(self.compiled)
         # A key function of a probe reads the event's columns by name.
         named = self.compiled.needs_named_events or by_name
         self.make = event_type(columns) if named else None
@@ -241,6 +250,8 @@ class _PlainPass:
             self.cross()  # the ends after this partition's last event
         # The serial replay applies timed writes due by the log's last event, whichever key
         # that event has: so does this partition, whose own last event may come earlier.
+        if self.closes is not None:  # (and runs its closes, then those after the log)
+            self.closes.finish(spec.last_ts)
         rt.apply_due(spec.last_ts)
         if packer is not None:
             yield from packer.flush()
@@ -264,6 +275,8 @@ class _PlainPass:
         cols += [
             batch.column(c).to_pylist() if c in names else [None] * n for c in self.probe_columns
         ]
+        if self.closes is not None:
+            self.closes.seen(batch)
         rows = zip(*cols)
         rows = list(map(functools.partial(tuple.__new__, make), rows)) if make else list(rows)
         if ends is not None and ends.passed < len(ends.bounds):
@@ -291,6 +304,8 @@ class _PlainPass:
     def _results(self, events: int, started: float) -> None:
         """Emitted rows (each epoch's apart in a checkpointed replay), finals, counts."""
         spec, rt, out = self.spec, self.rt, self.out
+        if self.closes is not None:  # (before the others: it takes its rows out of them)
+            out += self.closes.rows(rt.rows, self.number)
         if self.ends is None:
             out += pack_emitted(rt.rows, self.number)
         else:  # each epoch's rows apart, for its commit
@@ -309,6 +324,8 @@ class _PlainPass:
         if self.guarded and rt.failed:
             out.append((QUAR, -1, None, (0, 0, 0, b""), dumps(rt.failed)))
         made, last_at = (rt.made, rt.last_at) if self.ships else (0, None)
+        if self.closes is not None:
+            made, last_at = self.closes.stat()
         # (Last: that the task ran the serial engine's loop, for ``metrics.path``.)
         stat = (events, time.perf_counter() - started, made, last_at, True)
         out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))

@@ -36,7 +36,7 @@ from ....model.program import Program
 from ....model.state import Value
 from ....runtime.windows import native_plan
 from ._lookup_stages import lookup_of, lookup_stages, packed_straight
-from ._window_shapes import closes_once, folded_counts, pass_windows
+from ._window_shapes import closes_once, folded_counts, fuse_closes, pass_windows
 
 __all__ = ["Probe", "Pass", "PassPlan", "plan_passes", "ORDER", "SINGLE", "BY_KEY"]
 
@@ -99,6 +99,9 @@ class Pass:
     # Per window of ``windows``: (whether its tasks run it natively in the serial engine's
     # loop, how or why not), for the path (``_window_shapes.pass_windows``).
     window_notes: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    # Closing windows whose adds and closes all run here (``_window_shapes.fuse_closes``): in
+    # any loop, native or not.
+    closes: tuple[str, ...] = ()
 
     def partition_value(self, state: str, key: Any) -> Any:
         """The value of this pass's partition expression that ``state``'s key ``key`` has."""
@@ -119,7 +122,9 @@ class Pass:
         said = self._describe(partitions)
         for name in self.windows:
             native, how = self.window_notes.get(name, (False, "Spark runs its expansion"))
-            if native and not fused:
+            if native and not fused and name in self.closes:
+                how = how.replace("in the serial engine's loop", "as its expansion")
+            elif native and not fused:
                 native, how = False, _UNFUSED_RUN
             said += f"; window {name} {'fused' if native else 'not fused'}: {how}"
         return said
@@ -146,6 +151,9 @@ class PassPlan:
     kind_passes: dict[str, tuple[int, ...]]  # kind -> passes with handlers for it
     reason: str | None = None  # why the program runs as one sequential pass
     schedules: bool = True  # whether any handler schedules events
+    # Closing windows whose closes run in a pass of their own: why not in their adding
+    # stage's pass (``_window_shapes.fuse_closes``).
+    unfused: dict[str, str] = field(default_factory=dict)
 
 
 def _single(program: Program, reason: str) -> PassPlan:
@@ -162,15 +170,19 @@ def _single(program: Program, reason: str) -> PassPlan:
     return PassPlan((one,), {k: (0,) for k in kinds}, reason, schedules)
 
 
-def plan_passes(program: Program, plan, lookups: bool = True) -> PassPlan:
+def plan_passes(program: Program, plan, lookups: bool = True, closes: bool = True) -> PassPlan:
     """The passes of ``program`` under ``plan``; one sequential pass, with the reason, for a
     program they cannot split yet. ``lookups``: whether a stage may be partitioned by a key
     read from an upstream state (``passes._lookup_stages``); a replay from a start state may not
-    (``passes._driver.run_passes`` says why)."""
+    (``passes._driver.run_passes`` says why). ``closes``: whether a closing window's closes
+    may run in its adding stage's pass (``_window_shapes.fuse_closes``); not from a start
+    state, whose waiting closes go by the close stage's key, nor with a recorded history."""
     try:
-        pp = _plan(program, plan, lookups)
+        pp = _plan(program, plan, lookups, closes)
         if any(p.lookup for p in pp.passes) and not (forwards(pp) and packed_straight(pp)):
-            pp = _plan(program, plan, False)  # (its events could not travel with their values)
+            pp = _plan(
+                program, plan, False, closes
+            )  # (its events could not travel with their values)
     except _Unsplit as exc:
         pp = _single(program, str(exc))
     return _window_notes(program, pp)
@@ -179,6 +191,12 @@ def plan_passes(program: Program, plan, lookups: bool = True) -> PassPlan:
 _UNFUSED_RUN = (
     "its expansion, as the serial engine runs it in a checkpointed, guarded, recorded or "
     "started replay, or outside the serial engine's loop"
+)
+
+
+_OWN_CLOSES = (
+    "its expansion: the pass runs closes of its own and serves reads, outside the serial "
+    "engine's loop"
 )
 
 
@@ -204,6 +222,18 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
             else (False, _why_not(program, pp, name, native_plan(program)[name]))
             for name in names
         }
+        # A pass that runs closes of its own and serves probes runs no native loop.
+        looped = not p.serves
+        for name in names if p.closes and not looped else ():
+            if name in native:
+                notes[name] = (False, _OWN_CLOSES)
+        for name in p.closes:
+            how = "in the serial engine's loop" if looped else "as its expansion"
+            notes[name] = (
+                True,
+                f"its adds and closes in this pass, by {p.partition}, {how}: no close pass, "
+                "no write sent",
+            )
         passes.append(replace(p, windows=names, window_notes=notes))
     return replace(pp, passes=tuple(passes))
 
@@ -214,6 +244,9 @@ def _why_not(program: Program, pp: PassPlan, name: str, serial: tuple[bool, str]
     if not native:  # (the serial engine keeps its expansion too)
         return how.removeprefix("off: ")
     closers = [pp.passes[i] for i in pp.kind_passes.get(close_kind(name), ())]
+    why = pp.unfused.get(name)
+    if why and why.startswith("its adds and closes run in one stage"):
+        return f"Spark runs its expansion: {why}"
     if closers:
         where = ", ".join(f"{q.stage} by {q.partition}" for q in closers)
         kind = close_kind(name)
@@ -222,6 +255,7 @@ def _why_not(program: Program, pp: PassPlan, name: str, serial: tuple[bool, str]
         return (
             f"Spark runs its closes as scheduled events in a stage of their own ({where}), "
             f"its adds sent there as writes{f' ({sent})' if sent else ''}"
+            + (f": not in its adding stage's pass, {why}" if why else "")
         )
     return "its state is written, folded or read in another stage"
 
@@ -238,7 +272,7 @@ def forwards(pp: PassPlan) -> bool:
     return all(p.handlers and not p.blind and not p.feeds for p in passes)
 
 
-def passes_of(program: Program, lookups: bool = True) -> PassPlan:
+def passes_of(program: Program, lookups: bool = True, closes: bool = True) -> PassPlan:
     """The passes of ``program``; one sequential pass, with the reason, when the planner
     cannot plan it or the passes cannot split it."""
     from ....model.errors import RestreamError
@@ -248,7 +282,7 @@ def passes_of(program: Program, lookups: bool = True) -> PassPlan:
         the_plan = plan(program, allow_nondeterminism=True)
     except RestreamError as exc:
         return _single(program, f"the planner could not plan the program: {exc}")
-    return plan_passes(program, the_plan, lookups)
+    return plan_passes(program, the_plan, lookups, closes)
 
 
 def layout(program: Program, partitions: int | None = None) -> dict[str, str]:
@@ -272,7 +306,7 @@ def _key(state: Any, access: Any) -> str | None:
     return "()" if isinstance(state, Value) else access.key
 
 
-def _plan(program: Program, plan, lookups: bool) -> PassPlan:
+def _plan(program: Program, plan, lookups: bool, closes: bool = True) -> PassPlan:
     index = {h.name: h.index for h in program.handlers}
     info = {h.name: h for h in plan.handlers}
     scheduled = {k for h in plan.handlers for k in h.schedules}
@@ -333,11 +367,14 @@ def _plan(program: Program, plan, lookups: bool) -> PassPlan:
 
     if lookups:
         lookup_stages(drafts, accesses, program, info, scheduled)
+    unfused = (
+        fuse_closes(drafts, accesses, program, info, (ORDER, SINGLE, BY_KEY)) if closes else {}
+    )
     _fuse_readers(drafts, accesses, program, info)
 
     def holds(i: int, state: str) -> bool:
         d = drafts[i]
-        if d["partition"] == SINGLE or d.get("element"):
+        if d["partition"] == SINGLE or d.get("element") or state in d.get("held", ()):
             return True
         return all(k == d["partition"] for _h, a, k in accesses(d) if a.state == state)
 
@@ -523,6 +560,7 @@ def _plan(program: Program, plan, lookups: bool) -> PassPlan:
                 copies=d["copies"],
                 lookup=lookup_of(d, probes, n),
                 elements=_elements(d, homes, accesses) if d.get("element") else {},
+                closes=tuple(d.get("closes", ())),
             )
         )
     # Who sends what to whom: probe values, or writes and scheduled events (after which an
@@ -549,6 +587,7 @@ def _plan(program: Program, plan, lookups: bool) -> PassPlan:
         {k: tuple(v) for k, v in kind_passes.items()},
         None,
         bool(schedulers),
+        unfused,
     )
 
 

@@ -28,12 +28,14 @@ import ast
 import re
 from typing import Any
 
+from ....compiler.expand_windows import close_kind
 from ....model.program import Program
-from ....model.windows import Sliding
+from ....model.windows import Hopping, Session, Sliding, Tumbling
 from ....runtime.windows import native_plan
 
 __all__ = [
     "closes_once",
+    "fuse_closes",
     "folded_counts",
     "fuses_windows",
     "held_elsewhere",
@@ -220,3 +222,95 @@ def _named_only_in(module: ast.Module, name: str, where: set[str]) -> bool:
         if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
             return False
     return True
+
+
+def fuse_closes(
+    drafts: list[dict], accesses: Any, program: Program, info: dict, keyless: tuple[str, ...]
+) -> dict[str, str]:
+    """Run a closing window (tumbling, hopping, session) whole in the pass of the stage that
+    adds to it, when that stage is partitioned by the window's key: its adds, its scheduled
+    closes and its ``on_close`` handlers then all happen in the partition of the key, in the
+    runtime's order, with no close pass and no write or close sent anywhere.
+
+    The planner puts a window's close handler in a stage of its own, partitioned by the
+    window, since it alone reads the window's state. When the adding stage is partitioned
+    by the window's key (the element ``key`` of its ``(key, start)`` states), every add to a
+    window and every close it schedules come to the same partition: the close stage's
+    handlers join the adding stage's draft (``closes``: the windows, ``held``: their states,
+    which it then holds whole). A stage that only writes (stateless, by log order) is
+    partitioned by the key of one of its windows: a ``distinct`` one's first (its sets cost
+    the most to send), then a session's (every add schedules a close of its own). Any other
+    shape keeps the close stage; the result says why, per
+    window, for the path (``window -> why not``). ``keyless``: the partitionings that are
+    no key (``passes._plan``'s ORDER, SINGLE, BY_KEY; by log order first)."""
+    why: dict[str, str] = {}
+    closing = [n for n, w in program.windows.items() if isinstance(w, (Tumbling, Hopping, Session))]
+    closing.sort(
+        key=lambda n: (
+            program.windows[n].agg != "distinct",
+            not isinstance(program.windows[n], Session),
+        )
+    )
+    for name in closing:
+        reason = _fuse_close(name, drafts, accesses, program, info, keyless)
+        if reason:
+            why[name] = reason
+    return why
+
+
+def _fuse_close(
+    name: str, drafts: list[dict], accesses: Any, program: Program, info: dict, keyless: tuple
+) -> str | None:
+    """Fuse window ``name``'s close stage into its adding stage (:func:`fuse_closes`), or
+    say why not."""
+    kind = close_kind(name)
+    states = set(window_states(program, name))
+    closers = [i for i, d in enumerate(drafts) if kind in d["kinds"]]
+    users = [i for i, d in enumerate(drafts) if any(a.state in states for _h, a, _k in accesses(d))]
+    adders = [i for i in users if i not in closers]
+    if closers == users == closers[:1]:
+        return f"its adds and closes run in one stage, {drafts[closers[0]]['stage']}"
+    if len(closers) != 1 or len(adders) != 1 or adders[0] > closers[0]:
+        return "its state or close events are used by more than its adding and closing stages"
+    add, close = drafts[adders[0]], drafts[closers[0]]
+    if set(close["kinds"]) != {kind}:
+        return f"its close stage {close['stage']} runs more than its closes"
+    if close["copies"] or any(a.state not in states for _h, a, _k in accesses(close)):
+        return "its close handlers use state other than the window's"
+    makers = {
+        d["stage"]
+        for d in drafts
+        for h in d["handlers"]
+        if kind in info[program.handlers[h].name].schedules
+    }
+    if makers != {add["stage"]}:
+        return f"its close events are scheduled by other stages than {add['stage']}"
+    keys = set()
+    for _h, a, k in accesses(add):
+        if a.state not in states:
+            continue
+        if not a.event_key or k is None:
+            return "it is added to under a key that is not the event's"
+        if isinstance(program.windows[name], Session):
+            keys.add(k)
+        else:
+            keys.add(a.parts[0][0] if a.parts and a.parts[0][1] else None)
+    (key,) = keys if len(keys) == 1 else (None,)
+    if key is None:
+        return "it is added to under several keys"
+    part, order = add["partition"], keyless[0]
+    if add.get("lookup") or add.get("element") or part in keyless[1:]:
+        return f"its adding stage {add['stage']} is not partitioned by a key of the event"
+    if part == order and add["mode"] != "stateless":
+        return f"its adding stage {add['stage']} runs by log order"
+    if part not in (order, key):
+        return f"keyed by {key}, its adding stage {add['stage']} by {part}"
+    add["partition"] = key
+    add["handlers"] = tuple(sorted((*add["handlers"], *close["handlers"])))
+    add["kinds"] = tuple(dict.fromkeys((*add["kinds"], *close["kinds"])))
+    add["stage"] = f"{add['stage']}, {close['stage']}"
+    add["stages"] = [*add["stages"], *close["stages"]]
+    add["closes"] = [*add.get("closes", ()), name]
+    add["held"] = {*add.get("held", ()), *states}
+    drafts.remove(close)
+    return None
