@@ -38,6 +38,7 @@ from . import _rows as W
 from ._emitted import emitted_tables, unpack_emitted
 from ._local_arrangement import local_input, marker_frame, values_sent
 from ._lookups import looked_up_input, lookups_served
+from ._output_files import drop_parts, in_memory, output_files
 from ._plan import ORDER, SINGLE, PassPlan, passes_of
 from ._results import finish_finals, handler_names, make_result
 from ._setup import (
@@ -101,6 +102,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         # keys are known only as its events come: the same program takes the copies.
         pp = passes_of(rep.program, lookups=False)
     setup = prepare(rep, pp, started, events, start)
+    setup.outputs = output_files(setup, checkpointing)
     try:
         if checkpointing:
             return run_checkpointed(setup)
@@ -119,8 +121,9 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                 pass
     finish_finals(setup.program, ran)
     tables = emitted_tables(ran.emitted, ran.emitted_columns, handler_names(setup.program))
+    drop_parts(setup.outputs)
     wall = time.perf_counter() - started
-    rep.notify(EpochFinished(0, total, wall, dict(tables)))
+    rep.notify(EpochFinished(0, total, wall, in_memory(tables)))
     rep.notify(Progress(total, total, wall))
     rep.notify(ReplayFinished(total, wall))
     return make_result(setup, ran, tables, total, 1, ran.quarantined)
@@ -353,6 +356,7 @@ def run_jobs(
                     for j, by in setup.zips.items()
                 },
                 values_dir=setup.values_dir,
+                outputs=setup.outputs,
                 local=local,
                 shares=share is not None,
                 zipped=zipped is not None,

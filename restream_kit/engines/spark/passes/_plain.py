@@ -40,6 +40,7 @@ from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._emitted import pack_emitted
 from ._lookups import LookupPacker
+from ._output_files import plain_files
 from ._rows import (
     BATCH_ROWS,
     ERROR,
@@ -255,8 +256,9 @@ def run_plain(
         sub = made_bytes(order) if type(order) is tuple else U32.pack(order)  # (see MadeBy)
         blob = dumps((state_names[id(d)], key, what))
         out.append((PEND, -1, None, (at, PH_TIMED, 0, sub), blob))
-    if ends is None:
-        out += pack_emitted(rt.rows, number)
+    if ends is None:  # (a large table written as a file, ``_output_files``)
+        kept, written = plain_files(spec.outputs, rt.rows, number)
+        out += written + pack_emitted(kept, number)
     else:  # each epoch's rows apart, for its commit
         parts: dict[int, dict] = {}
         for table, rows in rt.rows.items():

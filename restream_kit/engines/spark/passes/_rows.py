@@ -191,6 +191,7 @@ class PassSpec:
     lookups: tuple = ()
     looked_up: bool = False
     looked_up_files: tuple = ()  # (driver-arranged: per partition, the files of its events)
+    outputs: Any = None  # where it writes large output tables (``passes._output_files``)
 
 
 def dumps(value: Any) -> bytes:

@@ -49,6 +49,7 @@ from ._boundaries import Ends, state_row, unhandled_rows, waiting_rows
 from ._copies import CopyFeed, VersionRecorder
 from ._local_arrangement import local_batches, local_part, local_start
 from ._lookups import merged_events
+from ._output_files import task_files
 from ._plain import run_plain
 from ._rows import (
     AFTER_RUN,
@@ -544,6 +545,9 @@ class PassTask:
         if rt.out:
             yield out_batch(rt, schema, slots)
         # Emitted rows, each epoch's apart when a checkpoint's ends were passed (-1: none).
+        if not marks:  # (a large table written as a file, ``_output_files``)
+            rt.rows, written = task_files(spec.outputs, rt.rows)
+            rt.out.extend(written)
         cuts = [0, *marks, len(rt.rows)]
         for j in range(len(cuts) - 1):
             part = rt.rows[cuts[j] : cuts[j + 1]]
