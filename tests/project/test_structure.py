@@ -111,7 +111,6 @@ PENDING_LONG_MODULES: dict[str, str] = {
     "restream_kit/engines/spark/passes/_setup.py": SCALE,
     "restream_kit/engines/spark/passes/_task.py": RUNTIME,
     "restream_kit/io/catalog.py": REUSE,
-    "restream_kit/io/log.py": SCALE,
     "restream_kit/iterate/reuse.py": REUSE,
     "restream_kit/planner/_analysis.py": LATER,
     "restream_kit/workbench.py": LATER,
