@@ -105,6 +105,9 @@ class Tables(MutableMapping):
     def __len__(self) -> int:
         return len(self._tables)
 
+    def __contains__(self, name: object) -> bool:  # (Mapping's would read the table)
+        return name in self._tables
+
     def files(self, name: str) -> TableFiles | None:
         table = self._tables[name]
         return table if isinstance(table, TableFiles) else None

@@ -136,6 +136,7 @@ def merge_parts(parts: list[str], directory: str | Path) -> TableFiles | None:
     if schema is None:
         return None
     directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     read = [f.name for f in schema if not pa.types.is_null(f.type)]
     memory = os.environ.get("RESTREAM_SORT_MEMORY", "256MB")
     con = duckdb.connect(
