@@ -50,6 +50,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.state_columns",
         "recording and loading a run's state as typed Parquet vs its replay; --reuse as processes",
     ),
+    "result-files": (
+        "bench.result_files",
+        "Spark replay emitting a row per event: tables written by the tasks vs sent to the driver",
+    ),
     "scale": (
         "bench.scale",
         "peak memory of serial CLI replays at two log sizes, bounded-state rule (cold and warm)",

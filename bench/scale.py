@@ -1,9 +1,11 @@
-"""Peak memory of a serial CLI replay at two log sizes: memory bounded by state, not the log.
+"""Peak memory of a CLI replay at two log sizes: memory bounded by state, not the log.
 
 The rule (``bench/programs/bounded_state.py``) keeps a per-sender EWMA and a per-IP sliding
 count: its state stops growing once the users and IPs have been seen. The logs are written by
 ``sample_data.social_scale`` (a bounded population, rows not in time order) at each size. For
-each size, ``restream replay --engine serial`` runs as a whole process twice:
+each size, ``restream replay --engine serial`` (``--engine spark``: ``--engine spark --master
+local[2]``, the JVM and its Python workers counted in the process tree) runs as a whole
+process twice:
 
 - **cold**: a fresh ``RESTREAM_HOME``, so the run includes putting the log in order (DuckDB's
   external sort into the cached ordered copy);
@@ -12,7 +14,8 @@ each size, ``restream replay --engine serial`` runs as a whole process twice:
 The peak resident memory of the whole process tree is polled with psutil. The figure is
 ``peak(large) / peak(small)`` for each kind of run; the target is at most 1.5x.
 
-``python -m bench scale [--sizes 1000000,10000000] [--users N] [--out JSON]``
+``python -m bench scale [--sizes 1000000,10000000] [--users N] [--engine serial|spark]
+[--out JSON]``
 """
 
 from __future__ import annotations
@@ -93,7 +96,11 @@ def _log(events: int, users: int) -> Path:
     return path
 
 
-def run(sizes: list[int], users: int, out: Path) -> dict:
+#: The command line's engine arguments, per ``--engine``.
+ENGINES = {"serial": ["--engine", "serial"], "spark": ["--engine", "spark", "--master", "local[2]"]}
+
+
+def run(sizes: list[int], users: int, out: Path, engine: str = "serial") -> dict:
     """Measure every size cold and warm; write and return the results."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -110,8 +117,7 @@ def run(sizes: list[int], users: int, out: Path) -> dict:
                 str(PROGRAM),
                 "--log",
                 str(log),
-                "--engine",
-                "serial",
+                *ENGINES[engine],
                 "--quiet",
             ]
             cold = peak_of(command, env)
@@ -135,6 +141,7 @@ def run(sizes: list[int], users: int, out: Path) -> dict:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "program": PROGRAM.relative_to(ROOT).as_posix(),
+        "engine": engine,
         "users": users,
         "runs": {str(k): v for k, v in rows.items()},
         "ratio": ratios,
@@ -154,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         "--sizes", default="1000000,10000000", help="comma-separated log sizes (1000000,10000000)"
     )
     parser.add_argument("--users", type=int, default=2_000_000, help="users in the logs (2M)")
+    parser.add_argument("--engine", choices=sorted(ENGINES), default="serial", help="(serial)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
     args = parser.parse_args(argv)
     try:
@@ -163,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(sizes) < 2 or sizes[0] < 1:
         parser.error("--sizes needs two positive sizes or more")
     try:
-        run(sizes, args.users, Path(args.out))
+        run(sizes, args.users, Path(args.out), args.engine)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"scale FAILED: {exc}", file=sys.stderr)
         return 1

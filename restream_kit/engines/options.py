@@ -185,6 +185,9 @@ class SparkOptions(EngineOptions):
     partitions: int | None = None
     #: Which path runs the replay (``$RESTREAM_SPARK_PATH`` when not given).
     path: str = "auto"
+    #: A table of about this many rows or more is written by the tasks as Parquet and read
+    #: when asked (``0``: every table; None: ``$RESTREAM_RESULT_ROWS``, else 1,000,000).
+    result_rows: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

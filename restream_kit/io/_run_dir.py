@@ -25,6 +25,7 @@ from ..model.errors import RestreamError
 from ._atomic import fsync_path, write_synced
 from ._parquet import read_parquet
 from ._state_files import LazyState, write_state
+from ._table_files import write_table
 from .result import QUARANTINE_FILE, Metrics, Result, quarantine_table
 
 __all__ = [
@@ -68,12 +69,12 @@ def write_run(
     extra: dict[str, Any] = {}
     if result is not None:
         # <table>.parquet, as `replay --out` writes: a run directory is also an --out one.
-        for i, (table_name, table) in enumerate(result.tables.items()):
+        for i, table_name in enumerate(result.tables):
             rel = f"{table_name}.parquet"
             if not _SAFE_NAME.match(table_name):  # not a plain file name: numbered aside
                 (tmp / "tables").mkdir(mode=0o700, exist_ok=True)
                 rel = f"tables/{i:04d}.parquet"
-            pq.write_table(table, tmp / rel)
+            write_table(result.tables, table_name, tmp / rel)  # (a file's: copied)
             tables[table_name] = rel
         if result.quarantine.num_rows:
             pq.write_table(result.quarantine, tmp / QUARANTINE)

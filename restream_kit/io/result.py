@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from ..model.errors import OutputError
 from ..runtime.quarantine import ON_ERROR
+from ._table_files import TableFiles, Tables, write_table
 
 __all__ = [
     "Result",
@@ -26,6 +27,7 @@ __all__ = [
     "QUARANTINE_SCHEMA",
     "QUARANTINE_FILE",
     "quarantine_table",
+    "TableFiles",
 ]
 
 #: Columns every output row starts with, before the emitted fields.
@@ -106,6 +108,10 @@ class Result:
     is the table as a polars DataFrame for people: with a ``time`` column (``ts`` as a UTC
     datetime) after ``ts``, and with its columns even when it emitted no row (known from the
     program's ``emit`` calls, ``schemas``).
+
+    A large table a Spark replay wrote as a file (``docs/scale.md``) stays on disk until
+    asked for: ``tables`` is then a :class:`~restream_kit.io._table_files.Tables`, whose
+    ``tables[name]`` reads the Arrow table from the file, and ``lazy(name)`` scans it.
     """
 
     tables: dict[str, pa.Table]
@@ -131,6 +137,26 @@ class Result:
     #: from the catalog), so that ``explain`` can replay them again.
     program: Any = field(default=None, compare=False)
     log: Any = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tables, Tables) and any(
+            isinstance(t, TableFiles) for t in self.tables.values()
+        ):
+            self.tables = Tables(self.tables)
+
+    def _held(self, table: str) -> Any:
+        """Table ``table`` as held: an Arrow table, or the file of one (``TableFiles``)."""
+        files = self.tables.files(table) if isinstance(self.tables, Tables) else None
+        return files if files is not None else self.tables[table]
+
+    def lazy(self, table: str):
+        """Output table ``table`` as a polars ``LazyFrame`` with ``time`` beside ``ts``: a
+        table held as a file is scanned, not read, until collected (``.head(10).collect()``
+        reads what it shows)."""
+        files = self.tables.files(table) if isinstance(self.tables, Tables) else None
+        if files is None or table not in self.tables:
+            return self[table].lazy()
+        return with_time(files.scan())
 
     @property
     def table_names(self) -> list[str]:
@@ -187,7 +213,7 @@ class Result:
         if path:
             lines.append(f"  path: {_short_path(path)}")
         for name in self.table_names:
-            table = self.tables.get(name)
+            table = self._held(name) if name in self.tables else None
             rows = table.num_rows if table is not None else 0
             fields = (
                 [c for c in table.column_names if c not in ROW_COLUMNS]
@@ -214,9 +240,9 @@ class Result:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         written = {}
-        for name, table in self.tables.items():
+        for name in self.tables:
             path = out / f"{name}.parquet"
-            pq.write_table(table, path)
+            write_table(self.tables, name, path)
             written[name] = str(path)
         self.path = str(out)
         if self.quarantine.num_rows and self.on_error == "quarantine":
@@ -230,7 +256,7 @@ class Result:
         return {
             "metrics": self.metrics.as_dict(),
             "path": dict(self.metrics.path),
-            "tables": {name: t.num_rows for name, t in self.tables.items()},
+            "tables": {name: self._held(name).num_rows for name in self.tables},
             "state": {name: len(values) for name, values in self.state.items()},
             "warnings": list(self.warnings),
             "quarantined": self.quarantine.num_rows,
@@ -244,16 +270,17 @@ class Result:
 
 
 def with_time(frame: Any) -> Any:
-    """``frame`` (polars) with ``time``, its ``ts`` as a UTC datetime, right after ``ts``.
+    """``frame`` (polars, eager or lazy) with ``time``, its ``ts`` as a UTC datetime, right after ``ts``.
 
     Left as it is when it has no ``ts`` or already has a ``time`` (an emitted field wins).
     """
     import polars as pl
 
-    if "ts" not in frame.columns or TIME_COLUMN in frame.columns:
+    lazy = isinstance(frame, pl.LazyFrame)  # (its names from its schema: nothing read)
+    columns = frame.collect_schema().names() if lazy else list(frame.columns)
+    if "ts" not in columns or TIME_COLUMN in columns:
         return frame
     time = pl.col("ts").cast(pl.Datetime("ms", "UTC"))
-    columns = list(frame.columns)
     columns.insert(columns.index("ts") + 1, TIME_COLUMN)
     return frame.with_columns(time.alias(TIME_COLUMN)).select(columns)
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from ..io.log import _ts_to_ms
+from ..io._times import _ts_to_ms
 from ..model.errors import LogError, RestreamError
 
 __all__ = ["Labels", "read_labels", "LABEL_TS", "DEFAULT_TIME", "DEFAULT_CLASS"]

@@ -18,6 +18,7 @@ from ....io.result import Result
 from ._emitted import emitted_tables
 from ._epochs import run_checkpointed, start_state
 from ._jobs import run_jobs, stage_names
+from ._output_files import drop_parts, in_memory, output_files
 from ._plan import PassPlan, passes_of
 from ._results import finish_finals, handler_names, make_result
 from ._setup import prepare
@@ -42,6 +43,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         # records the close stage's reads: closing windows keep their close passes.
         pp = passes_of(rep.program, lookups=not restarted, closes=False)
     setup = prepare(rep, pp, started, events, start)
+    setup.outputs = output_files(setup, checkpointing)
     try:
         if checkpointing:
             return run_checkpointed(setup)
@@ -60,8 +62,9 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
                 pass
     finish_finals(setup.program, ran)
     tables = emitted_tables(ran.emitted, ran.emitted_columns, handler_names(setup.program))
+    drop_parts(setup.outputs)
     wall = time.perf_counter() - started
-    rep.notify(EpochFinished(0, total, wall, dict(tables)))
+    rep.notify(EpochFinished(0, total, wall, in_memory(tables)))
     rep.notify(Progress(total, total, wall))
     rep.notify(ReplayFinished(total, wall))
     return make_result(setup, ran, tables, total, 1, ran.quarantined)

@@ -8,19 +8,29 @@ from the values in that order, as ``result.build_table`` builds it from rows. An
 travel as tuples ``(table, lsn, ts, handler, seq, fields, position, handler number)`` and
 take the general way, as does a table whose columns disagree or whose values Arrow refuses
 (``build_table`` then says what is wrong, naming the row).
+
+A task may instead write a large table's rows as a Parquet part file and send only its name
+(``passes._output_files``): the driver merges the table's parts, with its other rows, into
+one file the result reads when asked (:func:`emitted_tables`).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
+import shutil
+import tempfile
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ....io._arrow_stores import RowsColumns, rows_of_columns
+from ....io._table_parts import merge_parts, part_rows, part_table, write_part
+from ....io.log import scratch_dir
 from ....io.result import ROW_COLUMNS, build_table
+from ._output_files import held_files
 from ._rows import BLOB_ROWS, EMIT, PH_LOG, dumps
 
 __all__ = ["pack_emitted", "unpack_emitted", "emitted_rows", "emitted_tables", "committed_rows"]
@@ -87,7 +97,53 @@ def emitted_rows(rows: list, columns: dict[str, list], handlers: list[str]) -> d
 
 
 def emitted_tables(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, Any]:
-    """The output tables, exactly as ``build_table`` makes them from :func:`emitted_rows`."""
+    """The output tables, exactly as ``build_table`` makes them from :func:`emitted_rows`: a
+    table some task wrote as a file is a ``TableFiles``, rows in the same order and types."""
+    held = held_files(columns)
+    if not held:
+        return _tables_in_memory(rows, columns, handlers)
+    tables = _tables_in_memory(
+        [r for r in rows if r[0] not in held],
+        {t: chunks for t, chunks in columns.items() if t not in held},
+        handlers,
+    )
+    for table, files in held.items():
+        more = [r for r in rows if r[0] == table]
+        for c in columns[table]:
+            if "file" not in c:
+                more.extend(_as_tuples(c, handlers))
+        tables[table] = _table_of_files(table, [f["file"] for f in files], more, handlers)
+    return tables
+
+
+def _table_of_files(table: str, parts: list[str], more: list[tuple], handlers: list[str]) -> Any:
+    """Table ``table`` from the tasks' part files and the rows others sent (tuples, in the
+    order they came): one file in processing order (``TableFiles``); or, when the parts'
+    types or fields disagree, built from every row as the rows would have been."""
+    if more:
+        more.sort(key=lambda r: (r[6], r[7]))  # stable
+        part = part_table(table, [r[1:] for r in more], range(len(more)))
+        if part is None:
+            parts = parts + [None]
+        else:
+            parts = parts + [write_part(part, _folder(parts[0]))]
+    if None not in parts:
+        directory = tempfile.mkdtemp(dir=scratch_dir(), prefix="results-")
+        merged = merge_parts(parts, directory)
+        if merged is not None:
+            return merged
+        shutil.rmtree(directory, ignore_errors=True)
+    every = list(itertools.chain.from_iterable(part_rows(table, p) for p in parts if p))
+    if None in parts:
+        every.extend(more)
+    return build_table(table, emitted_rows(every, {}, handlers).get(table, []))
+
+
+def _folder(path: str) -> str:
+    return os.path.dirname(path)
+
+
+def _tables_in_memory(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, Any]:
     tables: dict[str, Any] = {}
     general: dict[str, list] = {}
     for table, row in ((r[0], r) for r in rows):

@@ -171,6 +171,7 @@ def _spec(run: Run, p: Any, source: Source, plain: bool, bounds: tuple) -> W.Pas
         closes=p.closes if plain else (),
         ships_events=bool(p.schedules),
         source=source,
+        outputs=setup.outputs,
         # Writes or scheduled events from earlier passes (an event then waits for
         # the writes of its own runs there): any pass writing into this one's state,
         # or any scheduling at all in a program (conservatively).

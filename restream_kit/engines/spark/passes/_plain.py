@@ -47,6 +47,7 @@ from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._emitted import pack_emitted
 from ._lookups import LookupPacker
+from ._output_files import plain_files
 from ._own_closes import OwnCloses, ShippingCloses
 from ._rows import (
     BATCH_ROWS,
@@ -306,8 +307,9 @@ class _PlainPass:
         spec, rt, out = self.spec, self.rt, self.out
         if self.closes is not None:  # (before the others: it takes its rows out of them)
             out += self.closes.rows(rt.rows, self.number)
-        if self.ends is None:
-            out += pack_emitted(rt.rows, self.number)
+        if self.ends is None:  # (a large table written as a file, ``_output_files``)
+            kept, written = plain_files(spec.outputs, rt.rows, self.number)
+            out += written + pack_emitted(kept, self.number)
         else:  # each epoch's rows apart, for its commit
             parts: dict[int, dict] = {}
             for table, rows in rt.rows.items():

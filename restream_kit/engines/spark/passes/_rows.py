@@ -196,6 +196,7 @@ class PassSpec:
     versions_to: tuple = ()
     spread: dict = field(default_factory=dict)
     ranges: dict = field(default_factory=dict)  # reading passes split into ranges of the log
+    outputs: Any = None  # where it writes large output tables (``passes._output_files``)
 
     @property
     def receives(self) -> bool:

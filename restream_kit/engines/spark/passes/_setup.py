@@ -70,6 +70,7 @@ class Setup:
     values_dir: str | None = None
     # A wave's run (``_waves``): the lsn of its last event; no pass reads an event after it.
     until: int | None = None
+    outputs: Any = None  # where tasks write large output tables (``passes._output_files``)
 
 
 def wave_end(setup: Setup, lsn: int) -> None:

@@ -40,6 +40,7 @@ from .._program_ref import column_values as _column_values
 from .._program_ref import event_type, key_function, load_program
 from ._boundaries import Ends, state_row, unhandled_rows, waiting_rows
 from ._copies import CopyFeed, VersionRecorder
+from ._output_files import task_files
 from ._plain import run_plain
 from ._rows import (
     AFTER_RUN,
@@ -396,6 +397,9 @@ class _TaskLoop:
             yield out_batch(rt, self.schema, spec.slots)
         # Emitted rows, each epoch's apart when a checkpoint's ends were passed (-1: none).
         marks = self.marks
+        if not marks:  # (a large table written as a file, ``_output_files``)
+            rt.rows, written = task_files(spec.outputs, rt.rows)
+            rt.out.extend(written)
         cuts = [0, *marks, len(rt.rows)]
         for j in range(len(cuts) - 1):
             part = rt.rows[cuts[j] : cuts[j + 1]]

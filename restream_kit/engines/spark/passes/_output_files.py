@@ -1,0 +1,132 @@
+"""Large output tables written by the pass tasks, not sent to the driver (docs/scale.md,
+"Large output tables").
+
+On a local master (the executors share the kernel's disk) a replay that commits no
+checkpoint gives its tasks an :class:`OutputFiles`: a task that emitted at least ``rows``
+rows to a table writes them as a Parquet part file in processing order
+(``io._table_parts.part_table``) and sends the driver only the file's name and size; the
+driver merges each table's parts once (``passes._emitted``). ``rows`` is the replay's
+``result_rows`` spread over its partitions: a table of ``result_rows`` rows or more has
+at least one task over it, and what the other tasks send the driver in memory stays below
+``result_rows`` rows. Rows whose fields differ from row to row, or that Arrow cannot hold as
+they are, travel as before.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from ....io._table_files import TableFiles
+from ....io._table_parts import part_table, write_part
+from ....io.log import scratch_dir
+from ._rows import EMIT, PH_LOG, dumps
+from ._setup import Setup, local_master
+
+__all__ = [
+    "OutputFiles",
+    "output_files",
+    "plain_files",
+    "task_files",
+    "drop_parts",
+    "in_memory",
+    "held_files",
+]
+
+#: A table of this many rows or more is written by the tasks (``result_rows=``).
+DEFAULT_ROWS = 1_000_000
+
+
+@dataclass(frozen=True)
+class OutputFiles:
+    """Where a replay's tasks write their part files, and from how many rows of a table."""
+
+    directory: str
+    rows: int
+
+
+def output_files(setup: Setup, checkpointing: bool) -> OutputFiles | None:
+    """The replay's :class:`OutputFiles`, or None: a checkpoint's commits and a wave's run
+    keep their rows as they are, and a cluster's executors do not share this disk."""
+    if checkpointing or setup.until is not None or not local_master(setup.session):
+        return None
+    limit = setup.rep.options.result_rows
+    if limit is None:
+        limit = int(os.environ.get("RESTREAM_RESULT_ROWS", DEFAULT_ROWS))
+    directory = tempfile.mkdtemp(dir=scratch_dir(), prefix="parts-")
+    weakref.finalize(setup, shutil.rmtree, directory, True)  # (if the replay raised)
+    return OutputFiles(directory, limit // max(setup.partitions, 1))
+
+
+def drop_parts(outputs: OutputFiles | None) -> None:
+    """The part files, once the driver merged them."""
+    if outputs is not None:
+        shutil.rmtree(outputs.directory, ignore_errors=True)
+
+
+def _marker(table: str, path: str, rows: int) -> tuple:
+    blob = dumps({"table": table, "file": path, "rows": rows})
+    return (EMIT, -1, None, (0, 0, 0, b""), blob)
+
+
+def plain_files(
+    outputs: OutputFiles | None, rows_by_table: dict[str, list], number: dict[str, int]
+) -> tuple[dict[str, list], list[tuple]]:
+    """A plain pass's emitted rows ``(lsn, ts, handler, seq, fields)`` by table: those it
+    keeps to send, and the ``EMIT`` rows naming the part files written for the others."""
+    if outputs is None:
+        return rows_by_table, []
+    kept, sent = {}, []
+    for table, rows in rows_by_table.items():
+        part = None
+        if rows and len(rows) >= outputs.rows:
+            part = part_table(
+                table,
+                [(*r, (r[1], PH_LOG, r[0], b""), number[r[2]]) for r in rows],
+                range(len(rows)),
+            )
+        if part is None:
+            kept[table] = rows
+        else:
+            sent.append(_marker(table, write_part(part, outputs.directory), len(rows)))
+    return kept, sent
+
+
+def task_files(outputs: OutputFiles | None, rows: list[tuple]) -> tuple[list, list[tuple]]:
+    """A pass task's emitted rows ``(table, lsn, ts, handler, seq, fields, position, h)``:
+    those it keeps to send, and the ``EMIT`` rows naming the part files written for the
+    others (each row's place among all the task's rows orders a handler run's rows)."""
+    if outputs is None or not rows:
+        return rows, []
+    by_table: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_table.setdefault(row[0], []).append(i)
+    written: set[str] = set()
+    sent: list[tuple] = []
+    for table, places in by_table.items():
+        if len(places) < outputs.rows:
+            continue
+        part = part_table(table, [rows[i][1:] for i in places], places)
+        if part is not None:
+            written.add(table)
+            sent.append(_marker(table, write_part(part, outputs.directory), len(places)))
+    return ([r for r in rows if r[0] not in written] if written else rows), sent
+
+
+def in_memory(tables: dict[str, Any]) -> dict[str, Any]:
+    """The tables held in memory (those written as files are read only when asked)."""
+    return {name: t for name, t in tables.items() if not isinstance(t, TableFiles)}
+
+
+def held_files(columns: dict[str, list]) -> dict[str, list[dict]]:
+    """The part files the tasks named, by table (``columns`` as ``_emitted`` gathers them)."""
+    held: dict[str, list[dict]] = {}
+    for table, chunks in columns.items():
+        files = [c for c in chunks if "file" in c]
+        if files:
+            held[table] = files
+    return held

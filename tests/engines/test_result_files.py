@@ -1,0 +1,94 @@
+"""Large output tables on Spark: written by the tasks as Parquet, read when asked.
+
+``result_rows=0`` makes every table large: each task writes its rows as a part file, the
+driver merges the parts into one file in processing order, and the result holds the file
+(``result.tables`` reads it on access). The tables equal the serial engine's, row for row
+and type for type, and the rows were never sent to the driver: the result holds files.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from engine_matrix import assert_same_result, social_sample
+
+import restream_kit as rk
+from restream_kit.io._table_files import TableFiles, Tables
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")]
+
+#: Tables of every shape a task meets: a field int for some senders and float for others
+#: (doubles, as one table of them is), lists empty in some tasks only (the general way),
+#: rows emitted by scheduled events, two tables from one handler run.
+MIXED = textwrap.dedent(
+    """
+    from restream_kit import emit, on, schedule, state
+
+    n = state.Counter()
+
+    @on("message")
+    def count(e):
+        n[e.src] += 1
+        emit("counts", sender=e.src, n=n[e.src] / 2 if e.src % 3 == 0 else n[e.src])
+        emit("lists", sender=e.src, xs=[n[e.src]] if e.src == 12 else [])
+        if n[e.src] % 4 == 0:
+            schedule("ping", at=e.ts + 1000, src=e.src)
+
+    @on("ping")
+    def pong(e):
+        emit("pongs", src=e.src, at=e.ts)
+    """
+)
+
+
+def _files_of(result: rk.Result) -> dict[str, TableFiles]:
+    assert isinstance(result.tables, Tables), type(result.tables)
+    return {name: result.tables.files(name) for name in result.tables}
+
+
+def test_tables_written_by_the_tasks_equal_serial_and_are_read_when_asked(spark_session):
+    program = rk.Program.from_file(ROOT / "bench/programs/ordinary.py")
+    log = social_sample(6000)
+    want = rk.replay(program, log)
+    got = rk.replay(program, log, engine="spark", path="passes", partitions=3, result_rows=0)
+    files = _files_of(got)
+    assert set(files) == set(want.tables) and all(files.values()), files
+    table = files["suspicious"]
+    assert table.num_rows == want.tables["suspicious"].num_rows > 0
+    assert got.metrics.rows == want.metrics.rows
+    assert_same_result(got, want)
+    # Lazily: a polars scan of the file, the same frame as result[name], a head of it.
+    assert got.lazy("suspicious").collect().equals(got["suspicious"])
+    assert table.head(3).to_pylist() == want.tables["suspicious"].slice(0, 3).to_pylist()
+    assert "suspicious: " in repr(got) and got.summary()["tables"] == want.summary()["tables"]
+
+
+def test_tables_of_every_shape_equal_serial(spark_session):
+    program = rk.Program.from_source(MIXED)
+    log = social_sample(4000)
+    want = rk.replay(program, log)
+    got = rk.replay(program, log, engine="spark", path="passes", partitions=3, result_rows=0)
+    assert_same_result(got, want)
+    assert str(want.tables["counts"].schema.field("n").type) == "double"
+    files = _files_of(got)
+    assert files["counts"] is not None and files["pongs"] is not None
+    # Lists of one sender's counts, empty elsewhere: the parts' types disagree (a list of
+    # nothing in most tasks), so the table is built from their rows, in memory.
+    assert files["lists"] is None
+
+
+def test_small_tables_stay_in_memory_and_files_are_copied_on_write(spark_session, tmp_path):
+    program = rk.Program.from_file(ROOT / "bench/programs/ordinary.py")
+    log = social_sample(3000)
+    small = rk.replay(program, log, engine="spark", path="passes", partitions=2)
+    assert not isinstance(small.tables, Tables)  # under 1,000,000 rows: as before
+    big = rk.replay(program, log, engine="spark", path="passes", partitions=2, result_rows=0)
+    written = big.write(tmp_path / "out")
+    assert pq.read_table(written["suspicious"]).equals(small.tables["suspicious"])
+    held = big.tables.files("suspicious").path
+    del big
+    assert not Path(held).exists()  # the file goes with the result
