@@ -10,9 +10,9 @@ import importlib.util
 from typing import Any
 
 from ._contract import Capabilities, Diagnostics
-from .options import SPARK_PATHS, SerialOptions, SparkOptions, known_options, spark_option_problem
+from .options import SPARK_PATHS, OptionError, SerialOptions, SparkOptions, known_options
 
-__all__ = ["SerialEngine", "SparkEngine", "SPARK_PATHS", "spark_option_problem"]
+__all__ = ["SerialEngine", "SparkEngine", "SPARK_PATHS"]
 
 #: The environment setting that turns Spark's web UI on (in the kernel's, before it starts).
 _UI = "RESTREAM_SPARK_UI=1"
@@ -26,7 +26,7 @@ class SerialEngine:
     capabilities = Capabilities(oracle=True, in_process=True, from_source=False, history=True)
     options_type = SerialOptions
 
-    def supports(self, program: Any, log: Any, options: dict[str, Any]) -> str | None:
+    def supports(self, program: Any, log: Any, options: SerialOptions) -> str | None:
         return None  # the serial engine runs every program the model can express
 
     def layout(self, program: Any, log: Any = None, options: Any = None) -> dict[str, str]:
@@ -45,8 +45,7 @@ class SerialEngine:
         """Replay with ``options`` (built by the caller), else with those built from ``given``."""
         from . import serial
 
-        opts = options if options is not None else SerialOptions.of(given)
-        return serial.replay(program, log, observer=observer, **opts.keywords())
+        return serial.replay(program, log, observer=observer, options=options, **given)
 
 
 class SparkEngine:
@@ -66,10 +65,16 @@ class SparkEngine:
     )
     options_type = SparkOptions
 
-    def supports(self, program: Any, log: Any, options: Any) -> str | None:
-        if options.get("session") is None and importlib.util.find_spec("pyspark") is None:
+    def supports(self, program: Any, log: Any, options: SparkOptions) -> str | None:
+        """None, or why not: PySpark missing (unless a session is given); options given as
+        keywords (a mapping) are built first, and an option it refuses is the reason."""
+        try:
+            opts = SparkOptions.of(options)
+        except OptionError as refused:
+            return refused.reason
+        if opts.session is None and importlib.util.find_spec("pyspark") is None:
             return "PySpark is not installed (pip install 'restream_kit[spark]')"
-        return spark_option_problem(options)
+        return None
 
     def layout(self, program: Any, log: Any = None, options: Any = None) -> dict[str, str]:
         """How a replay will run each stage, said before it starts, by stage: lowered to

@@ -104,7 +104,7 @@ def prepare(
     df = None if local else _log_frame(session, log, events)
     # Keys the driver deals into balanced partitions need no more partitions than cores;
     # a hash partitioning has twice as many, to even out where its keys land.
-    partitions = max(1, int(rep.options.get("partitions") or rep.cores * (1 if local else 2)))
+    partitions = max(1, int(rep.options.partitions or rep.cores * (1 if local else 2)))
     ranges = {}
     if df is not None and not (start is not None and start["scheduled"]):
         first = rep.begun.done if start is not None else 0  # (the events before the start)
