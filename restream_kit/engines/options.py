@@ -117,14 +117,6 @@ class EngineOptions:
         """``kept`` with what the environment says of the options it does not give."""
         return kept
 
-    def keywords(self) -> dict[str, Any]:
-        """The options that differ from their defaults, as keywords."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != f.default
-        }
-
     @staticmethod
     def common(options: EngineOptions | Mapping[str, Any]) -> EngineOptions:
         """The options every engine takes, from an engine's options: typed, or the mapping

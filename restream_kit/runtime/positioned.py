@@ -39,7 +39,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from .guarded import RunJournal
+from .guarded import MarkedJournal
 from .semantics import SerialRuntime, apply_write, check_write, flush_overrun
 
 __all__ = [
@@ -158,8 +158,8 @@ class PositionedRuntime:
         self.made = 0  # events scheduled here
         self.last_at: int | None = None  # the latest time an event was scheduled for
         # A run's rows, rows sent on, queued entries and counts go when it is rolled back.
-        self.journal: RunJournal | None = (
-            RunJournal(
+        self.journal: MarkedJournal | None = (
+            MarkedJournal(
                 self,
                 lists=("rows", "out"),
                 heaps=("heap",),
@@ -261,7 +261,7 @@ class PositionedRuntime:
             self.settle(just_after(heap[0][0]))
         return flushed
 
-    # -- the rollback of a run (``guarded.RunJournal``) ------------------------------------
+    # -- the rollback of a run (``guarded.MarkedJournal``) ------------------------------------
 
     def guarded(self, fn: Callable, ev: Any) -> None:
         """Run one handler; when it raises, undo everything the run did and record it."""

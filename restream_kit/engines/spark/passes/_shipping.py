@@ -20,7 +20,7 @@ import heapq
 from typing import Any
 
 from ....model.program import Program
-from ....runtime.guarded import EMITTED, GuardedRuntime, RunJournal
+from ....runtime.guarded import EMITTED, GuardedRuntime, MarkedJournal
 from ....runtime.positioned import MadeBy, Sink, SinkingRuntime
 from ....runtime.semantics import (
     ScheduledEvent,
@@ -342,13 +342,13 @@ class _JournalSet(set):
 
 class GuardedShipping(Shipping):
     """:class:`Shipping` for ``on_error`` skip and quarantine: a handler run that raises is
-    undone by the runtime's one journal (``runtime.guarded.RunJournal``: store changes, and
+    undone by the runtime's one journal (``runtime.guarded.MarkedJournal``: store changes, and
     the rows, rows sent on, timed writes, scheduled events and window adds it made) and kept
     with its position in ``failed``."""
 
     def __init__(self, spec: PassSpec, program: Program):
         super().__init__(spec, program)
-        self.journal = RunJournal(
+        self.journal = MarkedJournal(
             self,
             lists=("out", "unhandled", "dropped"),
             heaps=("future",),
