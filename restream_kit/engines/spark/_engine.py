@@ -47,6 +47,7 @@ from ._uri_log import describe as _describe_uri
 from ._waves import in_waves
 from .passes._driver import run_passes
 from .passes._jobs import TaskError as _PassTaskError
+from .passes._output_files import outputs_for
 from .passes._plan import passes_of
 from .prefix._commits import Carried, why_not_resumed
 from .prefix._driver import default_epoch, run_prefix
@@ -224,6 +225,8 @@ class _Replay:
         epoch = self.options.epoch
         if epoch is None and ck is None:  # a checkpoint's epochs are its own
             epoch = default_epoch(len(self.log), self.cores)
+        # The tasks write large tables as files where they share this disk (``_output_parts``).
+        files = ck is None and self.until is None and is_local(self.session)
         result = run_prefix(
             low,
             self.program,
@@ -241,6 +244,7 @@ class _Replay:
             start=start,
             cores=self.cores if ck is not None else None,  # a checkpoint's epochs, grouped
             until=self.until,
+            outputs=outputs_for(self.options, self) if files else None,
         )
         self.carried = result.state if isinstance(result.state, Carried) else None
         if probes is not None:
