@@ -42,6 +42,7 @@ from .. import serial
 from ..options import SparkOptions
 from ._history import SparkHistory, not_recorded_note
 from ._path import lowers, prefix_choice
+from ._shared_log import check_sent, shared_file
 from ._uri_log import copy_facts
 from ._uri_log import describe as _describe_uri
 from ._waves import in_waves
@@ -225,8 +226,13 @@ class _Replay:
         epoch = self.options.epoch
         if epoch is None and ck is None:  # a checkpoint's epochs are its own
             epoch = default_epoch(len(self.log), self.cores)
-        # The tasks write large tables as files where they share this disk (``_output_parts``).
-        files = ck is None and self.until is None and is_local(self.session)
+        # The tasks write large tables as files where they share this disk (``_output_parts``);
+        # a cluster's read the log from the shared directory, else get its epochs' events.
+        local = is_local(self.session)
+        files = ck is None and self.until is None and local
+        shared = None if local else shared_file(self.session, self.log)
+        if not local and shared is None:
+            check_sent(self.log, self.session.sparkContext.master)
         result = run_prefix(
             low,
             self.program,
@@ -236,9 +242,8 @@ class _Replay:
             notify=self.notify,
             check_cancel=self._check_cancel,
             started=started,
-            # A cluster's workers cannot read this machine's files: the epochs' events go
-            # to them through Spark.
-            ship_events=not is_local(self.session),
+            ship_events=not local and shared is None,
+            shared=shared,
             history=probes and (self.history, probes),
             checkpoint=ck,
             start=start,

@@ -252,6 +252,7 @@ def run_prefix(
     cores: int | None = None,
     until: int | None = None,
     outputs: OutputFiles | None = None,
+    shared: str | None = None,
 ) -> Result:
     """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
     ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
@@ -282,15 +283,14 @@ def run_prefix(
 
     ``outputs``: where the tasks write a table's rows as part files once they are that many
     (``prefix._output_parts``; not with ``ship_events``, a checkpoint or ``until``, whose
-    rows stay in memory): the result then holds those tables as files."""
+    rows stay in memory): the result then holds those tables as files.
+
+    ``shared``: the log's ordered copy in a cluster's shared directory (``_shared_log``),
+    which the tasks read instead of having their events shipped."""
     bounds, spans, chunks = _task_spans(log, epoch, start, until, cores)
     columns = needed_columns(low)
-    if ship_events or checkpoint is not None or until is not None:
-        outputs = None
-    if ship_events:
-        path, events = None, epoch_payloads(log, columns, spans)
-    else:
-        path, events = log_file(log), None
+    outputs = None if ship_events or checkpoint is not None or until is not None else outputs
+    path, events = _sources(log, columns, spans, ship_events, shared)
     total = len(log)
     rounds = low.levels if history is None else max(low.levels, history[1].round + 1)
     rounds = rounds if bounds else 0  # a resume of a complete checkpoint: nothing to run
@@ -302,7 +302,8 @@ def run_prefix(
     ran: dict[str, str] = {}  # what ran, per round (metrics.path)
     ahead = start.done if start is not None else 0  # a resume's events, done before
     reach = bounds[-1][1] if bounds else total  # the last event this run replays (a wave's)
-    cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 and path else None
+    local = path and not shared  # (a cluster's tasks cannot reach this machine's scratch)
+    cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 and local else None
     try:
         for job in range(rounds):
             check_cancel()
@@ -345,6 +346,13 @@ def run_prefix(
         if release is not None:
             release()
     return _result(log, state, tables, stages, ran, len(bounds), start, started, notify)
+
+
+def _sources(log: Log, columns, spans, ship_events: bool, shared: str | None) -> tuple:
+    """(the file the tasks read, or None; the events shipped to them, or None)."""
+    if ship_events:
+        return None, epoch_payloads(log, columns, spans)
+    return shared or log_file(log), None
 
 
 def _result(log: Log, state, tables, stages, ran, epochs: int, start, started, notify) -> Result:
