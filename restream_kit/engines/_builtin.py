@@ -7,10 +7,18 @@ Thin wrappers: the replays themselves are ``engines.serial.replay`` and
 from __future__ import annotations
 
 import importlib.util
+from abc import ABC, abstractmethod
 from typing import Any
 
 from ._contract import Capabilities, Diagnostics
-from .options import SPARK_PATHS, OptionError, SerialOptions, SparkOptions, known_options
+from .options import (
+    SPARK_PATHS,
+    EngineOptions,
+    OptionError,
+    SerialOptions,
+    SparkOptions,
+    known_options,
+)
 
 __all__ = ["SerialEngine", "SparkEngine", "SPARK_PATHS"]
 
@@ -18,7 +26,30 @@ __all__ = ["SerialEngine", "SparkEngine", "SPARK_PATHS"]
 _UI = "RESTREAM_SPARK_UI=1"
 
 
-class SerialEngine:
+class _Builtin(ABC):
+    """What both engines do alike: a replay's options are built once, here."""
+
+    options_type: type[EngineOptions]
+
+    def replay(
+        self,
+        program: Any,
+        log: Any,
+        *,
+        observer: Any = None,
+        options: EngineOptions | None = None,
+        **given: Any,
+    ) -> Any:
+        """Replay with ``options`` (built by the caller), else with those built from ``given``."""
+        opts = options if options is not None else self.options_type.of(given)
+        return self._replay(program, log, observer, opts)
+
+    @abstractmethod
+    def _replay(self, program: Any, log: Any, observer: Any, options: Any) -> Any:
+        """Replay with ``options``, built."""
+
+
+class SerialEngine(_Builtin):
     """One event at a time, in this process: the definition of a correct result."""
 
     name = "serial"
@@ -33,22 +64,13 @@ class SerialEngine:
         """How a replay will run, said before it starts (see :meth:`SparkEngine.layout`)."""
         return {"whole program": "one event at a time, in this process"}
 
-    def replay(
-        self,
-        program: Any,
-        log: Any,
-        *,
-        observer: Any = None,
-        options: SerialOptions | None = None,
-        **given: Any,
-    ) -> Any:
-        """Replay with ``options`` (built by the caller), else with those built from ``given``."""
+    def _replay(self, program: Any, log: Any, observer: Any, options: SerialOptions) -> Any:
         from . import serial
 
-        return serial.replay(program, log, observer=observer, options=options, **given)
+        return serial.replay(program, log, observer=observer, options=options)
 
 
-class SparkEngine:
+class SparkEngine(_Builtin):
     """The same result, computed by PySpark in parallel (local, standalone or Spark Connect)."""
 
     name = "spark"
@@ -83,17 +105,8 @@ class SparkEngine:
         ``metrics.path`` then says, but for the task counts)."""
         return _spark().forecast_layout(program, log, _forecast_options(options))
 
-    def replay(
-        self,
-        program: Any,
-        log: Any,
-        *,
-        observer: Any = None,
-        options: SparkOptions | None = None,
-        **given: Any,
-    ) -> Any:
-        """Replay with ``options`` (built by the caller), else with those built from ``given``."""
-        return _spark().replay(program, log, observer=observer, options=options, **given)
+    def _replay(self, program: Any, log: Any, observer: Any, options: SparkOptions) -> Any:
+        return _spark().replay(program, log, observer=observer, options=options)
 
     def warm_up(self, options: SparkOptions) -> None:
         """Start the session in the background (the JVM takes seconds) unless one is given."""
