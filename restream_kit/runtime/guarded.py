@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .quarantine import quarantine_row
-from .semantics import SerialRuntime, apply_write, check_write
+from .semantics import SerialRuntime
 
 __all__ = [
     "COUNTED",
@@ -229,17 +229,12 @@ class GuardedRuntime(SerialRuntime):
         self.columns = columns
 
     def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
-        now = self.event[1]
-        if at is None or at == now:
-            apply_write(d, default, op, key, arg)
-            return
-        check_write(at, now)
-        heapq.heappush(self.future, (at, next(self.order), d, default, op, key, arg))
-        self.journal.append((PUSHED, "future", None))
+        super().write(d, default, op, key, arg, at)
+        if at is not None and at != self.event[1]:  # (pushed to the heap, not applied now)
+            self.journal.append((PUSHED, "future", None))
 
     def emit(self, table: str, **fields: Any) -> None:
-        ev = self.event
-        self.rows[table].append((ev[0], ev[1], self.handler, self.seq, fields))
+        super().emit(table, **fields)
         self.journal.append((EMITTED, table, None))
 
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
