@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import chain, repeat
 
+import numpy as np
 import pyarrow as pa
 
 from ..io.result import build_table
@@ -47,28 +48,45 @@ def _from_columns(blocks: list[WindowRows]) -> pa.Table | None:
     """The table of rows that all came from windows, or None where ``build_table`` must
     decide (a field Arrow cannot type as it is, or booleans, which it checks for numbers)."""
     parts = [b.columns() for b in blocks]
-
-    def column(name: str) -> list:
-        return list(
-            chain.from_iterable(
-                p[name] if isinstance(p[name], (list, tuple)) else repeat(p[name], p["n"])
-                for p in parts
-            )
-        )
-
-    handlers = list(chain.from_iterable(repeat(b.handler, b.n) for b in blocks))
+    counts = [p["n"] for p in parts]
     columns = {
-        "lsn": pa.array(column("lsn"), pa.int64()),
-        "ts": pa.array(column("ts"), pa.int64()),
-        "handler": pa.array(handlers, pa.string()),
-        "seq": pa.array(column("seq"), pa.int64()),
+        "lsn": pa.array(_column(parts, "lsn"), pa.int64()),
+        "ts": _repeated(parts, "ts", counts) or pa.array(_column(parts, "ts"), pa.int64()),
+        "handler": _strings([b.handler for b in blocks], counts),
+        "seq": pa.array(_column(parts, "seq"), pa.int64()),
     }
     for name in ROW_FIELDS:
         try:
-            array = pa.array(column(name))
+            array = _repeated(parts, name, counts) or pa.array(_column(parts, name))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
             return None
         if pa.types.is_boolean(array.type):
             return None
         columns[name] = array
     return pa.table(columns)
+
+
+def _column(parts: list[dict], name: str) -> list:
+    """Column ``name`` of every part, one after the other, as one list."""
+    return list(
+        chain.from_iterable(
+            p[name] if isinstance(p[name], (list, tuple)) else repeat(p[name], p["n"])
+            for p in parts
+        )
+    )
+
+
+def _repeated(parts: list[dict], name: str, counts: list[int]) -> pa.Array | None:
+    """Column ``name`` when every part gives one integer for all its rows (a window's
+    start, end and close time): each repeated at C speed, typed as Arrow types integers
+    (int64; one too large for it raises as ``pa.array`` would). None otherwise."""
+    values = [p[name] for p in parts]
+    if set(map(type, values)) != {int}:
+        return None
+    return pa.array(np.repeat(np.array(values, dtype=np.int64), counts))
+
+
+def _strings(values: list[str], counts: list[int]) -> pa.Array:
+    """Each of ``values`` repeated ``counts`` times, as one string column."""
+    first = pa.array(values, pa.string())
+    return first.take(pa.array(np.repeat(np.arange(len(values), dtype=np.int64), counts)))

@@ -286,7 +286,7 @@ def _lazy(
     """A session window without ``on_close`` functions, added to by log events at their
     times, alone in emitting to its table (``_native_plan``): nothing waits in the runtime's
     queue. Its rows are all its table gets, in the order its sessions close (close time, then
-    the close's place in the queue, ``SESSION_ORDER``), and nothing reads its sessions but
+    the close's place in the queue: ``SESSION_ORDER``), and nothing reads its sessions but
     its adds; so a session closes when an add finds its close time reached (the close would
     have run before that event) and the rows are made when they are asked for
     (``blocks.settle``: the sessions closed by the last event's time) or at the end (every
@@ -304,9 +304,10 @@ def _lazy(
     per_root = rt.scheduled_per_root
     order = rt.order
     rows = rt.rows
-    # key -> [count, aggregate, lsn, seq, order, first, last, close time, key] of its session
-    # (the lsn, seq, order and time of the close that will emit), closed once its close time
-    # is reached; ``closed``: sessions found closed, whose rows wait.
+    # key -> [count, aggregate, lsn, seq, order, first, close time, key] of its session (the
+    # lsn, seq, order and time of the close that will emit; its last add is at its close time
+    # less the gap), closed once its close time is reached; ``closed``: sessions found
+    # closed, whose rows wait.
     open_: dict = {}
     closed: list = []
 
@@ -315,18 +316,17 @@ def _lazy(
         seq = per_root.get(root, 0) + 1
         per_root[root] = seq
         rec = open_.get(key)
-        if rec is not None and rec[7] <= ts:
+        if rec is not None and rec[6] <= ts:
             closed.append(rec)
             del open_[key]
             rec = None
         if rec is None:
-            open_[key] = [1, first(value), root, seq, next(order), ts, ts, ts + gap, key]
+            open_[key] = [1, first(value), root, seq, next(order), ts, ts + gap, key]
             return
         rec[0] += 1
         merge(rec, value)
-        rec[6] = ts
-        if rec[7] != ts + gap:
-            rec[7], rec[4], rec[2], rec[3] = ts + gap, next(order), root, seq
+        if rec[6] != ts + gap:
+            rec[6], rec[4], rec[2], rec[3] = ts + gap, next(order), root, seq
 
     def add(key: Any, value: Any, ts: int) -> None:  # (a call not written out in the loop)
         try:
@@ -340,8 +340,12 @@ def _lazy(
             now = _time_of(rt.event)
         due = closed[:]
         closed.clear()
-        ended = [key for key, rec in open_.items() if rec[7] <= now]
-        due += [open_.pop(key) for key in ended]
+        if now == float("inf"):
+            due += open_.values()
+            open_.clear()
+        else:
+            ended = [key for key, rec in open_.items() if rec[6] <= now]
+            due += [open_.pop(key) for key in ended]
         if due:
             due.sort(key=SESSION_ORDER)
             rows[table].append(WindowRows.sessions(due, handler, agg))
@@ -353,7 +357,7 @@ def _lazy(
         if flushed and open_:
             if len(open_) > MAX_FLUSH:
                 raise flush_overrun()
-            last = max(rec[7] for rec in open_.values())
+            last = max(rec[6] for rec in open_.values())
             if rt.future and rt.future[0][0] <= last:
                 rt.apply_due(last)  # (what the flush's last close would have applied)
         settle(float("inf") if flushed else None)
@@ -361,7 +365,7 @@ def _lazy(
         for key, rec in open_.items():
             counts[key] = rec[0]
             firsts[key] = rec[5]
-            lasts[key] = rec[6]
+            lasts[key] = rec[6] - gap
             if aggregates is not None:
                 aggregates[key] = frozenset(rec[1]) if frozen else rec[1]
 
@@ -382,14 +386,14 @@ def _lazy(
             return None
         k, v, t = args
         new = f"{g}open[{k}] = [1, {FIRST[agg].format(v=v)}, _rs_ev[0], {p}q, next({g}order), "
-        new += f"{t}, {t}, {t} + {gap}, {k}]"
+        new += f"{t}, {t} + {gap}, {k}]"
         lines = [
             f"{p}q = {g}root_get(_rs_ev[0], 0) + 1",
             f"{g}roots[_rs_ev[0]] = {p}q",
             f"{p}r = {g}get({k})",
             f"if {p}r is None:",
             f"    {new}",
-            f"elif {p}r[7] <= {t}:",
+            f"elif {p}r[6] <= {t}:",
             f"    {g}closed({p}r)",
             f"    del {g}open[{k}]",
             f"    {new}",
@@ -400,9 +404,8 @@ def _lazy(
         if merge_line:
             lines.append(indent(merge_line))
         lines += [
-            f"    {p}r[6] = {t}",
-            f"    if {p}r[7] != {t} + {gap}:",
-            f"        {p}r[7] = {t} + {gap}",
+            f"    if {p}r[6] != {t} + {gap}:",
+            f"        {p}r[6] = {t} + {gap}",
             f"        {p}r[4] = next({g}order)",
             f"        {p}r[2] = _rs_ev[0]",
             f"        {p}r[3] = {p}q",

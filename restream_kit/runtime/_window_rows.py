@@ -47,7 +47,7 @@ class WindowRows:
     @classmethod
     def sessions(cls, records: list, handler: str, agg: str):
         """Sessions in the order they closed: records ``[count, aggregate, lsn, seq, order,
-        first, last, close time, key]``; a session ends at its close time."""
+        first, close time, key]``; a session ends at its close time."""
         return cls(len(records), handler, agg, {"records": records})
 
     def columns(self) -> dict[str, Any]:
@@ -55,20 +55,22 @@ class WindowRows:
         n, parts = self.n, self.parts
         if "bucket" in parts:
             bucket = parts["bucket"]
-            counts, aggs, lsns, seqs, _orders = zip(*bucket.values())
+            records: Any = bucket.values()
             keys: Any = list(bucket)
             ts, start, end = parts["ts"], parts["start"], parts["end"]
         else:
-            counts, aggs, lsns, seqs, _o, start, _last, ts, keys = zip(*parts["records"])
-            end = ts
+            records = parts["records"]
+            keys = _field(7, records)
+            start = _field(5, records)
+            ts = end = _field(6, records)
         return {
-            "lsn": lsns,
+            "lsn": _field(2, records),
             "ts": ts,
-            "seq": seqs,
+            "seq": _field(3, records),
             "key": keys,
             "start": start,
             "end": end,
-            "value": _values(self.agg, counts, aggs),
+            "value": _values(self.agg, records),
             "n": n,
         }
 
@@ -90,15 +92,21 @@ def _many(part: Any) -> bool:
     return isinstance(part, (list, tuple))
 
 
-def _values(agg: str, counts: tuple, aggs: tuple) -> Any:
-    """A closed window's value from its count and aggregate (``_aligned.value_getter``)."""
+def _field(index: int, records: Any) -> list:
+    """Item ``index`` of every record."""
+    return list(map(itemgetter(index), records))
+
+
+def _values(agg: str, records: Any) -> list:
+    """The closed windows' values from their records' counts and aggregates (as
+    ``_aligned.value_getter`` gives one)."""
     if agg == "count":
-        return counts
+        return _field(0, records)
     if agg == "distinct":
-        return list(map(len, aggs))
+        return list(map(len, map(itemgetter(1), records)))
     if agg == "mean":
-        return list(map(truediv, aggs, counts))
-    return aggs
+        return list(map(truediv, _field(1, records), _field(0, records)))
+    return _field(1, records)
 
 
 class Blocks:
@@ -116,5 +124,7 @@ class Blocks:
             settle()
 
 
-#: The order sessions close in: their close time, then their close's place in the queue.
-SESSION_ORDER = itemgetter(7, 4)
+#: The order sessions close in: their close time, then their close's place in the queue;
+#: their close's place alone, since sessions added to at their events' times only move on
+#: (and take a later place) to a later close time.
+SESSION_ORDER = itemgetter(4)
