@@ -147,8 +147,22 @@ def fuse_windows(
             (hname, compiled.namespace[hname]) for hname, _fn in compiled.handlers
         )
     if sites:
-        inline_calls(compiled, sites, CLOCK if CLOCK in compiled.namespace else None)
+        clock = CLOCK if CLOCK in compiled.namespace else None
+        inline_calls(compiled, sites, clock, _own_emits(compiled.namespace, rt, blocks))
     return fused
+
+
+def _own_emits(namespace: dict, rt: SerialRuntime, blocks: Blocks | None) -> frozenset[str]:
+    """The names bound to ``rt.emit`` when it is the serial runtime's own (the serial
+    engine's replay, which asks for ``blocks``): the loop may write those emits out."""
+    if blocks is None or type(rt).emit is not SerialRuntime.emit:
+        return frozenset()
+    return frozenset(
+        name
+        for name, value in namespace.items()
+        if getattr(value, "__func__", None) is SerialRuntime.emit
+        and getattr(value, "__self__", None) is rt
+    )
 
 
 def _raiser(filename: str, generated: Callable) -> Callable:
