@@ -285,29 +285,22 @@ def _lazy(
 ) -> dict:
     """A session window without ``on_close`` functions, added to by log events at their
     times, alone in emitting to its table (``_native_plan``): nothing waits in the runtime's
-    queue. Its rows are all its table gets, in the order its sessions close (close time, then
-    the close's place in the queue: ``SESSION_ORDER``), and nothing reads its sessions but
-    its adds; so a session closes when an add finds its close time reached (the close would
-    have run before that event) and the rows are made when they are asked for
-    (``blocks.settle``: the sessions closed by the last event's time) or at the end (every
-    session when the log was flushed). Timed writes due by the sessions' closes then land as
-    the closes would have made them land (``finish``)."""
+    queue. Its rows are all its table gets, in its closes' order (``SESSION_ORDER``), and
+    nothing reads its sessions but its adds: a session closes when an add finds its close
+    time reached (the close would have run before that event); the rows are made when asked
+    for (``blocks.settle``) or at the end (every session's after the flush, with the timed
+    writes due by their closes)."""
     agg = window.agg
     merge, first = merger(agg)
-    counts = store(namespace, f"{n}__n")
-    firsts = store(namespace, f"{n}__first")
-    lasts = store(namespace, f"{n}__last")
-    aggregates = store(namespace, f"{n}{STATE[agg]}") if agg in STATE else None
     gap = window.gap
     table = window.table
     handler = f"{n}__close"
     per_root = rt.scheduled_per_root
     order = rt.order
     rows = rt.rows
-    # key -> [count, aggregate, lsn, seq, order, first, close time, key] of its session (the
-    # lsn, seq, order and time of the close that will emit; its last add is at its close time
-    # less the gap), closed once its close time is reached; ``closed``: sessions found
-    # closed, whose rows wait.
+    # key -> [count, aggregate, lsn, seq, order, first, close time, key] of its session (its
+    # emitting close's; its last add at its close time less the gap); ``closed``: sessions
+    # found closed, whose rows wait.
     open_: dict = {}
     closed: list = []
 
@@ -336,18 +329,8 @@ def _lazy(
 
     def settle(now: float | None = None) -> None:
         """The rows of the sessions closed by ``now`` (None: the last event's time)."""
-        if now is None:
-            now = _time_of(rt.event)
-        due = closed[:]
-        closed.clear()
-        if now == float("inf"):
-            due += open_.values()
-            open_.clear()
-        else:
-            ended = [key for key, rec in open_.items() if rec[6] <= now]
-            due += [open_.pop(key) for key in ended]
+        due = _closed_by(_time_of(rt.event) if now is None else now, open_, closed)
         if due:
-            due.sort(key=SESSION_ORDER)
             rows[table].append(WindowRows.sessions(due, handler, agg))
             blocks.tables.add(table)
 
@@ -361,13 +344,7 @@ def _lazy(
             if rt.future and rt.future[0][0] <= last:
                 rt.apply_due(last)  # (what the flush's last close would have applied)
         settle(float("inf") if flushed else None)
-        frozen = agg == "distinct"
-        for key, rec in open_.items():
-            counts[key] = rec[0]
-            firsts[key] = rec[5]
-            lasts[key] = rec[6] - gap
-            if aggregates is not None:
-                aggregates[key] = frozenset(rec[1]) if frozen else rec[1]
+        _hold(n, agg, gap, namespace, open_)
 
     blocks.settlers.append(settle)
     g = f"_rsn_{n}_"
@@ -380,6 +357,48 @@ def _lazy(
         "order": order,
     }
     globals_ = {f"{g}{what}": value for what, value in names.items()}
+    site = _lazy_site(g, agg, gap)
+    return {
+        f"{n}__add": add,
+        f"{n}__close": _never,
+        FINISH: finish,
+        INLINE: {f"{n}__add": (site, globals_)},
+    }
+
+
+def _closed_by(now: float, open_: dict, closed: list) -> list:
+    """The sessions closed by ``now``, in their closes' order: those found closed (``closed``,
+    emptied) and those of ``open_`` whose close time has come (taken out of it)."""
+    due = closed[:]
+    closed.clear()
+    if now == float("inf"):
+        due += open_.values()
+        open_.clear()
+    else:
+        ended = [key for key, rec in open_.items() if rec[6] <= now]
+        due += [open_.pop(key) for key in ended]
+    due.sort(key=SESSION_ORDER)
+    return due
+
+
+def _hold(n: str, agg: str, gap: int, namespace: dict, open_: dict) -> None:
+    """Write a lazy session window's open sessions (``open_``) into its states."""
+    counts = store(namespace, f"{n}__n")
+    firsts = store(namespace, f"{n}__first")
+    lasts = store(namespace, f"{n}__last")
+    aggregates = store(namespace, f"{n}{STATE[agg]}") if agg in STATE else None
+    frozen = agg == "distinct"
+    for key, rec in open_.items():
+        counts[key] = rec[0]
+        firsts[key] = rec[5]
+        lasts[key] = rec[6] - gap
+        if aggregates is not None:
+            aggregates[key] = frozenset(rec[1]) if frozen else rec[1]
+
+
+def _lazy_site(g: str, agg: str, gap: int) -> Callable:
+    """The add of a lazy session window written out in a replay's loop (its globals named
+    ``g...``): a new session's record made in place, a closed one's kept for its row."""
 
     def site(args: list[str], p: str, target: str | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
@@ -412,12 +431,7 @@ def _lazy(
         ]
         return "\n".join(lines)
 
-    return {
-        f"{n}__add": add,
-        f"{n}__close": _never,
-        FINISH: finish,
-        INLINE: {f"{n}__add": (site, globals_)},
-    }
+    return site
 
 
 def _never(e: Any) -> None:
