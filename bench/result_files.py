@@ -2,14 +2,16 @@
 and read when asked, against the rows brought to the driver.
 
 The rule (``bench/programs/per_event.py``) emits a row per message. ``restream replay
---engine spark --master local[2] --path passes`` runs as a whole process, recording the run
+--engine spark --master local[2]`` on the pass path runs as a whole process, recording the run
 in a fresh catalog, alternately with ``$RESTREAM_RESULT_ROWS`` at 0 (every table written by
 the tasks, ``docs/scale.md``) and at 10^12 (never: the rows travel to the driver, as before).
 Each run's wall time, the peak resident memory of its driver (the Python process) and of its
 whole process tree are reported (medians), and the recorded table is checked equal between the
-two sides.
+two sides. ``--path prefix`` runs ``bench/programs/lowered_per_event.py`` (a rule that lowers
+to columns, also a row per message) on the prefix path instead.
 
-``python -m bench result-files [--events 1000000] [--runs 3] [--log PATH] [--out JSON]``
+``python -m bench result-files [--events 1000000] [--runs 3] [--log PATH] [--path passes|prefix]
+[--out JSON]``
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ import pyarrow.parquet as pq
 __all__ = ["main"]
 
 ROOT = Path(__file__).resolve().parents[1]
-PROGRAM = ROOT / "bench" / "programs" / "per_event.py"
+#: The rule each path runs: a row per message.
+PROGRAMS = {
+    "passes": ROOT / "bench" / "programs" / "per_event.py",
+    "prefix": ROOT / "bench" / "programs" / "lowered_per_event.py",
+}
 DEFAULT_OUT = ROOT / "bench" / "results" / "result_files.json"
 SIDES = {"files": "0", "driver": str(10**12)}
 
@@ -68,15 +74,16 @@ def _log(events: int, given: str | None) -> Path:
     return _ensure_log(events, Path(given) if given else None)
 
 
-def run(events: int, runs: int, log: Path, out: Path) -> dict:
+def run(events: int, runs: int, log: Path, out: Path, path: str = "passes") -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["RESTREAM_SPARK_PATH"] = "passes"
+    env["RESTREAM_SPARK_PATH"] = path
+    program = PROGRAMS[path]
     got: dict[str, list[dict]] = {side: [] for side in SIDES}
     tables = {}
     with tempfile.TemporaryDirectory(prefix="restream-results-") as home:
         env["RESTREAM_HOME"] = home
-        command = [sys.executable, "-m", "restream_kit", "replay", str(PROGRAM), "--log"]
+        command = [sys.executable, "-m", "restream_kit", "replay", str(program), "--log"]
         command += [str(log), "--engine", "spark", "--master", "local[2]", "--quiet"]
         for i in range(runs + 1):  # the first pair warms the log's copy and the caches
             for side in SIDES if i % 2 == 0 else list(SIDES)[::-1]:
@@ -84,7 +91,7 @@ def run(events: int, runs: int, log: Path, out: Path) -> dict:
                 done = _peaks([*command, "--out", f"{home}/{side}"], env)
                 if i:
                     got[side].append(done)
-                tables[side] = pq.read_table(f"{home}/{side}/scores.parquet")
+                tables[side] = pq.read_table(next(Path(f"{home}/{side}").glob("*.parquet")))
         if not tables["files"].equals(tables["driver"]):
             raise RuntimeError("the tables written by the tasks differ from the driver's")
     med = {
@@ -97,7 +104,14 @@ def run(events: int, runs: int, log: Path, out: Path) -> dict:
             f"process tree {m['tree_mb']:7.1f} MB",
             flush=True,
         )
-    result = {"events": events, "rows": tables["files"].num_rows, "runs": runs, "median": med}
+    events = pq.read_metadata(log).num_rows if log.is_file() else events
+    result = {
+        "path": path,
+        "events": events,
+        "rows": tables["files"].num_rows,
+        "runs": runs,
+        "median": med,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -110,10 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000, help="events (1,000,000)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per side (3)")
     parser.add_argument("--log", help="Parquet log (default: a generated social log)")
+    parser.add_argument("--path", choices=sorted(PROGRAMS), default="passes", help="(passes)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
     args = parser.parse_args(argv)
     try:
-        run(args.events, args.runs, _log(args.events, args.log), Path(args.out))
+        run(args.events, args.runs, _log(args.events, args.log), Path(args.out), args.path)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"result-files FAILED: {exc}", file=sys.stderr)
         return 1

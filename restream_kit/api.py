@@ -14,7 +14,6 @@ from .engines import (
     replay_on,
     with_options,
 )
-from .io._every import check_every
 from .io.log import Log
 from .io.progress import Observer
 from .io.result import Result
@@ -129,7 +128,6 @@ def replay(
     is an :class:`~restream_kit.engines.OptionError` naming it.
     """
     on_error = check_on_error(on_error)
-    check_every(options)
     runner = get_engine(engine)
     can = capabilities_of(runner)
     if on_error != "stop":

@@ -31,6 +31,19 @@ __all__ = ["RestreamMagics", "register", "awaited_cell", "raise_failure"]
 POLL_S = 0.05
 _MAGIC_CALL = "get_ipython().run_cell_magic('restream', "
 _AWAITED_CALL = "await __import__('widgets.magics').magics.awaited_cell(get_ipython(), "
+#: The cell magic's options that go to ``run_cell`` under their own names, as given.
+_AS_GIVEN = (
+    "baseline",
+    "by",
+    "engine",
+    "master",
+    "plan_only",
+    "epoch",
+    "on_error",
+    "checkpoint",
+    "checkpoint_every",
+    "compare_limit",
+)
 
 
 def raise_failure(cell: CellRun) -> None:
@@ -272,19 +285,10 @@ class RestreamMagics(Magics):
                 # The magic's line counts: line numbers in messages are the cell's own.
                 "\n" + cell,
                 logs=_logs(args),
-                baseline=args.baseline,
-                by=args.by,
-                engine=args.engine,
-                master=args.master,
-                plan_only=args.plan_only,
-                epoch=args.epoch,
-                on_error=args.on_error,
                 sweep=values,
                 reuse=not args.no_reuse,
-                checkpoint=args.checkpoint,
-                checkpoint_every=args.checkpoint_every,
                 compare=True if args.compare else None,
-                compare_limit=args.compare_limit,
+                **{name: getattr(args, name) for name in _AS_GIVEN},
             )
         except RestreamError as exc:
             raise UsageError(str(exc)) from None

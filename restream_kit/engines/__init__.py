@@ -141,9 +141,16 @@ def get_engine(name: str) -> Engine:
 
 def options_of(engine: Engine, given: Mapping[str, Any]) -> EngineOptions | dict[str, Any]:
     """``engine``'s options built and checked once from the keyword options ``given`` (its
-    ``options_type``); for an engine without one, the keywords as given."""
+    ``options_type``); for an engine without one, the keywords as given, once the options
+    every engine takes are checked (:meth:`EngineOptions.common`)."""
     kind = getattr(engine, "options_type", None)
-    return kind.of(given) if kind is not None else dict(given)
+    if kind is not None:
+        return kind.of(given)
+    try:
+        EngineOptions.common(given)
+    except OptionError as wrong:
+        raise OptionError(engine.name, wrong.reason) from None
+    return dict(given)
 
 
 def with_options(options: EngineOptions | Mapping[str, Any], **changes: Any) -> Any:

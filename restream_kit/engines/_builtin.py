@@ -7,31 +7,29 @@ Thin wrappers: the replays themselves are ``engines.serial.replay`` and
 from __future__ import annotations
 
 import importlib.util
+from abc import ABC, abstractmethod
 from typing import Any
 
 from ._contract import Capabilities, Diagnostics
-from .options import SPARK_PATHS, SerialOptions, SparkOptions, known_options, spark_option_problem
+from .options import (
+    SPARK_PATHS,
+    EngineOptions,
+    OptionError,
+    SerialOptions,
+    SparkOptions,
+    known_options,
+)
 
-__all__ = ["SerialEngine", "SparkEngine", "SPARK_PATHS", "spark_option_problem"]
+__all__ = ["SerialEngine", "SparkEngine", "SPARK_PATHS"]
 
 #: The environment setting that turns Spark's web UI on (in the kernel's, before it starts).
 _UI = "RESTREAM_SPARK_UI=1"
 
 
-class SerialEngine:
-    """One event at a time, in this process: the definition of a correct result."""
+class _Builtin(ABC):
+    """What both engines do alike: a replay's options are built once, here."""
 
-    name = "serial"
-    description = "the reference: one event at a time, in this process"
-    capabilities = Capabilities(oracle=True, in_process=True, from_source=False, history=True)
-    options_type = SerialOptions
-
-    def supports(self, program: Any, log: Any, options: dict[str, Any]) -> str | None:
-        return None  # the serial engine runs every program the model can express
-
-    def layout(self, program: Any, log: Any = None, options: Any = None) -> dict[str, str]:
-        """How a replay will run, said before it starts (see :meth:`SparkEngine.layout`)."""
-        return {"whole program": "one event at a time, in this process"}
+    options_type: type[EngineOptions]
 
     def replay(
         self,
@@ -39,17 +37,40 @@ class SerialEngine:
         log: Any,
         *,
         observer: Any = None,
-        options: SerialOptions | None = None,
+        options: EngineOptions | None = None,
         **given: Any,
     ) -> Any:
         """Replay with ``options`` (built by the caller), else with those built from ``given``."""
+        opts = options if options is not None else self.options_type.of(given)
+        return self._replay(program, log, observer, opts)
+
+    @abstractmethod
+    def _replay(self, program: Any, log: Any, observer: Any, options: Any) -> Any:
+        """Replay with ``options``, built."""
+
+
+class SerialEngine(_Builtin):
+    """One event at a time, in this process: the definition of a correct result."""
+
+    name = "serial"
+    description = "the reference: one event at a time, in this process"
+    capabilities = Capabilities(oracle=True, in_process=True, from_source=False, history=True)
+    options_type = SerialOptions
+
+    def supports(self, program: Any, log: Any, options: SerialOptions) -> str | None:
+        return None  # the serial engine runs every program the model can express
+
+    def layout(self, program: Any, log: Any = None, options: Any = None) -> dict[str, str]:
+        """How a replay will run, said before it starts (see :meth:`SparkEngine.layout`)."""
+        return {"whole program": "one event at a time, in this process"}
+
+    def _replay(self, program: Any, log: Any, observer: Any, options: SerialOptions) -> Any:
         from . import serial
 
-        opts = options if options is not None else SerialOptions.of(given)
-        return serial.replay(program, log, observer=observer, **opts.keywords())
+        return serial.replay(program, log, observer=observer, options=options)
 
 
-class SparkEngine:
+class SparkEngine(_Builtin):
     """The same result, computed by PySpark in parallel (local, standalone or Spark Connect)."""
 
     name = "spark"
@@ -66,10 +87,16 @@ class SparkEngine:
     )
     options_type = SparkOptions
 
-    def supports(self, program: Any, log: Any, options: Any) -> str | None:
-        if options.get("session") is None and importlib.util.find_spec("pyspark") is None:
+    def supports(self, program: Any, log: Any, options: SparkOptions) -> str | None:
+        """None, or why not: PySpark missing (unless a session is given); options given as
+        keywords (a mapping) are built first, and an option it refuses is the reason."""
+        try:
+            opts = SparkOptions.of(options)
+        except OptionError as refused:
+            return refused.reason
+        if opts.session is None and importlib.util.find_spec("pyspark") is None:
             return "PySpark is not installed (pip install 'restream_kit[spark]')"
-        return spark_option_problem(options)
+        return None
 
     def layout(self, program: Any, log: Any = None, options: Any = None) -> dict[str, str]:
         """How a replay will run each stage, said before it starts, by stage: lowered to
@@ -78,17 +105,8 @@ class SparkEngine:
         ``metrics.path`` then says, but for the task counts)."""
         return _spark().forecast_layout(program, log, _forecast_options(options))
 
-    def replay(
-        self,
-        program: Any,
-        log: Any,
-        *,
-        observer: Any = None,
-        options: SparkOptions | None = None,
-        **given: Any,
-    ) -> Any:
-        """Replay with ``options`` (built by the caller), else with those built from ``given``."""
-        return _spark().replay(program, log, observer=observer, options=options, **given)
+    def _replay(self, program: Any, log: Any, observer: Any, options: SparkOptions) -> Any:
+        return _spark().replay(program, log, observer=observer, options=options)
 
     def warm_up(self, options: SparkOptions) -> None:
         """Start the session in the background (the JVM takes seconds) unless one is given."""

@@ -87,10 +87,11 @@ class Engine(Protocol):
     description: str
 
     def supports(self, program: Program, log: Log, options: Any) -> str | None:
-        """None when this engine can replay ``log`` through ``program`` with ``options`` (a
-        mapping of the keyword options); otherwise one line saying why not (a missing
-        dependency, an option it refuses). Cheap: called before every replay, before any
-        event is read."""
+        """None when this engine can replay ``log`` through ``program`` with ``options`` (what
+        ``restream_kit.engines.options_of`` built: its ``options_type``, or for an engine
+        without one a mapping of the keyword options); otherwise one line saying why not (a
+        missing dependency, an option it refuses). Cheap: called before every replay, before
+        any event is read."""
         ...
 
     def replay(self, program: Program, log: Log, *, observer: Any = None, **options: Any) -> Result:

@@ -15,8 +15,9 @@ that one set of options replays on every engine (the test matrix, a cell switchi
 ``executor_wait``) are kept as given: the session resolves them with the environment and the
 profile file in one place (``restream_kit.io.config.resolve``), and only when it starts one.
 
-Engines read the options' attributes. ``get(name, default)`` remains for the Spark pass code
-that still reads a mapping.
+Engines read the options' attributes; an engine another package registers without an options
+type of its own gets its keywords as given, with the options every engine takes checked
+(:meth:`EngineOptions.common`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar, Union
 
+from ..io._every import check_every
 from ..io.epochs import parse_epoch
 from ..runtime.quarantine import check_on_error
 from ._contract import EngineUnsupported
@@ -40,7 +42,6 @@ __all__ = [
     "SparkOptions",
     "SPARK_PATHS",
     "known_options",
-    "spark_option_problem",
 ]
 
 Opts = TypeVar("Opts", bound="EngineOptions")
@@ -81,6 +82,7 @@ class EngineOptions:
         # Said as the engines always said them (a RestreamError naming the option).
         parse_epoch(self.epoch)
         check_on_error(self.on_error)
+        check_every(self.checkpoint_every, self.checkpoint)
 
     @classmethod
     def of(cls: type[Opts], given: Mapping[str, Any] | EngineOptions | None = None) -> Opts:
@@ -115,27 +117,15 @@ class EngineOptions:
         """``kept`` with what the environment says of the options it does not give."""
         return kept
 
-    def keywords(self) -> dict[str, Any]:
-        """The options that differ from their defaults, as keywords."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != f.default
-        }
-
     @staticmethod
     def common(options: EngineOptions | Mapping[str, Any]) -> EngineOptions:
         """The options every engine takes, from an engine's options: typed, or the mapping
-        of an engine without an options type (its own options set aside)."""
+        of an engine without an options type (its own options set aside), checked as
+        :meth:`of` checks them."""
         if isinstance(options, EngineOptions):
             return options
         names = {f.name for f in dataclasses.fields(EngineOptions)}
-        return EngineOptions(**{k: v for k, v in options.items() if k in names and v is not None})
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """``getattr(self, name, default)``, for code that still reads a mapping."""
-        value = getattr(self, name, default)
-        return default if value is None else value
+        return EngineOptions.of({k: v for k, v in options.items() if k in names})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,16 +194,6 @@ class SparkOptions(EngineOptions):
         if problem is not None:
             raise OptionError(cls.engine, f"$RESTREAM_SPARK_PATH: {problem}")
         return {**kept, "path": path}
-
-
-def spark_option_problem(options: Mapping[str, Any]) -> str | None:
-    """Why the Spark engine refuses ``options`` (a ``path`` it does not have, an option it no
-    longer has), or None. What :meth:`SparkOptions.of` raises, said by ``supports``."""
-    for name, why in SparkOptions.retired.items():
-        if options.get(name) is not None:
-            return f"{name}= is no longer an option: {why}"
-    path = options.get("path")
-    return None if path is None else _path_problem(path)
 
 
 def _path_problem(path: Any) -> str | None:

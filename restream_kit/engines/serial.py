@@ -46,10 +46,11 @@ from ..runtime import (
     check_state,
 )
 from ..runtime.loop import compile_loop
-from ..runtime.quarantine import check_on_error, event_fields
+from ..runtime.quarantine import event_fields
 from ..runtime.windows import Blocks, Fused, fuse_windows, native_plan
 from ._gc import without_collector
 from ._window_tables import emitted_table
+from .options import SerialOptions
 
 __all__ = [
     "replay",
@@ -86,18 +87,12 @@ def replay(
     log: Log,
     *,
     observer: Observer | None = None,
-    epoch: int | str | None = None,
-    cancel: CancelToken | None = None,
-    batch_size: int = 65_536,
-    on_error: str = "stop",
-    checkpoint: Any = None,
-    resume: bool = False,
-    start_from: Any = None,
-    final: bool = True,
-    history: bool = False,
-    **_options: Any,
+    options: SerialOptions | None = None,
+    **given: Any,
 ) -> Result:
-    """Replay ``log`` through ``program`` one event at a time and return the result.
+    """Replay ``log`` through ``program`` one event at a time and return the result, with
+    ``options``, else with those built and checked from the keywords ``given``
+    (:class:`~restream_kit.engines.options.SerialOptions`; another engine's are set aside).
 
     ``epoch`` sets how often partial outputs are published (``EpochFinished``); ``cancel``
     stops the replay between batches. ``on_error`` "skip" or "quarantine" rolls back a
@@ -108,10 +103,11 @@ def replay(
     (:mod:`restream_kit.history.recorder`). Windows run natively
     (:mod:`restream_kit.runtime.windows`); ``native_windows=False`` runs their expansion.
     """
-    run = _SerialRun(program, log, observer, epoch, checkpoint, resume, start_from, on_error)
-    run.set_up(history, _options.get("native_windows", True))
+    opts = options if options is not None else SerialOptions.of(given)
+    run = _SerialRun(program, log, observer, opts)
+    run.set_up(opts.history, opts.native_windows)
     try:
-        run.epochs(cancel, batch_size, final)
+        run.epochs(opts.cancel, opts.batch_size, opts.final)
     except (HandlerError, Cancelled) as exc:
         run.failed(str(exc))
         raise
@@ -126,15 +122,15 @@ class _SerialRun:
     """One serial replay: its runtime and loop (``runtime.loop``), epochs, checkpoints,
     progress and result."""
 
-    def __init__(self, program, log, observer, epoch, checkpoint, resume, start_from, on_error):
+    def __init__(self, program: Program, log: Log, observer: Any, opts: SerialOptions):
         self.program = program
         self.log = log
         self.observer = observer
         self.notify = broadcast(observer)
-        self.ck, self.start = _checkpointing(program, log, epoch, checkpoint, resume, start_from)
-        self.on_error = check_on_error(on_error)
+        self.ck, self.start = _checkpointing(program, log, opts)
+        self.on_error = opts.on_error  # (checked by the options)
         self.guarded = self.on_error != "stop"
-        self.epoch = epoch
+        self.epoch = opts.epoch
         self.done = 0
         self.started = time.perf_counter()
 
@@ -308,15 +304,16 @@ def _history_stores(program, log, history, guarded, start, ck):
     return Recorder(program, log.columns), None
 
 
-def _checkpointing(program, log, epoch, checkpoint, resume, start_from):
+def _checkpointing(program: Program, log: Log, opts: SerialOptions) -> tuple[Any, Any]:
     """The replay's checkpointer and start (None, None without checkpoint options).
 
     ``checkpoint`` may also be an object with ``load()`` and ``commit()``, as
     :class:`restream_kit.io.checkpoint.Checkpointer` has (the Spark engine passes one it
     opened itself for a log with no events, so that the checkpoint is a Spark one).
     """
+    checkpoint, start_from = opts.checkpoint, opts.start_from
     if checkpoint is None and start_from is None:
-        if resume:
+        if opts.resume:
             raise RestreamError("resume needs a checkpoint directory (--checkpoint DIR)")
         return None, None
     if checkpoint is not None and hasattr(checkpoint, "commit"):
@@ -325,10 +322,10 @@ def _checkpointing(program, log, epoch, checkpoint, resume, start_from):
         program,
         log,
         engine="serial",
-        epoch=epoch,
+        epoch=opts.epoch,
         state_format="serial",
         checkpoint=checkpoint,
-        resume=resume,
+        resume=opts.resume,
         start_from=start_from,
     )
 

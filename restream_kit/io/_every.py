@@ -47,13 +47,12 @@ def describe_every(every: tuple[str, float]) -> str:
     return f"{int(size):,} events" if kind == "events" else f"{size:g} s"
 
 
-def check_every(options: dict[str, Any]) -> None:
+def check_every(every: Any, checkpoint: Any) -> None:
     """Refuse, in one line, a ``checkpoint_every`` that is not a size or has no checkpoint."""
-    every = options.get("checkpoint_every")
     if every is None:
         return
     parse_every(every)
-    if not options.get("checkpoint"):
+    if not checkpoint:
         raise RestreamError(
             "checkpoint_every needs a checkpoint directory (--checkpoint DIR, checkpoint=DIR)"
         )

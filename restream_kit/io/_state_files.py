@@ -165,34 +165,17 @@ class LazyStore(Mapping):
         return repr(self._dict())
 
 
-class LazyState(Mapping):
-    """A recorded run's states by name, each a :class:`LazyStore` (nothing read yet)."""
+class LazyState(dict):
+    """A recorded run's states by name, each a :class:`LazyStore` (nothing read yet): a dict,
+    as a replay's ``Result.state`` is, that only shows itself without reading."""
 
     def __init__(self, run_dir: Path, entries: dict[str, dict[str, Any]]):
-        self._stores = {}
+        super().__init__()
         for name, entry in entries.items():
             rel = entry["file"]
             if not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts:
                 raise ValueError(f"the state {name!r} names a file outside its run: {rel!r}")
-            self._stores[name] = LazyStore(
-                Path(run_dir) / rel, int(entry["keys"]), entry.get("columns")
-            )
-
-    def __getitem__(self, name: str) -> LazyStore:
-        return self._stores[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._stores)
-
-    def __len__(self) -> int:
-        return len(self._stores)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Mapping):
-            return set(self) == set(other) and all(self[n] == other[n] for n in self)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
+            self[name] = LazyStore(Path(run_dir) / rel, int(entry["keys"]), entry.get("columns"))
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{name!r}: {len(store):,} keys" for name, store in self.items())

@@ -23,6 +23,8 @@ __all__ = [
     "Phase",
     "ProgressEvent",
     "broadcast",
+    "one_epoch_started",
+    "one_epoch_finished",
     "Recorder",
     "CancelToken",
     "Cancelled",
@@ -129,6 +131,22 @@ def broadcast(observers: Iterable[Observer] | Observer | None) -> Observer:
             target(event)
 
     return send
+
+
+def one_epoch_started(
+    notify: Observer, engine: str, total: int, stages: tuple[str, ...], span_ms: int
+) -> None:
+    """Tell ``notify`` that a replay of ``total`` events, run as one epoch, has started."""
+    notify(ReplayStarted(engine, total, 1, stages, span_ms))
+    notify(EpochStarted(0, total))
+
+
+def one_epoch_finished(notify: Observer, total: int, wall: float, outputs: dict[str, Any]) -> None:
+    """Tell ``notify`` that a replay run as one epoch ended after ``wall`` seconds, with its
+    rows ``outputs``: the last progress, the epoch, the replay (the serial engine's order)."""
+    notify(Progress(total, total, wall))
+    notify(EpochFinished(0, total, wall, outputs))
+    notify(ReplayFinished(total, wall))
 
 
 class Recorder:

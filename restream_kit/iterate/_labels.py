@@ -30,6 +30,8 @@ LABEL_TS = "label_ts"
 #: The time and class columns a labels table is read with when none is named.
 DEFAULT_TIME = "ts"
 DEFAULT_CLASS = "class"
+#: What :meth:`Labels.to_dict` says after the source and the key fields, in its order.
+_SAID = ("rows", "positives", "negatives", "time_column", "class_column", "positive")
 
 
 @dataclass(frozen=True)
@@ -57,16 +59,7 @@ class Labels:
         return self.time_column is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "by": list(self.by),
-            "rows": self.rows,
-            "positives": self.positives,
-            "negatives": self.negatives,
-            "time_column": self.time_column,
-            "class_column": self.class_column,
-            "positive": self.positive,
-        }
+        return {"source": self.source, "by": list(self.by), **{k: getattr(self, k) for k in _SAID}}
 
 
 def read_labels(

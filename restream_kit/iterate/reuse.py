@@ -40,15 +40,7 @@ from ..history.probes import counter_var, signature
 from ..history.recorder import History, probe_sites
 from ..io._state_files import LazyStore
 from ..io.log import Log
-from ..io.progress import (
-    EpochFinished,
-    EpochStarted,
-    Observer,
-    Progress,
-    ReplayFinished,
-    ReplayStarted,
-    broadcast,
-)
+from ..io.progress import Observer, broadcast, one_epoch_finished, one_epoch_started
 from ..io.result import Metrics, Result, build_table
 from ..model.errors import HandlerError, RestreamError
 from ..model.program import Program
@@ -188,8 +180,7 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
         recorder = Recorder(program, log.columns, skip=prep.reused_states, plan=plan)
     events = _Events(program, log, prep)
     total = len(log)
-    notify(ReplayStarted("serial", total, 1, ("serial",), log.span_ms))
-    notify(EpochStarted(0, total))
+    one_epoch_started(notify, "serial", total, ("serial",), log.span_ms)
     as_columns, why_not = None, "a run that keeps a history records in the loop"
     if recorder is None or not recorder.hooks:
         as_columns, why_not = _as_columns(program, prep, events)
@@ -203,9 +194,7 @@ def _rereplay(program, log, recorded, hist, plan, observer, history) -> tuple[Re
     state = _final_state(program, recorded, prep, stores)
     check_state({n: d for n, d in state.items() if n not in prep.reused_states})
     wall = time.perf_counter() - started
-    notify(Progress(total, total, wall))
-    notify(EpochFinished(0, total, wall, {}, None))
-    notify(ReplayFinished(total, wall))
+    one_epoch_finished(notify, total, wall, {})
     metrics = Metrics(
         engine="serial",
         events=total,

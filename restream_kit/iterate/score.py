@@ -53,6 +53,26 @@ __all__ = [
 ]
 
 DAY_MS = 86_400_000
+#: What :meth:`TableScore.to_dict` says after the table and the key fields, in its order.
+_SAID = (
+    "tp",
+    "fp",
+    "fn",
+    "precision",
+    "recall",
+    "f1",
+    "alerted_keys",
+    "positives",
+    "alerts",
+    "alerts_on_positives",
+    "alerts_per_day",
+    "early",
+    "timely",
+    "late",
+    "timely_recall",
+    "delay_p50_ms",
+    "delay_p90_ms",
+)
 
 
 @dataclass(frozen=True)
@@ -105,22 +125,7 @@ class TableScore:
         return None if self.timely is None else _ratio(self.timely, self.positives)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "by": list(self.by),
-            **{k: getattr(self, k) for k in ("tp", "fp", "fn", "precision", "recall", "f1")},
-            "alerted_keys": self.alerted_keys,
-            "positives": self.positives,
-            "alerts": self.alerts,
-            "alerts_on_positives": self.alerts_on_positives,
-            "alerts_per_day": self.alerts_per_day,
-            "early": self.early,
-            "timely": self.timely,
-            "late": self.late,
-            "timely_recall": self.timely_recall,
-            "delay_p50_ms": self.delay_p50_ms,
-            "delay_p90_ms": self.delay_p90_ms,
-        }
+        return {"table": self.table, "by": list(self.by), **{k: getattr(self, k) for k in _SAID}}
 
     def summary(self) -> str:
         """One line: precision, recall, F1, the counts, alert volume and time to detect."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
+
 __all__ = [
     "RestreamError",
     "RestreamWarning",
@@ -39,61 +41,50 @@ class ProgramError(RestreamError):
         super().__init__(f"{where}{message}")
 
 
+# As HandlerError below: a dataclass, but an exception still.
+@dataclass(eq=False, repr=False)
 class LogError(RestreamError):
     """A log that cannot be read or is not a valid, ordered event log."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | None = None,
-        column: str | None = None,
-        row: int | None = None,
-    ):
-        self.message = message
-        self.path = path
-        self.column = column
-        self.row = row
-        parts = [p for p in (path, f"column {column!r}" if column else None) if p]
-        if row is not None:
-            parts.append(f"row {row}")
+    message: str
+    _: KW_ONLY
+    path: str | None = None
+    column: str | None = None
+    row: int | None = None
+
+    def __post_init__(self) -> None:
+        parts = [p for p in (self.path, f"column {self.column!r}" if self.column else None) if p]
+        if self.row is not None:
+            parts.append(f"row {self.row}")
         where = ", ".join(parts)
-        super().__init__(f"{where}: {message}" if where else message)
+        super().__init__(f"{where}: {self.message}" if where else self.message)
 
 
+# A dataclass (its fields declared once), but an exception still: compared and hashed by
+# identity, shown as its message.
+@dataclass(eq=False, repr=False, kw_only=True)
 class HandlerError(RestreamError):
     """A user's handler raised while processing an event."""
 
-    def __init__(
-        self,
-        *,
-        handler: str,
-        filename: str,
-        lineno: int | None,
-        line: str | None,
-        lsn: int | None,
-        seq: int,
-        kind: str,
-        ts: int,
-        cause: BaseException,
-        fields: dict | None = None,
-    ):
-        self.handler = handler
-        self.filename = filename
-        self.lineno = lineno
-        self.line = line
-        self.lsn = lsn
-        self.seq = seq
-        self.kind = kind
-        self.ts = ts
-        self.cause = cause
-        self.fields = fields
-        event = f"lsn {lsn}" + (f" (scheduled #{seq})" if seq else "")
-        code = f" `{line.strip()}`" if line else ""
-        shown = f" {{{format_fields(fields)}}}" if fields else ""
+    handler: str
+    filename: str
+    lineno: int | None
+    line: str | None
+    lsn: int | None
+    seq: int
+    kind: str
+    ts: int
+    cause: BaseException
+    fields: dict | None = None
+
+    def __post_init__(self) -> None:
+        event = f"lsn {self.lsn}" + (f" (scheduled #{self.seq})" if self.seq else "")
+        code = f" `{self.line.strip()}`" if self.line else ""
+        shown = f" {{{format_fields(self.fields)}}}" if self.fields else ""
         super().__init__(
-            f"{filename}:{lineno}: handler {handler!r} raised "
-            f"{type(cause).__name__}: {cause} on {kind!r} event {event} at ts {ts}{shown};{code}"
+            f"{self.filename}:{self.lineno}: handler {self.handler!r} raised "
+            f"{type(self.cause).__name__}: {self.cause} on {self.kind!r} event {event} "
+            f"at ts {self.ts}{shown};{code}"
         )
 
 

@@ -258,7 +258,8 @@ def longest_chain(
     names = {id(d): name for name, d in stores.items()}
     rt = _CausalRuntime(tracker, names)
     loop = compile_loop(explicit, rt, stores)
-    best = {"longest": 0, "runs": 0, "handler": None, "lsn": None}
+    # The chain's fields of :class:`CausalChain`, kept up to date by every run.
+    best: dict[str, Any] = {"runs": 0, "longest": 0, "end_handler": None, "end_lsn": None}
 
     def hook(name: str, fn: Any, ev: Any, scheduled: bool) -> None:
         tracker.run += 1
@@ -267,7 +268,7 @@ def longest_chain(
         depth = tracker.cur + 1
         best["runs"] += 1
         if depth > best["longest"]:
-            best.update(longest=depth, handler=name, lsn=ev.lsn)
+            best.update(longest=depth, end_handler=name, end_lsn=ev.lsn)
 
     events = 0
 
@@ -278,11 +279,4 @@ def longest_chain(
             yield ev
 
     scheduled = loop.run_events(counted(), hook)
-    return CausalChain(
-        events=events,
-        runs=best["runs"],
-        longest=best["longest"],
-        end_handler=best["handler"],
-        end_lsn=best["lsn"],
-        scheduled_runs=scheduled,
-    )
+    return CausalChain(events=events, scheduled_runs=scheduled, **best)

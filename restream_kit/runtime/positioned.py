@@ -19,8 +19,9 @@ and gives the rest of a replay's mechanics once:
 - **the flush** after the log (:meth:`~PositionedRuntime.flush`): one position at a time,
   failing past a limit (:data:`~.semantics.MAX_FLUSH`, the message :func:`flush_overrun`'s);
 - **the rollback** of a handler run that raised (``on_error`` skip or quarantine,
-  :meth:`~PositionedRuntime.guarded`): its store changes through the journal, its rows, what
-  it sent on, the entries it queued and its counts go, and the run is recorded;
+  :meth:`~PositionedRuntime.guarded`), by the one journal of :mod:`.guarded`: its store
+  changes, its rows, what it sent on, the entries it queued and its counts go, and the run
+  is recorded with its position;
 - **sinks**, where a write goes (:class:`Sink`): applied here now, or queued until its
   time (:class:`LocalSink`); a store may name another sink (a Spark pass ships the writes of
   a state a later pass holds). A write's rule (not in the past) is checked here once.
@@ -38,15 +39,8 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from .quarantine import quarantine_row
-from .semantics import (
-    SerialRuntime,
-    apply_write,
-    check_write,
-    drop_newest,
-    flush_overrun,
-    undo_journal,
-)
+from .guarded import MarkedJournal
+from .semantics import SerialRuntime, apply_write, check_write, flush_overrun
 
 __all__ = [
     "TIMED",
@@ -163,7 +157,18 @@ class PositionedRuntime:
         self.per_root: dict[int, int] = {}
         self.made = 0  # events scheduled here
         self.last_at: int | None = None  # the latest time an event was scheduled for
-        self.journal: list | None = [] if guarded else None
+        # A run's rows, rows sent on, queued entries and counts go when it is rolled back.
+        self.journal: MarkedJournal | None = (
+            MarkedJournal(
+                self,
+                lists=("rows", "out"),
+                heaps=("heap",),
+                values=("n", "pending_sched", "made", "last_at"),
+                per_root="per_root",
+            )
+            if guarded
+            else None
+        )
         self.quarantined: list = []
         self.filename = filename
         self.columns = columns
@@ -256,45 +261,16 @@ class PositionedRuntime:
             self.settle(just_after(heap[0][0]))
         return flushed
 
-    # -- the rollback of a run -----------------------------------------------------------
-
-    def marks(self) -> tuple:
-        """Where the current run's rows, sent rows, queued entries and counts start."""
-        return (len(self.rows), len(self.out), self.n, self.made, self.last_at)
+    # -- the rollback of a run (``guarded.MarkedJournal``) ------------------------------------
 
     def guarded(self, fn: Callable, ev: Any) -> None:
         """Run one handler; when it raises, undo everything the run did and record it."""
-        journal = self.journal
-        journal.clear()
-        marks = self.marks()
-        made = self.per_root.get(ev[0])
+        self.journal.clear()
         try:
             fn(ev)
         except Exception as exc:  # noqa: BLE001 - the run is rolled back and recorded
-            self.rollback(exc, ev, marks, made)
+            self.journal.rollback(exc)
 
-    def rollback(self, exc: BaseException, ev: Any, marks: tuple, made: int | None) -> None:
-        """Undo the run of ``ev`` back to ``marks`` (its root's count was ``made``) and
-        record it with its position."""
-        root = ev[0]
-        undo_journal(self.journal)
-        rows, out, n, self.made, self.last_at = marks
-        del self.rows[rows:]
-        del self.out[out:]
-        if self.n > n:  # (its timed writes and scheduled events: the newest numbers)
-            drop_newest(self.heap, self.n - n)
-            self.pending_sched = sum(1 for entry in self.heap if entry[2] == EVENT)
-            self.n = n
-        if made is None:
-            self.per_root.pop(root, None)
-        else:
-            self.per_root[root] = made
-        row = quarantine_row(
-            filename=self.filename,
-            handler=self.handler,
-            event=ev,
-            seq=self.seq,
-            columns=self.columns,
-            exc=exc,
-        )
+    def keep_quarantined(self, row: dict) -> None:
+        """A rolled-back run's row, kept with its position and handler's number."""
         self.quarantined.append((self.pos, self.hidx, row))

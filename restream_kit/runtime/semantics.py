@@ -26,7 +26,6 @@ from typing import Any
 
 from ..model import values
 from ..model.errors import RestreamError, StateError
-from .quarantine import quarantine_row
 
 __all__ = [
     "MAX_FLUSH",
@@ -38,12 +37,7 @@ __all__ = [
     "check_fields",
     "check_schedule",
     "flush_overrun",
-    "undo_journal",
-    "drop_newest",
     "SerialRuntime",
-    "JOURNAL_ABSENT",
-    "JournalDict",
-    "GuardedRuntime",
     "check_state",
     "run_scheduled",
     "flush",
@@ -152,6 +146,9 @@ class SerialRuntime:
 
     #: What ``schedule`` makes (a subclass may attach its own bookkeeping to the events).
     event_type: type = ScheduledEvent
+    #: Whether :func:`run_scheduled` runs each handler of a scheduled event guarded, undone
+    #: when it raises (``guarded.GuardedRuntime``; not its Spark forms, which run none).
+    rolls_back: bool = False
 
     def __init__(self) -> None:
         self.rows: defaultdict[str, list] = defaultdict(list)
@@ -199,119 +196,6 @@ class SerialRuntime:
             apply_write(d, default, op, key, arg)
 
 
-#: The old value a journal records for a key that had none.
-JOURNAL_ABSENT = object()
-_FUTURE, _EMIT, _SCHEDULE = range(3)
-
-
-def undo_journal(journal: list, other: Callable[[Any, Any, Any], None] | None = None) -> None:
-    """Undo a handler run's journaled changes, newest first, emptying ``journal``: a store's
-    ``(store, key, old value)`` is put back (:data:`JOURNAL_ABSENT`: the key goes); an entry
-    whose first item is not a store goes to ``other`` (a runtime's own kinds of change)."""
-    while journal:
-        target, key, old = journal.pop()
-        if not isinstance(target, dict):
-            other(target, key, old)
-        elif old is JOURNAL_ABSENT:
-            dict.pop(target, key, None)
-        else:
-            dict.__setitem__(target, key, old)
-
-
-def drop_newest(heap: list, made: int) -> None:
-    """Take the ``made`` newest entries (by their order number, an entry's second item) out
-    of ``heap``, a heap of timed writes or scheduled events: a rolled-back run's."""
-    if made > 0:
-        kept = sorted(heap, key=lambda entry: entry[1])[:-made]
-        heapq.heapify(kept)
-        heap[:] = kept
-
-
-class JournalDict(dict):
-    """A store that journals every change (key, old value) so that a handler run can be undone.
-
-    Only ``on_error`` skip and quarantine use it; reads stay plain ``dict.get`` calls.
-    """
-
-    __slots__ = ("journal",)
-
-    def __init__(self, journal: list):
-        super().__init__()
-        self.journal = journal
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
-        dict.__setitem__(self, key, value)
-
-    def pop(self, key: Any, *default: Any) -> Any:
-        self.journal.append((self, key, dict.get(self, key, JOURNAL_ABSENT)))
-        return dict.pop(self, key, *default)
-
-    def __delitem__(self, key: Any) -> None:
-        self.pop(key)
-
-
-class GuardedRuntime(SerialRuntime):
-    """The runtime of ``on_error`` skip and quarantine: a handler run that raises is undone.
-
-    Every change a run makes goes into ``journal`` (cleared when a run starts): store changes
-    (through :class:`JournalDict`), timed writes, emitted rows and scheduled events.
-    ``rollback`` undoes them newest first and records the run in ``quarantined``, so the
-    replay goes on as if that run had never happened.
-    """
-
-    def __init__(self, filename: str, columns: list[str]) -> None:
-        super().__init__()
-        self.journal: list = []
-        self.quarantined: list[dict] = []
-        self.filename = filename
-        self.columns = columns
-
-    def write(self, d: dict, default: Any, op: str, key: Any, arg: Any, at: int | None) -> None:
-        pending = len(self.future)
-        super().write(d, default, op, key, arg, at)
-        if len(self.future) > pending:
-            self.journal.append((_FUTURE, None, None))
-
-    def emit(self, table: str, **fields: Any) -> None:
-        super().emit(table, **fields)
-        self.journal.append((_EMIT, table, None))
-
-    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
-        super().schedule(kind, at=at, **fields)
-        self.journal.append((_SCHEDULE, self.event[0], None))
-
-    def rollback(self, exc: BaseException) -> None:
-        """Undo the current handler run's changes and record it as quarantined."""
-        made = {_FUTURE: 0, _SCHEDULE: 0}
-
-        def undo(what: int, key: Any, _old: Any) -> None:
-            if what == _EMIT:
-                rows = self.rows[key]
-                rows.pop()
-                if not rows:  # a table only this run emitted to does not exist
-                    del self.rows[key]
-                return
-            made[what] += 1
-            if what == _SCHEDULE:
-                self.scheduled_per_root[key] -= 1
-
-        undo_journal(self.journal, undo)
-        # Entries made by this run carry the newest order numbers: drop the newest ones.
-        drop_newest(self.future, made[_FUTURE])
-        drop_newest(self.scheduled, made[_SCHEDULE])
-        self.quarantined.append(
-            quarantine_row(
-                filename=self.filename,
-                handler=self.handler,
-                event=self.event,
-                seq=self.seq,
-                columns=self.columns,
-                exc=exc,
-            )
-        )
-
-
 _PLAIN = frozenset({int, float, str, bool, type(None), bytes})
 
 
@@ -352,6 +236,7 @@ def run_scheduled(
     calling ``fn(event)``: the planner times runs or traces their reads through it."""
     ran = 0
     scheduled = rt.scheduled
+    guarded = type(rt).rolls_back
     while scheduled and scheduled[0][0] <= t and (limit is None or ran < limit):
         at, _n, ev = heapq.heappop(scheduled)
         if rt.future and rt.future[0][0] <= at:
@@ -362,7 +247,7 @@ def run_scheduled(
             for name, fn in by_kind.get(ev.kind, ()):
                 rt.handler = name
                 run(name, fn, ev, True)
-        elif type(rt) is GuardedRuntime:
+        elif guarded:
             _run_guarded(rt, by_kind.get(ev.kind, ()), ev)
         else:
             for name, fn in by_kind.get(ev.kind, ()):
@@ -373,8 +258,8 @@ def run_scheduled(
     return ran
 
 
-def _run_guarded(rt: GuardedRuntime, handlers: tuple, ev: ScheduledEvent) -> None:
-    """A scheduled event's handler runs, each undone when it raises (see GuardedRuntime)."""
+def _run_guarded(rt: SerialRuntime, handlers: tuple, ev: ScheduledEvent) -> None:
+    """A scheduled event's handler runs, each undone when it raises (``guarded.GuardedRuntime``)."""
     for name, fn in handlers:
         rt.handler = name
         rt.journal.clear()

@@ -115,6 +115,47 @@ def test_a_program_on_the_cluster_is_serial_and_parallel(engine, test_cluster, p
         assert "from where team_of is held" in got.metrics.path["busy"], got.metrics.path
 
 
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ["spark-cluster"], indirect=True)
+def test_a_file_log_reaches_the_cluster_through_the_shared_directory(
+    engine, test_cluster, private_log, monkeypatch
+):
+    """A cluster with ``$RESTREAM_SHARED_DIR``: the log's ordered copy is put there once and
+    read on the executors, by Spark's reader (the pass path) or the epochs' tasks (the prefix
+    path), never read whole here."""
+    program = rk.Program.load(PROGRAMS["ordinary"])
+    want = rk.replay(program, rk.Log(private_log))
+    lowered = rk.Program.load(PROGRAMS["antispam"])
+    flagged = rk.replay(lowered, rk.Log(private_log))
+    # Without a shared directory a log is sent from the kernel only below a limit.
+    monkeypatch.setenv("RESTREAM_SENT_LOG_ROWS", "1000")
+    with pytest.raises(rk.RestreamError, match="RESTREAM_SHARED_DIR"):
+        rk.replay(program, rk.Log(private_log), engine="spark", master=test_cluster.master)
+    shared = Path(tempfile.mkdtemp(prefix="restream-shared-dir-", dir="/tmp"))
+    try:
+        os.chmod(shared, 0o755)
+        monkeypatch.setenv("RESTREAM_SHARED_DIR", str(shared))
+        monkeypatch.setattr(rk.Log, "_load", _refuse_table)
+        log = rk.Log(private_log)
+        got = rk.replay(program, log, engine="spark", master=test_cluster.master)
+        assert_same_result(got, want)
+        assert_ran_as_planned(program, got)
+        assert_parallel_stages_split(got)
+        copied = list(shared.glob("*.parquet"))
+        assert [p.name for p in copied] == [f"{log.fingerprint}.parquet"], copied
+        if os.geteuid() == 0:
+            assert _worker_can_read(copied[0]) and not _worker_can_read(private_log)
+        got = rk.replay(lowered, log, engine="spark", master=test_cluster.master, epoch=10_000)
+        assert_same_result(got, flagged)
+        assert_parallel_stages_split(got)  # (lowered to columns, over five epochs)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _refuse_table(log: rk.Log):
+    raise AssertionError(f"the kernel read the whole log {log!r}")
+
+
 @pytest.fixture
 def shared_uri_log():
     """The sample log as a directory of three Parquet files (several row groups each) that

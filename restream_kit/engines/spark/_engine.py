@@ -42,11 +42,13 @@ from .. import serial
 from ..options import SparkOptions
 from ._history import SparkHistory, not_recorded_note
 from ._path import lowers, prefix_choice
+from ._shared_log import check_sent, shared_file
 from ._uri_log import copy_facts
 from ._uri_log import describe as _describe_uri
 from ._waves import in_waves
 from .passes._driver import run_passes
 from .passes._jobs import TaskError as _PassTaskError
+from .passes._output_files import outputs_for
 from .passes._plan import passes_of
 from .prefix._commits import Carried, why_not_resumed
 from .prefix._driver import default_epoch, run_prefix
@@ -224,6 +226,13 @@ class _Replay:
         epoch = self.options.epoch
         if epoch is None and ck is None:  # a checkpoint's epochs are its own
             epoch = default_epoch(len(self.log), self.cores)
+        # The tasks write large tables as files where they share this disk (``_output_parts``);
+        # a cluster's read the log from the shared directory, else get its epochs' events.
+        local = is_local(self.session)
+        files = ck is None and self.until is None and local
+        shared = None if local else shared_file(self.session, self.log)
+        if not local and shared is None:
+            check_sent(self.log, self.session.sparkContext.master)
         result = run_prefix(
             low,
             self.program,
@@ -233,14 +242,14 @@ class _Replay:
             notify=self.notify,
             check_cancel=self._check_cancel,
             started=started,
-            # A cluster's workers cannot read this machine's files: the epochs' events go
-            # to them through Spark.
-            ship_events=not is_local(self.session),
+            ship_events=not local and shared is None,
+            shared=shared,
             history=probes and (self.history, probes),
             checkpoint=ck,
             start=start,
             cores=self.cores if ck is not None else None,  # a checkpoint's epochs, grouped
             until=self.until,
+            outputs=outputs_for(self.options, self) if files else None,
         )
         self.carried = result.state if isinstance(result.state, Carried) else None
         if probes is not None:

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ...io.log import Log
 from ._program_ref import event_type
+from ._shared_log import check_sent, shared_copy
+from .session._ship import is_local
 
-__all__ = ["EventsTable", "prepare_events", "log_events", "rowless_events"]
+__all__ = ["EventsTable", "prepare_events", "log_events", "copy_file", "rowless_events"]
 
 _SAFE = (
     pa.types.is_int8,
@@ -83,20 +86,31 @@ def prepare_events(log: Log) -> EventsTable:
     return EventsTable(out, tuple(table.column_names), frozenset(pickled), types)
 
 
-def log_events(log: Log, local: bool) -> EventsTable:
-    """The engine's view of a file ``log`` for the pass path: with no rows on a ``local``
-    master (its tasks share this disk) when the log has an ordered copy whose columns Spark
-    reads as they are, for the tasks read that copy (``passes._setup``,
+def log_events(log: Log, session: Any) -> EventsTable:
+    """The engine's view of a file ``log`` for the pass path: with no rows when the log has
+    an ordered copy whose columns Spark reads as they are and ``session``'s executors can
+    read it, on this disk (a local master) or in the shared directory (a cluster,
+    ``_shared_log``), for the tasks read that copy (``passes._setup``,
     ``passes._local_arrangement``); else ``log``'s table as Spark takes it
-    (:func:`prepare_events`)."""
+    (:func:`prepare_events`), which a cluster takes only for a small log."""
     if (
-        local
-        and log.uri is None
+        log.uri is None
         and log.copied
         and all(any(check(f.type) for check in _SAFE) for f in log.schema)
+        and (is_local(session) or shared_copy(session, log) is not None)
     ):
         return rowless_events(log.schema)
+    if not is_local(session):
+        check_sent(log, getattr(getattr(session, "sparkContext", None), "master", "a cluster"))
     return prepare_events(log)
+
+
+def copy_file(session: Any, log: Log) -> str:
+    """Where ``session``'s executors read ``log``'s ordered copy (a rowless log's, see
+    :func:`log_events`): on this disk on a local master, else in the shared directory."""
+    if is_local(session):
+        return str(log.ordered().path)
+    return shared_copy(session, log)
 
 
 def rowless_events(schema: pa.Schema) -> EventsTable:

@@ -23,16 +23,20 @@ __all__ = ["carry_frame"]
 _FIRST = -(1 << 63)  # the position of a state row: before every event
 # A restored entry's run: before any run (its bytes sort first, and name no real run).
 _RESTORED = bytes(W.RUN_HEAD.size)
+# The carried rows' columns: those of a pass's output (typed as there), and the entry's tag.
 _CARRY_SCHEMA = pa.schema(
     [
-        ("_rs_dest", pa.int32()),
-        ("_rs_t", pa.int64()),
-        ("_rs_ph", pa.int8()),
-        ("_rs_o", pa.int64()),
-        ("_rs_sub", pa.binary()),
-        ("_rs_tag", pa.int8()),
-        ("_rs_pk", pa.string()),
-        ("_rs_b", pa.binary()),
+        ("_rs_tag", pa.int8()) if name == "_rs_tag" else W.out_schema(0).field(name)
+        for name in (
+            "_rs_dest",
+            "_rs_t",
+            "_rs_ph",
+            "_rs_o",
+            "_rs_sub",
+            "_rs_tag",
+            "_rs_pk",
+            "_rs_b",
+        )
     ]
 )
 

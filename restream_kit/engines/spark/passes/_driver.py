@@ -13,7 +13,7 @@ import shutil
 import time
 from typing import Any
 
-from ....io.progress import EpochFinished, EpochStarted, Progress, ReplayFinished, ReplayStarted
+from ....io.progress import one_epoch_finished, one_epoch_started
 from ....io.result import Result
 from ._emitted import emitted_tables
 from ._epochs import run_checkpointed, start_state
@@ -48,8 +48,7 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
         if checkpointing:
             return run_checkpointed(setup)
         total = len(setup.log)
-        rep.notify(ReplayStarted("spark", total, 1, stage_names(pp), setup.log.span_ms))
-        rep.notify(EpochStarted(0, total))
+        one_epoch_started(rep.notify, "spark", total, stage_names(pp), setup.log.span_ms)
         ran = run_jobs(setup, setup.df, None, (0, total), total)
         rep.passes_ran = ran  # its history rows and last event (``_engine``, ``_history``)
     finally:
@@ -64,7 +63,5 @@ def run_passes(rep: Any, pp: PassPlan, started: float, events: Any) -> Result:
     tables = emitted_tables(ran.emitted, ran.emitted_columns, handler_names(setup.program))
     drop_parts(setup.outputs)
     wall = time.perf_counter() - started
-    rep.notify(EpochFinished(0, total, wall, in_memory(tables)))
-    rep.notify(Progress(total, total, wall))
-    rep.notify(ReplayFinished(total, wall))
+    one_epoch_finished(rep.notify, total, wall, in_memory(tables))
     return make_result(setup, ran, tables, total, 1, ran.quarantined)

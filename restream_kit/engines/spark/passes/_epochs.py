@@ -81,7 +81,7 @@ def run_checkpointed(setup: Setup) -> Result:
     rep, program, log = setup.rep, setup.program, setup.log
     ck, start = rep.open_checkpoint()
     total = len(log)
-    epochs = cut(log, rep.options.get("epoch"))
+    epochs = cut(log, rep.options.epoch)
     begun = _begun(rep)
     # Epochs from where the checkpoint stopped (it may have cut the log differently).
     epochs = [

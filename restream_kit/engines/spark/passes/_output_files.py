@@ -31,6 +31,7 @@ from ._setup import Setup, local_master
 __all__ = [
     "OutputFiles",
     "output_files",
+    "outputs_for",
     "plain_files",
     "task_files",
     "drop_parts",
@@ -55,11 +56,18 @@ def output_files(setup: Setup, checkpointing: bool) -> OutputFiles | None:
     keep their rows as they are, and a cluster's executors do not share this disk."""
     if checkpointing or setup.until is not None or not local_master(setup.session):
         return None
-    limit = setup.rep.options.result_rows
+    return outputs_for(setup.rep.options, setup)
+
+
+def outputs_for(options: Any, owner: Any) -> OutputFiles:
+    """An :class:`OutputFiles` for a replay with ``options`` (its ``result_rows``, else
+    ``$RESTREAM_RESULT_ROWS``), in a new scratch folder removed, at the latest, with
+    ``owner`` (should the replay raise before :func:`drop_parts`)."""
+    limit = options.result_rows
     if limit is None:
         limit = int(os.environ.get("RESTREAM_RESULT_ROWS", DEFAULT_ROWS))
     directory = tempfile.mkdtemp(dir=scratch_dir(), prefix="parts-")
-    weakref.finalize(setup, shutil.rmtree, directory, True)  # (if the replay raised)
+    weakref.finalize(owner, shutil.rmtree, directory, True)
     return OutputFiles(directory, limit)
 
 

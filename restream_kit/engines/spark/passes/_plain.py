@@ -37,9 +37,10 @@ import pyarrow as pa
 from ....compiler.compile import dict_name
 from ....compiler.inline import EVENT, key_source
 from ....model.program import Program
+from ....runtime.guarded import JournalDict
 from ....runtime.loop import compile_loop
 from ....runtime.positioned import MadeBy
-from ....runtime.semantics import JournalDict, SerialRuntime
+from ....runtime.semantics import SerialRuntime
 from ....runtime.windows import fuse_windows
 from .._codec import MISSING
 from .._history import TaskHistory

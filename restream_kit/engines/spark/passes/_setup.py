@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ....io.log import Log, scratch_parquet
 from ....model.program import Program
-from .._events import log_events
+from .._events import copy_file, log_events
 from .._keys import KeysSpec, KeysTask, jvm_key
 from .._program_ref import ProgramRef
 from .._uri_log import uri_events, uri_frame
@@ -94,7 +94,7 @@ def prepare(
     if events is None and log.uri is not None:  # read by Spark, never here: see _uri_log
         events = uri_events(log)
     # A log with an ordered copy on this disk: no row here, the tasks read the copy.
-    events = events or log_events(log, local_master(session))
+    events = events or log_events(log, session)
     passes = pp.passes
     # The kinds each pass takes from the log: a kind only ever scheduled costs no log scan.
     present = set(log.kinds)
@@ -104,7 +104,7 @@ def prepare(
     df = None if local else _log_frame(session, log, events)
     # Keys the driver deals into balanced partitions need no more partitions than cores;
     # a hash partitioning has twice as many, to even out where its keys land.
-    partitions = max(1, int(rep.options.get("partitions") or rep.cores * (1 if local else 2)))
+    partitions = max(1, int(rep.options.partitions or rep.cores * (1 if local else 2)))
     ranges = {}
     if df is not None and not (start is not None and start["scheduled"]):
         first = rep.begun.done if start is not None else 0  # (the events before the start)
@@ -301,7 +301,7 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
     elif not events.table.num_rows and len(log):  # its tasks read the log's ordered copy
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        local_file = str(log.ordered().path)
+        local_file = copy_file(session, log)  # (on a cluster, the shared directory's)
         schema = from_arrow_schema(events.table.drop_columns(["_rs_o"]).schema)
         df = session.read.schema(schema).parquet(local_file)
     elif (local_file := _local_events_file(session, log, events)) is not None:

@@ -10,7 +10,7 @@ sends on, and their guarded forms for ``on_error`` skip and quarantine.
   task's as the serial engine made them.
 - :class:`GuardedSerial` and :class:`GuardedShipping`: a handler run that raises is undone
   (its state changes, timed writes, emitted rows, rows for other passes and scheduled
-  events) and recorded with its position, as the serial engine's ``GuardedRuntime`` does.
+  events) by the one journal of ``runtime.guarded`` and recorded with its position.
 """
 
 from __future__ import annotations
@@ -20,17 +20,14 @@ import heapq
 from typing import Any
 
 from ....model.program import Program
+from ....runtime.guarded import EMITTED, GuardedRuntime, MarkedJournal
 from ....runtime.positioned import MadeBy, Sink, SinkingRuntime
-from ....runtime.quarantine import quarantine_row
 from ....runtime.semantics import (
-    GuardedRuntime,
     ScheduledEvent,
     SerialRuntime,
     apply_write,
     check_schedule,
     check_write,
-    drop_newest,
-    undo_journal,
 )
 from .._program_ref import key_function
 from ._boundaries import unhandled_rows
@@ -322,27 +319,12 @@ class GuardedSerial(GuardedRuntime):
         self.number = number
         self.failed: list = []
 
-    def rollback(self, exc: BaseException) -> None:
-        super().rollback(exc)
-        self.failed.append(_failed(self.event, self.number[self.handler], self.quarantined.pop()))
+    def keep_quarantined(self, row: dict) -> None:
+        self.failed.append(_failed(self.event, self.number[self.handler], row))
 
 
-# What a guarded run's journal holds besides store changes (``JournalDict``'s entries).
+# What a guarded run's journal holds besides store changes and rows (``RunJournal``'s).
 _FOLDED, _ONCE = object(), object()
-
-
-class _RunJournal(list):
-    """A guarded run's journal. The guarded loop clears it as each handler run starts: the
-    moment to mark where the run's rows and counts begin (``GuardedShipping.marks``)."""
-
-    def __init__(self, rt: GuardedShipping):
-        super().__init__()
-        self.rt = rt
-        self.marks: tuple = ()
-
-    def clear(self) -> None:
-        del self[:]
-        self.marks = self.rt.marks()
 
 
 class _JournalSet(set):
@@ -360,21 +342,27 @@ class _JournalSet(set):
 
 class GuardedShipping(Shipping):
     """:class:`Shipping` for ``on_error`` skip and quarantine: a handler run that raises is
-    undone (store changes through the journal, and the rows, timed writes, scheduled events
-    and window adds it made since its marks) and kept with its position in ``failed``."""
+    undone by the runtime's one journal (``runtime.guarded.MarkedJournal``: store changes, and
+    the rows, rows sent on, timed writes, scheduled events and window adds it made) and kept
+    with its position in ``failed``."""
 
     def __init__(self, spec: PassSpec, program: Program):
         super().__init__(spec, program)
-        self.journal = _RunJournal(self)
+        self.journal = MarkedJournal(
+            self,
+            lists=("out", "unhandled", "dropped"),
+            heaps=("future",),
+            values=("made", "last_at", "root", "seq_of_root"),
+            other=self._undo,
+        )
         self.sent_once = _JournalSet(self.journal)
         self.failed: list = []
+        self.filename = program.filename
+        self.columns = spec.columns
 
-    def marks(self) -> tuple:
-        rows = {table: len(some) for table, some in self.rows.items()}
-        return (
-            *(len(self.out), rows, len(self.future), len(self.unhandled), len(self.dropped)),
-            *(self.made, self.last_at, self.root, self.seq_of_root),
-        )
+    def emit(self, table: str, **fields: Any) -> None:
+        super().emit(table, **fields)
+        self.journal.append((EMITTED, table, None))
 
     def _fold(self, state: str, key: Any, arg: int) -> None:
         slot = self.folded.get((state, key))
@@ -392,24 +380,7 @@ class GuardedShipping(Shipping):
 
     def rollback(self, exc: BaseException) -> None:
         """Undo the current handler run and record it."""
-        undo_journal(self.journal, self._undo)
-        out, rows, future, unhandled, dropped, *counts = self.journal.marks
-        self.made, self.last_at, self.root, self.seq_of_root = counts
-        del self.out[out:]
-        del self.unhandled[unhandled:]
-        del self.dropped[dropped:]
-        for table in list(self.rows):
-            if table in rows:
-                del self.rows[table][rows[table] :]
-            else:  # a table only this run emitted to does not exist
-                del self.rows[table]
-        drop_newest(self.future, len(self.future) - future)  # (this run's: the newest)
-        row = quarantine_row(
-            filename=self.program.filename,
-            handler=self.handler,
-            event=self.event,
-            seq=self.seq,
-            columns=self.spec.columns,
-            exc=exc,
-        )
+        self.journal.rollback(exc)
+
+    def keep_quarantined(self, row: dict) -> None:
         self.failed.append(_failed(self.event, self.number[self.handler], row))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from ....runtime.semantics import JOURNAL_ABSENT, apply_write
+from ....runtime.guarded import JOURNAL_ABSENT
+from ....runtime.semantics import apply_write
 
 __all__ = ["JournalStore", "RecordingStore", "BlindStore", "apply_op", "carried"]
 

@@ -21,6 +21,7 @@ from ....io.result import ROW_COLUMNS, build_table
 from ....model.program import Program
 from ._columnar import combine_deltas, epoch_of
 from ._commits import commit_epochs, resumed_tables
+from ._output_parts import held_tables
 
 __all__ = ["Rounds", "assemble", "final_state", "from_ipc"]
 
@@ -40,6 +41,7 @@ class Rounds:
         self.carried: dict[str, bytes] = {}  # "read:<site>:<epoch>": a read column
         self.probed: dict[int, list] = {}  # slot -> [(epoch, IPC bytes)]
         self.emitted: dict[int, list[tuple[int, pl.DataFrame]]] = {}
+        self.written: dict[str, list[str]] = {}  # part files by table (``_output_parts``)
 
     def take(self, table: pa.Table, bounds: list[tuple[int, int]]) -> None:
         """Take one round's rows (of ``_driver.TASK_SCHEMA``)."""
@@ -50,6 +52,8 @@ class Rounds:
                 self.deltas.setdefault(row["name"], []).append(from_ipc(row["payload"]))
             elif row["what"] == "probe":
                 self.probed.setdefault(int(row["name"]), []).append((row["chunk"], row["payload"]))
+            elif row["what"] == "file":
+                self.written.setdefault(row["name"], []).append(row["payload"].decode())
             elif row["what"] == "emit":
                 self.emitted.setdefault(int(row["name"]), []).extend(
                     _split_rows(from_ipc(row["payload"]), row["chunk"], bounds)
@@ -67,14 +71,20 @@ def assemble(
     check_cancel,
 ) -> tuple[Any, dict[str, pa.Table]]:
     """(the state, the tables) of the replay ``run`` = (lowered program, program, log, epoch,
-    start, until) once its rounds are done: the history's probes taken, every epoch
+    start, until, the ``OutputFiles`` of its tasks' part files) once its rounds are done: the
+    history's probes taken, the tables the tasks wrote merged (held as files), every epoch
     committed to ``checkpoint`` (the state is then where it left off), else the final state
     folded and each epoch's rows told to ``notify``; ``stages`` gets the driver's times."""
-    low, program, log, epoch, start, until = run
+    low, program, log, epoch, start, until, outputs = run
     assembled = time.perf_counter()
     if history is not None:
         history[0].take_prefix(history[1], took.probed)
+    held = held_tables(low, log, outputs, took.written, took.emitted) if took.written else {}
     tables, per_epoch = _tables(low, log, took.emitted, bounds)
+    if held:  # (in the order of the tables' emit sites, as built in memory)
+        tables.update(held)
+        order = dict.fromkeys(site.table for site in low.emits)
+        tables = {name: tables[name] for name in order if name in tables}
     if checkpoint is not None:
         stages["tables (driver)"] = time.perf_counter() - assembled
         committing = time.perf_counter()

@@ -32,21 +32,17 @@ first round caches (``persist``) for the later ones and the replay unpersists wh
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ....compiler.lower import ColumnFacts, Lowered, NotLowerable, lower
-from ....io._ordered import OrderedCopy
 from ....io.epochs import cut
-from ....io.log import Log, scratch_parquet
+from ....io.log import Log
 from ....io.progress import (
     Progress,
     ReplayFinished,
@@ -58,9 +54,18 @@ from ....io.result import Metrics, Result
 from ....model.program import Program
 from .._faults import inject_fault
 from .._uri_log import copy_facts
+from ..passes._output_files import OutputFiles, drop_parts
 from ._assembly import Rounds, assemble, from_ipc
 from ._columnar import DELTA_CHUNK, needed_columns, run_epoch
 from ._commits import remaining, start_deltas
+from ._epoch_events import (
+    epoch_payloads,
+    eventsfrom_ipc,
+    log_file,
+    read_events,
+    read_rows,
+)
+from ._output_parts import split_emits
 
 __all__ = [
     "default_epoch",
@@ -120,19 +125,6 @@ def _ipc(frame: pl.DataFrame) -> bytes:
     return sink.getvalue()
 
 
-def events_ipc(table: pa.Table) -> bytes:
-    """An epoch's events as compressed Arrow IPC, to travel through Spark (``ship_events``)."""
-    sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression="lz4")
-    with pa.ipc.new_stream(sink, table.schema, options=options) as out:
-        out.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def eventsfrom_ipc(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-
-
 #: The rows that carry the epochs' events to the tasks when they cannot read the log's file.
 EVENTS_SCHEMA = "chunk int, events binary"
 
@@ -167,6 +159,7 @@ class PrefixTask:
         self.job = job
         self.deltas = deltas  # a Spark broadcast of {state: IPC bytes}, or the dict itself
         self.probes = None  # the run's history probes, evaluated in their round (``_history``)
+        self.outputs = None  # where large emitted tables go as part files (``_output_parts``)
 
     def __call__(self, batches):
         inject_fault(f"round{self.job + 1}")  # a no-op unless $RESTREAM_FAULT asks for one
@@ -216,8 +209,11 @@ class PrefixTask:
             if chunks is None:
                 frame = frame.with_columns(pl.lit(chunk, dtype=pl.Int32).alias(DELTA_CHUNK))
             _row(rows, chunk, "delta", name, _ipc(frame))
+        emits, written = split_emits(self.low, self.outputs, emits, self.events_at(lo, hi))
         for index, frame in emits.items():
             _row(rows, chunk, "emit", str(index), _ipc(frame))
+        for table, part in written.items():
+            _row(rows, chunk, "file", table, part.encode())
         for site, column in reads.items():
             _row(rows, chunk, "read", str(site), _ipc(column.to_frame()))
         for slot, payload in probed.items():
@@ -226,64 +222,17 @@ class PrefixTask:
         rows["seconds"] = [time.perf_counter() - started] * len(rows["chunk"])
         return pa.RecordBatch.from_pydict(rows, schema=_TASK_ARROW)
 
+    def events_at(self, lo: int, hi: int):
+        """``lsn`` and ``ts`` of the events at some positions of span ``lo``..``hi``, read
+        from the log's file when a part file needs them."""
+        return lambda at: read_rows(self.path, ["lsn", "ts"], lo, hi).take(pa.array(at - lo))
+
 
 def _row(rows: dict, chunk: int, what: str, name: str, payload: bytes) -> None:
     rows["chunk"].append(chunk)
     rows["what"].append(what)
     rows["name"].append(name)
     rows["payload"].append(payload)
-
-
-def read_events(path: str, columns: list[str], lo: int, hi: int, cache: str | None = None):
-    """Rows ``lo`` to ``hi`` of a Parquet file, reading only the row groups that hold them.
-
-    With a ``cache`` directory, the first round to read an epoch leaves its columns there as an
-    Arrow file, which later rounds map instead of decoding Parquet again (a worker that cannot
-    see the directory just reads the Parquet)."""
-    cached = os.path.join(cache, f"{lo}-{hi}.arrow") if cache else None
-    if cached:
-        try:
-            return pa.ipc.open_file(pa.memory_map(cached)).read_all()
-        except OSError:
-            pass  # not written yet, or not on this machine
-    table = _read_rows(path, columns, lo, hi)
-    if cached:
-        try:
-            os.makedirs(cache, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=cache, suffix=".tmp")
-            with os.fdopen(fd, "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
-                out.write_table(table)
-            os.replace(tmp, cached)  # whole or not at all, should two tasks race to write it
-        except OSError:
-            pass
-    return table
-
-
-def _read_rows(path: str, columns: list[str], lo: int, hi: int) -> pa.Table:
-    if os.path.isdir(path):  # Spark's ordered copy of a URI log: part files in log order
-        copy = OrderedCopy(Path(path))
-        parts = list(copy.tables(lo, hi, columns))
-        return pa.concat_tables(parts) if parts else copy.rows_at([], columns)
-    f = pq.ParquetFile(path)
-    groups, first, start = [], None, 0
-    for g in range(f.num_row_groups):
-        n = f.metadata.row_group(g).num_rows
-        if start < hi and start + n > lo:
-            groups.append(g)
-            first = start if first is None else first
-        start += n
-    if not groups:
-        return f.schema_arrow.empty_table().select(columns)
-    table = f.read_row_groups(groups, columns=columns)
-    return table.slice(lo - first, hi - lo)
-
-
-def log_file(log: Log) -> str:
-    """A Parquet file holding the canonical log: its ordered copy (resolved: Python workers
-    need not share the driver's directory), or a private scratch copy of an in-memory log."""
-    if log.copied:  # the ordered copy, or Spark's of a URI log (``_uri_log``): not read here
-        return str(log.ordered().path.resolve())
-    return str(scratch_parquet(log.table, f"{log.fingerprint}.parquet"))
 
 
 def run_prefix(
@@ -302,6 +251,8 @@ def run_prefix(
     start: Any = None,
     cores: int | None = None,
     until: int | None = None,
+    outputs: OutputFiles | None = None,
+    shared: str | None = None,
 ) -> Result:
     """Replay ``log`` in rounds. ``map_epochs(task, n, shipped, on_tasks, events)`` runs
     ``task`` over epochs 0..n-1 and returns the concatenated Arrow table of :data:`TASK_SCHEMA`
@@ -328,13 +279,18 @@ def run_prefix(
 
     ``until``: the last epoch this run replays and commits (a wave, ``_waves``; None: to
     the log's end). A wave's result holds, as its state, where it left off
-    (``prefix._commits.Carried``), and ``start`` may be such a value: the next wave's start."""
+    (``prefix._commits.Carried``), and ``start`` may be such a value: the next wave's start.
+
+    ``outputs``: where the tasks write a table's rows as part files once they are that many
+    (``prefix._output_parts``; not with ``ship_events``, a checkpoint or ``until``, whose
+    rows stay in memory): the result then holds those tables as files.
+
+    ``shared``: the log's ordered copy in a cluster's shared directory (``_shared_log``),
+    which the tasks read instead of having their events shipped."""
     bounds, spans, chunks = _task_spans(log, epoch, start, until, cores)
     columns = needed_columns(low)
-    if ship_events:
-        path, events = None, _epoch_payloads(log, columns, spans)
-    else:
-        path, events = log_file(log), None
+    outputs = None if ship_events or checkpoint is not None or until is not None else outputs
+    path, events = _sources(log, columns, spans, ship_events, shared)
     total = len(log)
     rounds = low.levels if history is None else max(low.levels, history[1].round + 1)
     rounds = rounds if bounds else 0  # a resume of a complete checkpoint: nothing to run
@@ -346,7 +302,8 @@ def run_prefix(
     ran: dict[str, str] = {}  # what ran, per round (metrics.path)
     ahead = start.done if start is not None else 0  # a resume's events, done before
     reach = bounds[-1][1] if bounds else total  # the last event this run replays (a wave's)
-    cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 and path else None
+    local = path and not shared  # (a cluster's tasks cannot reach this machine's scratch)
+    cache = tempfile.mkdtemp(prefix="restream-epochs-") if rounds > 1 and local else None
     try:
         for job in range(rounds):
             check_cancel()
@@ -360,6 +317,7 @@ def run_prefix(
             shipped.update(carried)
             task = PrefixTask(low, path, columns, spans, job, shipped, cache, chunks)
             task.probes = history and history[1]
+            task.outputs = outputs
 
             def on_tasks(done: int, tasks: int, job: int = job) -> None:
                 # Work done so far, in events: every round replays every event once.
@@ -376,15 +334,25 @@ def run_prefix(
             ran[label] = lowered_over(len(bounds), checkpoint is not None, len(spans))
             notify(StageFinished(0, label, seconds, len(spans), epochs=len(bounds)))
             on_tasks(len(spans), len(spans))
+        run = (low, program, log, epoch, start, until, outputs)
+        state, tables = assemble(
+            run, took, bounds, history, checkpoint, stages, notify, check_cancel
+        )
     finally:
         if cache:
             shutil.rmtree(cache, ignore_errors=True)
+        drop_parts(outputs)
         release = getattr(map_epochs, "release", None)
         if release is not None:
             release()
-    run = (low, program, log, epoch, start, until)
-    state, tables = assemble(run, took, bounds, history, checkpoint, stages, notify, check_cancel)
     return _result(log, state, tables, stages, ran, len(bounds), start, started, notify)
+
+
+def _sources(log: Log, columns, spans, ship_events: bool, shared: str | None) -> tuple:
+    """(the file the tasks read, or None; the events shipped to them, or None)."""
+    if ship_events:
+        return None, epoch_payloads(log, columns, spans)
+    return shared or log_file(log), None
 
 
 def _result(log: Log, state, tables, stages, ran, epochs: int, start, started, notify) -> Result:
@@ -477,13 +445,6 @@ def lowered_over(epochs: int, committed: bool = False, tasks: int | None = None)
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _epoch_payloads(log: Log, columns: list[str], bounds) -> list[bytes]:
-    """Each epoch's needed columns as Arrow IPC: the canonical log's rows, as the tasks would
-    read them from its Parquet file."""
-    table = log.table.select(columns)
-    return [events_ipc(table.slice(lo, hi - lo)) for lo, hi in bounds]
 
 
 def _round_label(low: Lowered, job: int) -> str:
