@@ -340,13 +340,17 @@ def _lazy(
         if flushed and open_:
             if len(open_) > MAX_FLUSH:
                 raise flush_overrun()
-            last = max(rec[6] for rec in open_.values())
+            rec = max(open_.values(), key=SESSION_ORDER)
+            last = rec[6]
             if rt.future and rt.future[0][0] <= last:
                 rt.apply_due(last)  # (what the flush's last close would have applied)
+            if _time_of(rt.event) < last:  # (the flush's last event, as other windows see it)
+                rt.event = Close(close_kind(n), last, rec[2], rec[3], rec[7], None, rec[4])
         settle(float("inf") if flushed else None)
         _hold(n, agg, gap, namespace, open_)
 
     blocks.settlers.append(settle)
+    blocks.finishers.append(finish)  # (before the other windows': see ``Blocks``)
     g = f"_rsn_{n}_"
     names = {
         "open": open_,
@@ -358,12 +362,7 @@ def _lazy(
     }
     globals_ = {f"{g}{what}": value for what, value in names.items()}
     site = _lazy_site(g, agg, gap)
-    return {
-        f"{n}__add": add,
-        f"{n}__close": _never,
-        FINISH: finish,
-        INLINE: {f"{n}__add": (site, globals_)},
-    }
+    return {f"{n}__add": add, f"{n}__close": _never, INLINE: {f"{n}__add": (site, globals_)}}
 
 
 def _closed_by(now: float, open_: dict, closed: list) -> list:

@@ -110,12 +110,15 @@ def _values(agg: str, records: Any) -> list:
 
 
 class Blocks:
-    """The tables a replay's native windows put :class:`WindowRows` in, and what makes a
-    session window's waiting rows (``settle(now)``: the sessions closed by time ``now``)."""
+    """The tables a replay's native windows put :class:`WindowRows` in, what makes a lazy
+    session window's waiting rows (``settle()``) and what ends it (``finishers``)."""
 
     def __init__(self) -> None:
         self.tables: set[str] = set()
         self.settlers: list[Callable[[], None]] = []
+        #: What lazy session windows do at the end: run before the other windows' finishers,
+        #: since a flush's closes move the clock (``rt.event``) they read.
+        self.finishers: list[Callable[..., None]] = []
 
     def settle(self) -> None:
         """Make the rows of the sessions closed by the last event's time (every close due by

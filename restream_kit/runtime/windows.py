@@ -78,7 +78,7 @@ class Fused:
         ``when`` (``until=``, ``later=``) as a sliding sum's finisher takes it
         (:func:`~restream_kit.runtime._sliding_queues.sliding_sums`); ``flushed=True`` when
         the log was flushed (a lazy session window then closes every session, ``blocks``)."""
-        for finish in self.finishers:
+        for finish in [*(self.blocks.finishers if self.blocks else ()), *self.finishers]:
             finish(**when)
 
     def settle(self) -> None:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 EXAMPLES = int(os.environ.get("RESTREAM_WINDOW_PROPERTY_EXAMPLES", "40"))
 HEADER = (
     "from restream_kit import emit, on, schedule, state\n"
-    "from restream_kit.windows import hopping, session, tumbling\n"
+    "from restream_kit.windows import hopping, session, sliding, tumbling\n"
     "seen = state.Counter()\n"
 )
 COLUMNS = ["lsn", "ts", "kind", "k", "j", "v"]
@@ -37,7 +37,8 @@ COLUMNS = ["lsn", "ts", "kind", "k", "j", "v"]
 def programs(draw) -> str:
     """A closing window with a table, keyed by ``k``, ``(k, j)`` or a boolean, and sometimes
     what takes its lazy path away: another emitter to its table, an ``on_close`` function,
-    adds from a timer's events; sometimes a timed write and a second window."""
+    adds from a timer's events; sometimes a timed write, a sliding window, a second
+    session."""
     kind = draw(st.sampled_from(["session", "session", "tumbling", "hopping"]))
     agg = draw(st.sampled_from(["count", "sum", "mean", "min", "max", "distinct"]))
     width = draw(st.integers(1, 6))
@@ -56,6 +57,9 @@ def programs(draw) -> str:
         source += f"@on('tick')\ndef tick(e):\n    w.add({key.replace('e.j', '0')}, e.v)\n"
     if draw(st.booleans()):
         body.append(f"    seen.add(e.k, 1, at=e.ts + {draw(st.integers(1, 4))})\n")
+    if draw(st.booleans()):  # a sliding window: its state is settled by the last event's time
+        source += f"d = sliding({draw(st.integers(1, 3))}, 'count')\n"
+        body.append("    d.add(e.j)\n")
     if draw(st.booleans()):
         source += "s = session(3, 'count', table='other')\n"
         body.append("    s.add(e.j)\n")
@@ -194,3 +198,17 @@ def test_an_inlined_handlers_emit_is_written_out_and_closes_need_no_named_events
     assert not compiled.needs_named_events
     log = rk.Log([{"ts": t, "kind": "a", "k": t % 3, "j": 0, "v": 0} for t in range(25)])
     assert_same_result(rk.replay(program, log), rk.replay(program, log, native_windows=False))
+
+
+def test_a_lazy_sessions_flush_moves_the_clock_a_sliding_window_is_settled_by():
+    """After the log, the flush closes the lazy session at time 1: the sliding window's
+    decrement due then has landed when the replay ends, as after the expansion's close."""
+    source = (
+        "w1 = session(1, 'count', table='w1_rows')\nw2 = sliding(1, 'count')\n"
+        "@on('a')\ndef track(e):\n    w2.add(e.k, e.v)\n    w1.add(e.k, e.v)\n"
+    )
+    program = rk.Program.from_source(HEADER + source, name="clock")
+    log = rk.Log([{"ts": 0, "kind": "a", "k": 0, "j": 0, "v": 0}])
+    got = rk.replay(program, log)
+    assert_same_result(got, rk.replay(program, log, native_windows=False))
+    assert got.state["w2__n"] == {0: 0}
