@@ -76,11 +76,16 @@ def build_runner(
     bodies: dict[str, list[ast.stmt]] = {}
     needs_named = False
     inlined = []
-    for name, _kinds, number in handlers:
+    dispatched = set(kind_order)
+    for name, kinds, number in handlers:
         fn = defs[name]
         if guarded:
             needs_named = True
             bodies[name] = [_guarded_call(name, fn.lineno)]
+            continue
+        if dispatched.isdisjoint(kinds):
+            # No log event reaches it (a window's close handler, a timer's): it needs no
+            # branch, nor named log events.
             continue
         body, named = _inline(fn, number, index)
         needs_named |= named

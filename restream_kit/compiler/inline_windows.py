@@ -28,7 +28,10 @@ Site = Callable[[list[str], str, "str | None"], "str | None"]
 
 
 def inline_calls(
-    compiled: Any, sites: dict[str, tuple[Site, int]], clock: str | None = None
+    compiled: Any,
+    sites: dict[str, tuple[Site, int]],
+    clock: str | None = None,
+    emits: frozenset[str] = frozenset(),
 ) -> bool:
     """Rebuild ``compiled.run_batch`` with the calls of the helpers in ``sites`` (helper ->
     (site, the line its statements carry: the window's declaration, as the expansion's
@@ -37,13 +40,16 @@ def inline_calls(
     guarded one, which calls every handler).
 
     ``clock``: the name of a global list whose first item the loop sets, before it runs
-    the scheduled events due by an event's time, to that time (how far they run)."""
+    the scheduled events due by an event's time, to that time (how far they run).
+    ``emits``: names bound to the serial runtime's own ``emit`` (``SerialRuntime.emit``):
+    a statement ``emit("table", field=...)`` among them is written out too, as the row that
+    ``emit`` appends (:func:`_emit_source`)."""
     inputs = compiled.runner_inputs
     if inputs is None or inputs[4].get("guarded"):
         return False
     tree, handlers, columns, kinds, options = inputs
     runner = build_runner(tree, handlers, columns, kinds, **options).function
-    splicer = _Splicer(sites, clock)
+    splicer = _Splicer(sites, clock, emits)
     runner = splicer.visit(runner)
     if not splicer.count:
         return False
@@ -58,9 +64,10 @@ class _Splicer(ast.NodeTransformer):
     """Replaces statements ``helper(a, b, c)`` and ``x = helper(a, b, c)`` with ``_rwN_0 = a``
     ... and the site's code."""
 
-    def __init__(self, sites: dict[str, tuple[Site, int]], clock: str | None):
+    def __init__(self, sites: dict[str, tuple[Site, int]], clock: str | None, emits=frozenset()):
         self.sites = sites
         self.clock = clock
+        self.emits = emits
         self.numbers = itertools.count()
         self.count = 0
 
@@ -74,6 +81,15 @@ class _Splicer(ast.NodeTransformer):
         ):
             source = f"{self.clock}[0] = {ast.unparse(call.args[0])}"
             return [ast.copy_location(ast.parse(source).body[0], node), node]
+        source = _emit_source(call, self.emits, f"_rw{next(self.numbers)}_")
+        if source is not None:
+            body = ast.parse(source).body
+            for stmt in body:
+                ast.copy_location(stmt, node)
+                for n in ast.walk(stmt):
+                    if hasattr(n, "lineno"):
+                        n.lineno = n.end_lineno = node.lineno
+            return body
         return self._splice(node, call, None)
 
     def visit_Assign(self, node: ast.Assign) -> Any:
@@ -108,3 +124,27 @@ class _Splicer(ast.NodeTransformer):
                     n.lineno = n.end_lineno = lineno
                     n.col_offset = n.end_col_offset = 0
         return [*bind, *body]
+
+
+def _emit_source(call: ast.expr, emits: frozenset[str], p: str) -> str | None:
+    """The statements of ``emit("table", name=value, ...)``, a call of one of ``emits``,
+    that append its row as ``SerialRuntime.emit`` does (its fields made first, then the
+    row from the runtime's event, handler and ``seq``); None for any other call (a table
+    that is not a string literal, ``**fields``, a field named ``table``)."""
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id in emits
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Constant)
+        and isinstance(call.args[0].value, str)
+        and all(kw.arg not in (None, "table") for kw in call.keywords)
+    ):
+        return None
+    fields = ", ".join(f"{kw.arg!r}: {ast.unparse(kw.value)}" for kw in call.keywords)
+    return (
+        f"{p}f = {{{fields}}}\n"
+        f"{p}e = _rs_rt.event\n"
+        f"_rs_rt.rows[{call.args[0].value!r}].append("
+        f"({p}e[0], {p}e[1], _rs_rt.handler, _rs_rt.seq, {p}f))"
+    )

@@ -30,7 +30,7 @@ from ..io.progress import (
     ReplayStarted,
     broadcast,
 )
-from ..io.result import Metrics, Result, build_table, quarantine_table
+from ..io.result import Metrics, Result, quarantine_table
 from ..model.errors import HandlerError, RestreamError, user_lineno
 from ..model.program import Program
 from ..runtime import (
@@ -47,8 +47,9 @@ from ..runtime import (
 )
 from ..runtime.loop import compile_loop
 from ..runtime.quarantine import event_fields
-from ..runtime.windows import Fused, fuse_windows, native_plan
+from ..runtime.windows import Blocks, Fused, fuse_windows, native_plan
 from ._gc import without_collector
+from ._window_tables import emitted_table
 from .options import SerialOptions
 
 __all__ = [
@@ -157,7 +158,8 @@ class _SerialRun:
         # Windows run natively: the same effects, cheaper. Not with a checkpoint or a start: its
         # queue of scheduled events must be the expansion's, which every engine reads and writes.
         self.off = _windows_off(native_windows, self.ck, start, guarded, recorded)
-        self.fused = Fused() if self.off else fuse_windows(compiled, rt)
+        # (Closed windows' rows held as columns: ``_window_tables`` builds the tables.)
+        self.fused = Fused() if self.off else fuse_windows(compiled, rt, blocks=Blocks())
         self.loop.handlers_replaced()
         self.all_epochs = self.epochs_left = cut(log, self.epoch)
         self.notes: list[str] = []
@@ -196,8 +198,10 @@ class _SerialRun:
             if last and final:
                 loop.flush()
             if last:
-                self.fused.finish()
-            outputs = _new_rows(rt.rows, published) if self.observer is not None else {}
+                self.fused.finish(flushed=final)
+            outputs = {}
+            if self.observer is not None:
+                outputs = _new_rows(rt.rows, published, self.fused)
             if self.ck is not None:
                 self._commit(ep, last and final)
             # Every event earlier than the epoch's last one has run, scheduled ones included.
@@ -221,7 +225,8 @@ class _SerialRun:
         rt, log, start, recorded = self.rt, self.log, self.start, self.recorded
         stores = self.loop.compiled.stores
         wall = time.perf_counter() - self.started
-        tables = {name: build_table(name, rows) for name, rows in rt.rows.items()}
+        blocked = self.fused.blocked
+        tables = {name: emitted_table(name, rows, blocked(name)) for name, rows in rt.rows.items()}
         if recorded is None:  # (freed now, not walked by the collector when it runs again)
             rt.rows.clear()
         check_state(stores)
@@ -347,13 +352,14 @@ def _restart(
     return notes
 
 
-def _new_rows(rows: dict[str, list], published: dict[str, int]) -> dict[str, Any]:
+def _new_rows(rows: dict[str, list], published: dict[str, int], fused: Fused) -> dict[str, Any]:
     """Tables of the rows emitted since the last call, for views that stream outputs."""
+    fused.settle()
     out = {}
     for name, table_rows in rows.items():
         start = published.get(name, 0)
         if len(table_rows) > start:
-            out[name] = build_table(name, table_rows[start:])
+            out[name] = emitted_table(name, table_rows[start:], fused.blocked(name))
             published[name] = len(table_rows)
     return out
 

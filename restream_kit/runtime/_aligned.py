@@ -27,13 +27,14 @@ from typing import Any
 from ..compiler.expand_windows import close_kind
 from ..model.windows import Hopping, Tumbling
 from ._window_parts import FINISH, INLINE, Close, store
+from ._window_rows import Blocks, WindowRows
 from .semantics import ScheduledEvent, SerialRuntime, TimeTravelError
 
-__all__ = ["aligned", "MERGE", "STATE", "indent", "merger", "value_getter"]
+__all__ = ["aligned", "FIRST", "MERGE", "STATE", "indent", "merger", "value_getter"]
 
 #: Per aggregate: the record's aggregate for a window's first value ``{v}``, the statement
 #: that adds ``{v}`` to record ``{r}``, and the state that gets the aggregate at the end.
-_FIRST = {
+FIRST = {
     "count": "None",
     "sum": "0 + {v}",
     "mean": "0 + {v}",
@@ -84,9 +85,9 @@ def value_getter(agg: str) -> Callable | None:
 
 def merger(agg: str) -> tuple[Callable, Callable]:
     """``merge(record, value)`` and ``first(value)`` (a record's first aggregate): what the
-    written-out add does (:data:`MERGE`, :data:`_FIRST`), as functions."""
+    written-out add does (:data:`MERGE`, :data:`FIRST`), as functions."""
     source = "def merge(r, v):\n" + indent(MERGE[agg].format(r="r", v="v") or "pass")
-    source += "\ndef first(v):\n    return " + _FIRST[agg].format(v="v")
+    source += "\ndef first(v):\n    return " + FIRST[agg].format(v="v")
     namespace: dict = {}
     exec(source, namespace)
     return namespace["merge"], namespace["first"]
@@ -118,9 +119,12 @@ def aligned(
     rt: SerialRuntime,
     batch: bool,
     fail: Callable,
+    blocks: Blocks | None = None,
 ) -> dict:
     """The native helpers of tumbling or hopping window ``n``: ``n__into``, ``n__add`` and
     ``n__close``, what writes the states at the end, and the add written out in a loop.
+    ``blocks``: the windows of a start closing at once leave their rows as one
+    :class:`~._window_rows.WindowRows` (see :class:`~._window_rows.Blocks`).
 
     Long because: the adds, the closes and the open windows they share are closures over
     one set of locals, on the hot path of every event that adds to a window; split into
@@ -238,7 +242,12 @@ def aligned(
                     or scheduled[0][1] > next(reversed(bucket.values()))[4]
                 ):
                     # Nothing runs between these closes, nothing else reads them: at once.
-                    rows[table].extend(_rows(bucket, start, width, at, handler, value_of))
+                    if blocks is None:
+                        rows[table].extend(_rows(bucket, start, width, at, handler, value_of))
+                    else:
+                        end = start + width
+                        rows[table].append(WindowRows.aligned(bucket, start, end, at, handler, agg))
+                        blocks.tables.add(table)
                     return
                 closing[start] = bucket
                 items = e.items = list(bucket.items())
@@ -304,7 +313,7 @@ def add_site(n: str, agg: str, width: int, hop: int) -> Callable:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
-        first = _FIRST[agg].format(v=v)
+        first = FIRST[agg].format(v=v)
         merge = MERGE[agg].format(r=f"{p}w", v=v)
 
         def window(start: str) -> str:

@@ -7,9 +7,9 @@ import ast
 from typing import Any
 
 from ..compiler.expand_windows import close_kind
-from ..model.windows import Ewma, Session, Sliding
+from ..model.windows import Ewma, Session, Sliding, _Closing
 
-__all__ = ["native_plan", "adds_at_event_time"]
+__all__ = ["native_plan", "adds_at_event_time", "sole_writer", "only_log_events_add"]
 
 
 def native_plan(program: Any) -> dict[str, tuple[bool, str]]:
@@ -96,3 +96,67 @@ def adds_at_event_time(program: Any, name: str) -> bool:
         if rebound or not at_event:
             return False
     return True
+
+
+def sole_writer(program: Any, namespace: dict, name: str) -> bool:
+    """Whether the rows of closing window ``name``'s table come from its closes alone: it
+    has a table, no other window has that table, and every other ``emit`` of the program
+    (any name bound to it in the compiled ``namespace``, any ``x.emit``) is a call whose
+    table is a string other than it. Its rows' order is then its closes' order alone."""
+    table = program.windows[name].table
+    if table is None:
+        return False
+    for other, window in program.windows.items():
+        if other != name and isinstance(window, _Closing) and window.table == table:
+            return False
+    emits = _bound_to(namespace, "emit")
+    own = f"{name}__close"  # (the generated close the native window replaces)
+    for node in program.module_ast.body:
+        if isinstance(node, ast.FunctionDef) and node.name == own:
+            continue
+        called = {id(c.func): c for c in ast.walk(node) if isinstance(c, ast.Call)}
+        for n in ast.walk(node):
+            if _is(n, emits, "emit") and _first_literal(called.get(id(n))) in (None, table):
+                return False
+    return True
+
+
+def only_log_events_add(program: Any, namespace: dict, name: str) -> bool:
+    """Whether only log events add to window ``name``: the handlers that call its
+    ``name__add`` take no kind the program may schedule (a kind of a ``schedule`` call,
+    every kind when one's kind is not a string, and every window's close kind)."""
+    scheduled = {close_kind(w) for w in program.windows}
+    schedules = _bound_to(namespace, "schedule")
+    for node in ast.walk(program.module_ast):
+        if isinstance(node, ast.Call) and _is(node.func, schedules, "schedule"):
+            kind = _first_literal(node)
+            if kind is None:
+                return False
+            scheduled.add(kind)
+    add = f"{name}__add"
+    for h in program.handlers:
+        calls = any(isinstance(n, ast.Name) and n.id == add for n in ast.walk(h.node))
+        if calls and scheduled.intersection(h.kinds):
+            return False
+    return True
+
+
+def _bound_to(namespace: dict, what: str) -> set[str]:
+    """The names of ``namespace`` bound to a function called ``what`` (``emit`` bound to
+    the replay's runtime is still called so)."""
+    return {var for var, value in namespace.items() if getattr(value, "__name__", None) == what}
+
+
+def _is(node: ast.AST, names: set[str], attr: str) -> bool:
+    """Whether ``node`` is one of ``names`` or any ``x.attr``."""
+    if isinstance(node, ast.Name):
+        return node.id in names
+    return isinstance(node, ast.Attribute) and node.attr == attr
+
+
+def _first_literal(call: ast.Call | None) -> str | None:
+    """A call's first argument when it is a string literal, else None."""
+    first = call.args[0] if call is not None and call.args else None
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value
+    return None

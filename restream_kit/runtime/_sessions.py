@@ -21,9 +21,10 @@ from typing import Any
 
 from ..compiler.expand_windows import close_kind
 from ..model.windows import Session
-from ._aligned import MERGE, STATE, indent, merger, value_getter
+from ._aligned import FIRST, MERGE, STATE, indent, merger, value_getter
 from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, store
-from .semantics import ScheduledEvent, SerialRuntime, TimeTravelError
+from ._window_rows import SESSION_ORDER, Blocks, WindowRows
+from .semantics import MAX_FLUSH, ScheduledEvent, SerialRuntime, TimeTravelError, flush_overrun
 
 __all__ = ["session"]
 
@@ -36,9 +37,14 @@ def session(
     batch: bool,
     fail: Callable,
     event_time: bool = False,
+    blocks: Blocks | None = None,
+    lazy: bool = False,
 ) -> dict:
     """The native helpers of session window ``n`` (``n__add``, ``n__close``, and what writes
-    its state when the replay ends)."""
+    its state when the replay ends). ``lazy`` (with ``blocks``): its rows are made when asked
+    for (:func:`_lazy`)."""
+    if batch and event_time and lazy and blocks is not None and not window.callbacks:
+        return _lazy(n, window, namespace, rt, blocks, fail)
     if batch and event_time:
         return _queued(n, window, namespace, rt, fail)
     merge, value_of, drop, own = aggregate(window, namespace, n)
@@ -272,3 +278,165 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
         FINISH: finish,
         INLINE: {f"{n}__add": (site, globals_)},
     }
+
+
+def _lazy(
+    n: str, window: Session, namespace: dict, rt: SerialRuntime, blocks: Blocks, fail: Callable
+) -> dict:
+    """A session window without ``on_close`` functions, added to by log events at their
+    times, alone in emitting to its table (``_native_plan``): nothing waits in the runtime's
+    queue. Its rows are all its table gets, in its closes' order (``SESSION_ORDER``), and
+    nothing reads its sessions but its adds: a session closes when an add finds its close
+    time reached (the close would have run before that event); the rows are made when asked
+    for (``blocks.settle``) or at the end (every session's after the flush, with the timed
+    writes due by their closes)."""
+    agg = window.agg
+    merge, first = merger(agg)
+    gap = window.gap
+    table = window.table
+    handler = f"{n}__close"
+    per_root = rt.scheduled_per_root
+    order = rt.order
+    rows = rt.rows
+    # key -> [count, aggregate, lsn, seq, order, first, close time, key] of its session (its
+    # emitting close's; its last add at its close time less the gap); ``closed``: sessions
+    # found closed, whose rows wait.
+    open_: dict = {}
+    closed: list = []
+
+    def put(key: Any, value: Any, ts: int) -> None:
+        root = rt.event[0]
+        seq = per_root.get(root, 0) + 1
+        per_root[root] = seq
+        rec = open_.get(key)
+        if rec is not None and rec[6] <= ts:
+            closed.append(rec)
+            del open_[key]
+            rec = None
+        if rec is None:
+            open_[key] = [1, first(value), root, seq, next(order), ts, ts + gap, key]
+            return
+        rec[0] += 1
+        merge(rec, value)
+        if rec[6] != ts + gap:
+            rec[6], rec[4], rec[2], rec[3] = ts + gap, next(order), root, seq
+
+    def add(key: Any, value: Any, ts: int) -> None:  # (a call not written out in the loop)
+        try:
+            put(key, value, ts)
+        except Exception as exc:
+            fail(exc)
+
+    def settle(now: float | None = None) -> None:
+        """The rows of the sessions closed by ``now`` (None: the last event's time)."""
+        due = _closed_by(_time_of(rt.event) if now is None else now, open_, closed)
+        if due:
+            rows[table].append(WindowRows.sessions(due, handler, agg))
+            blocks.tables.add(table)
+
+    def finish(flushed: bool = False, **_when: Any) -> None:
+        """The rows left (every session's when the log was flushed); the state of the
+        sessions still open."""
+        if flushed and open_:
+            if len(open_) > MAX_FLUSH:
+                raise flush_overrun()
+            rec = max(open_.values(), key=SESSION_ORDER)
+            last = rec[6]
+            if rt.future and rt.future[0][0] <= last:
+                rt.apply_due(last)  # (what the flush's last close would have applied)
+            if _time_of(rt.event) < last:  # (the flush's last event, as other windows see it)
+                rt.event = Close(close_kind(n), last, rec[2], rec[3], rec[7], None, rec[4])
+        settle(float("inf") if flushed else None)
+        _hold(n, agg, gap, namespace, open_)
+
+    blocks.settlers.append(settle)
+    blocks.finishers.append(finish)  # (before the other windows': see ``Blocks``)
+    g = f"_rsn_{n}_"
+    names = {
+        "open": open_,
+        "get": open_.get,
+        "closed": closed.append,
+        "roots": per_root,
+        "root_get": per_root.get,
+        "order": order,
+    }
+    globals_ = {f"{g}{what}": value for what, value in names.items()}
+    site = _lazy_site(g, agg, gap)
+    return {f"{n}__add": add, f"{n}__close": _never, INLINE: {f"{n}__add": (site, globals_)}}
+
+
+def _closed_by(now: float, open_: dict, closed: list) -> list:
+    """The sessions closed by ``now``, in their closes' order: those found closed (``closed``,
+    emptied) and those of ``open_`` whose close time has come (taken out of it)."""
+    due = closed[:]
+    closed.clear()
+    if now == float("inf"):
+        due += open_.values()
+        open_.clear()
+    else:
+        ended = [key for key, rec in open_.items() if rec[6] <= now]
+        due += [open_.pop(key) for key in ended]
+    due.sort(key=SESSION_ORDER)
+    return due
+
+
+def _hold(n: str, agg: str, gap: int, namespace: dict, open_: dict) -> None:
+    """Write a lazy session window's open sessions (``open_``) into its states."""
+    counts = store(namespace, f"{n}__n")
+    firsts = store(namespace, f"{n}__first")
+    lasts = store(namespace, f"{n}__last")
+    aggregates = store(namespace, f"{n}{STATE[agg]}") if agg in STATE else None
+    frozen = agg == "distinct"
+    for key, rec in open_.items():
+        counts[key] = rec[0]
+        firsts[key] = rec[5]
+        lasts[key] = rec[6] - gap
+        if aggregates is not None:
+            aggregates[key] = frozenset(rec[1]) if frozen else rec[1]
+
+
+def _lazy_site(g: str, agg: str, gap: int) -> Callable:
+    """The add of a lazy session window written out in a replay's loop (its globals named
+    ``g...``): a new session's record made in place, a closed one's kept for its row."""
+
+    def site(args: list[str], p: str, target: str | None) -> str | None:
+        if target is not None:  # (an add's value is None: written out only as a statement)
+            return None
+        k, v, t = args
+        new = f"{g}open[{k}] = [1, {FIRST[agg].format(v=v)}, _rs_ev[0], {p}q, next({g}order), "
+        new += f"{t}, {t} + {gap}, {k}]"
+        lines = [
+            f"{p}q = {g}root_get(_rs_ev[0], 0) + 1",
+            f"{g}roots[_rs_ev[0]] = {p}q",
+            f"{p}r = {g}get({k})",
+            f"if {p}r is None:",
+            f"    {new}",
+            f"elif {p}r[6] <= {t}:",
+            f"    {g}closed({p}r)",
+            f"    del {g}open[{k}]",
+            f"    {new}",
+            "else:",
+            f"    {p}r[0] += 1",
+        ]
+        merge_line = MERGE[agg].format(r=f"{p}r", v=v)
+        if merge_line:
+            lines.append(indent(merge_line))
+        lines += [
+            f"    if {p}r[6] != {t} + {gap}:",
+            f"        {p}r[6] = {t} + {gap}",
+            f"        {p}r[4] = next({g}order)",
+            f"        {p}r[2] = _rs_ev[0]",
+            f"        {p}r[3] = {p}q",
+        ]
+        return "\n".join(lines)
+
+    return site
+
+
+def _never(e: Any) -> None:
+    """The close handler of a lazy session window: none of its closes is ever queued."""
+
+
+def _time_of(event: Any) -> float:
+    """The time of the runtime's current event (a log event's tuple or a scheduled event)."""
+    return float("-inf") if event is None else event[1]

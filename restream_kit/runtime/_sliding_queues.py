@@ -85,7 +85,7 @@ def sliding_sums(
         except Exception as exc:
             fail(exc)
 
-    def finish(until: int | None = None, later: Callable | None = None) -> None:
+    def finish(until: int | None = None, later: Callable | None = None, **_when: Any) -> None:
         """Apply the decrements due by ``until`` (by default the last event's time); with
         ``later``, hand each one still waiting to it as the timed write the expansion makes,
         ``later(d, default, op, key, arg, at)``: a Spark pass whose events end before the

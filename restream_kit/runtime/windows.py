@@ -50,13 +50,15 @@ from ..compiler.compile import CompiledProgram
 from ..compiler.inline_windows import inline_calls
 from ..model.windows import Hopping, Session, Sliding, Tumbling
 from ._aligned import aligned
-from ._native_plan import adds_at_event_time, native_plan
+from ._native_plan import adds_at_event_time, native_plan, only_log_events_add, sole_writer
 from ._sessions import session
 from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums, sums_sites
 from ._window_parts import CLOCK, FINISH, INLINE, store
+from ._window_rows import FIELDS as ROW_FIELDS
+from ._window_rows import Blocks, WindowRows
 from .semantics import SerialRuntime, TimeTravelError
 
-__all__ = ["fuse_windows", "Fused", "native_plan"]
+__all__ = ["fuse_windows", "Fused", "native_plan", "Blocks", "WindowRows", "ROW_FIELDS"]
 
 
 @dataclass
@@ -68,13 +70,25 @@ class Fused:
     names: list[str] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)
     finishers: list[Callable] = field(default_factory=list)
+    #: The tables windows put their rows in as columns, when asked to (``blocks=``).
+    blocks: Blocks | None = None
 
     def finish(self, **when: Any) -> None:
         """Write what the native windows hold in their own structures into their states;
         ``when`` (``until=``, ``later=``) as a sliding sum's finisher takes it
-        (:func:`~restream_kit.runtime._sliding_queues.sliding_sums`)."""
-        for finish in self.finishers:
+        (:func:`~restream_kit.runtime._sliding_queues.sliding_sums`); ``flushed=True`` when
+        the log was flushed (a lazy session window then closes every session, ``blocks``)."""
+        for finish in [*(self.blocks.finishers if self.blocks else ()), *self.finishers]:
             finish(**when)
+
+    def settle(self) -> None:
+        """Make the rows waiting in windows (``blocks``) that are due by the last event."""
+        if self.blocks is not None:
+            self.blocks.settle()
+
+    def blocked(self, table: str) -> bool:
+        """Whether windows may have put their rows in ``table`` as columns (``blocks``)."""
+        return self.blocks is not None and table in self.blocks.tables
 
 
 def fuse_windows(
@@ -83,6 +97,7 @@ def fuse_windows(
     *,
     batch_closes: bool = True,
     only: Collection[str] | None = None,
+    blocks: Blocks | None = None,
 ) -> Fused:
     """Replace the generated helpers of ``compiled``'s windows with native ones where they
     can run natively (:func:`native_plan` says which and why not); the engine calls
@@ -91,9 +106,13 @@ def fuse_windows(
     ``batch_closes`` puts the closes of a tumbling or hopping window that end at one time in
     one entry of the runtime's queue (the engine turns it off when it checkpoints, since a
     checkpoint keeps the queue's events as they are). ``only``: fuse these windows alone (a
-    Spark pass fuses the windows it holds whole, ``engines.spark``)."""
+    Spark pass fuses the windows it holds whole, ``engines.spark``). ``blocks``: closing
+    windows without ``on_close`` functions leave their rows as columns
+    (:mod:`~._window_rows`), and a session window that alone emits to its table makes its
+    rows when they are asked for (``blocks.settle``); the caller builds its tables from them
+    (the serial engine, ``engines._window_tables``)."""
     program = compiled.program
-    fused = Fused()
+    fused = Fused(blocks=blocks)
     sites: dict = {}
     for name, (native, why) in native_plan(program).items():
         if only is not None and name not in only:
@@ -104,7 +123,14 @@ def fuse_windows(
         window = program.windows[name]
         fail = _raiser(program.filename, compiled.namespace[f"{name}__add"])
         timed = isinstance(window, (Session, Sliding))
-        extra = {"event_time": adds_at_event_time(program, name)} if timed else {}
+        extra: dict[str, Any] = {"event_time": adds_at_event_time(program, name)} if timed else {}
+        if blocks is not None and not isinstance(window, Sliding):
+            extra["blocks"] = blocks
+            if isinstance(window, Session):
+                ns = compiled.namespace
+                extra["lazy"] = sole_writer(program, ns, name) and only_log_events_add(
+                    program, ns, name
+                )
         builder = _BUILDERS[type(window)]
         replaced = builder(name, window, compiled.namespace, rt, batch_closes, fail, **extra)
         finish = replaced.pop(FINISH, None)
@@ -121,8 +147,22 @@ def fuse_windows(
             (hname, compiled.namespace[hname]) for hname, _fn in compiled.handlers
         )
     if sites:
-        inline_calls(compiled, sites, CLOCK if CLOCK in compiled.namespace else None)
+        clock = CLOCK if CLOCK in compiled.namespace else None
+        inline_calls(compiled, sites, clock, _own_emits(compiled.namespace, rt, blocks))
     return fused
+
+
+def _own_emits(namespace: dict, rt: SerialRuntime, blocks: Blocks | None) -> frozenset[str]:
+    """The names bound to ``rt.emit`` when it is the serial runtime's own (the serial
+    engine's replay, which asks for ``blocks``): the loop may write those emits out."""
+    if blocks is None or type(rt).emit is not SerialRuntime.emit:
+        return frozenset()
+    return frozenset(
+        name
+        for name, value in namespace.items()
+        if getattr(value, "__func__", None) is SerialRuntime.emit
+        and getattr(value, "__self__", None) is rt
+    )
 
 
 def _raiser(filename: str, generated: Callable) -> Callable:

@@ -1,0 +1,92 @@
+"""The serial engine's output tables, where native windows left their rows as columns.
+
+A table whose rows all came from closing windows (``runtime._window_rows.WindowRows``) is
+built from their columns at once, exactly as ``build_table`` builds it from the rows (the same
+columns, order and types); any other table, or one whose values ``build_table`` would treat
+specially (a value Arrow cannot type, booleans among numbers), is built by ``build_table``
+from the rows as tuples, with its errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import chain, repeat
+
+import numpy as np
+import pyarrow as pa
+
+from ..io.result import build_table
+from ..runtime.windows import ROW_FIELDS, WindowRows
+
+__all__ = ["emitted_table", "as_rows"]
+
+
+def emitted_table(name: str, rows: list, blocked: bool) -> pa.Table:
+    """Output table ``name`` from its list of rows; ``blocked``: whether windows may have put
+    :class:`WindowRows` in it."""
+    if not blocked:
+        return build_table(name, rows)
+    if rows and all(type(r) is WindowRows for r in rows):
+        table = _from_columns(rows)
+        if table is not None:
+            return table
+    return build_table(name, as_rows(rows))
+
+
+def as_rows(rows: Iterable) -> list[tuple]:
+    """``rows`` with every :class:`WindowRows` written out as its row tuples."""
+    out: list[tuple] = []
+    for r in rows:
+        if type(r) is WindowRows:
+            out.extend(r.rows())
+        else:
+            out.append(r)
+    return out
+
+
+def _from_columns(blocks: list[WindowRows]) -> pa.Table | None:
+    """The table of rows that all came from windows, or None where ``build_table`` must
+    decide (a field Arrow cannot type as it is, or booleans, which it checks for numbers)."""
+    parts = [b.columns() for b in blocks]
+    counts = [p["n"] for p in parts]
+    columns = {
+        "lsn": pa.array(_column(parts, "lsn"), pa.int64()),
+        "ts": _repeated(parts, "ts", counts) or pa.array(_column(parts, "ts"), pa.int64()),
+        "handler": _strings([b.handler for b in blocks], counts),
+        "seq": pa.array(_column(parts, "seq"), pa.int64()),
+    }
+    for name in ROW_FIELDS:
+        try:
+            array = _repeated(parts, name, counts) or pa.array(_column(parts, name))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            return None
+        if pa.types.is_boolean(array.type):
+            return None
+        columns[name] = array
+    return pa.table(columns)
+
+
+def _column(parts: list[dict], name: str) -> list:
+    """Column ``name`` of every part, one after the other, as one list."""
+    return list(
+        chain.from_iterable(
+            p[name] if isinstance(p[name], (list, tuple)) else repeat(p[name], p["n"])
+            for p in parts
+        )
+    )
+
+
+def _repeated(parts: list[dict], name: str, counts: list[int]) -> pa.Array | None:
+    """Column ``name`` when every part gives one integer for all its rows (a window's
+    start, end and close time): each repeated at C speed, typed as Arrow types integers
+    (int64; one too large for it raises as ``pa.array`` would). None otherwise."""
+    values = [p[name] for p in parts]
+    if set(map(type, values)) != {int}:
+        return None
+    return pa.array(np.repeat(np.array(values, dtype=np.int64), counts))
+
+
+def _strings(values: list[str], counts: list[int]) -> pa.Array:
+    """Each of ``values`` repeated ``counts`` times, as one string column."""
+    first = pa.array(values, pa.string())
+    return first.take(pa.array(np.repeat(np.arange(len(values), dtype=np.int64), counts)))

@@ -1,0 +1,133 @@
+"""Rows of closed windows held as columns until a table is made of them (``runtime.windows``).
+
+A native window without ``on_close`` functions emits a row per closed window to its table:
+``(lsn, ts, handler, seq, {key, start, end, value})``. Made one by one, those tuples and dicts
+cost more than the window itself on keys with about a window per event (pairs), and again
+when the table is built from them. Where the serial engine asks for it (``fuse_windows(...,
+blocks=...)``), a closing window instead puts one :class:`WindowRows` in its table's list of
+rows: the records of the windows it closed, in their order, from which the table's columns
+are taken at C speed (``engines._window_tables``); :meth:`WindowRows.rows` gives the same
+rows as tuples, for a table other code also emits to. :class:`Blocks` says which tables hold
+them, and settles a session window's rows that wait to be made (``runtime._sessions``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import itemgetter, truediv
+from typing import Any
+
+__all__ = ["Blocks", "WindowRows", "FIELDS"]
+
+#: The fields of a closed window's row, in their order.
+FIELDS = ("key", "start", "end", "value")
+
+
+class WindowRows:
+    """The rows of windows closed together, as their records: ``count`` (a record's count),
+    ``agg`` (its aggregate) and the rows' ``lsn``, ``ts``, ``seq``, ``key``, ``start`` and
+    ``end`` as lists, or as one value every row shares (``ts``, ``start``, ``end``)."""
+
+    __slots__ = ("n", "handler", "agg", "parts")
+
+    def __init__(self, n: int, handler: str, agg: str, parts: dict[str, Any]):
+        self.n = n
+        self.handler = handler
+        self.agg = agg
+        self.parts = parts
+
+    @classmethod
+    def aligned(cls, bucket: dict, start: int, end: int, at: int, handler: str, agg: str):
+        """The windows of one start, closing at ``at``: ``bucket`` (key -> record ``[count,
+        aggregate, lsn, seq, order]``), in its order; it changes no more."""
+        return cls(
+            len(bucket), handler, agg, {"bucket": bucket, "start": start, "end": end, "ts": at}
+        )
+
+    @classmethod
+    def sessions(cls, records: list, handler: str, agg: str):
+        """Sessions in the order they closed: records ``[count, aggregate, lsn, seq, order,
+        first, close time, key]``; a session ends at its close time."""
+        return cls(len(records), handler, agg, {"records": records})
+
+    def columns(self) -> dict[str, Any]:
+        """``lsn``, ``ts``, ``seq`` and the fields, each a list or one shared value."""
+        n, parts = self.n, self.parts
+        if "bucket" in parts:
+            bucket = parts["bucket"]
+            records: Any = bucket.values()
+            keys: Any = list(bucket)
+            ts, start, end = parts["ts"], parts["start"], parts["end"]
+        else:
+            records = parts["records"]
+            keys = _field(7, records)
+            start = _field(5, records)
+            ts = end = _field(6, records)
+        return {
+            "lsn": _field(2, records),
+            "ts": ts,
+            "seq": _field(3, records),
+            "key": keys,
+            "start": start,
+            "end": end,
+            "value": _values(self.agg, records),
+            "n": n,
+        }
+
+    def rows(self) -> list[tuple]:
+        """The rows as tuples ``(lsn, ts, handler, seq, fields)``, in order."""
+        cols = self.columns()
+        n, handler = self.n, self.handler
+        each = [
+            cols[name] if _many(cols[name]) else [cols[name]] * n for name in cols if name != "n"
+        ]
+        lsns, tss, seqs, keys, starts, ends, values = each
+        return [
+            (lsn, ts, handler, seq, {"key": k, "start": s, "end": e, "value": v})
+            for lsn, ts, seq, k, s, e, v in zip(lsns, tss, seqs, keys, starts, ends, values)
+        ]
+
+
+def _many(part: Any) -> bool:
+    return isinstance(part, (list, tuple))
+
+
+def _field(index: int, records: Any) -> list:
+    """Item ``index`` of every record."""
+    return list(map(itemgetter(index), records))
+
+
+def _values(agg: str, records: Any) -> list:
+    """The closed windows' values from their records' counts and aggregates (as
+    ``_aligned.value_getter`` gives one)."""
+    if agg == "count":
+        return _field(0, records)
+    if agg == "distinct":
+        return list(map(len, map(itemgetter(1), records)))
+    if agg == "mean":
+        return list(map(truediv, _field(1, records), _field(0, records)))
+    return _field(1, records)
+
+
+class Blocks:
+    """The tables a replay's native windows put :class:`WindowRows` in, what makes a lazy
+    session window's waiting rows (``settle()``) and what ends it (``finishers``)."""
+
+    def __init__(self) -> None:
+        self.tables: set[str] = set()
+        self.settlers: list[Callable[[], None]] = []
+        #: What lazy session windows do at the end: run before the other windows' finishers,
+        #: since a flush's closes move the clock (``rt.event``) they read.
+        self.finishers: list[Callable[..., None]] = []
+
+    def settle(self) -> None:
+        """Make the rows of the sessions closed by the last event's time (every close due by
+        then would have run)."""
+        for settle in self.settlers:
+            settle()
+
+
+#: The order sessions close in: their close time, then their close's place in the queue;
+#: their close's place alone, since sessions added to at their events' times only move on
+#: (and take a later place) to a later close time.
+SESSION_ORDER = itemgetter(4)
