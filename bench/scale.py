@@ -15,7 +15,7 @@ The peak resident memory of the whole process tree is polled with psutil. The fi
 ``peak(large) / peak(small)`` for each kind of run; the target is at most 1.5x.
 
 ``python -m bench scale [--sizes 1000000,10000000] [--users N] [--engine serial|spark]
-[--out JSON]``
+[--data DIR] [--out JSON]``
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ __all__ = ["main", "run", "peak_of", "TARGET"]
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "bench" / "programs" / "bounded_state.py"
 DEFAULT_OUT = ROOT / "bench" / "results" / "scale.json"
+#: Where the generated logs are written (and found again), unless ``--data`` says otherwise.
+DEFAULT_DATA = ROOT / "sample_data" / "generated"
 #: The most that the peak at the large size may be, as a multiple of the peak at the small one.
 TARGET = 1.5
 
@@ -73,9 +75,10 @@ def _rss(proc: psutil.Process) -> int:
         return 0
 
 
-def _log(events: int, users: int) -> Path:
-    """The generated log of ``events`` events (written once, rows not in time order)."""
-    path = ROOT / "sample_data" / "generated" / f"social_scale_{events}_{users}.parquet"
+def _log(events: int, users: int, data: Path = DEFAULT_DATA) -> Path:
+    """The generated log of ``events`` events in ``data`` (written once, rows not in time
+    order)."""
+    path = data / f"social_scale_{events}_{users}.parquet"
     if not path.exists():
         subprocess.run(
             [
@@ -100,13 +103,15 @@ def _log(events: int, users: int) -> Path:
 ENGINES = {"serial": ["--engine", "serial"], "spark": ["--engine", "spark", "--master", "local[2]"]}
 
 
-def run(sizes: list[int], users: int, out: Path, engine: str = "serial") -> dict:
+def run(
+    sizes: list[int], users: int, out: Path, engine: str = "serial", data: Path = DEFAULT_DATA
+) -> dict:
     """Measure every size cold and warm; write and return the results."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     rows = {}
     for events in sizes:
-        log = _log(events, users)
+        log = _log(events, users, data)
         with tempfile.TemporaryDirectory(prefix="restream-scale-") as home:
             env["RESTREAM_HOME"] = home
             command = [
@@ -163,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=2_000_000, help="users in the logs (2M)")
     parser.add_argument("--engine", choices=sorted(ENGINES), default="serial", help="(serial)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
+    parser.add_argument(
+        "--data",
+        default=str(DEFAULT_DATA),
+        help="folder of the generated logs (sample_data/generated)",
+    )
     args = parser.parse_args(argv)
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -171,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(sizes) < 2 or sizes[0] < 1:
         parser.error("--sizes needs two positive sizes or more")
     try:
-        run(sizes, args.users, Path(args.out), args.engine)
+        run(sizes, args.users, Path(args.out), args.engine, Path(args.data))
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"scale FAILED: {exc}", file=sys.stderr)
         return 1
