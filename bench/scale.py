@@ -45,23 +45,26 @@ TARGET = 1.5
 
 
 def peak_of(command: list[str], env: dict[str, str], interval: float = 0.05) -> dict:
-    """Run ``command`` and poll its process tree's resident memory; its peak, wall time, rc."""
+    """Run ``command`` and poll its process tree's resident memory; its peak (and its own
+    process's: on Spark, the driver's Python without the JVM), wall time, rc."""
     started = time.perf_counter()
     with subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     ) as proc:
         root = psutil.Process(proc.pid)
-        peak = 0
+        peak = own = 0  # the tree's, and the command's own process's (the driver)
         while proc.poll() is None:
             try:
                 tree = [root, *root.children(recursive=True)]
-                peak = max(peak, sum(_rss(p) for p in tree))
+                sizes = [_rss(p) for p in tree]
+                peak, own = max(peak, sum(sizes)), max(own, sizes[0])
             except psutil.NoSuchProcess:
                 pass
             time.sleep(interval)
         out = proc.stdout.read()
     return {
         "peak_mb": round(peak / 2**20, 1),
+        "own_peak_mb": round(own / 2**20, 1),
         "wall_s": round(time.perf_counter() - started, 2),
         "rc": proc.returncode,
         "summary": [line for line in out.splitlines() if line.startswith("replayed")],
@@ -133,7 +136,8 @@ def run(
         rows[events] = {"cold": cold, "warm": warm}
         print(
             f"{events:>12,} events: cold peak {cold['peak_mb']:8.1f} MB in {cold['wall_s']:7.1f} s"
-            f" · warm peak {warm['peak_mb']:8.1f} MB in {warm['wall_s']:7.1f} s",
+            f" · warm peak {warm['peak_mb']:8.1f} MB in {warm['wall_s']:7.1f} s"
+            f" (its own process {cold['own_peak_mb']:.0f} / {warm['own_peak_mb']:.0f} MB)",
             flush=True,
         )
     small, large = rows[min(sizes)], rows[max(sizes)]
