@@ -1,18 +1,20 @@
 """Kills of a checkpointed replay, for ``python -m bench spark-rules --kills``.
 
-A whole ``restream replay ... --engine spark --checkpoint DIR --checkpoint-every EVERY``
-process is timed once to its end, and its replay from when it opened its checkpoint (after
-the session's start and the log's read); then, for each fraction of the replay's time (a
-quarter, a half, three quarters), the same process is started afresh and killed with SIGKILL
-at that moment of its replay (its process group: its JVM goes with it). What it left is read from the checkpoint's
-manifest: the events committed, and the age of the last commit when the kill came (the
-time since the manifest naming it was written). The replay is then resumed in this
-process and its result compared with the uncheckpointed one, table for table and state for
-state.
+A whole ``restream replay ... --engine spark`` process without a checkpoint is timed once, then
+the same with ``--checkpoint DIR --checkpoint-every EVERY`` (the checkpoint's cost as a whole
+process, in wall time and in its tree's CPU time), and its replay from when it opened its
+checkpoint (after the session's start and the log's read); then, for each fraction of the
+replay's time (a quarter, a half, three quarters), the same process is started afresh and killed
+with SIGKILL at that moment of its replay (its process group: its JVM goes with it). What it
+left is read from the checkpoint's manifest: the events committed, and the age of the last
+commit when the kill came (the time since the manifest naming it was written). The replay is
+then resumed in this process and its result compared with the uncheckpointed one, table for
+table and state for state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 __all__ = ["kills", "FRACTIONS"]
 
@@ -38,13 +42,24 @@ def kills(
     program, log = rk.Program.from_file(program_path), rk.Log(log_path)
     out: dict[str, Any] = {"checkpoint_every": every}
     with tempfile.TemporaryDirectory() as tmp:
+        # The same process without a checkpoint first: the cost of checkpointing as a whole
+        # process, in wall time and in the CPU time of its tree (steadier on a shared machine).
+        began = time.perf_counter()
+        proc = _start(program_path, log_path, master, every, None)
+        plain_cpu = _tree_cpu(proc)
+        plain = time.perf_counter() - began
         ck = Path(tmp) / "whole"
         began = time.perf_counter()
         proc = _start(program_path, log_path, master, every, ck)
         opened_at = _opened(ck, proc)
-        if proc.wait() != 0:
-            raise RuntimeError(f"the checkpointed process failed: {proc.stderr.read()[-2000:]}")
+        whole_cpu = _tree_cpu(proc)
         whole = time.perf_counter() - began
+        out["plain_process_s"], out["plain_cpu_s"], out["whole_cpu_s"] = plain, plain_cpu, whole_cpu
+        print(
+            f"    whole processes: checkpointed {whole:.1f} s ({whole_cpu:.1f} CPU-s), "
+            f"without a checkpoint {plain:.1f} s ({plain_cpu:.1f} CPU-s): cost {whole / plain:.2f}x "
+            f"wall, {whole_cpu / plain_cpu:.2f}x CPU"
+        )
         # The replay's own time: from when it opened its checkpoint (after the session's
         # start and the log's read) to the process's end. The kills are fractions of it.
         replay = time.perf_counter() - opened_at
@@ -99,7 +114,8 @@ def kills(
     return out
 
 
-def _start(program: Path, log: Path, master: str, every: str, ck: Path) -> subprocess.Popen:
+def _start(program: Path, log: Path, master: str, every: str, ck: Path | None) -> subprocess.Popen:
+    """The checkpointed whole process (without a checkpoint when ``ck`` is None)."""
     command = [
         sys.executable,
         "-m",
@@ -112,10 +128,7 @@ def _start(program: Path, log: Path, master: str, every: str, ck: Path) -> subpr
         "spark",
         "--master",
         master,
-        "--checkpoint",
-        str(ck),
-        "--checkpoint-every",
-        every,
+        *(["--checkpoint", str(ck), "--checkpoint-every", every] if ck is not None else []),
         "--quiet",
         "--no-record",
     ]
@@ -126,6 +139,25 @@ def _start(program: Path, log: Path, master: str, every: str, ck: Path) -> subpr
         text=True,
         start_new_session=True,
     )
+
+
+def _tree_cpu(proc: subprocess.Popen, interval: float = 0.2) -> float:
+    """Wait for ``proc``; the CPU seconds of its process tree (its JVM and Python workers),
+    polled (each process's last sample: a process's final fraction of a second is missed)."""
+    seen: dict[int, float] = {}
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            for p in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    t = p.cpu_times()
+                    seen[p.pid] = t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+        time.sleep(interval)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the replay process failed: {proc.stderr.read()[-2000:]}")
+    return sum(seen.values())
 
 
 def _opened(ck: Path, proc: subprocess.Popen) -> float:

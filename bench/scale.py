@@ -15,7 +15,7 @@ The peak resident memory of the whole process tree is polled with psutil. The fi
 ``peak(large) / peak(small)`` for each kind of run; the target is at most 1.5x.
 
 ``python -m bench scale [--sizes 1000000,10000000] [--users N] [--engine serial|spark]
-[--out JSON]``
+[--data DIR] [--out JSON]``
 """
 
 from __future__ import annotations
@@ -38,28 +38,33 @@ __all__ = ["main", "run", "peak_of", "TARGET"]
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "bench" / "programs" / "bounded_state.py"
 DEFAULT_OUT = ROOT / "bench" / "results" / "scale.json"
+#: Where the generated logs are written (and found again), unless ``--data`` says otherwise.
+DEFAULT_DATA = ROOT / "sample_data" / "generated"
 #: The most that the peak at the large size may be, as a multiple of the peak at the small one.
 TARGET = 1.5
 
 
 def peak_of(command: list[str], env: dict[str, str], interval: float = 0.05) -> dict:
-    """Run ``command`` and poll its process tree's resident memory; its peak, wall time, rc."""
+    """Run ``command`` and poll its process tree's resident memory; its peak (and its own
+    process's: on Spark, the driver's Python without the JVM), wall time, rc."""
     started = time.perf_counter()
     with subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     ) as proc:
         root = psutil.Process(proc.pid)
-        peak = 0
+        peak = own = 0  # the tree's, and the command's own process's (the driver)
         while proc.poll() is None:
             try:
                 tree = [root, *root.children(recursive=True)]
-                peak = max(peak, sum(_rss(p) for p in tree))
+                sizes = [_rss(p) for p in tree]
+                peak, own = max(peak, sum(sizes)), max(own, sizes[0])
             except psutil.NoSuchProcess:
                 pass
             time.sleep(interval)
         out = proc.stdout.read()
     return {
         "peak_mb": round(peak / 2**20, 1),
+        "own_peak_mb": round(own / 2**20, 1),
         "wall_s": round(time.perf_counter() - started, 2),
         "rc": proc.returncode,
         "summary": [line for line in out.splitlines() if line.startswith("replayed")],
@@ -73,9 +78,10 @@ def _rss(proc: psutil.Process) -> int:
         return 0
 
 
-def _log(events: int, users: int) -> Path:
-    """The generated log of ``events`` events (written once, rows not in time order)."""
-    path = ROOT / "sample_data" / "generated" / f"social_scale_{events}_{users}.parquet"
+def _log(events: int, users: int, data: Path = DEFAULT_DATA) -> Path:
+    """The generated log of ``events`` events in ``data`` (written once, rows not in time
+    order)."""
+    path = data / f"social_scale_{events}_{users}.parquet"
     if not path.exists():
         subprocess.run(
             [
@@ -100,13 +106,15 @@ def _log(events: int, users: int) -> Path:
 ENGINES = {"serial": ["--engine", "serial"], "spark": ["--engine", "spark", "--master", "local[2]"]}
 
 
-def run(sizes: list[int], users: int, out: Path, engine: str = "serial") -> dict:
+def run(
+    sizes: list[int], users: int, out: Path, engine: str = "serial", data: Path = DEFAULT_DATA
+) -> dict:
     """Measure every size cold and warm; write and return the results."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     rows = {}
     for events in sizes:
-        log = _log(events, users)
+        log = _log(events, users, data)
         with tempfile.TemporaryDirectory(prefix="restream-scale-") as home:
             env["RESTREAM_HOME"] = home
             command = [
@@ -128,7 +136,8 @@ def run(sizes: list[int], users: int, out: Path, engine: str = "serial") -> dict
         rows[events] = {"cold": cold, "warm": warm}
         print(
             f"{events:>12,} events: cold peak {cold['peak_mb']:8.1f} MB in {cold['wall_s']:7.1f} s"
-            f" · warm peak {warm['peak_mb']:8.1f} MB in {warm['wall_s']:7.1f} s",
+            f" · warm peak {warm['peak_mb']:8.1f} MB in {warm['wall_s']:7.1f} s"
+            f" (its own process {cold['own_peak_mb']:.0f} / {warm['own_peak_mb']:.0f} MB)",
             flush=True,
         )
     small, large = rows[min(sizes)], rows[max(sizes)]
@@ -163,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=2_000_000, help="users in the logs (2M)")
     parser.add_argument("--engine", choices=sorted(ENGINES), default="serial", help="(serial)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
+    parser.add_argument(
+        "--data",
+        default=str(DEFAULT_DATA),
+        help="folder of the generated logs (sample_data/generated)",
+    )
     args = parser.parse_args(argv)
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -171,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(sizes) < 2 or sizes[0] < 1:
         parser.error("--sizes needs two positive sizes or more")
     try:
-        run(sizes, args.users, Path(args.out), args.engine)
+        run(sizes, args.users, Path(args.out), args.engine, Path(args.data))
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"scale FAILED: {exc}", file=sys.stderr)
         return 1

@@ -12,13 +12,18 @@ from . import _rows as W
 from ._machine import classic
 from ._sql import unquoted
 
-__all__ = ["arranged", "unpacked", "PackTask", "PACKED_SEQ", "PACKED_IPC"]
+__all__ = ["arranged", "unpacked", "PackTask", "PACKED_SEQ", "PACKED_IPC", "PACK_MAX_EVENTS"]
 
 _ARRANGED: dict[tuple, Any] = {}
 _ARRANGED_KEPT = 4
 #: The columns of a packed arrangement (besides the partition columns): one row per chunk.
 PACKED_SEQ, PACKED_IPC = "_rs_seq", "_rs_ipc"
 _PACK_ROWS = 65_536
+#: The largest log whose arrangement is kept packed. A kept arrangement lives in the JVM's
+#: cache, and a pass in one partition (a sequential stage) is all of it in one cached block:
+#: above this the JVM's peak grew with the log (2.1x from 3M to 30M events) and a 1 GB heap
+#: ran out building that block, so a larger log is arranged again in each replay.
+PACK_MAX_EVENTS = 5_000_000
 
 
 def arranged(setup: Any, rows: Any, by: list[str] | None = None, n: int = 0) -> tuple:
@@ -34,8 +39,9 @@ def arranged(setup: Any, rows: Any, by: list[str] | None = None, n: int = 0) -> 
     and are partitioned by them again, into ``n`` partitions: each lands where its events
     were, and Spark knows how the frame is partitioned (``passes._sources.Zipped`` needs that).
     The log is immutable (its fingerprint is part of the key), so a kept arrangement is the
-    one the replay would compute. The most recent few are kept."""
-    if not classic(setup.session):
+    one the replay would compute. The most recent few are kept, of logs of at most
+    :data:`PACK_MAX_EVENTS` events."""
+    if not classic(setup.session) or len(setup.log) > PACK_MAX_EVENTS:
         return rows, False
     try:
         key = (id(setup.session), setup.log.fingerprint, rows.semanticHash(), tuple(by or ()), n)
