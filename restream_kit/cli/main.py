@@ -13,7 +13,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from ..engines import engines
+from ..engines import engines, error_line
 from ..model.errors import RestreamError
 from ._args import conf_arg, diff_json, diff_text, log_arg, params_arg, program_arg, run_arg
 from ._arrow_pool import use_jemalloc
@@ -58,10 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one line unless --debug
         if args.debug:
             raise
-        print(
-            f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
-            file=sys.stderr,
-        )
+        # An engine's own failure (a Java exception, Spark's JVM gone) reads as the engine
+        # words it, with where its log is; anything else is ours.
+        said = error_line(exc)
+        what = said or f"{type(exc).__name__}: {exc}"
+        print(f"internal error: {what} (run with --debug for the traceback)", file=sys.stderr)
         return EXIT_INTERNAL_ERROR
 
 

@@ -141,6 +141,12 @@ class SparkEngine(_Builtin):
         if not type(error).__module__.startswith(("py4j", "pyspark")):
             return None
         name, text = type(error).__name__, str(error)
+        if name == "Py4JNetworkError":  # the JVM stopped answering: its heap, most often
+            return (
+                f"Spark's JVM stopped answering ({text.splitlines()[0] if text else name}); "
+                f"if Spark's log says OutOfMemoryError, give it more memory with "
+                f"RESTREAM_SPARK_DRIVER_MEMORY (Spark's log: {_spark().spark_log_path()})"
+            )
         causes = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Caused by:")]
         first = causes[-1].removeprefix("Caused by:").strip() if causes else ""
         first = first or next((ln.strip() for ln in text.splitlines() if ln.strip()), name)

@@ -189,3 +189,25 @@ def test_spark_prints_progress_and_summary_as_serial_does(root, tmp_path):
     assert lines[-1].endswith("done")
     jvm = (home / "spark.log").read_text()
     assert "log4j" in jvm and "events (" not in jvm and "replayed" not in jvm
+
+
+def test_sparks_jvm_gone_is_one_line_saying_so_and_where_its_log_is(monkeypatch, capsys):
+    """A JVM that died (its heap ran out) reaches the command line as py4j's network error:
+    the line says the JVM stopped answering, what to set, and where Spark's log is."""
+    import importlib
+
+    from py4j.protocol import Py4JNetworkError
+
+    from restream_kit.engines.spark import spark_log_path
+
+    cli_main = importlib.import_module("restream_kit.cli.main")
+
+    def jvm_gone(args):
+        raise Py4JNetworkError("Answer from Java side is empty")
+
+    monkeypatch.setitem(cli_main.COMMANDS, "runs", jvm_gone)
+    assert cli_main.main(["runs"]) == cli_main.EXIT_INTERNAL_ERROR
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "Spark's JVM stopped answering (Answer from Java side is empty)" in lines[0]
+    assert "RESTREAM_SPARK_DRIVER_MEMORY" in lines[0] and str(spark_log_path()) in lines[0]
