@@ -47,6 +47,7 @@ from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._emitted import pack_emitted
 from ._lookups import LookupPacker
+from ._narrow import narrow_senders
 from ._output_files import plain_files
 from ._own_closes import OwnCloses, ShippingCloses
 from ._rows import (
@@ -177,6 +178,8 @@ class _PlainPass:
                 self.windows = fuse_windows(self.compiled, rt, only=mine)
         if closes is not None:
             closes.ready(self.compiled)
+        if spec.narrow_to:  # windows keyed otherwise: each add one row (``passes._narrow``)
+            narrow_senders(spec, program, self.compiled.namespace, rt)
         # A key function of a probe reads the event's columns by name.
         named = self.compiled.needs_named_events or by_name
         self.make = event_type(columns) if named else None

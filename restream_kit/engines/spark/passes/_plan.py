@@ -121,6 +121,8 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
         for name in names if p.closes and not looped else ():
             if name in native:
                 notes[name] = (False, _OWN_CLOSES)
+        for name in p.narrow:
+            notes[name] = (True, _narrow_note(pp, p, name))
         for name in p.closes:
             how = "in the serial engine's loop" if looped else "as its expansion"
             notes[name] = (
@@ -130,6 +132,17 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
             )
         passes.append(replace(p, windows=names, window_notes=notes))
     return replace(pp, passes=tuple(passes))
+
+
+def _narrow_note(pp: PassPlan, p: Pass, name: str) -> str:
+    """How window ``name`` runs in its close pass ``p`` fed narrow rows (``passes._narrow``)."""
+    adders = ", ".join(q.stage for q in pp.passes if q.narrow_to.get(name) == p.index)
+    why = pp.unfused.get(name, "")
+    return (
+        f"its adds sent from {adders} as one narrow row each, its closes in this pass, by "
+        f"{p.partition}, in the serial engine's loop: no write or close sent"
+        + (f" (not in its adding stage's pass: {why})" if why else "")
+    )
 
 
 def _why_not(program: Program, pp: PassPlan, name: str, serial: tuple[bool, str]) -> str:

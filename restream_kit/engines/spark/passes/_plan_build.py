@@ -108,7 +108,10 @@ def build(program: Program, plan: Any, lookups: bool, closes: bool = True) -> Pa
         if what == "fold":
             passes.append(_fold_pass(n, j, homes, serves, copied_by))
         else:
-            passes.append(_stage_pass(rd, n, j, drafts[j], homes, probes, fold_of, at))
+            stage = _stage_pass(rd, n, j, drafts[j], homes, probes, fold_of, at)
+            to = drafts[j].get("narrow_to", {})
+            to = {name: at(_index(drafts, d)) for name, d in to.items()}
+            passes.append(replace(stage, narrow=tuple(drafts[j].get("narrow", ())), narrow_to=to))
     return PassPlan(
         tuple(_with_sends(rd, passes, kind_passes)),
         {k: tuple(v) for k, v in kind_passes.items()},
@@ -116,6 +119,11 @@ def build(program: Program, plan: Any, lookups: bool, closes: bool = True) -> Pa
         bool(schedulers),
         unfused,
     )
+
+
+def _index(drafts: list[dict], d: dict) -> int:
+    """The number of draft ``d`` (drafts are dicts: by identity, not by value)."""
+    return next(i for i, x in enumerate(drafts) if x is d)
 
 
 def _draft(rd: _Reading, stage: Any) -> dict:

@@ -73,6 +73,10 @@ class Pass:
     # Closing windows whose adds and closes all run here (``_window_shapes.fuse_closes``): in
     # any loop, native or not.
     closes: tuple[str, ...] = ()
+    # Closing windows keyed otherwise than their adding stage, whose adds come here as one
+    # narrow row each (``passes._narrow``); of an adding pass: window -> the pass they go to.
+    narrow: tuple[str, ...] = ()
+    narrow_to: dict[str, int] = field(default_factory=dict)
 
     def partition_value(self, state: str, key: Any) -> Any:
         """The value of this pass's partition expression that ``state``'s key ``key`` has."""
@@ -93,11 +97,14 @@ class Pass:
         said = self._describe(partitions)
         for name in self.windows:
             native, how = self.window_notes.get(name, (False, "Spark runs its expansion"))
-            if native and not fused and name in self.closes:
+            if native and not fused and name in self.narrow:
+                native, how = False, UNNARROWED_RUN
+            elif native and not fused and name in self.closes:
                 how = how.replace("in the serial engine's loop", "as its expansion")
             elif native and not fused:
                 native, how = False, UNFUSED_RUN
-            said += f"; window {name} {'fused' if native else 'not fused'}: {how}"
+            said_as = ("narrow" if name in self.narrow else "fused") if native else "not fused"
+            said += f"; window {name} {said_as}: {how}"
         return said
 
     def _describe(self, partitions: int) -> str:
@@ -127,6 +134,10 @@ class PassPlan:
     unfused: dict[str, str] = field(default_factory=dict)
 
 
+UNNARROWED_RUN = (
+    "its closes as scheduled events in this pass, its adds sent here as writes, as the "
+    "serial engine runs its expansion in a checkpointed, guarded, recorded or started replay"
+)
 UNFUSED_RUN = (
     "its expansion, as the serial engine runs it in a checkpointed, guarded, recorded or "
     "started replay, or outside the serial engine's loop"
