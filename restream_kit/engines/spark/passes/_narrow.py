@@ -75,7 +75,6 @@ def _sender(rt: Any, name: str, window: Any, target: int) -> Any:
     closes = _closes_of(window)
     distinct = window.agg == "distinct"
     per_root = rt.scheduled_per_root if isinstance(rt, ShippingCloses) else None
-    out = rt.out
 
     def add(key: Any, value: Any, ts: int) -> None:
         hash(key)  # (an unhashable key or value raises here, in its handler, as serially)
@@ -98,7 +97,8 @@ def _sender(rt: Any, name: str, window: Any, target: int) -> Any:
             rt.last_at = last
         rt.calls += 1
         position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, rt.calls))
-        out.append((WRITE, target, rt._pk(key), position, dumps((name, key, value, seq0))))
+        # (``rt.out``, not a list taken once: the pass hands full lists on and starts anew)
+        rt.out.append((WRITE, target, rt._pk(key), position, dumps((name, key, value, seq0))))
 
     add.__name__ = f"{name}__add"
     return add
