@@ -86,10 +86,7 @@ def _narrow(result: rk.Result, windows: tuple[str, ...]) -> None:
     """The path says each of ``windows`` ran narrow in its close pass, over several tasks."""
     for name in windows:
         what = result.metrics.path[f"{name}__close"]
-        assert (
-            f"window {name} narrow: its adds sent from track, mine__close as one narrow row each"
-            in what
-        )
+        assert f"window {name} narrow: its adds sent from track, mine__close as narrow rows" in what
         tasks = re.search(r"\((\d+) tasks\)", what)
         assert tasks and int(tasks.group(1)) > 1, what
 
@@ -104,10 +101,7 @@ def test_a_window_keyed_otherwise_gets_a_close_pass_by_its_key_fed_narrow_rows()
         assert close.partition == "e.key" and close.narrow == (name,)
         assert adding.narrow_to[name] == close.index
         said = close.describe(2)
-        assert (
-            f"window {name} narrow: its adds sent from track, mine__close as one narrow row each"
-            in said
-        )
+        assert f"window {name} narrow: its adds sent from track, mine__close as narrow rows" in said
         assert "keyed by e.g, its adding stage track" in said
         # Where the replay cannot run it natively, the path says it runs the expansion.
         assert f"window {name} not fused: its closes as scheduled events" in close.describe(

@@ -639,7 +639,7 @@ def test_the_path_says_which_windows_run_fused_in_their_pass_and_why_not():
     assert "window loud fused: a queue per key" in said["track"]
     assert "window recent not fused: its state is written, folded or read" in said["track"]
     closes = said["per_ip__close"]
-    assert "window per_ip narrow: its adds sent from track as one narrow row each" in closes
+    assert "window per_ip narrow: its adds sent from track as narrow rows" in closes
     # Where the tasks cannot run them natively (a checkpoint...), the path says so.
     track = next(q for q in plan_passes(p, plan(p)).passes if q.stage == "track")
     assert "window peers not fused: its expansion" in track.describe(2, fused=False)

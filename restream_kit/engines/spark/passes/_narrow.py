@@ -66,13 +66,33 @@ def narrow_senders(spec: PassSpec, program: Program, namespace: dict, rt: Any) -
     """Replace the ``add`` of each window of ``spec.narrow_to`` in ``namespace`` (an adding
     pass's compiled program) with one that sends the add as a row (see the module
     docstring); ``rt`` is the pass's :class:`~._shipping.Shipping` runtime."""
+    folded: dict = {}
+    folds = False
     for name, target in spec.narrow_to.items():
-        namespace[f"{name}__add"] = _sender(rt, name, program.windows[name], target)
+        window = program.windows[name]
+        fold = f"{name}__n" in spec.folds and window.agg == "count"
+        folds |= fold
+        sender = _sender(rt, name, window, target, folded if fold else None)
+        namespace[f"{name}__add"] = sender
+    if folds:
+        then = rt.send_folded
+
+        def send_folded() -> None:  # (the pass sends its summed writes at its end)
+            for (name, key, _start), (target, pk, position, seq0, n) in folded.items():
+                blob = dumps((name, key, None, seq0, n))
+                rt.out.append((WRITE, target, pk, position, blob))
+            folded.clear()
+            then()
+
+        rt.send_folded = send_folded
 
 
-def _sender(rt: Any, name: str, window: Any, target: int) -> Any:
-    """The ``add`` of window ``name`` in an adding pass: the add, as one row for ``target``."""
+def _sender(rt: Any, name: str, window: Any, target: int, folded: dict | None) -> Any:
+    """The ``add`` of window ``name`` in an adding pass: the add, as one row for ``target``;
+    ``folded``: a count's adds into one set of windows summed into one row (at the first's
+    place, see :func:`~._window_shapes.folded_counts` for why nothing tells them apart)."""
     closes = _closes_of(window)
+    hop = window.hop if isinstance(window, Hopping) else getattr(window, "width", 1)
     distinct = window.agg == "distinct"
     per_root = rt.scheduled_per_root if isinstance(rt, ShippingCloses) else None
 
@@ -97,6 +117,13 @@ def _sender(rt: Any, name: str, window: Any, target: int) -> Any:
             rt.last_at = last
         rt.calls += 1
         position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, rt.calls))
+        if folded is not None:
+            slot = folded.get((name, key, ts - ts % hop))
+            if slot is None:
+                folded[(name, key, ts - ts % hop)] = [target, rt._pk(key), position, seq0, 1]
+            else:
+                slot[4] += 1
+            return
         # (``rt.out``, not a list taken once: the pass hands full lists on and starts anew)
         rt.out.append((WRITE, target, rt._pk(key), position, dumps((name, key, value, seq0))))
 
@@ -130,10 +157,11 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
             closes.ts.append(np.asarray(ts, dtype=np.int64))
             for t, root, blob in zip(ts, lsn, blobs):
                 closes.run(t)  # (the closes due by its time first, as serially)
-                name, key, value, seq0 = loads(blob)
+                name, key, value, seq0, *summed = loads(blob)
                 rt.event = (root, t)
-                per_root[root] = seq0
-                adds[name](key, value, t)
+                for _ in range(summed[0] if summed else 1):
+                    per_root[root] = seq0
+                    adds[name](key, value, t)
             n += batch.num_rows
         closes.finish(spec.last_ts)
         windows.finish(until=spec.last_ts, later=rt.later)

@@ -122,7 +122,7 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
             if name in native:
                 notes[name] = (False, _OWN_CLOSES)
         for name in p.narrow:
-            notes[name] = (True, _narrow_note(pp, p, name))
+            notes[name] = (True, _narrow_note(program, pp, p, name))
         for name in p.closes:
             how = "in the serial engine's loop" if looped else "as its expansion"
             notes[name] = (
@@ -134,12 +134,14 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
     return replace(pp, passes=tuple(passes))
 
 
-def _narrow_note(pp: PassPlan, p: Pass, name: str) -> str:
+def _narrow_note(program: Program, pp: PassPlan, p: Pass, name: str) -> str:
     """How window ``name`` runs in its close pass ``p`` fed narrow rows (``passes._narrow``)."""
     adders = ", ".join(q.stage for q in pp.passes if q.narrow_to.get(name) == p.index)
     why = pp.unfused.get(name, "")
+    summed = program.windows[name].agg == "count" and f"{name}__n" in folded_counts(program)
+    rows = "a row per window and task, its adds summed" if summed else "a row per add"
     return (
-        f"its adds sent from {adders} as one narrow row each, its closes in this pass, by "
+        f"its adds sent from {adders} as narrow rows ({rows}), its closes in this pass, by "
         f"{p.partition}, in the serial engine's loop: no write or close sent"
         + (f" (not in its adding stage's pass: {why})" if why else "")
     )
