@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ....compiler.compile import compile_program
 from ....model.program import Program
 from ....model.windows import Hopping, Session
+from ....runtime.loop import compile_loop
 from ....runtime.semantics import SerialRuntime
 from ....runtime.windows import fuse_windows
 from ._emitted import pack_emitted
@@ -137,10 +137,11 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
     log; its emitted rows, the windows' final states and its counts out."""
     rt = SerialRuntime()
     stores: dict[str, dict] = {name: {} for name in program.states}
-    compiled = compile_program(program, rt, stores)
+    loop = compile_loop(program, rt, stores)
+    compiled = loop.compiled
     windows = fuse_windows(compiled, rt, only=spec.narrow)
     closes = OwnCloses(rt, program, spec.narrow, spec.max_flush)
-    closes.ready(compiled)
+    closes.ready(loop)
     adds = {name: compiled.namespace[f"{name}__add"] for name in spec.narrow}
     per_root = rt.scheduled_per_root
     loads = pickle.loads

@@ -154,8 +154,6 @@ class _PlainPass:
             more, globals_ = self.history.plain_hooks()
             hooks += more
             extra.update(globals_)
-        if closes is not None:
-            extra["_rs_run_scheduled"] = closes.run
         loop = compile_loop(
             program,
             rt,
@@ -163,7 +161,7 @@ class _PlainPass:
             columns=columns,
             kind_order=tuple(kinds),
             extra_globals=extra,
-            scheduled=False,  # (a pass's own closes run through ``closes.run`` instead)
+            scheduled=closes is not None,  # (only a pass's own closes: ``_own_closes``)
             only=names,
             hooks=hooks,
             guarded=guarded,
@@ -177,7 +175,7 @@ class _PlainPass:
             if mine:
                 self.windows = fuse_windows(self.compiled, rt, only=mine)
         if closes is not None:
-            closes.ready(self.compiled)
+            closes.ready(loop)
         if spec.narrow_to:  # windows keyed otherwise: each add one row (``passes._narrow``)
             narrow_senders(spec, program, self.compiled.namespace, rt)
         # A key function of a probe reads the event's columns by name.
