@@ -85,7 +85,8 @@ def plan_text(plan: Plan) -> str:
             "",
             "Windows (serial engine: native runs them fused; Spark: a sliding window its stage"
             " holds alone fused, a closing window keyed like its adding stage fused with its"
-            " closes, the others as their expansion; --engine spark and metrics.path say which"
+            " closes, one keyed otherwise narrow in a close pass by its key (a row per add),"
+            " the others as their expansion; --engine spark and metrics.path say which"
             " and why)",
         ]
         lines += [f"  {name}: {how}" for name, how in plan.windows]

@@ -66,7 +66,10 @@ def test_state_written_under_several_keys_is_folded_by_the_key_it_is_read_by():
 def test_windows_send_their_writes_and_closing_events_to_the_close_stage():
     pp = passes_of("bench/programs/windows.py")
     track, close = pp.passes
-    assert close.partition == "(e.key, e.start)"
+    # By the window's key: its adds go there as narrow rows (``passes._narrow``), or, where
+    # the replay runs the expansion, as writes to the partition of the key in (key, start).
+    assert close.partition == "e.key" and close.elements == {"per_sender__n": 0}
+    assert close.narrow == ("per_sender",) and track.narrow_to == {"per_sender": close.index}
     assert track.blind == {"per_sender__n": (close.index,)}
     assert pp.kind_passes["per_sender:close"] == (close.index,)
 
@@ -626,8 +629,8 @@ def track(e):
 
 def test_the_path_says_which_windows_run_fused_in_their_pass_and_why_not():
     """A sliding window whose every state its stage's pass holds alone runs in that pass as
-    the serial engine runs it; one read by another stage (a fold serves it) and a closing
-    window keyed otherwise do not, each with its reason."""
+    the serial engine runs it; one read by another stage (a fold serves it) does not, with
+    its reason; a closing window keyed otherwise runs narrow in its close pass."""
     source = SLIDING_BY_SENDER + '\n@on("friendship")\ndef other(e):\n'
     source += "    seen[e.dst] += recent.value(e.dst)\n"
     p = rk.Program.from_source(source, "sliding_read")
@@ -636,7 +639,7 @@ def test_the_path_says_which_windows_run_fused_in_their_pass_and_why_not():
     assert "window loud fused: a queue per key" in said["track"]
     assert "window recent not fused: its state is written, folded or read" in said["track"]
     closes = said["per_ip__close"]
-    assert "window per_ip not fused: Spark runs its closes as scheduled events" in closes
+    assert "window per_ip narrow: its adds sent from track as narrow rows" in closes
     # Where the tasks cannot run them natively (a checkpoint...), the path says so.
     track = next(q for q in plan_passes(p, plan(p)).passes if q.stage == "track")
     assert "window peers not fused: its expansion" in track.describe(2, fused=False)
@@ -656,7 +659,7 @@ def test_sliding_windows_keyed_like_their_stage_run_fused_in_its_pass(spark_sess
     assert_ran_as_planned(p, got)
     for name in ("recent", "peers", "loud"):
         assert f"window {name} fused" in got.metrics.path["track"], got.metrics.path
-    assert "window per_ip not fused" in got.metrics.path["per_ip__close"]
+    assert "window per_ip narrow" in got.metrics.path["per_ip__close"]
 
 
 @pytest.mark.spark

@@ -44,7 +44,6 @@ REASON = "Long because:"
 REASON_WORDS = 8
 
 # Who owns what is still listed below (the other halves of issues 32, 34 and 36).
-WINSPARK = "owned by issue 34's Spark windows in their stage's pass (spark/passes/_plan...)"
 WINDOWS = "owned by issue 34's serial windows (runtime/windows.py, compiler/expand_windows.py)"
 SCALE = "owned by issue 32's executor-side URI logs and results (io/log.py, spark/_uri_log.py)"
 
@@ -88,19 +87,11 @@ TIME_TRAVEL_HOME = "restream_kit/runtime/"
 # -- what does not hold yet: each list only shrinks -------------------------------------------
 
 #: Functions over the limit without a reason yet: "path::qualified.name" -> who removes it.
-PENDING_LONG_FUNCTIONS: dict[str, str] = {
-    "restream_kit/engines/spark/passes/_plan.py::_plan": WINSPARK,
-}
+PENDING_LONG_FUNCTIONS: dict[str, str] = {}
 #: Modules over the limit: path -> who splits it.
-PENDING_LONG_MODULES: dict[str, str] = {
-    "restream_kit/engines/spark/passes/_plan.py": WINSPARK,
-}
+PENDING_LONG_MODULES: dict[str, str] = {}
 #: Imports inside a function not yet moved to the module's top: (path, module) -> owner.
-PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
-    ("restream_kit/engines/spark/passes/_lookup_stages.py", "ast"): WINSPARK,
-    ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.model.errors"): WINSPARK,
-    ("restream_kit/engines/spark/passes/_plan.py", "restream_kit.planner"): WINSPARK,
-}
+PENDING_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {}
 #: A rule's message written again: (path, pattern) -> owner.
 PENDING_RULE_COPIES: dict[tuple[str, str], str] = {}
 #: Files raising ``TimeTravelError`` themselves (they restate the check): path -> owner.

@@ -114,7 +114,8 @@ def run_jobs(
             ran.stage_seconds[p.stage] = seconds
             # Where the pass's time goes: its tasks' own work, summed (the rest is Spark's).
             ran.stage_seconds[f"{p.stage} (tasks, summed)"] = busy
-            said = p.describe(n, fuses_windows(spec)) + _carried(run, p, source, n, ran)
+            fused = fuses_windows(spec) or bool(spec.narrow)
+            said = p.describe(n, fused) + _carried(run, p, source, n, ran)
             for stage in p.stages or (p.stage,):
                 ran.path[stage] = said + (f" ({tasks} tasks)" if tasks else "")
             # (Over every epoch of a checkpoint run at once: ``passes._boundaries``.)
@@ -169,6 +170,8 @@ def _spec(run: Run, p: Any, source: Source, plain: bool, bounds: tuple) -> W.Pas
         on_error=rep.on_error,
         plain=plain,
         closes=p.closes if plain else (),
+        narrow_to=p.narrow_to if _narrowed(run, p, bounds, plain) else {},
+        narrow=p.narrow if _all_narrowed(run, _adders(passes, p), bounds) else (),
         ships_events=bool(p.schedules),
         source=source,
         outputs=setup.outputs,
@@ -291,6 +294,30 @@ def shared_passes(setup: Setup, state: dict) -> dict[int, Any]:
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
             continue  # a key not of its columns' types: its share goes as the others' rows
     return found
+
+
+def _adders(passes: Any, p: Any) -> list:
+    """The passes that send pass ``p`` the adds of a window as narrow rows (``_narrow``)."""
+    return [q for q in passes[: p.index] if p.index in q.narrow_to.values()]
+
+
+def _all_narrowed(run: Run, adders: list, bounds: tuple) -> bool:
+    """Whether every pass in ``adders`` sends its adds as narrow rows (and there is one)."""
+    return bool(adders) and all(_narrowed(run, q, bounds) for q in adders)
+
+
+def _narrowed(run: Run, p: Any, bounds: tuple, plain: bool | None = None) -> bool:
+    """Whether adding pass ``p`` sends its windows' adds as narrow rows (``passes._narrow``):
+    when it runs the serial engine's loop (``plain``) where the serial engine would run the
+    windows natively too (:func:`_own`); otherwise they go as the expansion's writes and
+    closes, to the same close pass."""
+    if not p.narrow_to or not _own(run, bounds):
+        return False
+    if plain is None:
+        setup = run.setup
+        kinds = setup.log_kinds[p.index]
+        plain = _plain(setup, p, run.fed(p), kinds, setup.wide is not None, True)
+    return plain
 
 
 def _own(run: Run, bounds: tuple) -> bool:

@@ -11,6 +11,7 @@ merges such stages, in the passes' drafts, into one partitioned by the looked-up
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 from ....model.program import Program
@@ -37,7 +38,6 @@ def _only_looks_up(hinfo: Any, used: set, key: str, upstream: str, inner: str) -
 def _looked_up(key: str, program: Program) -> tuple[str, str] | None:
     """``(state, inner key)`` when the key expression ``key`` is a read of a program state,
     such as ``team_of[e.src]``; else None."""
-    import ast
 
     try:
         node = ast.parse(key, mode="eval").body

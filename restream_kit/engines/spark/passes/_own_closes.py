@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ....compiler.compile import CompiledProgram
+from ....runtime.loop import Loop
 from ....runtime.semantics import (
     ScheduledEvent,
     SerialRuntime,
@@ -60,12 +60,14 @@ class OwnCloses:
         self.ts: list = []
         self.last_at: int | None = None
 
-    def ready(self, compiled: CompiledProgram) -> None:
-        """Take the compiled handlers (after the windows were fused into them)."""
-        self.by_kind.update(compiled.handlers_by_kind())
+    def ready(self, loop: Loop) -> None:
+        """Take the loop's handlers of scheduled events, as they are once the windows were
+        fused into them; the loop runs the closes due before each event itself."""
+        loop.handlers_replaced()
+        self.by_kind = loop.by_kind
 
     def run(self, t: int) -> None:
-        """Run the scheduled events due by ``t`` (the loop's ``_rs_run_scheduled``)."""
+        """Run the scheduled events due by ``t`` (what the loop does before an event)."""
         run_scheduled(self.rt, self.by_kind, t)
 
     def _note(self, t: int) -> None:

@@ -48,6 +48,7 @@ from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
 from ._emitted import pack_emitted
 from ._lookups import LookupPacker
+from ._narrow import narrow_senders
 from ._output_files import plain_files
 from ._own_closes import OwnCloses, ShippingCloses
 from ._rows import (
@@ -154,8 +155,6 @@ class _PlainPass:
             more, globals_ = self.history.plain_hooks()
             hooks += more
             extra.update(globals_)
-        if closes is not None:
-            extra["_rs_run_scheduled"] = closes.run
         loop = compile_loop(
             program,
             rt,
@@ -163,7 +162,7 @@ class _PlainPass:
             columns=columns,
             kind_order=tuple(kinds),
             extra_globals=extra,
-            scheduled=False,  # (a pass's own closes run through ``closes.run`` instead)
+            scheduled=closes is not None,  # (only a pass's own closes: ``_own_closes``)
             only=names,
             hooks=hooks,
             guarded=guarded,
@@ -177,7 +176,9 @@ class _PlainPass:
             if mine:
                 self.windows = fuse_windows(self.compiled, rt, only=mine)
         if closes is not None:
-            closes.ready(self.compiled)
+            closes.ready(loop)
+        if spec.narrow_to:  # windows keyed otherwise: each add one row (``passes._narrow``)
+            narrow_senders(spec, program, self.compiled.namespace, rt)
         # A key function of a probe reads the event's columns by name.
         named = self.compiled.needs_named_events or by_name
         self.make = event_type(columns) if named else None

@@ -183,6 +183,10 @@ class PassSpec:
     sends: Sends = field(default_factory=Sends)  # what it sends on besides its rows
     ships_events: bool = False  # whether it schedules events for later passes (plain passes)
     closes: tuple = ()  # closing windows whose closes it runs itself (plain: ``_own_closes``)
+    # Closing windows keyed otherwise than their adding stage (``passes._narrow``): those
+    # whose adds this pass sends as narrow rows (window -> pass), or runs from them.
+    narrow_to: dict = field(default_factory=dict)
+    narrow: tuple = ()
     closes_once: frozenset = frozenset()  # window closes sent once (``passes._window_shapes``)
     folds: frozenset = frozenset()  # window counts whose adds are sent summed (same)
     # Passes partitioned by an element of their states' keys: pass -> {state: position of

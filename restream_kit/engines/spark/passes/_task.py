@@ -40,6 +40,7 @@ from .._program_ref import column_values as _column_values
 from .._program_ref import event_type, key_function, load_program
 from ._boundaries import Ends, state_row, unhandled_rows, waiting_rows
 from ._copies import CopyFeed, VersionRecorder
+from ._narrow import run_narrow
 from ._output_files import task_files
 from ._plain import run_plain
 from ._rows import (
@@ -91,6 +92,9 @@ class PassTask:
         program = load_program(spec.program)
         # Its rows as its source sends them, and its share of the state a replay starts from.
         batches, start = task_input(spec.source, batches)
+        if spec.narrow and start is None:
+            yield from run_narrow(spec, program, batches, started)
+            return
         if spec.plain:
             yield from run_plain(spec, program, batches, started, start)
             return

@@ -304,6 +304,8 @@ def _fuse_close(
     if part == order and add["mode"] != "stateless":
         return f"its adding stage {add['stage']} runs by log order"
     if part not in (order, key):
+        if _narrows(name, add, close, accesses, program, info):
+            _narrow(name, add, close, states, isinstance(program.windows[name], Session))
         return f"keyed by {key}, its adding stage {add['stage']} by {part}"
     add["partition"] = key
     add["handlers"] = tuple(sorted((*add["handlers"], *close["handlers"])))
@@ -314,3 +316,35 @@ def _fuse_close(
     add["held"] = {*add.get("held", ()), *states}
     drafts.remove(close)
     return None
+
+
+def _narrows(
+    name: str, add: dict, close: dict, accesses: Any, program: Program, info: dict
+) -> bool:
+    """Whether window ``name``, keyed otherwise than its adding stage ``add``, may run in
+    its close stage fed one narrow row per add (``passes._narrow``): the serial engine runs
+    it natively, its adds come at their events' times from handlers of log events only,
+    and neither stage reads its state outside the close nor schedules from the close."""
+    if not native_plan(program)[name][0]:
+        return False
+    if not _calls_at_event_time(program.module_ast, f"{name}__add"):
+        return False
+    states = set(window_states(program, name))
+    scheduled = {k for h in info.values() for k in h.schedules}
+    for h, a, _k in accesses(add):
+        if a.state not in states:
+            continue
+        if a.op == "read" or set(program.handlers[h].kinds) & scheduled:
+            return False
+    return not any(info[program.handlers[h].name].schedules for h in close["handlers"])
+
+
+def _narrow(name: str, add: dict, close: dict, states: set, session: bool) -> None:
+    """Mark window ``name``'s close stage as fed narrow rows by ``add``: partitioned by
+    the window's key (``e.key``, the first element of a tumbling or hopping window's
+    ``(key, start)`` states), holding the window's states whole."""
+    close["partition"] = "e.key"
+    close["element"] = not session
+    close["held"] = {*close.get("held", ()), *states}
+    close["narrow"] = [*close.get("narrow", ()), name]
+    add.setdefault("narrow_to", {})[name] = close

@@ -1,0 +1,182 @@
+"""Closing windows keyed otherwise than their adding stage: one narrow row per add.
+
+A tumbling, hopping or session window whose adding stage is partitioned by another key
+(``per_ip`` added to by ``track``, which runs by ``e.src``) cannot close in that stage's pass
+(``_window_shapes.fuse_closes``). Its expansion would send, per add, its writes (a ``distinct``
+window's sets among them) and a scheduled close to a close pass. Instead, where the serial
+engine would run the window natively (``_window_shapes.fuses_windows``):
+
+- the adding pass sends each add as one row to the close pass, at the add's position and
+  to the partition of the window's key: the key, the value added and the add's first number
+  (``seq``) among the events its root event scheduled (:func:`narrow_senders`). It counts the
+  closes the expansion would have scheduled (``seq``, ``Metrics.scheduled_events`` and the
+  latest close time) as if it had;
+- the close pass, partitioned by the window's key, runs the window natively, as the serial
+  engine runs it (``runtime.windows``): each add in position order, after the closes due by
+  its time, then the closes after the log (:func:`run_narrow`); its rows go at their serial
+  places (``_own_closes.OwnCloses.rows``).
+
+So a window costs one shuffle of narrow rows, and its closes run one per window (one queue
+entry per start for tumbling and hopping windows), not one per add.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ....model.program import Program
+from ....model.windows import Hopping, Session
+from ....runtime.loop import compile_loop
+from ....runtime.semantics import SerialRuntime
+from ....runtime.windows import fuse_windows
+from ._emitted import pack_emitted
+from ._output_files import plain_files
+from ._own_closes import OwnCloses, ShippingCloses
+from ._rows import ERROR, FINAL, PH_LOG, STAT, WRITE, PassSpec, U32x2, dumps, out_rows
+
+__all__ = ["narrow_senders", "run_narrow"]
+
+_NOWHERE = (0, 0, 0, b"")
+
+
+def _closes_of(window: Any) -> Any:
+    """``(number of closes, latest close time)`` of an add at ``ts``, as the expansion
+    schedules them: one per window the add falls in (a session: one per add)."""
+    if isinstance(window, Session):
+        gap = window.gap
+        return lambda ts: (1, ts + gap)
+    width = window.width
+    hop = window.hop if isinstance(window, Hopping) else width
+    if hop == width:
+        return lambda ts: (1, ts - ts % hop + width)
+
+    def closes(ts: int) -> tuple[int, int]:
+        start = ts - ts % hop
+        return (start - (ts - width) + hop - 1) // hop, start + width
+
+    return closes
+
+
+def narrow_senders(spec: PassSpec, program: Program, namespace: dict, rt: Any) -> None:
+    """Replace the ``add`` of each window of ``spec.narrow_to`` in ``namespace`` (an adding
+    pass's compiled program) with one that sends the add as a row (see the module
+    docstring); ``rt`` is the pass's :class:`~._shipping.Shipping` runtime."""
+    folded: dict = {}
+    folds = False
+    for name, target in spec.narrow_to.items():
+        window = program.windows[name]
+        fold = f"{name}__n" in spec.folds and window.agg == "count"
+        folds |= fold
+        sender = _sender(rt, name, window, target, folded if fold else None)
+        namespace[f"{name}__add"] = sender
+    if folds:
+        then = rt.send_folded
+
+        def send_folded() -> None:  # (the pass sends its summed writes at its end)
+            for (name, key, _start), (target, pk, position, seq0, n) in folded.items():
+                blob = dumps((name, key, None, seq0, n))
+                rt.out.append((WRITE, target, pk, position, blob))
+            folded.clear()
+            then()
+
+        rt.send_folded = send_folded
+
+
+def _sender(rt: Any, name: str, window: Any, target: int, folded: dict | None) -> Any:
+    """The ``add`` of window ``name`` in an adding pass: the add, as one row for ``target``;
+    ``folded``: a count's adds into one set of windows summed into one row (at the first's
+    place, see :func:`~._window_shapes.folded_counts` for why nothing tells them apart)."""
+    closes = _closes_of(window)
+    hop = window.hop if isinstance(window, Hopping) else getattr(window, "width", 1)
+    distinct = window.agg == "distinct"
+    per_root = rt.scheduled_per_root if isinstance(rt, ShippingCloses) else None
+
+    def add(key: Any, value: Any, ts: int) -> None:
+        hash(key)  # (an unhashable key or value raises here, in its handler, as serially)
+        if distinct:
+            hash(value)
+        ev = rt.event
+        root = ev[0]
+        n, last = closes(ts)
+        # The events its root scheduled so far: the closes count as if scheduled here.
+        if per_root is not None:
+            seq0 = per_root.get(root, 0)
+            per_root[root] = seq0 + n
+        else:
+            if root != rt.root:
+                rt.root, rt.seq_of_root = root, 0
+            seq0 = rt.seq_of_root
+            rt.seq_of_root = seq0 + n
+            rt.made += n
+        if rt.last_at is None or last > rt.last_at:
+            rt.last_at = last
+        rt.calls += 1
+        position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, rt.calls))
+        if folded is not None:
+            slot = folded.get((name, key, ts - ts % hop))
+            if slot is None:
+                folded[(name, key, ts - ts % hop)] = [target, rt._pk(key), position, seq0, 1]
+            else:
+                slot[4] += 1
+            return
+        # (``rt.out``, not a list taken once: the pass hands full lists on and starts anew)
+        rt.out.append((WRITE, target, rt._pk(key), position, dumps((name, key, value, seq0))))
+
+    add.__name__ = f"{name}__add"
+    return add
+
+
+def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -> Iterator:
+    """A close pass fed narrow rows (see the module docstring): the windows of
+    ``spec.narrow`` run natively over them, in position order, then their closes after the
+    log; its emitted rows, the windows' final states and its counts out."""
+    rt = SerialRuntime()
+    stores: dict[str, dict] = {name: {} for name in program.states}
+    loop = compile_loop(program, rt, stores)
+    compiled = loop.compiled
+    windows = fuse_windows(compiled, rt, only=spec.narrow)
+    closes = OwnCloses(rt, program, spec.narrow, spec.max_flush)
+    closes.ready(loop)
+    adds = {name: compiled.namespace[f"{name}__add"] for name in spec.narrow}
+    per_root = rt.scheduled_per_root
+    loads = pickle.loads
+    out: list = []
+    n = 0
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            ts = batch.column("_rs_t").to_pylist()
+            lsn = batch.column("_rs_o").to_pylist()
+            blobs = batch.column("_rs_b").to_pylist()
+            closes.lsn.append(np.asarray(lsn, dtype=np.int64))
+            closes.ts.append(np.asarray(ts, dtype=np.int64))
+            for t, root, blob in zip(ts, lsn, blobs):
+                closes.run(t)  # (the closes due by its time first, as serially)
+                name, key, value, seq0, *summed = loads(blob)
+                rt.event = (root, t)
+                for _ in range(summed[0] if summed else 1):
+                    per_root[root] = seq0
+                    adds[name](key, value, t)
+            n += batch.num_rows
+        closes.finish(spec.last_ts)
+        windows.finish(until=spec.last_ts, later=rt.later)
+    except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
+        out.append((ERROR, -1, None, _NOWHERE, pickle.dumps(repr(exc), protocol=5)))
+        yield out_rows(out, spec)
+        return
+    number = {h.name: h.index for h in program.handlers}
+    out += closes.rows(rt.rows, number)
+    kept, written = plain_files(spec.outputs, rt.rows, number)
+    out += written + pack_emitted(kept, number)
+    for name in spec.finals:
+        out.append((FINAL, -1, None, _NOWHERE, dumps((name, compiled.stores[name]))))
+    # The adding passes counted the closes; this pass reports the latest one it ran.
+    stat = (n, time.perf_counter() - started, 0, closes.last_at, True)
+    out.append((STAT, -1, None, _NOWHERE, pickle.dumps(stat, protocol=5)))
+    yield out_rows(out, spec)
