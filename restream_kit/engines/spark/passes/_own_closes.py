@@ -35,7 +35,7 @@ from ....runtime.semantics import (
     flush_overrun,
     run_scheduled,
 )
-from ._rows import BLOB_ROWS, EMIT, PH_LOG, PH_SCHED, RUN_HEAD, SIGN, U32x2, dumps
+from ._rows import BLOB_ROWS, EMIT, PH_LOG, PH_SCHED, RUN_HEAD, SIGN, dumps, scheduled_sub
 from ._shipping import Shipping
 
 __all__ = ["OwnCloses", "ShippingCloses", "close_handlers"]
@@ -119,8 +119,8 @@ class OwnCloses:
         root_ts = ts[order][np.minimum(at, len(order) - 1)].tolist() if len(order) else []
         tuples = []
         for (table, (root, t, handler, seq, fields)), rts in zip(found, root_ts):
-            head = RUN_HEAD.pack(rts + SIGN, PH_LOG, root + SIGN) + U32x2.pack(0, seq)
-            position = (t, PH_SCHED, 0, head)
+            head = RUN_HEAD.pack(rts + SIGN, PH_LOG, root + SIGN)
+            position = (t, PH_SCHED, 0, scheduled_sub(head, seq))
             tuples.append((table, root, t, handler, seq, fields, position, number[handler]))
         return [
             (EMIT, -1, None, (0, 0, 0, b""), dumps(tuples[i : i + BLOB_ROWS]))

@@ -4,11 +4,11 @@ A pass's output (``OUT_SCHEMA``) is one row per emitted batch of rows, final sta
 error, probe value, write or scheduled event for another pass, each with a kind (``EMIT``...)
 and, for rows that go to another pass, its number (``_rs_dest``), the partition value there
 (``_rs_pk``) and a position. A position is ``(t, phase, o, sub)``: a log event is
-``(ts, 2, row, b"")``; a scheduled event ``(at, 1, 0, run + i)`` and a timed write
-``(at, 0, 0, run + i)``, where ``run`` is the bytes of the scheduling run's position and
-handler and ``i`` its count of such calls; an ordinary write ``(t, ph, o, sub + handler + i)``
-of its run. Bytes compare as the tuples they encode. Payloads that are not plain numbers
-travel pickled, in memory only (never in a file).
+``(ts, 2, row, b"")``; a timed write ``(at, 0, 0, run + i)``, where ``run`` is the bytes of
+the writing run's position and handler and ``i`` its count of such calls; an ordinary write
+``(t, ph, o, sub + handler + i)`` of its run; a scheduled event ``(at, 1, 0, event + (0,
+seq))`` (:func:`scheduled_sub`). Bytes compare as the tuples they encode. Payloads that are
+not plain numbers travel pickled, in memory only (never in a file).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ __all__ = [
     "VERS",
     "SNAP",
     "position_bytes",
+    "scheduled_sub",
     "carry_dest",
     "carry_parts",
 ]
@@ -77,6 +78,16 @@ U32x2 = struct.Struct(">II")
 #: event, before the next log event (the serial engine's order), so its position is
 #: the event's, then this, then the scheduling handler and count.
 AFTER_RUN = b"\xff" * 4
+
+
+def scheduled_sub(head: bytes, seq: int) -> bytes:
+    """The end of a scheduled event's position: ``head``, the bytes of the position of the
+    event whose run scheduled it, then its ``seq`` (its number among the events its root
+    event scheduled). Not the handler and its count of calls: ``seq`` counts across the
+    root's runs in the order they schedule, on every pass alike (one stage schedules, and
+    a window run natively takes the numbers its expansion would), so the closes of a window
+    run natively sort among those of its expansion run elsewhere as serially."""
+    return head + U32x2.pack(0, seq)
 
 
 def position_bytes(pos: tuple) -> bytes:

@@ -45,6 +45,7 @@ from ._rows import (
     U32x2,
     dumps,
     order_value,
+    scheduled_sub,
 )
 from ._stores import BlindStore, carried
 
@@ -168,7 +169,7 @@ class Shipping(Routing, SinkingRuntime):
                 if once in self.sent_once:
                     if self.spec.bounds:  # a checkpoint holds it until its time
                         # Small: one of these per add, until the window's time passes.
-                        self.dropped.append((at, ev[1], ev[0], self.hidx, self.calls, seq, once))
+                        self.dropped.append((at, ev[1], ev[0], seq, once))
                     return
                 self.sent_once.add(once)
                 if self.spec.bounds:
@@ -176,9 +177,10 @@ class Shipping(Routing, SinkingRuntime):
             except TypeError:  # an unhashable field: send it
                 pass
         if at == ev[1]:  # after this event, before the next (``AFTER_RUN``)
-            position = (at, PH_LOG, ev[0], AFTER_RUN + U32x2.pack(self.hidx, self.calls))
+            position = (at, PH_LOG, ev[0], scheduled_sub(AFTER_RUN, seq))
         else:
-            position = (at, PH_SCHED, 0, self._run_bytes() + U32.pack(self.calls))
+            head = RUN_HEAD.pack(ev[1] + SIGN, PH_LOG, ev[0] + SIGN)
+            position = (at, PH_SCHED, 0, scheduled_sub(head, seq))
         payload = dumps((kind, fields, root, seq))
         targets = self.spec.kind_passes.get(kind, ())
         if not targets and self.spec.bounds:  # a checkpoint holds it until its time
@@ -192,11 +194,11 @@ class Shipping(Routing, SinkingRuntime):
         """The closes not sent (one of identical ones was) that wait at a checkpoint's
         ``end``, as ``CARRY`` rows of ``epoch``: a serial checkpoint holds each of them."""
         near = []
-        for at, t, lsn, hidx, calls, seq, once in self.dropped:
+        for at, t, lsn, seq, once in self.dropped:
             if at >= end[0]:
                 blob = dumps((once[0], self.once_fields[once], lsn, seq))
-                rb = RUN_HEAD.pack(t + SIGN, PH_LOG, lsn + SIGN) + U32x2.pack(hidx, calls)
-                near.append(((at, PH_SCHED, 0, rb), blob))
+                head = RUN_HEAD.pack(t + SIGN, PH_LOG, lsn + SIGN)
+                near.append(((at, PH_SCHED, 0, scheduled_sub(head, seq)), blob))
         self.passed(end[0] + 1)
         return unhandled_rows(near, end, epoch)
 

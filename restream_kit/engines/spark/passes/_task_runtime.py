@@ -1,10 +1,11 @@
 """The runtime of a general pass task (``passes._task``): the positioned runtime of
 :mod:`restream_kit.runtime.positioned` with the pass path's positions and sinks.
 
-A position is ``(t, phase, o, sub)``: a log event is ``(ts, 2, row, b"")``; a scheduled event
-``(at, 1, 0, run + i)`` and a timed write ``(at, 0, 0, run + i)``, where ``run`` is the bytes
-of the scheduling run's position and handler and ``i`` its count of such calls; an ordinary
-write ``(t, ph, o, sub + handler + i)`` of its run. Bytes compare as the tuples they encode.
+A position is ``(t, phase, o, sub)``: a log event is ``(ts, 2, row, b"")``; a timed write
+``(at, 0, 0, run + i)``, where ``run`` is the bytes of the writing run's position and handler
+and ``i`` its count of such calls; an ordinary write ``(t, ph, o, sub + handler + i)`` of its
+run; a scheduled event ``(at, 1, 0, event + (0, seq))`` (``_rows.scheduled_sub``). Bytes
+compare as the tuples they encode.
 
 Sinks: a write to a state held here is applied now or queued (the runtime's local sink, its
 entry as rows carry it, :func:`~._stores.carried`); a write to a state a later pass holds
@@ -33,6 +34,7 @@ from ._rows import (
     U32x2,
     dumps,
     position_bytes,
+    scheduled_sub,
 )
 from ._stores import BlindStore, apply_op, carried
 
@@ -129,9 +131,9 @@ class TaskRuntime(PositionedRuntime, Routing):
         self.calls += 1
         t, ph, o, sub = self.pos
         if at == t and ph == PH_LOG:  # after this run, before the next log event
-            position = (at, PH_LOG, o, sub + AFTER_RUN + U32x2.pack(self.hidx, self.calls))
+            position = (at, PH_LOG, o, scheduled_sub(sub + AFTER_RUN, seq))
         else:
-            position = (at, PH_SCHED, 0, self.run_key() + U32.pack(self.calls))
+            position = (at, PH_SCHED, 0, scheduled_sub(position_bytes(self.pos), seq))
         targets = self.spec.kind_passes.get(kind, ())
         if not targets and self.spec.bounds:  # a checkpoint holds it until its time
             self.unhandled.append((position, dumps((kind, fields, root, seq))))
