@@ -36,7 +36,7 @@ from ....runtime.semantics import SerialRuntime
 from ....runtime.windows import fuse_windows
 from ._emitted import pack_emitted
 from ._output_files import plain_files
-from ._own_closes import OwnCloses, ShippingCloses
+from ._own_closes import OwnCloses
 from ._rows import ERROR, FINAL, PH_LOG, STAT, WRITE, PassSpec, U32x2, dumps, out_rows
 
 __all__ = ["narrow_senders", "run_narrow"]
@@ -94,7 +94,6 @@ def _sender(rt: Any, name: str, window: Any, target: int, folded: dict | None) -
     closes = _closes_of(window)
     hop = window.hop if isinstance(window, Hopping) else getattr(window, "width", 1)
     distinct = window.agg == "distinct"
-    per_root = rt.scheduled_per_root if isinstance(rt, ShippingCloses) else None
 
     def add(key: Any, value: Any, ts: int) -> None:
         hash(key)  # (an unhashable key or value raises here, in its handler, as serially)
@@ -104,17 +103,7 @@ def _sender(rt: Any, name: str, window: Any, target: int, folded: dict | None) -
         root = ev[0]
         n, last = closes(ts)
         # The events its root scheduled so far: the closes count as if scheduled here.
-        if per_root is not None:
-            seq0 = per_root.get(root, 0)
-            per_root[root] = seq0 + n
-        else:
-            if root != rt.root:
-                rt.root, rt.seq_of_root = root, 0
-            seq0 = rt.seq_of_root
-            rt.seq_of_root = seq0 + n
-            rt.made += n
-        if rt.last_at is None or last > rt.last_at:
-            rt.last_at = last
+        seq0 = rt.made_by(root, last, n) - 1
         rt.calls += 1
         position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, rt.calls))
         if folded is not None:

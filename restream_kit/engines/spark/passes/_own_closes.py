@@ -135,24 +135,19 @@ class OwnCloses:
 
 
 class ShippingCloses(Shipping):
-    """:class:`Shipping` for a pass that also runs closes of its own: one count of the events
-    each root event scheduled (``seq``), shared by the closes it queues here (the native
-    windows number theirs from ``scheduled_per_root``) and the events it sends on."""
+    """:class:`Shipping` for a pass that also runs closes of its own: those it queues here
+    (a window run as its expansion) wait in the serial queue. Their runs come after later
+    log events, so the count of each root's scheduled events (``seq``) keeps every root."""
 
     def __init__(self, spec: Any, program: Any):
         super().__init__(spec, program)
-        self.scheduled_per_root: dict[int, int] = {}
+        self.scheduled_per_root = {}
 
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
-        root = self.event[0]
-        per_root = self.scheduled_per_root
-        self.root, self.seq_of_root = root, per_root.get(root, 0)  # (Shipping counts on)
-        if self.spec.index in self.spec.kind_passes.get(kind, ()):
-            # A close of its own (a window run as its expansion here): the serial queue.
-            check_schedule(at, self.event[1], fields)
-            seq = per_root[root] = per_root.get(root, 0) + 1
-            event = ScheduledEvent(kind, at, root, seq, fields)
-            heapq.heappush(self.scheduled, (at, next(self.order), event))
+        if self.spec.index not in self.spec.kind_passes.get(kind, ()):
+            super().schedule(kind, at=at, **fields)
             return
-        super().schedule(kind, at=at, **fields)
-        per_root[root] = self.seq_of_root
+        root = self.event[0]
+        check_schedule(at, self.event[1], fields)
+        event = ScheduledEvent(kind, at, root, self.made_by(root, at), fields)
+        heapq.heappush(self.scheduled, (at, next(self.order), event))

@@ -91,8 +91,10 @@ class Shipping(Routing, SinkingRuntime):
         self.program = program
         self.write_pos = None
         self.out: list = []
-        self.root: int | None = None  # the root event of the last ``schedule`` and its count
-        self.seq_of_root = 0
+        # ``seq``: the events each root event scheduled, counted in one place (:meth:`made_by`)
+        # and in the serial engine's mapping, which a window run natively counts in too. The
+        # events of a plain pass come one after the other: the latest root's count is enough.
+        self.scheduled_per_root = LatestRoot()
         self.made = 0
         self.last_at: int | None = None
         self.pk_cache: dict = {}
@@ -149,17 +151,8 @@ class Shipping(Routing, SinkingRuntime):
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
         ev = self.event
         check_schedule(at, ev[1], fields)
-        # ``seq`` counts the events scheduled by one root event, and the events of a plain
-        # pass come one after the other: one counter, restarted by a new root.
         root = ev[0]
-        if root == self.root:
-            self.seq_of_root += 1
-        else:
-            self.root, self.seq_of_root = root, 1
-        seq = self.seq_of_root
-        self.made += 1
-        if self.last_at is None or at > self.last_at:
-            self.last_at = at
+        seq = self.made_by(root, at)
         self.calls += 1
         if kind in self.spec.closes_once:
             # Identical window closes: the first acts, the others find the window gone. A
@@ -189,6 +182,18 @@ class Shipping(Routing, SinkingRuntime):
             self.out.append(
                 (SCHED, target, self._to(target, kind, at, root, seq, fields), position, payload)
             )
+
+    def made_by(self, root: int, at: int, n: int = 1) -> int:
+        """Count ``n`` events scheduled by ``root``'s runs, the latest for ``at``: the first
+        one's ``seq`` (the rest follow it). The one count of a pass's scheduled events: those
+        it sends on, a window's closes run here or (as if scheduled) in a pass fed its adds."""
+        per_root = self.scheduled_per_root
+        first = per_root.get(root, 0) + 1
+        per_root[root] = first + n - 1
+        self.made += n
+        if self.last_at is None or at > self.last_at:
+            self.last_at = at
+        return first
 
     def closes_waiting(self, end: tuple, epoch: int) -> list[tuple]:
         """The closes not sent (one of identical ones was) that wait at a checkpoint's
@@ -237,6 +242,16 @@ class Shipping(Routing, SinkingRuntime):
     def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
         """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
         self.write_rows(key, position, dumps((state, key, op)), targets, state)
+
+
+class LatestRoot(dict):
+    """The count of scheduled events per root event (``scheduled_per_root``) of a pass that
+    runs log events only, in log order: a new root's count replaces the last one's."""
+
+    def __setitem__(self, root: int, count: int) -> None:
+        if root not in self:
+            self.clear()
+        dict.__setitem__(self, root, count)
 
 
 class MadeByRuntime(SerialRuntime):
@@ -354,7 +369,8 @@ class GuardedShipping(Shipping):
             self,
             lists=("out", "unhandled", "dropped"),
             heaps=("future",),
-            values=("made", "last_at", "root", "seq_of_root"),
+            values=("made", "last_at"),
+            per_root="scheduled_per_root",
             other=self._undo,
         )
         self.sent_once = _JournalSet(self.journal)
