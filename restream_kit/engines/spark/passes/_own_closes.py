@@ -141,7 +141,7 @@ class ShippingCloses(Shipping):
 
     def __init__(self, spec: Any, program: Any):
         super().__init__(spec, program)
-        self.scheduled_per_root = {}
+        self.latest_root_only = False
 
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
         if self.spec.index not in self.spec.kind_passes.get(kind, ()):

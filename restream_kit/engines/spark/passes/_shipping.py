@@ -94,7 +94,8 @@ class Shipping(Routing, SinkingRuntime):
         # ``seq``: the events each root event scheduled, counted in one place (:meth:`made_by`)
         # and in the serial engine's mapping, which a window run natively counts in too. The
         # events of a plain pass come one after the other: the latest root's count is enough.
-        self.scheduled_per_root = LatestRoot()
+        self.scheduled_per_root: dict[int, int] = {}
+        self.latest_root_only = True
         self.made = 0
         self.last_at: int | None = None
         self.pk_cache: dict = {}
@@ -188,12 +189,16 @@ class Shipping(Routing, SinkingRuntime):
         one's ``seq`` (the rest follow it). The one count of a pass's scheduled events: those
         it sends on, a window's closes run here or (as if scheduled) in a pass fed its adds."""
         per_root = self.scheduled_per_root
-        first = per_root.get(root, 0) + 1
-        per_root[root] = first + n - 1
+        count = per_root.get(root)
+        if count is None:
+            count = 0
+            if self.latest_root_only:
+                per_root.clear()
+        per_root[root] = count + n
         self.made += n
         if self.last_at is None or at > self.last_at:
             self.last_at = at
-        return first
+        return count + 1
 
     def closes_waiting(self, end: tuple, epoch: int) -> list[tuple]:
         """The closes not sent (one of identical ones was) that wait at a checkpoint's
@@ -242,16 +247,6 @@ class Shipping(Routing, SinkingRuntime):
     def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
         """Write rows for the passes ``targets``, each to the partition of ``key`` there."""
         self.write_rows(key, position, dumps((state, key, op)), targets, state)
-
-
-class LatestRoot(dict):
-    """The count of scheduled events per root event (``scheduled_per_root``) of a pass that
-    runs log events only, in log order: a new root's count replaces the last one's."""
-
-    def __setitem__(self, root: int, count: int) -> None:
-        if root not in self:
-            self.clear()
-        dict.__setitem__(self, root, count)
 
 
 class MadeByRuntime(SerialRuntime):
