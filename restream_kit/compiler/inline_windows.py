@@ -13,18 +13,25 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections.abc import Callable
 from typing import Any
 
-from .inline import SCHEDULED_RUNNER_NAME, build_runner
+from .inline import EVENT, SCHEDULED_RUNNER_NAME, build_runner
 
-__all__ = ["Site", "inline_calls"]
+__all__ = ["Site", "EmitBlock", "inline_calls"]
 
 #: Given the call's argument names (each bound to its argument, evaluated once, in order,
-#: before the statements run), a prefix for the names of its own and the name the call's
-#: value goes to (None: a call whose value is dropped), the statements that do a helper
+#: before the statements run; a constant argument is given as its source in parentheses), a
+#: prefix for the names of its own, the name the call's value goes to (None: a call whose
+#: value is dropped) and the helper whose call was written out in the statement just before
+#: it in the same block (None if any other statement), the statements that do a helper
 #: call's work (source text), or None to keep the call.
-Site = Callable[[list[str], str, "str | None"], "str | None"]
+Site = Callable[[list[str], str, "str | None", "str | None"], "str | None"]
+#: Given a written-out emit's table and field names, the prefix ``g`` of the globals its rows
+#: go through as a block (``g + "list"``, ``"blk"``, ``"open"``, ``"add"``: see
+#: ``runtime._window_rows.Blocks.emit_site``), or None to append each row as a tuple.
+EmitBlock = Callable[[str, "tuple[str, ...]"], "str | None"]
 
 
 def inline_calls(
@@ -32,6 +39,7 @@ def inline_calls(
     sites: dict[str, tuple[Site, int]],
     clock: str | None = None,
     emits: frozenset[str] = frozenset(),
+    emit_block: EmitBlock | None = None,
 ) -> bool:
     """Rebuild ``compiled.run_batch`` with the calls of the helpers in ``sites`` (helper ->
     (site, the line its statements carry: the window's declaration, as the expansion's
@@ -43,13 +51,13 @@ def inline_calls(
     the scheduled events due by an event's time, to that time (how far they run).
     ``emits``: names bound to the serial runtime's own ``emit`` (``SerialRuntime.emit``):
     a statement ``emit("table", field=...)`` among them is written out too, as the row that
-    ``emit`` appends (:func:`_emit_source`)."""
+    ``emit`` appends (:func:`_emit_source`), or with ``emit_block``, as a row of a block."""
     inputs = compiled.runner_inputs
     if inputs is None or inputs[4].get("guarded"):
         return False
     tree, handlers, columns, kinds, options = inputs
     runner = build_runner(tree, handlers, columns, kinds, **options).function
-    splicer = _Splicer(sites, clock, emits)
+    splicer = _Splicer(sites, clock, emits, emit_block)
     runner = splicer.visit(runner)
     if not splicer.count:
         return False
@@ -64,12 +72,32 @@ class _Splicer(ast.NodeTransformer):
     """Replaces statements ``helper(a, b, c)`` and ``x = helper(a, b, c)`` with ``_rwN_0 = a``
     ... and the site's code."""
 
-    def __init__(self, sites: dict[str, tuple[Site, int]], clock: str | None, emits=frozenset()):
+    def __init__(
+        self,
+        sites: dict[str, tuple[Site, int]],
+        clock: str | None,
+        emits: frozenset[str] = frozenset(),
+        emit_block: EmitBlock | None = None,
+    ):
         self.sites = sites
         self.clock = clock
         self.emits = emits
+        self.emit_block = emit_block
         self.numbers = itertools.count()
         self.count = 0
+        # The helper written out by the statement just visited (None: any other statement),
+        # and by the one before the statement being visited, in the same block.
+        self.last: str | None = None
+        self.before: str | None = None
+
+    def visit(self, node: ast.AST) -> Any:
+        if not isinstance(node, ast.stmt):
+            return super().visit(node)
+        self.before, self.last = self.last, None
+        result = super().visit(node)
+        if hasattr(node, "body"):  # (a block's last statement is not before the next one)
+            self.last = None
+        return result
 
     def visit_Expr(self, node: ast.Expr) -> Any:
         call = node.value
@@ -81,7 +109,7 @@ class _Splicer(ast.NodeTransformer):
         ):
             source = f"{self.clock}[0] = {ast.unparse(call.args[0])}"
             return [ast.copy_location(ast.parse(source).body[0], node), node]
-        source = _emit_source(call, self.emits, f"_rw{next(self.numbers)}_")
+        source = _emit_source(call, self.emits, f"_rw{next(self.numbers)}_", self.emit_block)
         if source is not None:
             body = ast.parse(source).body
             for stmt in body:
@@ -108,14 +136,21 @@ class _Splicer(ast.NodeTransformer):
             return node
         site, lineno = self.sites[call.func.id]
         prefix = f"_rw{next(self.numbers)}_"
-        names = [f"{prefix}{i}" for i in range(len(call.args))]
-        source = site(names, prefix, target)
+        # A constant argument is written in place (a count's value, None), the others bound.
+        names = [
+            f"({ast.unparse(arg)})" if isinstance(arg, ast.Constant) else f"{prefix}{i}"
+            for i, arg in enumerate(call.args)
+        ]
+        source = site(names, prefix, target, self.before)
         if source is None:
             return node
         self.count += 1
+        self.last = call.func.id
         bind = [
             ast.copy_location(ast.Assign([ast.Name(n, ast.Store())], arg), node)
             for n, arg in zip(names, call.args)
+            if not isinstance(arg, ast.Constant)
+            and (re.search(rf"\b{n}\b", source) or not _field_of_event(arg))
         ]
         body = ast.parse(source).body
         for stmt in body:
@@ -126,11 +161,31 @@ class _Splicer(ast.NodeTransformer):
         return [*bind, *body]
 
 
-def _emit_source(call: ast.expr, emits: frozenset[str], p: str) -> str | None:
+def _field_of_event(node: ast.expr) -> bool:
+    """Whether ``node`` reads a field of the loop's event by position (``_rs_ev[1]``): its
+    value need not be bound when the site does not use it (reading it cannot fail)."""
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == EVENT
+        and isinstance(node.slice, ast.Constant)
+        and isinstance(node.slice.value, int)
+    )
+
+
+def _emit_source(
+    call: ast.expr, emits: frozenset[str], p: str, emit_block: EmitBlock | None = None
+) -> str | None:
     """The statements of ``emit("table", name=value, ...)``, a call of one of ``emits``,
     that append its row as ``SerialRuntime.emit`` does (its fields made first, then the
     row from the runtime's event, handler and ``seq``); None for any other call (a table
-    that is not a string literal, ``**fields``, a field named ``table``)."""
+    that is not a string literal, ``**fields``, a field named ``table``).
+
+    With ``emit_block`` (the serial engine's replay), the row goes to a block of the rows
+    this emit makes one after the other, as ``(lsn, ts, *values)``: no dict and no row
+    tuple per row, and the table is built from the block's columns. In the loop, the
+    runtime's event is the loop's, and its handler and ``seq`` do not change while a
+    handler body runs (only scheduled runs set them), so a block takes them once."""
     if not (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Name)
@@ -141,10 +196,18 @@ def _emit_source(call: ast.expr, emits: frozenset[str], p: str) -> str | None:
         and all(kw.arg not in (None, "table") for kw in call.keywords)
     ):
         return None
+    table = call.args[0].value
+    g = emit_block(table, tuple(kw.arg for kw in call.keywords)) if emit_block else None
+    if g is not None:
+        values = [f"{p}{i}" for i in range(len(call.keywords))]
+        lines = [f"{v} = {ast.unparse(kw.value)}" for v, kw in zip(values, call.keywords)]
+        row = ", ".join(["_rs_ev[0]", "_rs_ev[1]", *values])
+        lines += [f"if {g}list[-1] is not {g}blk:", f"    {g}open()", f"{g}add(({row}))"]
+        return "\n".join(lines)
     fields = ", ".join(f"{kw.arg!r}: {ast.unparse(kw.value)}" for kw in call.keywords)
     return (
         f"{p}f = {{{fields}}}\n"
         f"{p}e = _rs_rt.event\n"
-        f"_rs_rt.rows[{call.args[0].value!r}].append("
+        f"_rs_rt.rows[{table!r}].append("
         f"({p}e[0], {p}e[1], _rs_rt.handler, _rs_rt.seq, {p}f))"
     )

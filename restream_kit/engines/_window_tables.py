@@ -1,7 +1,7 @@
 """The serial engine's output tables, where native windows left their rows as columns.
 
-A table whose rows all came from closing windows (``runtime._window_rows.WindowRows``) is
-built from their columns at once, exactly as ``build_table`` builds it from the rows (the same
+A table whose rows all came from closing windows (``runtime._window_rows.WindowRows``), or
+all from one emit written out in the loop (``EmitRows``), is built from their columns at once, exactly as ``build_table`` builds it from the rows (the same
 columns, order and types); any other table, or one whose values ``build_table`` would treat
 specially (a value Arrow cannot type, booleans among numbers), is built by ``build_table``
 from the rows as tuples, with its errors.
@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import chain, repeat
+from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
 
-from ..io.result import build_table
-from ..runtime.windows import ROW_FIELDS, WindowRows
+from ..io.result import ROW_COLUMNS, build_table
+from ..runtime.windows import ROW_FIELDS, EmitRows, WindowRows
 
 __all__ = ["emitted_table", "as_rows"]
 
@@ -26,18 +27,19 @@ def emitted_table(name: str, rows: list, blocked: bool) -> pa.Table:
     :class:`WindowRows` in it."""
     if not blocked:
         return build_table(name, rows)
+    table = None
     if rows and all(type(r) is WindowRows for r in rows):
         table = _from_columns(rows)
-        if table is not None:
-            return table
-    return build_table(name, as_rows(rows))
+    elif rows and all(type(r) is EmitRows for r in rows):
+        table = _from_emits(rows)
+    return table if table is not None else build_table(name, as_rows(rows))
 
 
 def as_rows(rows: Iterable) -> list[tuple]:
     """``rows`` with every :class:`WindowRows` written out as its row tuples."""
     out: list[tuple] = []
     for r in rows:
-        if type(r) is WindowRows:
+        if type(r) is WindowRows or type(r) is EmitRows:
             out.extend(r.rows())
         else:
             out.append(r)
@@ -58,6 +60,32 @@ def _from_columns(blocks: list[WindowRows]) -> pa.Table | None:
     for name in ROW_FIELDS:
         try:
             array = _repeated(parts, name, counts) or pa.array(_column(parts, name))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            return None
+        if pa.types.is_boolean(array.type):
+            return None
+        columns[name] = array
+    return pa.table(columns)
+
+
+def _from_emits(blocks: list[EmitRows]) -> pa.Table | None:
+    """The table of rows that all came from written-out emits of the same fields, or None
+    where ``build_table`` must decide (as :func:`_from_columns`; fields that differ between
+    blocks, or named as a column every row has, which it reports)."""
+    fields = blocks[0].fields
+    if any(b.fields != fields for b in blocks) or any(f in ROW_COLUMNS for f in fields):
+        return None
+    items = list(chain.from_iterable(b.items for b in blocks))
+    counts = [len(b.items) for b in blocks]
+    columns = {
+        "lsn": pa.array(list(map(itemgetter(0), items)), pa.int64()),
+        "ts": pa.array(list(map(itemgetter(1), items)), pa.int64()),
+        "handler": _strings([b.handler for b in blocks], counts),
+        "seq": pa.array(np.repeat(np.array([b.seq for b in blocks], dtype=np.int64), counts)),
+    }
+    for i, name in enumerate(fields, 2):
+        try:
+            array = pa.array(list(map(itemgetter(i), items)))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
             return None
         if pa.types.is_boolean(array.type):

@@ -309,7 +309,7 @@ def add_site(n: str, agg: str, width: int, hop: int) -> Callable:
     g = f"_rsn_{n}_"
     many = -(-width // hop)
 
-    def site(args: list[str], p: str, target: str | None) -> str | None:
+    def site(args: list[str], p: str, target: str | None, _after: str | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args

@@ -120,14 +120,16 @@ def sums_sites(n: str, width: int, parts: dict) -> dict:
 
     def expiring(now: str, p: str) -> list[str]:
         """The decrements due by ``now`` applied, oldest first (``expire``)."""
-        lines = [f"while {g}due and {g}due[0][0] <= {now}:", f"    {p}x = {g}due.popleft()"]
+        lines = [f"while {g}due and {g}due[0][0] <= {now}:"]
+        if sums is None:  # (a count: its key alone)
+            return [*lines, f"    {p}x = {g}due.popleft()[1]", f"    {g}n[{p}x] -= 1"]
+        lines += [f"    {p}x = {g}due.popleft()", f"    {p}k = {p}x[1]"]
         if counts is not None:
-            lines.append(f"    {g}n[{p}x[1]] = {g}n[{p}x[1]] - 1")
-        if sums is not None:
-            lines.append(f"    {g}sum[{p}x[1]] = {g}sum[{p}x[1]] + {p}x[2]")
+            lines.append(f"    {g}n[{p}k] -= 1")
+        lines.append(f"    {g}sum[{p}k] = {g}sum[{p}k] + {p}x[2]")
         return lines
 
-    def add(args: list[str], p: str, target: str | None) -> str | None:
+    def add(args: list[str], p: str, target: str | None, _after: str | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
@@ -143,10 +145,11 @@ def sums_sites(n: str, width: int, parts: dict) -> dict:
             lines.append(f"{g}due.append(({t} + {width}, {k}, None))")
         return "\n".join(lines)
 
-    def value(args: list[str], p: str, target: str | None) -> str | None:
+    def value(args: list[str], p: str, target: str | None, after: str | None) -> str | None:
         k = args[0]
         out = target if target is not None else f"{p}v"
-        lines = expiring("_rs_ev[1]", p)
+        # Right after an add (at the event's time), nothing more is due by then.
+        lines = [] if after == f"{n}__add" else expiring("_rs_ev[1]", p)
         if sums is None:
             lines.append(f"{out} = {g}n_get({k}, 0)")
         elif counts is None:

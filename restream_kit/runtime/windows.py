@@ -55,10 +55,18 @@ from ._sessions import session
 from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums, sums_sites
 from ._window_parts import CLOCK, FINISH, INLINE, store
 from ._window_rows import FIELDS as ROW_FIELDS
-from ._window_rows import Blocks, WindowRows
+from ._window_rows import Blocks, EmitRows, WindowRows
 from .semantics import SerialRuntime, TimeTravelError
 
-__all__ = ["fuse_windows", "Fused", "native_plan", "Blocks", "WindowRows", "ROW_FIELDS"]
+__all__ = [
+    "fuse_windows",
+    "Fused",
+    "native_plan",
+    "Blocks",
+    "WindowRows",
+    "EmitRows",
+    "ROW_FIELDS",
+]
 
 
 @dataclass
@@ -148,7 +156,15 @@ def fuse_windows(
         )
     if sites:
         clock = CLOCK if CLOCK in compiled.namespace else None
-        inline_calls(compiled, sites, clock, _own_emits(compiled.namespace, rt, blocks))
+        emits = _own_emits(compiled.namespace, rt, blocks)
+        block = None
+        if emits and blocks is not None:
+            ns = compiled.namespace
+
+            def block(table: str, fields: tuple[str, ...]) -> str:
+                return blocks.emit_site(ns, rt, table, fields)
+
+        inline_calls(compiled, sites, clock, emits, block)
     return fused
 
 
