@@ -19,7 +19,10 @@ functions below, which keep every observable effect of the expansion:
   the adds come at their events' times (``_native_plan.adds_at_event_time``), the open
   sessions wait in one queue, oldest close first, and the window has one entry in the
   runtime's queue, at its oldest session's close; otherwise one light close per add, whose
-  check is the expansion's;
+  check is the expansion's; in the serial engine's replay, a session window without
+  ``on_close`` functions, added to by log events alone and alone on its table, queues
+  nothing: a session closes at the next add past its close time, and its rows are made in
+  close order when they are asked for (``_native_plan.lazy_session``);
 - sliding (``_sliding_queues``): count, sum and mean added to at their events' times queue
   their decrements in one deque per window, applied before each add or read as the runtime
   would apply its timed writes (otherwise those timed writes, written to the runtime's
@@ -50,7 +53,7 @@ from ..compiler.compile import CompiledProgram
 from ..compiler.inline_windows import inline_calls
 from ..model.windows import Hopping, Session, Sliding, Tumbling
 from ._aligned import aligned
-from ._native_plan import adds_at_event_time, native_plan, only_log_events_add, sole_writer
+from ._native_plan import LAZY, adds_at_event_time, native_plan
 from ._sessions import session
 from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums, sums_sites
 from ._window_parts import CLOCK, FINISH, INLINE, store
@@ -71,12 +74,14 @@ __all__ = [
 
 @dataclass
 class Fused:
-    """What :func:`fuse_windows` did: the windows that run natively, why the others keep
-    their expansion (window -> reason), and what writes the native windows' state at the end
+    """What :func:`fuse_windows` did: the windows that run natively (and how), why the others
+    keep their expansion (window -> reason), and what writes the native windows' state at the end
     of the replay (:meth:`finish`)."""
 
     names: list[str] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)
+    #: How each native window runs, in a few words (``native_plan``'s, for this replay).
+    how: dict[str, str] = field(default_factory=dict)
     finishers: list[Callable] = field(default_factory=list)
     #: The tables windows put their rows in as columns, when asked to (``blocks=``).
     blocks: Blocks | None = None
@@ -122,7 +127,8 @@ def fuse_windows(
     program = compiled.program
     fused = Fused(blocks=blocks)
     sites: dict = {}
-    for name, (native, why) in native_plan(program).items():
+    lazy = blocks is not None and batch_closes
+    for name, (native, why) in native_plan(program, compiled.namespace, lazy).items():
         if only is not None and name not in only:
             continue
         if not native:
@@ -135,10 +141,7 @@ def fuse_windows(
         if blocks is not None and not isinstance(window, Sliding):
             extra["blocks"] = blocks
             if isinstance(window, Session):
-                ns = compiled.namespace
-                extra["lazy"] = sole_writer(program, ns, name) and only_log_events_add(
-                    program, ns, name
-                )
+                extra["lazy"] = why == LAZY
         builder = _BUILDERS[type(window)]
         replaced = builder(name, window, compiled.namespace, rt, batch_closes, fail, **extra)
         finish = replaced.pop(FINISH, None)
@@ -150,6 +153,7 @@ def fuse_windows(
             sites[helper] = (site, line)
         compiled.namespace.update(replaced)
         fused.names.append(name)
+        fused.how[name] = why
     if fused.names:
         compiled.handlers = tuple(
             (hname, compiled.namespace[hname]) for hname, _fn in compiled.handlers

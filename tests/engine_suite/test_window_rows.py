@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import restream_kit as rk
 from restream_kit.compiler.compile import compile_program
 from restream_kit.io.progress import EpochFinished, Recorder
+from restream_kit.planner.render import plan_text
 from restream_kit.runtime import SerialRuntime
 from restream_kit.runtime._native_plan import only_log_events_add, sole_writer
 from restream_kit.runtime.loop import compile_loop
@@ -252,3 +253,32 @@ def test_written_out_emits_leave_blocks_that_make_the_expansions_tables(fields):
     assert got_epochs == want_epochs
     _program, rt, compiled = _fused(source)
     assert "emit" not in compiled.run_batch.__code__.co_names
+
+
+@pytest.mark.parametrize(
+    "extra, lazy",
+    [
+        ("", True),
+        ("@w.on_close\ndef closed(key, start, end, value):\n    seen['c'] += 1\n", False),
+        ("@on('b')\ndef other(e):\n    emit('rows', key=e.k)\n", False),
+    ],
+)
+def test_the_path_and_the_plan_say_whether_a_session_closes_lazily(extra, lazy):
+    """``metrics.path`` and the plan say what runs: a lazy session window (no ``on_close``,
+    alone on its table, added to by log events) queues nothing and makes its rows in close
+    order; another one keeps one queue of open sessions; a replay that keeps every
+    expansion says why."""
+    program = rk.Program.from_source(HEADER + LAZY + extra, name="said")
+    kinds = ["a", "a", "b"]
+    log = rk.Log(
+        [{"ts": t, "kind": kinds[t % 3], "k": t % 2, "j": 0, "v": t % 3} for t in range(12)]
+    )
+    how = rk.replay(program, log).metrics.path["window w"]
+    if lazy:
+        assert how.startswith("fused, lazy: a session closes at the next add past its close")
+        assert "nothing queued" in how and "close order" in how
+    else:
+        assert how == "fused: one queue of open sessions, one queued close at a time"
+    assert f"  w: {how}" in plan_text(rk.plan(program))
+    kept = rk.replay(program, log, native_windows=False).metrics.path["window w"]
+    assert kept == "off: native_windows=False"
