@@ -9,9 +9,10 @@ from the rows as tuples, with its errors.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,21 +52,24 @@ def _from_columns(blocks: list[WindowRows]) -> pa.Table | None:
     decide (a field Arrow cannot type as it is, or booleans, which it checks for numbers)."""
     parts = [b.columns() for b in blocks]
     counts = [p["n"] for p in parts]
+    fields = {}
+    for name in ROW_FIELDS:
+        array = _field(_window_field, parts, name, counts)
+        if array is None:
+            return None
+        fields[name] = array
+    end = fields["end"]
+    if end.type == pa.int64() and all(p["end"] is p["ts"] for p in parts):
+        ts = end  # (sessions' rows: a row's time is its end, as integers here)
+    else:
+        ts = _repeated(parts, "ts", counts) or pa.array(_column(parts, "ts"), pa.int64())
     columns = {
         "lsn": pa.array(_column(parts, "lsn"), pa.int64()),
-        "ts": _repeated(parts, "ts", counts) or pa.array(_column(parts, "ts"), pa.int64()),
+        "ts": ts,
         "handler": _strings([b.handler for b in blocks], counts),
         "seq": pa.array(_column(parts, "seq"), pa.int64()),
     }
-    for name in ROW_FIELDS:
-        try:
-            array = _repeated(parts, name, counts) or pa.array(_column(parts, name))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            return None
-        if pa.types.is_boolean(array.type):
-            return None
-        columns[name] = array
-    return pa.table(columns)
+    return pa.table({**columns, **fields})
 
 
 def _from_emits(blocks: list[EmitRows]) -> pa.Table | None:
@@ -84,14 +88,31 @@ def _from_emits(blocks: list[EmitRows]) -> pa.Table | None:
         "seq": pa.array(np.repeat(np.array([b.seq for b in blocks], dtype=np.int64), counts)),
     }
     for i, name in enumerate(fields, 2):
-        try:
-            array = pa.array(list(map(itemgetter(i), items)))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            return None
-        if pa.types.is_boolean(array.type):
+        array = _field(_item, items, i)
+        if array is None:
             return None
         columns[name] = array
     return pa.table(columns)
+
+
+def _field(make: Callable[..., pa.Array], *args: Any) -> pa.Array | None:
+    """A field's column, ``make(*args)``, or None where ``build_table`` must decide: values
+    Arrow cannot type as they are, or booleans (which it checks for numbers among)."""
+    try:
+        array = make(*args)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return None
+    return None if pa.types.is_boolean(array.type) else array
+
+
+def _window_field(parts: list[dict], name: str, counts: list[int]) -> pa.Array:
+    """Field ``name`` of closed windows' rows: one integer repeated, or their values."""
+    return _repeated(parts, name, counts) or pa.array(_column(parts, name))
+
+
+def _item(items: list[tuple], i: int) -> pa.Array:
+    """Item ``i`` of every row of written-out emits, as a column."""
+    return pa.array(list(map(itemgetter(i), items)))
 
 
 def _column(parts: list[dict], name: str) -> list:

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..compiler.expand_windows import close_kind
 from ..model.windows import Session
-from ._aligned import FIRST, MERGE, STATE, indent, merger, value_getter
-from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, store
+from ._aligned import FIRST, MERGE, STATE, closing_parts, indent, merger, value_getter
+from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, numbered, store
 from ._window_rows import SESSION_ORDER, Blocks, WindowRows
 from .semantics import MAX_FLUSH, ScheduledEvent, SerialRuntime, TimeTravelError, flush_overrun
 
@@ -100,15 +100,10 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
     agg = window.agg
     merge, first = merger(agg)
     value_of = value_getter(agg)
-    counts = store(namespace, f"{n}__n")
+    counts, aggregates, kind, handler, table, callbacks = closing_parts(n, window, namespace)
     firsts = store(namespace, f"{n}__first")
     lasts = store(namespace, f"{n}__last")
-    aggregates = store(namespace, f"{n}{STATE[agg]}") if agg in STATE else None
     gap = window.gap
-    kind = close_kind(n)
-    table = window.table
-    handler = f"{n}__close"
-    callbacks = [namespace[fn.__name__] for fn in window.callbacks]
     per_root = rt.scheduled_per_root
     scheduled = rt.scheduled
     future = rt.future
@@ -149,20 +144,7 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
         if rec[7] != at:  # (a later close at the same time never emits: the first does)
             rec[7], rec[4], rec[2], rec[3] = at, next(order), root, seq
 
-    def opener(key: Any, value: Any, ts: int, seq: int) -> None:
-        try:
-            put(key, value, ts, seq)
-        except Exception as exc:
-            fail(exc)
-
-    def add(key: Any, value: Any, ts: int) -> None:
-        try:
-            root = rt.event[0]
-            seq = per_root.get(root, 0) + 1
-            per_root[root] = seq
-            put(key, value, ts, seq)
-        except Exception as exc:
-            fail(exc)
+    opener, add = numbered(put, rt, fail)
 
     def front() -> tuple | None:
         """The entry of the session that closes first (stale entries moved or dropped)."""
@@ -255,26 +237,8 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
-        lines = [
-            f"{p}q = {g}root_get(_rs_ev[0], 0) + 1",
-            f"{g}roots[_rs_ev[0]] = {p}q",
-            f"{p}r = {g}get({k})",
-            f"if {p}r is None:",
-            f"    {g}open({k}, {v}, {t}, {p}q)",
-            "else:",
-            f"    {p}r[0] += 1",
-        ]
-        merge_line = MERGE[agg].format(r=f"{p}r", v=v)
-        if merge_line:
-            lines.append(indent(merge_line))
-        lines += [
-            f"    {p}r[6] = {t}",
-            f"    if {p}r[7] != {t} + {gap}:",
-            f"        {p}r[7] = {t} + {gap}",
-            f"        {p}r[4] = next({g}order)",
-            f"        {p}r[2] = _rs_ev[0]",
-            f"        {p}r[3] = {p}q",
-        ]
+        lines = [*_looked_up(g, p, k), f"    {g}open({k}, {v}, {t}, {p}q)"]
+        lines += _added(g, p, agg, v, f"{t} + {gap}", close=7, last=t)
         return "\n".join(lines)
 
     return {
@@ -334,7 +298,9 @@ def _lazy(
 
     def settle(now: float | None = None) -> None:
         """The rows of the sessions closed by ``now`` (None: the last event's time)."""
-        due = _closed_by(_time_of(rt.event) if now is None else now, open_, closed)
+        made(_closed_by(_time_of(rt.event) if now is None else now, open_, closed))
+
+    def made(due: list) -> None:
         if due:
             rows[table].append(WindowRows.sessions(due, handler, agg))
             blocks.tables.add(table)
@@ -342,17 +308,22 @@ def _lazy(
     def finish(flushed: bool = False, **_when: Any) -> None:
         """The rows left (every session's when the log was flushed); the state of the
         sessions still open."""
-        if flushed and open_:
-            if len(open_) > MAX_FLUSH:
-                raise flush_overrun()
-            rec = max(open_.values(), key=SESSION_ORDER)
-            last = rec[6]
-            if rt.future and rt.future[0][0] <= last:
-                rt.apply_due(last)  # (what the flush's last close would have applied)
-            if _time_of(rt.event) < last:  # (the flush's last event, as other windows see it)
-                rt.event = Close(close_kind(n), last, rec[2], rec[3], rec[7], None, rec[4])
-        settle(float("inf") if flushed else None)
-        _hold(n, agg, gap, namespace, open_)
+        if not (flushed and open_):
+            settle(float("inf") if flushed else None)
+            _hold(n, agg, gap, namespace, open_)
+            return
+        if len(open_) > MAX_FLUSH:
+            raise flush_overrun()
+        due = _closed_by(float("inf"), open_, closed)
+        # The flush's last close: the session the last add moved on (it is still open, and
+        # its place in the queue is the latest of all).
+        rec = due[-1]
+        last = rec[6]
+        if rt.future and rt.future[0][0] <= last:
+            rt.apply_due(last)  # (what the flush's last close would have applied)
+        if _time_of(rt.event) < last:  # (the flush's last event, as other windows see it)
+            rt.event = Close(close_kind(n), last, rec[2], rec[3], rec[7], None, rec[4])
+        made(due)
 
     blocks.settlers.append(settle)
     blocks.finishers.append(finish)  # (before the other windows': see ``Blocks``)
@@ -416,31 +387,52 @@ def _lazy_site(g: str, agg: str, gap: int) -> Callable:
         new = f"{g}open[{k}] = [1, {FIRST[agg].format(v=v)}, _rs_ev[0], {p}q, next({g}order), "
         new += f"{t}, {t} + {gap}, {k}]"
         lines = [
-            f"{p}q = {g}root_get(_rs_ev[0], 0) + 1",
-            f"{g}roots[_rs_ev[0]] = {p}q",
-            f"{p}r = {g}get({k})",
-            f"if {p}r is None:",
+            *_looked_up(g, p, k),
             f"    {new}",
             f"elif {p}r[6] <= {t}:",
             f"    {g}closed({p}r)",
             f"    del {g}open[{k}]",
             f"    {new}",
-            "else:",
-            f"    {p}r[0] += 1",
-        ]
-        merge_line = MERGE[agg].format(r=f"{p}r", v=v)
-        if merge_line:
-            lines.append(indent(merge_line))
-        lines += [
-            f"    if {p}r[6] != {t} + {gap}:",
-            f"        {p}r[6] = {t} + {gap}",
-            f"        {p}r[4] = next({g}order)",
-            f"        {p}r[2] = _rs_ev[0]",
-            f"        {p}r[3] = {p}q",
+            *_added(g, p, agg, v, f"{t} + {gap}", close=6),
         ]
         return "\n".join(lines)
 
     return site
+
+
+def _looked_up(g: str, p: str, k: str) -> list[str]:
+    """The start of a session window's add written out in a loop (its globals named
+    ``g...``, its locals ``p...``): the add's number ``q`` taken, key ``k``'s session
+    record ``r`` looked up, and the test for none (the lines for a new one follow)."""
+    return [
+        f"{p}q = {g}root_get(_rs_ev[0], 0) + 1",
+        f"{g}roots[_rs_ev[0]] = {p}q",
+        f"{p}r = {g}get({k})",
+        f"if {p}r is None:",
+    ]
+
+
+def _added(
+    g: str, p: str, agg: str, v: str, at: str, close: int, last: str | None = None
+) -> list[str]:
+    """The end of a session window's add written out in a loop (:func:`_looked_up`): value
+    ``v`` counted and merged into the open session ``r``, its last time set to ``last``
+    (when the record keeps it apart), and its close (the record's item ``close``) moved to
+    ``at`` with a new place in the queue, ``lsn`` and ``seq`` when that changes it."""
+    lines = ["else:", f"    {p}r[0] += 1"]
+    merge_line = MERGE[agg].format(r=f"{p}r", v=v)
+    if merge_line:
+        lines.append(indent(merge_line))
+    if last is not None:
+        lines.append(f"    {p}r[6] = {last}")
+    return [
+        *lines,
+        f"    if {p}r[{close}] != {at}:",
+        f"        {p}r[{close}] = {at}",
+        f"        {p}r[4] = next({g}order)",
+        f"        {p}r[2] = _rs_ev[0]",
+        f"        {p}r[3] = {p}q",
+    ]
 
 
 def _never(e: Any) -> None:

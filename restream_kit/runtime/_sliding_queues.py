@@ -41,6 +41,21 @@ def _expired(times: Iterable[int], limit: int) -> int:
     return n
 
 
+def _reader(held: dict, empty: Any, read: Callable, fail: Callable) -> Callable:
+    """``value(key, ts)`` of a sliding window that holds a structure per key in ``held``:
+    ``read(structure, ts)``, or ``empty`` for a key it has none of; an error re-raised
+    through ``fail``."""
+
+    def value(key: Any, ts: int) -> Any:
+        try:
+            h = held.get(key)
+            return empty if h is None else read(h, ts)
+        except Exception as exc:
+            fail(exc)
+
+    return value
+
+
 def sliding_sums(
     counts: dict | None, sums: dict | None, width: int, rt: Any, fail: Callable
 ) -> tuple[Callable, Callable, Callable, dict]:
@@ -191,15 +206,11 @@ def sliding_extremes(
         except Exception as exc:
             fail(exc)
 
-    def value(key: Any, ts: int) -> Any:
-        try:
-            q = queues.get(key)
-            if q is None:
-                return None
-            first = _expired(map(_time_of, q), ts - width)
-            return q[first][1] if first < len(q) else None
-        except Exception as exc:
-            fail(exc)
+    def extreme(q: deque, ts: int) -> Any:
+        first = _expired(map(_time_of, q), ts - width)
+        return q[first][1] if first < len(q) else None
+
+    value = _reader(queues, None, extreme, fail)
 
     def finish(**_when: Any) -> None:  # (its state does not depend on the clock)
         for key, q in queues.items():
@@ -234,15 +245,11 @@ def sliding_distinct(
         except Exception as exc:
             fail(exc)
 
-    def value(key: Any, ts: int) -> Any:
-        try:
-            held = keys.get(key)
-            if held is None:
-                return 0
-            latest = held[0]  # oldest first: the expired ones lead
-            return len(latest) - _expired(latest.values(), ts - width)
-        except Exception as exc:
-            fail(exc)
+    def distinct(held: tuple[dict, deque], ts: int) -> int:
+        latest = held[0]  # oldest first: the expired ones lead
+        return len(latest) - _expired(latest.values(), ts - width)
+
+    value = _reader(keys, 0, distinct, fail)
 
     def finish(**_when: Any) -> None:  # (its state does not depend on the clock)
         for key, (latest, _adds) in keys.items():

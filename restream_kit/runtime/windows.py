@@ -243,32 +243,29 @@ def _sliding(
         else:
             heapq.heappush(future, (at, next(order), d, 0, "add", key, amount))
 
-    if agg == "count":
+    read = _READS[agg](counts, sums)
 
-        def value(key: Any, ts: int) -> Any:
-            try:
-                return counts.get(key, 0)
-            except Exception as exc:
-                fail(exc)
-
-    elif agg == "sum":
-
-        def value(key: Any, ts: int) -> Any:
-            try:
-                return sums.get(key, 0)
-            except Exception as exc:
-                fail(exc)
-
-    else:
-
-        def value(key: Any, ts: int) -> Any:
-            try:
-                c = counts.get(key, 0)
-                return sums.get(key, 0) / c if c else None
-            except Exception as exc:
-                fail(exc)
+    def value(key: Any, ts: int) -> Any:
+        try:
+            return read(key)
+        except Exception as exc:
+            fail(exc)
 
     return {f"{n}__add": add, f"{n}__value": value}
 
 
+def _mean(counts: dict, sums: dict) -> Callable:
+    def read(key: Any) -> Any:
+        c = counts.get(key, 0)
+        return sums.get(key, 0) / c if c else None
+
+    return read
+
+
+#: Per aggregate of a sliding count, sum or mean, ``read(key)`` over its count and sum states.
+_READS: dict[str, Callable] = {
+    "count": lambda counts, _sums: lambda key: counts.get(key, 0),
+    "sum": lambda _counts, sums: lambda key: sums.get(key, 0),
+    "mean": _mean,
+}
 _BUILDERS = {Tumbling: aligned, Hopping: aligned, Session: session, Sliding: _sliding}
