@@ -182,8 +182,8 @@ def _emit_source(
     that is not a string literal, ``**fields``, a field named ``table``).
 
     With ``emit_block`` (the serial engine's replay), the row goes to a block of the rows
-    this emit makes one after the other, as ``(lsn, ts, *values)``: no dict and no row
-    tuple per row, and the table is built from the block's columns. In the loop, the
+    this emit makes one after the other, as ``lsn, ts, *values`` in a flat list: no dict
+    and no row tuple kept per row, and the table is built from the block's columns. In the loop, the
     runtime's event is the loop's, and its handler and ``seq`` do not change while a
     handler body runs (only scheduled runs set them), so a block takes them once."""
     if not (

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import chain, repeat
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -79,16 +78,15 @@ def _from_emits(blocks: list[EmitRows]) -> pa.Table | None:
     fields = blocks[0].fields
     if any(b.fields != fields for b in blocks) or any(f in ROW_COLUMNS for f in fields):
         return None
-    items = list(chain.from_iterable(b.items for b in blocks))
-    counts = [len(b.items) for b in blocks]
+    counts = [len(b) for b in blocks]
     columns = {
-        "lsn": pa.array(list(map(itemgetter(0), items)), pa.int64()),
-        "ts": pa.array(list(map(itemgetter(1), items)), pa.int64()),
+        "lsn": pa.array(_emitted(blocks, 0), pa.int64()),
+        "ts": pa.array(_emitted(blocks, 1), pa.int64()),
         "handler": _strings([b.handler for b in blocks], counts),
         "seq": pa.array(np.repeat(np.array([b.seq for b in blocks], dtype=np.int64), counts)),
     }
     for i, name in enumerate(fields, 2):
-        array = _field(_item, items, i)
+        array = _field(_item, blocks, i)
         if array is None:
             return None
         columns[name] = array
@@ -110,9 +108,16 @@ def _window_field(parts: list[dict], name: str, counts: list[int]) -> pa.Array:
     return _repeated(parts, name, counts) or pa.array(_column(parts, name))
 
 
-def _item(items: list[tuple], i: int) -> pa.Array:
+def _item(blocks: list[EmitRows], i: int) -> pa.Array:
     """Item ``i`` of every row of written-out emits, as a column."""
-    return pa.array(list(map(itemgetter(i), items)))
+    return pa.array(_emitted(blocks, i))
+
+
+def _emitted(blocks: list[EmitRows], i: int) -> list:
+    """Item ``i`` of every row of ``blocks``, one after the other, as one list."""
+    if len(blocks) == 1:
+        return blocks[0].column(i)
+    return list(chain.from_iterable(b.column(i) for b in blocks))
 
 
 def _column(parts: list[dict], name: str) -> list:

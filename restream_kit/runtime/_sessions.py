@@ -19,8 +19,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from ..compiler.expand_windows import close_kind
 from ..model.windows import Session
 from ._aligned import FIRST, MERGE, STATE, closing_parts, indent, merger, value_getter
@@ -29,9 +27,6 @@ from ._window_rows import SESSION_ORDER, Blocks, WindowRows
 from .semantics import MAX_FLUSH, ScheduledEvent, SerialRuntime, TimeTravelError, flush_overrun
 
 __all__ = ["session"]
-
-#: Sessions closing together from this many on are put in order by their places at C speed.
-_MANY = 4096
 
 
 def session(
@@ -352,13 +347,8 @@ def _closed_by(now: float, open_: dict, closed: list) -> list:
     else:
         ended = [key for key, rec in open_.items() if rec[6] <= now]
         due += [open_.pop(key) for key in ended]
-    if len(due) < _MANY:
-        due.sort(key=SESSION_ORDER)
-        return due
-    # (Many sessions: their places in the queue sorted at C speed; each place is one
-    # session's alone, so the order is the sort's.)
-    places = np.fromiter(map(SESSION_ORDER, due), np.int64, len(due))
-    return list(map(due.__getitem__, np.argsort(places, kind="stable").tolist()))
+    due.sort(key=SESSION_ORDER)
+    return due
 
 
 def _hold(n: str, agg: str, gap: int, namespace: dict, open_: dict) -> None:

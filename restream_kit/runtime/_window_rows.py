@@ -111,8 +111,9 @@ def _values(agg: str, records: Any) -> list:
 
 class EmitRows:
     """Rows that one ``emit`` written out in a replay's loop made one after the other
-    (``compiler.inline_windows``), each ``(lsn, ts, *values)`` in ``items``: they share
-    ``handler``, ``seq`` and the field names ``fields``."""
+    (``compiler.inline_windows``), each ``lsn, ts, *values`` in turn in the flat list
+    ``items`` (a column is a slice of it, ``column(i)``): they share ``handler``, ``seq``
+    and the field names ``fields``."""
 
     __slots__ = ("handler", "seq", "fields", "items")
 
@@ -120,12 +121,23 @@ class EmitRows:
         self.handler = handler
         self.seq = seq
         self.fields = fields
-        self.items: list[tuple] = []
+        self.items: list = []
+
+    def __len__(self) -> int:
+        return len(self.items) // (2 + len(self.fields))
+
+    def column(self, i: int) -> list:
+        """Item ``i`` of every row (0: ``lsn``, 1: ``ts``, then the fields')."""
+        return self.items[i :: 2 + len(self.fields)]
 
     def rows(self) -> list[tuple]:
         """The rows as tuples ``(lsn, ts, handler, seq, fields)``, in order."""
         handler, seq, fields = self.handler, self.seq, self.fields
-        return [(it[0], it[1], handler, seq, dict(zip(fields, it[2:]))) for it in self.items]
+        values = zip(*(self.column(i) for i in range(2, 2 + len(fields))))
+        return [
+            (lsn, ts, handler, seq, dict(zip(fields, vs)))
+            for lsn, ts, vs in zip(self.column(0), self.column(1), values)
+        ]
 
 
 #: What an emit's globals hold before its first row and after ``Blocks.settle``: no block.
@@ -154,7 +166,7 @@ class Blocks:
     def emit_site(self, namespace: dict, rt: Any, table: str, fields: tuple[str, ...]) -> str:
         """The prefix ``g`` of the globals through which a written-out ``emit(table,
         **fields)`` in a replay's loop adds its rows to an :class:`EmitRows`: ``g + "add"``
-        appends a row ``(lsn, ts, *values)`` to the block that ``g + "blk"`` names while it
+        adds a row's ``lsn, ts, *values`` to the block that ``g + "blk"`` names while it
         is the last item of its table's rows (``g + "list"``); otherwise ``g + "open"()``
         first puts a new block there (its handler and ``seq`` the runtime's then)."""
         g = f"_rse{len(self._sites)}_"
@@ -164,7 +176,7 @@ class Blocks:
             block = EmitRows(rt.handler, rt.seq, fields)
             rows.append(block)
             self.tables.add(table)
-            namespace.update({f"{g}list": rows, f"{g}blk": block, f"{g}add": block.items.append})
+            namespace.update({f"{g}list": rows, f"{g}blk": block, f"{g}add": block.items.extend})
 
         namespace.update({f"{g}list": [None], f"{g}blk": _NO_BLOCK, f"{g}open": open_})
         self._sites.append((namespace, g))
