@@ -310,14 +310,7 @@ def _lazy(
         if len(open_) > MAX_FLUSH:
             raise flush_overrun()
         due = _closed_by(float("inf"), open_, closed)
-        # The flush's last close: the session the last add moved on (it is still open, and
-        # its place in the queue is the latest of all).
-        rec = due[-1]
-        last = rec[6]
-        if rt.future and rt.future[0][0] <= last:
-            rt.apply_due(last)  # (what the flush's last close would have applied)
-        if _time_of(rt.event) < last:  # (the flush's last event, as other windows see it)
-            rt.event = Close(close_kind(n), last, rec[2], rec[3], rec[7], None, rec[4])
+        _flushed_to(rt, close_kind(n), due[-1])
         made(due)
 
     blocks.settlers.append(settle)
@@ -334,6 +327,18 @@ def _lazy(
     globals_ = {f"{g}{what}": value for what, value in names.items()}
     site = _lazy_site(g, agg, gap)
     return {f"{n}__add": add, f"{n}__close": _never, INLINE: {f"{n}__add": (site, globals_)}}
+
+
+def _flushed_to(rt: SerialRuntime, kind: str, rec: list) -> None:
+    """The runtime as the flush's last close of a lazy session window would leave it: that
+    of session ``rec``, the one the last add moved on (still open, its place in the queue
+    the latest of all): the timed writes due by its close applied, and its close the
+    runtime's event (as the other windows' finishers see the clock) if later."""
+    last = rec[6]
+    if rt.future and rt.future[0][0] <= last:
+        rt.apply_due(last)
+    if _time_of(rt.event) < last:
+        rt.event = Close(kind, last, rec[2], rec[3], rec[7], None, rec[4])
 
 
 def _closed_by(now: float, open_: dict, closed: list) -> list:
