@@ -122,6 +122,8 @@ def _emitted(blocks: list[EmitRows], i: int) -> list:
 
 def _column(parts: list[dict], name: str) -> list:
     """Column ``name`` of every part, one after the other, as one list."""
+    if len(parts) == 1 and type(parts[0][name]) is list:  # (one part's list, as it is)
+        return parts[0][name]
     return list(
         chain.from_iterable(
             p[name] if isinstance(p[name], (list, tuple)) else repeat(p[name], p["n"])
