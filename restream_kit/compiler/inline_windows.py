@@ -19,15 +19,18 @@ from typing import Any
 
 from .inline import EVENT, SCHEDULED_RUNNER_NAME, build_runner
 
-__all__ = ["Site", "EmitBlock", "inline_calls"]
+__all__ = ["Site", "After", "EmitBlock", "inline_calls"]
 
 #: Given the call's argument names (each bound to its argument, evaluated once, in order,
 #: before the statements run; a constant argument is given as its source in parentheses), a
 #: prefix for the names of its own, the name the call's value goes to (None: a call whose
-#: value is dropped) and the helper whose call was written out in the statement just before
-#: it in the same block (None if any other statement), the statements that do a helper
-#: call's work (source text), or None to keep the call.
-Site = Callable[[list[str], str, "str | None", "str | None"], "str | None"]
+#: value is dropped) and :data:`After`, the statements that do a helper call's work (source
+#: text), or None to keep the call.
+Site = Callable[[list[str], str, "str | None", "After | None"], "str | None"]
+#: The call written out in the statement just before a site's, in the same block (None if
+#: any other statement): its helper, its prefix, and whether its first argument is the
+#: same as the site's and reads only the loop's event (so the same value).
+After = tuple[str, str, bool]
 #: Given a written-out emit's table and field names, the prefix ``g`` of the globals its rows
 #: go through as a block (``g + "list"``, ``"blk"``, ``"open"``, ``"add"``: see
 #: ``runtime._window_rows.Blocks.emit_site``), or None to append each row as a tuple.
@@ -85,10 +88,11 @@ class _Splicer(ast.NodeTransformer):
         self.emit_block = emit_block
         self.numbers = itertools.count()
         self.count = 0
-        # The helper written out by the statement just visited (None: any other statement),
-        # and by the one before the statement being visited, in the same block.
-        self.last: str | None = None
-        self.before: str | None = None
+        # The call written out by the statement just visited (None: any other statement),
+        # and by the one before the statement being visited, in the same block: (helper,
+        # prefix, its first argument).
+        self.last: tuple[str, str, ast.expr | None] | None = None
+        self.before: tuple[str, str, ast.expr | None] | None = None
 
     def visit(self, node: ast.AST) -> Any:
         if not isinstance(node, ast.stmt):
@@ -141,16 +145,22 @@ class _Splicer(ast.NodeTransformer):
             f"({ast.unparse(arg)})" if isinstance(arg, ast.Constant) else f"{prefix}{i}"
             for i, arg in enumerate(call.args)
         ]
-        source = site(names, prefix, target, self.before)
+        first = call.args[0] if call.args else None
+        after = None
+        if self.before is not None:
+            helper, before, previous = self.before
+            same = first is not None and previous is not None and _reads_event(first)
+            after = (helper, before, same and ast.dump(first) == ast.dump(previous))
+        source = site(names, prefix, target, after)
         if source is None:
             return node
         self.count += 1
-        self.last = call.func.id
+        self.last = (call.func.id, prefix, first)
         bind = [
             ast.copy_location(ast.Assign([ast.Name(n, ast.Store())], arg), node)
             for n, arg in zip(names, call.args)
             if not isinstance(arg, ast.Constant)
-            and (re.search(rf"\b{n}\b", source) or not _field_of_event(arg))
+            and (re.search(rf"\b{n}\b", source) or not _reads_event(arg))
         ]
         body = ast.parse(source).body
         for stmt in body:
@@ -162,8 +172,7 @@ class _Splicer(ast.NodeTransformer):
 
 
 def _field_of_event(node: ast.expr) -> bool:
-    """Whether ``node`` reads a field of the loop's event by position (``_rs_ev[1]``): its
-    value need not be bound when the site does not use it (reading it cannot fail)."""
+    """Whether ``node`` reads a field of the loop's event by position (``_rs_ev[1]``)."""
     return (
         isinstance(node, ast.Subscript)
         and isinstance(node.value, ast.Name)
@@ -171,6 +180,15 @@ def _field_of_event(node: ast.expr) -> bool:
         and isinstance(node.slice, ast.Constant)
         and isinstance(node.slice.value, int)
     )
+
+
+def _reads_event(node: ast.expr) -> bool:
+    """Whether ``node`` only reads fields of the loop's event (:func:`_field_of_event`, or a
+    tuple of them): the same value wherever it is evaluated in one event's run, and one
+    that cannot fail, so it need not be bound when the site does not use it."""
+    if isinstance(node, ast.Tuple):
+        return all(_field_of_event(e) for e in node.elts)
+    return _field_of_event(node)
 
 
 def _emit_source(

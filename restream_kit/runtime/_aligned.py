@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..compiler.expand_windows import close_kind
+from ..compiler.inline_windows import After
 from ..model.windows import Hopping, Tumbling
 from ._window_parts import FINISH, INLINE, Close, numbered, store
 from ._window_rows import Blocks, WindowRows
@@ -315,7 +316,7 @@ def add_site(n: str, agg: str, width: int, hop: int) -> Callable:
     g = f"_rsn_{n}_"
     many = -(-width // hop)
 
-    def site(args: list[str], p: str, target: str | None, _after: str | None) -> str | None:
+    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..compiler.expand_windows import close_kind
+from ..compiler.inline_windows import After
 from ..model.windows import Session
 from ._aligned import FIRST, MERGE, STATE, closing_parts, indent, merger, value_getter
 from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, numbered, store
@@ -228,7 +229,7 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
     globals_ = {f"{g}{what}": value for what, value in names.items()}
     globals_[f"{g}order"] = order
 
-    def site(args: list[str], p: str, target: str | None, _after: str | None) -> str | None:
+    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
@@ -375,7 +376,7 @@ def _lazy_site(g: str, agg: str, gap: int) -> Callable:
     """The add of a lazy session window written out in a replay's loop (its globals named
     ``g...``): a new session's record made in place, a closed one's kept for its row."""
 
-    def site(args: list[str], p: str, target: str | None, _after: str | None) -> str | None:
+    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args

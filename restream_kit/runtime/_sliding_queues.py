@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
+from ..compiler.inline_windows import After
+
 __all__ = ["sliding_extremes", "sliding_distinct", "sliding_sums", "sums_sites"]
 
 _time_of = itemgetter(0)
@@ -144,13 +146,13 @@ def sums_sites(n: str, width: int, parts: dict) -> dict:
         lines.append(f"    {g}sum[{p}k] = {g}sum[{p}k] + {p}x[2]")
         return lines
 
-    def add(args: list[str], p: str, target: str | None, _after: str | None) -> str | None:
+    def add(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
         lines = expiring(t, p)
-        if counts is not None:
-            lines.append(f"{g}n[{k}] = {g}n_get({k}, 0) + 1")
+        if counts is not None:  # (the new count kept: a read right after takes it)
+            lines += [f"{p}c = {g}n_get({k}, 0) + 1", f"{g}n[{k}] = {p}c"]
         if sums is not None:
             lines += [
                 f"{g}sum[{k}] = {g}sum_get({k}, 0) + {v}",
@@ -160,12 +162,16 @@ def sums_sites(n: str, width: int, parts: dict) -> dict:
             lines.append(f"{g}due.append(({t} + {width}, {k}, None))")
         return "\n".join(lines)
 
-    def value(args: list[str], p: str, target: str | None, after: str | None) -> str | None:
+    def value(args: list[str], p: str, target: str | None, after: After | None) -> str | None:
         k = args[0]
         out = target if target is not None else f"{p}v"
-        # Right after an add (at the event's time), nothing more is due by then.
-        lines = [] if after == f"{n}__add" else expiring("_rs_ev[1]", p)
-        if sums is None:
+        # Right after an add (at the event's time), nothing more is due by then; a count
+        # read of the same key is the count the add made.
+        fresh = after is not None and after[0] == f"{n}__add"
+        lines = [] if fresh else expiring("_rs_ev[1]", p)
+        if sums is None and fresh and after[2]:
+            lines.append(f"{out} = {after[1]}c")
+        elif sums is None:
             lines.append(f"{out} = {g}n_get({k}, 0)")
         elif counts is None:
             lines.append(f"{out} = {g}sum_get({k}, 0)")

@@ -282,3 +282,27 @@ def test_the_path_and_the_plan_say_whether_a_session_closes_lazily(extra, lazy):
     assert f"  w: {how}" in plan_text(rk.plan(program))
     kept = rk.replay(program, log, native_windows=False).metrics.path["window w"]
     assert kept == "off: native_windows=False"
+
+
+def test_a_sliding_count_read_right_after_its_add_takes_the_count_the_add_made():
+    """``v = w.value(k)`` right after ``w.add(k)`` (same key, read from the event) is the
+    count the add wrote, and applies no decrement again; another key, another window's add
+    or a statement between read as ever: the rows and state are the expansion's."""
+    source = (
+        HEADER + "w = sliding(3, 'count')\nu = sliding(2, 'count')\n"
+        "@on('a')\ndef track(e):\n"
+        "    w.add((e.k, e.j))\n    v = w.value((e.k, e.j))\n"
+        "    u.add(e.k)\n    x = w.value(e.j)\n    y = u.value(e.k)\n"
+        "    w.add(e.j)\n    seen['n'] += 1\n    z = w.value(e.j)\n"
+        "    emit('hot', v=v, x=x, y=y, z=z)\n"
+    )
+    _program, _rt, compiled = _fused(source)
+    code = compiled.run_batch.__code__
+    program = rk.Program.from_source(source, name="fresh")
+    log = rk.Log([{"ts": t // 3, "kind": "a", "k": t % 3, "j": t % 2, "v": 0} for t in range(60)])
+    got, want = rk.replay(program, log), rk.replay(program, log, native_windows=False)
+    assert_same_result(got, want)
+    assert got.tables["hot"].equals(want.tables["hot"])
+    # Written out: the first read takes the add's count (its local), the others look up.
+    assert "emit" not in code.co_names and "w__value" not in code.co_names
+    assert sum(name.endswith("_c") for name in code.co_varnames) >= 1
