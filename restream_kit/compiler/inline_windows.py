@@ -13,18 +13,28 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections.abc import Callable
 from typing import Any
 
-from .inline import SCHEDULED_RUNNER_NAME, build_runner
+from .inline import EVENT, SCHEDULED_RUNNER_NAME, build_runner
 
-__all__ = ["Site", "inline_calls"]
+__all__ = ["Site", "After", "EmitBlock", "inline_calls"]
 
 #: Given the call's argument names (each bound to its argument, evaluated once, in order,
-#: before the statements run), a prefix for the names of its own and the name the call's
-#: value goes to (None: a call whose value is dropped), the statements that do a helper
-#: call's work (source text), or None to keep the call.
-Site = Callable[[list[str], str, "str | None"], "str | None"]
+#: before the statements run; a constant argument is given as its source in parentheses), a
+#: prefix for the names of its own, the name the call's value goes to (None: a call whose
+#: value is dropped) and :data:`After`, the statements that do a helper call's work (source
+#: text), or None to keep the call.
+Site = Callable[[list[str], str, "str | None", "After | None"], "str | None"]
+#: The call written out in the statement just before a site's, in the same block (None if
+#: any other statement): its helper, its prefix, and whether its first argument is the
+#: same as the site's and reads only the loop's event (so the same value).
+After = tuple[str, str, bool]
+#: Given a written-out emit's table and field names, the prefix ``g`` of the globals its rows
+#: go through as a block (``g + "list"``, ``"blk"``, ``"open"``, ``"add"``: see
+#: ``runtime._window_rows.Blocks.emit_site``), or None to append each row as a tuple.
+EmitBlock = Callable[[str, "tuple[str, ...]"], "str | None"]
 
 
 def inline_calls(
@@ -32,6 +42,7 @@ def inline_calls(
     sites: dict[str, tuple[Site, int]],
     clock: str | None = None,
     emits: frozenset[str] = frozenset(),
+    emit_block: EmitBlock | None = None,
 ) -> bool:
     """Rebuild ``compiled.run_batch`` with the calls of the helpers in ``sites`` (helper ->
     (site, the line its statements carry: the window's declaration, as the expansion's
@@ -43,13 +54,13 @@ def inline_calls(
     the scheduled events due by an event's time, to that time (how far they run).
     ``emits``: names bound to the serial runtime's own ``emit`` (``SerialRuntime.emit``):
     a statement ``emit("table", field=...)`` among them is written out too, as the row that
-    ``emit`` appends (:func:`_emit_source`)."""
+    ``emit`` appends (:func:`_emit_source`), or with ``emit_block``, as a row of a block."""
     inputs = compiled.runner_inputs
     if inputs is None or inputs[4].get("guarded"):
         return False
     tree, handlers, columns, kinds, options = inputs
     runner = build_runner(tree, handlers, columns, kinds, **options).function
-    splicer = _Splicer(sites, clock, emits)
+    splicer = _Splicer(sites, clock, emits, emit_block)
     runner = splicer.visit(runner)
     if not splicer.count:
         return False
@@ -64,12 +75,33 @@ class _Splicer(ast.NodeTransformer):
     """Replaces statements ``helper(a, b, c)`` and ``x = helper(a, b, c)`` with ``_rwN_0 = a``
     ... and the site's code."""
 
-    def __init__(self, sites: dict[str, tuple[Site, int]], clock: str | None, emits=frozenset()):
+    def __init__(
+        self,
+        sites: dict[str, tuple[Site, int]],
+        clock: str | None,
+        emits: frozenset[str] = frozenset(),
+        emit_block: EmitBlock | None = None,
+    ):
         self.sites = sites
         self.clock = clock
         self.emits = emits
+        self.emit_block = emit_block
         self.numbers = itertools.count()
         self.count = 0
+        # The call written out by the statement just visited (None: any other statement),
+        # and by the one before the statement being visited, in the same block: (helper,
+        # prefix, its first argument).
+        self.last: tuple[str, str, ast.expr | None] | None = None
+        self.before: tuple[str, str, ast.expr | None] | None = None
+
+    def visit(self, node: ast.AST) -> Any:
+        if not isinstance(node, ast.stmt):
+            return super().visit(node)
+        self.before, self.last = self.last, None
+        result = super().visit(node)
+        if hasattr(node, "body"):  # (a block's last statement is not before the next one)
+            self.last = None
+        return result
 
     def visit_Expr(self, node: ast.Expr) -> Any:
         call = node.value
@@ -81,7 +113,7 @@ class _Splicer(ast.NodeTransformer):
         ):
             source = f"{self.clock}[0] = {ast.unparse(call.args[0])}"
             return [ast.copy_location(ast.parse(source).body[0], node), node]
-        source = _emit_source(call, self.emits, f"_rw{next(self.numbers)}_")
+        source = _emit_source(call, self.emits, f"_rw{next(self.numbers)}_", self.emit_block)
         if source is not None:
             body = ast.parse(source).body
             for stmt in body:
@@ -108,14 +140,27 @@ class _Splicer(ast.NodeTransformer):
             return node
         site, lineno = self.sites[call.func.id]
         prefix = f"_rw{next(self.numbers)}_"
-        names = [f"{prefix}{i}" for i in range(len(call.args))]
-        source = site(names, prefix, target)
+        # A constant argument is written in place (a count's value, None), the others bound.
+        names = [
+            f"({ast.unparse(arg)})" if isinstance(arg, ast.Constant) else f"{prefix}{i}"
+            for i, arg in enumerate(call.args)
+        ]
+        first = call.args[0] if call.args else None
+        after = None
+        if self.before is not None:
+            helper, before, previous = self.before
+            same = first is not None and previous is not None and _reads_event(first)
+            after = (helper, before, same and ast.dump(first) == ast.dump(previous))
+        source = site(names, prefix, target, after)
         if source is None:
             return node
         self.count += 1
+        self.last = (call.func.id, prefix, first)
         bind = [
             ast.copy_location(ast.Assign([ast.Name(n, ast.Store())], arg), node)
             for n, arg in zip(names, call.args)
+            if not isinstance(arg, ast.Constant)
+            and (re.search(rf"\b{n}\b", source) or not _reads_event(arg))
         ]
         body = ast.parse(source).body
         for stmt in body:
@@ -126,11 +171,39 @@ class _Splicer(ast.NodeTransformer):
         return [*bind, *body]
 
 
-def _emit_source(call: ast.expr, emits: frozenset[str], p: str) -> str | None:
+def _field_of_event(node: ast.expr) -> bool:
+    """Whether ``node`` reads a field of the loop's event by position (``_rs_ev[1]``)."""
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == EVENT
+        and isinstance(node.slice, ast.Constant)
+        and isinstance(node.slice.value, int)
+    )
+
+
+def _reads_event(node: ast.expr) -> bool:
+    """Whether ``node`` only reads fields of the loop's event (:func:`_field_of_event`, or a
+    tuple of them): the same value wherever it is evaluated in one event's run, and one
+    that cannot fail, so it need not be bound when the site does not use it."""
+    if isinstance(node, ast.Tuple):
+        return all(_field_of_event(e) for e in node.elts)
+    return _field_of_event(node)
+
+
+def _emit_source(
+    call: ast.expr, emits: frozenset[str], p: str, emit_block: EmitBlock | None = None
+) -> str | None:
     """The statements of ``emit("table", name=value, ...)``, a call of one of ``emits``,
     that append its row as ``SerialRuntime.emit`` does (its fields made first, then the
     row from the runtime's event, handler and ``seq``); None for any other call (a table
-    that is not a string literal, ``**fields``, a field named ``table``)."""
+    that is not a string literal, ``**fields``, a field named ``table``).
+
+    With ``emit_block`` (the serial engine's replay), the row goes to a block of the rows
+    this emit makes one after the other, as ``lsn, ts, *values`` in a flat list: no dict
+    and no row tuple kept per row, and the table is built from the block's columns. In the loop, the
+    runtime's event is the loop's, and its handler and ``seq`` do not change while a
+    handler body runs (only scheduled runs set them), so a block takes them once."""
     if not (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Name)
@@ -141,10 +214,18 @@ def _emit_source(call: ast.expr, emits: frozenset[str], p: str) -> str | None:
         and all(kw.arg not in (None, "table") for kw in call.keywords)
     ):
         return None
+    table = call.args[0].value
+    g = emit_block(table, tuple(kw.arg for kw in call.keywords)) if emit_block else None
+    if g is not None:
+        values = [f"{p}{i}" for i in range(len(call.keywords))]
+        lines = [f"{v} = {ast.unparse(kw.value)}" for v, kw in zip(values, call.keywords)]
+        row = ", ".join(["_rs_ev[0]", "_rs_ev[1]", *values])
+        lines += [f"if {g}list[-1] is not {g}blk:", f"    {g}open()", f"{g}add(({row}))"]
+        return "\n".join(lines)
     fields = ", ".join(f"{kw.arg!r}: {ast.unparse(kw.value)}" for kw in call.keywords)
     return (
         f"{p}f = {{{fields}}}\n"
         f"{p}e = _rs_rt.event\n"
-        f"_rs_rt.rows[{call.args[0].value!r}].append("
+        f"_rs_rt.rows[{table!r}].append("
         f"({p}e[0], {p}e[1], _rs_rt.handler, _rs_rt.seq, {p}f))"
     )

@@ -1,7 +1,7 @@
 """The serial engine's output tables, where native windows left their rows as columns.
 
-A table whose rows all came from closing windows (``runtime._window_rows.WindowRows``) is
-built from their columns at once, exactly as ``build_table`` builds it from the rows (the same
+A table whose rows all came from closing windows (``runtime._window_rows.WindowRows``), or
+all from one emit written out in the loop (``EmitRows``), is built from their columns at once, exactly as ``build_table`` builds it from the rows (the same
 columns, order and types); any other table, or one whose values ``build_table`` would treat
 specially (a value Arrow cannot type, booleans among numbers), is built by ``build_table``
 from the rows as tuples, with its errors.
@@ -9,14 +9,15 @@ from the rows as tuples, with its errors.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, repeat
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from ..io.result import build_table
-from ..runtime.windows import ROW_FIELDS, WindowRows
+from ..io.result import ROW_COLUMNS, build_table
+from ..runtime.windows import ROW_FIELDS, EmitRows, WindowRows
 
 __all__ = ["emitted_table", "as_rows"]
 
@@ -26,18 +27,19 @@ def emitted_table(name: str, rows: list, blocked: bool) -> pa.Table:
     :class:`WindowRows` in it."""
     if not blocked:
         return build_table(name, rows)
+    table = None
     if rows and all(type(r) is WindowRows for r in rows):
         table = _from_columns(rows)
-        if table is not None:
-            return table
-    return build_table(name, as_rows(rows))
+    elif rows and all(type(r) is EmitRows for r in rows):
+        table = _from_emits(rows)
+    return table if table is not None else build_table(name, as_rows(rows))
 
 
 def as_rows(rows: Iterable) -> list[tuple]:
     """``rows`` with every :class:`WindowRows` written out as its row tuples."""
     out: list[tuple] = []
     for r in rows:
-        if type(r) is WindowRows:
+        if type(r) is WindowRows or type(r) is EmitRows:
             out.extend(r.rows())
         else:
             out.append(r)
@@ -49,25 +51,79 @@ def _from_columns(blocks: list[WindowRows]) -> pa.Table | None:
     decide (a field Arrow cannot type as it is, or booleans, which it checks for numbers)."""
     parts = [b.columns() for b in blocks]
     counts = [p["n"] for p in parts]
+    fields = {}
+    for name in ROW_FIELDS:
+        array = _field(_window_field, parts, name, counts)
+        if array is None:
+            return None
+        fields[name] = array
+    end = fields["end"]
+    if end.type == pa.int64() and all(p["end"] is p["ts"] for p in parts):
+        ts = end  # (sessions' rows: a row's time is its end, as integers here)
+    else:
+        ts = _repeated(parts, "ts", counts) or pa.array(_column(parts, "ts"), pa.int64())
     columns = {
         "lsn": pa.array(_column(parts, "lsn"), pa.int64()),
-        "ts": _repeated(parts, "ts", counts) or pa.array(_column(parts, "ts"), pa.int64()),
+        "ts": ts,
         "handler": _strings([b.handler for b in blocks], counts),
         "seq": pa.array(_column(parts, "seq"), pa.int64()),
     }
-    for name in ROW_FIELDS:
-        try:
-            array = _repeated(parts, name, counts) or pa.array(_column(parts, name))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            return None
-        if pa.types.is_boolean(array.type):
+    return pa.table({**columns, **fields})
+
+
+def _from_emits(blocks: list[EmitRows]) -> pa.Table | None:
+    """The table of rows that all came from written-out emits of the same fields, or None
+    where ``build_table`` must decide (as :func:`_from_columns`; fields that differ between
+    blocks, or named as a column every row has, which it reports)."""
+    fields = blocks[0].fields
+    if any(b.fields != fields for b in blocks) or any(f in ROW_COLUMNS for f in fields):
+        return None
+    counts = [len(b) for b in blocks]
+    columns = {
+        "lsn": pa.array(_emitted(blocks, 0), pa.int64()),
+        "ts": pa.array(_emitted(blocks, 1), pa.int64()),
+        "handler": _strings([b.handler for b in blocks], counts),
+        "seq": pa.array(np.repeat(np.array([b.seq for b in blocks], dtype=np.int64), counts)),
+    }
+    for i, name in enumerate(fields, 2):
+        array = _field(_item, blocks, i)
+        if array is None:
             return None
         columns[name] = array
     return pa.table(columns)
 
 
+def _field(make: Callable[..., pa.Array], *args: Any) -> pa.Array | None:
+    """A field's column, ``make(*args)``, or None where ``build_table`` must decide: values
+    Arrow cannot type as they are, or booleans (which it checks for numbers among)."""
+    try:
+        array = make(*args)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return None
+    return None if pa.types.is_boolean(array.type) else array
+
+
+def _window_field(parts: list[dict], name: str, counts: list[int]) -> pa.Array:
+    """Field ``name`` of closed windows' rows: one integer repeated, or their values."""
+    return _repeated(parts, name, counts) or pa.array(_column(parts, name))
+
+
+def _item(blocks: list[EmitRows], i: int) -> pa.Array:
+    """Item ``i`` of every row of written-out emits, as a column."""
+    return pa.array(_emitted(blocks, i))
+
+
+def _emitted(blocks: list[EmitRows], i: int) -> list:
+    """Item ``i`` of every row of ``blocks``, one after the other, as one list."""
+    if len(blocks) == 1:
+        return blocks[0].column(i)
+    return list(chain.from_iterable(b.column(i) for b in blocks))
+
+
 def _column(parts: list[dict], name: str) -> list:
     """Column ``name`` of every part, one after the other, as one list."""
+    if len(parts) == 1 and type(parts[0][name]) is list:  # (one part's list, as it is)
+        return parts[0][name]
     return list(
         chain.from_iterable(
             p[name] if isinstance(p[name], (list, tuple)) else repeat(p[name], p["n"])

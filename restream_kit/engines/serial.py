@@ -285,7 +285,7 @@ def _windows_off(native: bool, ck: Any, start: Any, guarded: bool, recorded: Any
 def window_path(program: Program, fused: Fused, off: str | None) -> dict[str, str]:
     """``metrics.path`` of a serial replay: per window, whether it ran natively and how, or
     why it ran as its expansion."""
-    said = {name: why for name, (_native, why) in native_plan(program).items()}
+    said = {name: fused.how.get(name, why) for name, (_n, why) in native_plan(program).items()}
     if off is not None:
         said = {name: why if why.startswith("its expansion") else off for name, why in said.items()}
     return {f"window {name}": why for name, why in said.items()}

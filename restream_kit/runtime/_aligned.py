@@ -25,12 +25,22 @@ from collections.abc import Callable
 from typing import Any
 
 from ..compiler.expand_windows import close_kind
+from ..compiler.inline_windows import After
 from ..model.windows import Hopping, Tumbling
-from ._window_parts import FINISH, INLINE, Close, store
+from ._window_parts import FINISH, INLINE, Close, numbered, store
 from ._window_rows import Blocks, WindowRows
 from .semantics import ScheduledEvent, SerialRuntime, TimeTravelError
 
-__all__ = ["aligned", "FIRST", "MERGE", "STATE", "indent", "merger", "value_getter"]
+__all__ = [
+    "aligned",
+    "FIRST",
+    "MERGE",
+    "STATE",
+    "closing_parts",
+    "indent",
+    "merger",
+    "value_getter",
+]
 
 #: Per aggregate: the record's aggregate for a window's first value ``{v}``, the statement
 #: that adds ``{v}`` to record ``{r}``, and the state that gets the aggregate at the end.
@@ -107,6 +117,21 @@ def _rows(bucket: dict, start: int, width: int, at: int, handler: str, value_of:
     ]
 
 
+def closing_parts(n: str, window: Any, namespace: dict) -> tuple:
+    """``(counts, aggregates, close kind, close handler, table, on_close functions)`` of
+    closing window ``n``: its states of counts and of aggregates (None for a count) and
+    what its closes are and call."""
+    agg = window.agg
+    return (
+        store(namespace, f"{n}__n"),
+        store(namespace, f"{n}{STATE[agg]}") if agg in STATE else None,
+        close_kind(n),
+        f"{n}__close",
+        window.table,
+        [namespace[fn.__name__] for fn in window.callbacks],
+    )
+
+
 def indent(text: str, spaces: int = 4) -> str:
     """``text`` with every line indented by ``spaces``."""
     return "\n".join(" " * spaces + line for line in text.splitlines())
@@ -133,14 +158,9 @@ def aligned(
     agg = window.agg
     merge, first = merger(agg)
     value_of = value_getter(agg)
-    counts = store(namespace, f"{n}__n")
-    aggregates = store(namespace, f"{n}{STATE[agg]}") if agg in STATE else None
+    counts, aggregates, kind, handler, table, callbacks = closing_parts(n, window, namespace)
     width = window.width
     hop = window.hop if isinstance(window, Hopping) else width
-    kind = close_kind(n)
-    handler = f"{n}__close"
-    table = window.table
-    callbacks = [namespace[fn.__name__] for fn in window.callbacks]
     per_root = rt.scheduled_per_root
     scheduled = rt.scheduled
     order = rt.order
@@ -179,20 +199,7 @@ def aligned(
             fields = {"key": key, "start": start}
             heappush(scheduled, (at, o, ScheduledEvent(kind, at, root, seq, fields)))
 
-    def opener(key: Any, value: Any, start: int, seq: int) -> None:
-        try:
-            put(key, value, start, seq)
-        except Exception as exc:
-            fail(exc)
-
-    def into(key: Any, value: Any, start: int) -> None:
-        try:
-            root = rt.event[0]
-            seq = per_root.get(root, 0) + 1
-            per_root[root] = seq
-            put(key, value, start, seq)
-        except Exception as exc:
-            fail(exc)
+    opener, into = numbered(put, rt, fail)
 
     def add(key: Any, value: Any, ts: int) -> None:
         try:
@@ -309,7 +316,7 @@ def add_site(n: str, agg: str, width: int, hop: int) -> Callable:
     g = f"_rsn_{n}_"
     many = -(-width // hop)
 
-    def site(args: list[str], p: str, target: str | None) -> str | None:
+    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args

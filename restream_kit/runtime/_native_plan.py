@@ -9,12 +9,30 @@ from typing import Any
 from ..compiler.expand_windows import close_kind
 from ..model.windows import Ewma, Session, Sliding, _Closing
 
-__all__ = ["native_plan", "adds_at_event_time", "sole_writer", "only_log_events_add"]
+__all__ = [
+    "native_plan",
+    "adds_at_event_time",
+    "sole_writer",
+    "only_log_events_add",
+    "lazy_session",
+    "LAZY",
+]
+
+#: How a lazy session window runs (:func:`lazy_session`), for the plan and ``metrics.path``.
+LAZY = (
+    "fused, lazy: a session closes at the next add past its close time, nothing queued; "
+    "its rows are made in close order at the end (and at each epoch's end for a view)"
+)
 
 
-def native_plan(program: Any) -> dict[str, tuple[bool, str]]:
+def native_plan(
+    program: Any, namespace: dict | None = None, lazy: bool = True
+) -> dict[str, tuple[bool, str]]:
     """Per window of ``program``: whether the serial engine runs it natively, and how (or why
-    it keeps its expansion), in a few words for the plan and ``metrics.path``."""
+    it keeps its expansion), in a few words for the plan and ``metrics.path``. With
+    ``lazy`` (the serial engine's own replay), a session window is lazy when
+    :func:`lazy_session` says so (with the compiled ``namespace`` if given, else from the
+    program's own imports)."""
     listeners: dict[str, list[str]] = {}
     for h in program.handlers:
         for kind in h.kinds:
@@ -42,6 +60,8 @@ def native_plan(program: Any) -> dict[str, tuple[bool, str]]:
             else:
                 how = "its timed decrements written straight to the runtime"
             out[name] = (True, f"fused: {how}")
+        elif isinstance(window, Session) and lazy and lazy_session(program, name, namespace):
+            out[name] = (True, LAZY)
         elif isinstance(window, Session):
             how = (
                 "one queue of open sessions, one queued close at a time"
@@ -52,6 +72,44 @@ def native_plan(program: Any) -> dict[str, tuple[bool, str]]:
         else:
             out[name] = (True, "fused: one close per window, windows ending together batched")
     return out
+
+
+def lazy_session(program: Any, name: str, namespace: dict | None = None) -> bool:
+    """Whether session window ``name`` closes lazily in the serial engine's replay
+    (``runtime._sessions._lazy``): it has no ``on_close`` function, only log events add to
+    it, at their times, and it alone emits to its table, so nothing reads a session but its
+    adds and its rows' order is its closes'. ``namespace``: the compiled program's (what
+    its names are bound to); without it, the names the program imports ``emit`` and
+    ``schedule`` as."""
+    window = program.windows[name]
+    if not isinstance(window, Session) or window.callbacks:
+        return False
+    if namespace is None:
+        namespace = _imported(program)
+    return (
+        adds_at_event_time(program, name)
+        and sole_writer(program, namespace, name)
+        and only_log_events_add(program, namespace, name)
+    )
+
+
+def _imported(program: Any) -> dict[str, Any]:
+    """Names bound to ``emit`` and ``schedule`` by the program's imports, as a namespace
+    that :func:`_bound_to` reads (each name to something called so)."""
+    out = {}
+    for node in ast.walk(program.module_ast):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name in ("emit", "schedule"):
+                    out[alias.asname or alias.name] = _Named(alias.name)
+    return out
+
+
+class _Named:
+    """Stands for a function called ``__name__`` (:func:`_imported`)."""
+
+    def __init__(self, name: str):
+        self.__name__ = name
 
 
 def adds_at_event_time(program: Any, name: str) -> bool:

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..compiler.expand_windows import close_kind
+from ..compiler.inline_windows import After
 from ..model.windows import Session
-from ._aligned import FIRST, MERGE, STATE, indent, merger, value_getter
-from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, store
+from ._aligned import FIRST, MERGE, STATE, closing_parts, indent, merger, value_getter
+from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, numbered, store
 from ._window_rows import SESSION_ORDER, Blocks, WindowRows
 from .semantics import MAX_FLUSH, ScheduledEvent, SerialRuntime, TimeTravelError, flush_overrun
 
@@ -95,15 +96,10 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
     agg = window.agg
     merge, first = merger(agg)
     value_of = value_getter(agg)
-    counts = store(namespace, f"{n}__n")
+    counts, aggregates, kind, handler, table, callbacks = closing_parts(n, window, namespace)
     firsts = store(namespace, f"{n}__first")
     lasts = store(namespace, f"{n}__last")
-    aggregates = store(namespace, f"{n}{STATE[agg]}") if agg in STATE else None
     gap = window.gap
-    kind = close_kind(n)
-    table = window.table
-    handler = f"{n}__close"
-    callbacks = [namespace[fn.__name__] for fn in window.callbacks]
     per_root = rt.scheduled_per_root
     scheduled = rt.scheduled
     future = rt.future
@@ -144,20 +140,7 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
         if rec[7] != at:  # (a later close at the same time never emits: the first does)
             rec[7], rec[4], rec[2], rec[3] = at, next(order), root, seq
 
-    def opener(key: Any, value: Any, ts: int, seq: int) -> None:
-        try:
-            put(key, value, ts, seq)
-        except Exception as exc:
-            fail(exc)
-
-    def add(key: Any, value: Any, ts: int) -> None:
-        try:
-            root = rt.event[0]
-            seq = per_root.get(root, 0) + 1
-            per_root[root] = seq
-            put(key, value, ts, seq)
-        except Exception as exc:
-            fail(exc)
+    opener, add = numbered(put, rt, fail)
 
     def front() -> tuple | None:
         """The entry of the session that closes first (stale entries moved or dropped)."""
@@ -246,30 +229,12 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
     globals_ = {f"{g}{what}": value for what, value in names.items()}
     globals_[f"{g}order"] = order
 
-    def site(args: list[str], p: str, target: str | None) -> str | None:
+    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
-        lines = [
-            f"{p}q = {g}root_get(_rs_ev[0], 0) + 1",
-            f"{g}roots[_rs_ev[0]] = {p}q",
-            f"{p}r = {g}get({k})",
-            f"if {p}r is None:",
-            f"    {g}open({k}, {v}, {t}, {p}q)",
-            "else:",
-            f"    {p}r[0] += 1",
-        ]
-        merge_line = MERGE[agg].format(r=f"{p}r", v=v)
-        if merge_line:
-            lines.append(indent(merge_line))
-        lines += [
-            f"    {p}r[6] = {t}",
-            f"    if {p}r[7] != {t} + {gap}:",
-            f"        {p}r[7] = {t} + {gap}",
-            f"        {p}r[4] = next({g}order)",
-            f"        {p}r[2] = _rs_ev[0]",
-            f"        {p}r[3] = {p}q",
-        ]
+        lines = [*_looked_up(g, p, k), f"    {g}open({k}, {v}, {t}, {p}q)"]
+        lines += _added(g, p, agg, v, f"{t} + {gap}", close=7, last=t)
         return "\n".join(lines)
 
     return {
@@ -329,7 +294,9 @@ def _lazy(
 
     def settle(now: float | None = None) -> None:
         """The rows of the sessions closed by ``now`` (None: the last event's time)."""
-        due = _closed_by(_time_of(rt.event) if now is None else now, open_, closed)
+        made(_closed_by(_time_of(rt.event) if now is None else now, open_, closed))
+
+    def made(due: list) -> None:
         if due:
             rows[table].append(WindowRows.sessions(due, handler, agg))
             blocks.tables.add(table)
@@ -337,17 +304,15 @@ def _lazy(
     def finish(flushed: bool = False, **_when: Any) -> None:
         """The rows left (every session's when the log was flushed); the state of the
         sessions still open."""
-        if flushed and open_:
-            if len(open_) > MAX_FLUSH:
-                raise flush_overrun()
-            rec = max(open_.values(), key=SESSION_ORDER)
-            last = rec[6]
-            if rt.future and rt.future[0][0] <= last:
-                rt.apply_due(last)  # (what the flush's last close would have applied)
-            if _time_of(rt.event) < last:  # (the flush's last event, as other windows see it)
-                rt.event = Close(close_kind(n), last, rec[2], rec[3], rec[7], None, rec[4])
-        settle(float("inf") if flushed else None)
-        _hold(n, agg, gap, namespace, open_)
+        if not (flushed and open_):
+            settle(float("inf") if flushed else None)
+            _hold(n, agg, gap, namespace, open_)
+            return
+        if len(open_) > MAX_FLUSH:
+            raise flush_overrun()
+        due = _closed_by(float("inf"), open_, closed)
+        _flushed_to(rt, close_kind(n), due[-1])
+        made(due)
 
     blocks.settlers.append(settle)
     blocks.finishers.append(finish)  # (before the other windows': see ``Blocks``)
@@ -363,6 +328,18 @@ def _lazy(
     globals_ = {f"{g}{what}": value for what, value in names.items()}
     site = _lazy_site(g, agg, gap)
     return {f"{n}__add": add, f"{n}__close": _never, INLINE: {f"{n}__add": (site, globals_)}}
+
+
+def _flushed_to(rt: SerialRuntime, kind: str, rec: list) -> None:
+    """The runtime as the flush's last close of a lazy session window would leave it: that
+    of session ``rec``, the one the last add moved on (still open, its place in the queue
+    the latest of all): the timed writes due by its close applied, and its close the
+    runtime's event (as the other windows' finishers see the clock) if later."""
+    last = rec[6]
+    if rt.future and rt.future[0][0] <= last:
+        rt.apply_due(last)
+    if _time_of(rt.event) < last:
+        rt.event = Close(kind, last, rec[2], rec[3], rec[7], None, rec[4])
 
 
 def _closed_by(now: float, open_: dict, closed: list) -> list:
@@ -399,38 +376,59 @@ def _lazy_site(g: str, agg: str, gap: int) -> Callable:
     """The add of a lazy session window written out in a replay's loop (its globals named
     ``g...``): a new session's record made in place, a closed one's kept for its row."""
 
-    def site(args: list[str], p: str, target: str | None) -> str | None:
+    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
         new = f"{g}open[{k}] = [1, {FIRST[agg].format(v=v)}, _rs_ev[0], {p}q, next({g}order), "
         new += f"{t}, {t} + {gap}, {k}]"
         lines = [
-            f"{p}q = {g}root_get(_rs_ev[0], 0) + 1",
-            f"{g}roots[_rs_ev[0]] = {p}q",
-            f"{p}r = {g}get({k})",
-            f"if {p}r is None:",
+            *_looked_up(g, p, k),
             f"    {new}",
             f"elif {p}r[6] <= {t}:",
             f"    {g}closed({p}r)",
             f"    del {g}open[{k}]",
             f"    {new}",
-            "else:",
-            f"    {p}r[0] += 1",
-        ]
-        merge_line = MERGE[agg].format(r=f"{p}r", v=v)
-        if merge_line:
-            lines.append(indent(merge_line))
-        lines += [
-            f"    if {p}r[6] != {t} + {gap}:",
-            f"        {p}r[6] = {t} + {gap}",
-            f"        {p}r[4] = next({g}order)",
-            f"        {p}r[2] = _rs_ev[0]",
-            f"        {p}r[3] = {p}q",
+            *_added(g, p, agg, v, f"{t} + {gap}", close=6),
         ]
         return "\n".join(lines)
 
     return site
+
+
+def _looked_up(g: str, p: str, k: str) -> list[str]:
+    """The start of a session window's add written out in a loop (its globals named
+    ``g...``, its locals ``p...``): the add's number ``q`` taken, key ``k``'s session
+    record ``r`` looked up, and the test for none (the lines for a new one follow)."""
+    return [
+        f"{p}q = {g}root_get(_rs_ev[0], 0) + 1",
+        f"{g}roots[_rs_ev[0]] = {p}q",
+        f"{p}r = {g}get({k})",
+        f"if {p}r is None:",
+    ]
+
+
+def _added(
+    g: str, p: str, agg: str, v: str, at: str, close: int, last: str | None = None
+) -> list[str]:
+    """The end of a session window's add written out in a loop (:func:`_looked_up`): value
+    ``v`` counted and merged into the open session ``r``, its last time set to ``last``
+    (when the record keeps it apart), and its close (the record's item ``close``) moved to
+    ``at`` with a new place in the queue, ``lsn`` and ``seq`` when that changes it."""
+    lines = ["else:", f"    {p}r[0] += 1"]
+    merge_line = MERGE[agg].format(r=f"{p}r", v=v)
+    if merge_line:
+        lines.append(indent(merge_line))
+    if last is not None:
+        lines.append(f"    {p}r[6] = {last}")
+    return [
+        *lines,
+        f"    if {p}r[{close}] != {at}:",
+        f"        {p}r[{close}] = {at}",
+        f"        {p}r[4] = next({g}order)",
+        f"        {p}r[2] = _rs_ev[0]",
+        f"        {p}r[3] = {p}q",
+    ]
 
 
 def _never(e: Any) -> None:

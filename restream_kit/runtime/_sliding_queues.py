@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
+from ..compiler.inline_windows import After
+
 __all__ = ["sliding_extremes", "sliding_distinct", "sliding_sums", "sums_sites"]
 
 _time_of = itemgetter(0)
@@ -39,6 +41,21 @@ def _expired(times: Iterable[int], limit: int) -> int:
             break
         n += 1
     return n
+
+
+def _reader(held: dict, empty: Any, read: Callable, fail: Callable) -> Callable:
+    """``value(key, ts)`` of a sliding window that holds a structure per key in ``held``:
+    ``read(structure, ts)``, or ``empty`` for a key it has none of; an error re-raised
+    through ``fail``."""
+
+    def value(key: Any, ts: int) -> Any:
+        try:
+            h = held.get(key)
+            return empty if h is None else read(h, ts)
+        except Exception as exc:
+            fail(exc)
+
+    return value
 
 
 def sliding_sums(
@@ -120,20 +137,22 @@ def sums_sites(n: str, width: int, parts: dict) -> dict:
 
     def expiring(now: str, p: str) -> list[str]:
         """The decrements due by ``now`` applied, oldest first (``expire``)."""
-        lines = [f"while {g}due and {g}due[0][0] <= {now}:", f"    {p}x = {g}due.popleft()"]
+        lines = [f"while {g}due and {g}due[0][0] <= {now}:"]
+        if sums is None:  # (a count: its key alone)
+            return [*lines, f"    {p}x = {g}due.popleft()[1]", f"    {g}n[{p}x] -= 1"]
+        lines += [f"    {p}x = {g}due.popleft()", f"    {p}k = {p}x[1]"]
         if counts is not None:
-            lines.append(f"    {g}n[{p}x[1]] = {g}n[{p}x[1]] - 1")
-        if sums is not None:
-            lines.append(f"    {g}sum[{p}x[1]] = {g}sum[{p}x[1]] + {p}x[2]")
+            lines.append(f"    {g}n[{p}k] -= 1")
+        lines.append(f"    {g}sum[{p}k] = {g}sum[{p}k] + {p}x[2]")
         return lines
 
-    def add(args: list[str], p: str, target: str | None) -> str | None:
+    def add(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
         lines = expiring(t, p)
-        if counts is not None:
-            lines.append(f"{g}n[{k}] = {g}n_get({k}, 0) + 1")
+        if counts is not None:  # (the new count kept: a read right after takes it)
+            lines += [f"{p}c = {g}n_get({k}, 0) + 1", f"{g}n[{k}] = {p}c"]
         if sums is not None:
             lines += [
                 f"{g}sum[{k}] = {g}sum_get({k}, 0) + {v}",
@@ -143,11 +162,16 @@ def sums_sites(n: str, width: int, parts: dict) -> dict:
             lines.append(f"{g}due.append(({t} + {width}, {k}, None))")
         return "\n".join(lines)
 
-    def value(args: list[str], p: str, target: str | None) -> str | None:
+    def value(args: list[str], p: str, target: str | None, after: After | None) -> str | None:
         k = args[0]
         out = target if target is not None else f"{p}v"
-        lines = expiring("_rs_ev[1]", p)
-        if sums is None:
+        # Right after an add (at the event's time), nothing more is due by then; a count
+        # read of the same key is the count the add made.
+        fresh = after is not None and after[0] == f"{n}__add"
+        lines = [] if fresh else expiring("_rs_ev[1]", p)
+        if sums is None and fresh and after[2]:
+            lines.append(f"{out} = {after[1]}c")
+        elif sums is None:
             lines.append(f"{out} = {g}n_get({k}, 0)")
         elif counts is None:
             lines.append(f"{out} = {g}sum_get({k}, 0)")
@@ -188,15 +212,11 @@ def sliding_extremes(
         except Exception as exc:
             fail(exc)
 
-    def value(key: Any, ts: int) -> Any:
-        try:
-            q = queues.get(key)
-            if q is None:
-                return None
-            first = _expired(map(_time_of, q), ts - width)
-            return q[first][1] if first < len(q) else None
-        except Exception as exc:
-            fail(exc)
+    def extreme(q: deque, ts: int) -> Any:
+        first = _expired(map(_time_of, q), ts - width)
+        return q[first][1] if first < len(q) else None
+
+    value = _reader(queues, None, extreme, fail)
 
     def finish(**_when: Any) -> None:  # (its state does not depend on the clock)
         for key, q in queues.items():
@@ -231,15 +251,11 @@ def sliding_distinct(
         except Exception as exc:
             fail(exc)
 
-    def value(key: Any, ts: int) -> Any:
-        try:
-            held = keys.get(key)
-            if held is None:
-                return 0
-            latest = held[0]  # oldest first: the expired ones lead
-            return len(latest) - _expired(latest.values(), ts - width)
-        except Exception as exc:
-            fail(exc)
+    def distinct(held: tuple[dict, deque], ts: int) -> int:
+        latest = held[0]  # oldest first: the expired ones lead
+        return len(latest) - _expired(latest.values(), ts - width)
+
+    value = _reader(keys, 0, distinct, fail)
 
     def finish(**_when: Any) -> None:  # (its state does not depend on the clock)
         for key, (latest, _adds) in keys.items():

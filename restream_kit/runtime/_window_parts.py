@@ -10,7 +10,7 @@ from ..compiler.compile import dict_name
 from ..model.windows import Session
 from .semantics import ScheduledEvent, SerialRuntime
 
-__all__ = ["FINISH", "INLINE", "CLOCK", "Close", "store", "aggregate", "closer"]
+__all__ = ["FINISH", "INLINE", "CLOCK", "Close", "store", "aggregate", "closer", "numbered"]
 
 #: The entry of a builder's result that is not a helper: what writes the window's state once
 #: the replay ends (``Fused.finish``).
@@ -43,6 +43,31 @@ class Close(ScheduledEvent):
 
 def store(namespace: dict, name: str) -> dict:
     return namespace[dict_name(name)]
+
+
+def numbered(put: Callable, rt: SerialRuntime, fail: Callable) -> tuple[Callable, Callable]:
+    """``(open(key, value, at, seq), add(key, value, at))`` of a window whose adds go through
+    ``put(key, value, at, seq)`` (``at``: a start or a time): ``open`` with the add's number
+    ``seq`` given (by an add written out in a loop), ``add`` taking it from the runtime, as
+    the expansion's close would; an error re-raised through ``fail``."""
+    per_root = rt.scheduled_per_root
+
+    def open_(key: Any, value: Any, at: Any, seq: int) -> None:
+        try:
+            put(key, value, at, seq)
+        except Exception as exc:
+            fail(exc)
+
+    def add(key: Any, value: Any, at: Any) -> None:
+        try:
+            root = rt.event[0]
+            seq = per_root.get(root, 0) + 1
+            per_root[root] = seq
+            put(key, value, at, seq)
+        except Exception as exc:
+            fail(exc)
+
+    return open_, add
 
 
 def aggregate(window: Any, namespace: dict, n: str) -> tuple[Callable, Callable, tuple, dict]:

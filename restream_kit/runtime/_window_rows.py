@@ -17,7 +17,7 @@ from collections.abc import Callable
 from operator import itemgetter, truediv
 from typing import Any
 
-__all__ = ["Blocks", "WindowRows", "FIELDS"]
+__all__ = ["Blocks", "WindowRows", "EmitRows", "FIELDS"]
 
 #: The fields of a closed window's row, in their order.
 FIELDS = ("key", "start", "end", "value")
@@ -109,13 +109,50 @@ def _values(agg: str, records: Any) -> list:
     return _field(1, records)
 
 
+class EmitRows:
+    """Rows that one ``emit`` written out in a replay's loop made one after the other
+    (``compiler.inline_windows``), each ``lsn, ts, *values`` in turn in the flat list
+    ``items`` (a column is a slice of it, ``column(i)``): they share ``handler``, ``seq``
+    and the field names ``fields``."""
+
+    __slots__ = ("handler", "seq", "fields", "items")
+
+    def __init__(self, handler: str, seq: int, fields: tuple[str, ...]):
+        self.handler = handler
+        self.seq = seq
+        self.fields = fields
+        self.items: list = []
+
+    def __len__(self) -> int:
+        return len(self.items) // (2 + len(self.fields))
+
+    def column(self, i: int) -> list:
+        """Item ``i`` of every row (0: ``lsn``, 1: ``ts``, then the fields')."""
+        return self.items[i :: 2 + len(self.fields)]
+
+    def rows(self) -> list[tuple]:
+        """The rows as tuples ``(lsn, ts, handler, seq, fields)``, in order."""
+        handler, seq, fields = self.handler, self.seq, self.fields
+        values = zip(*(self.column(i) for i in range(2, 2 + len(fields))))
+        return [
+            (lsn, ts, handler, seq, dict(zip(fields, vs)))
+            for lsn, ts, vs in zip(self.column(0), self.column(1), values)
+        ]
+
+
+#: What an emit's globals hold before its first row and after ``Blocks.settle``: no block.
+_NO_BLOCK = object()
+
+
 class Blocks:
-    """The tables a replay's native windows put :class:`WindowRows` in, what makes a lazy
-    session window's waiting rows (``settle()``) and what ends it (``finishers``)."""
+    """The tables a replay's native windows put :class:`WindowRows` in, and written-out
+    emits their :class:`EmitRows` (:meth:`emit_site`); what makes a lazy session window's
+    waiting rows (``settle()``) and what ends it (``finishers``)."""
 
     def __init__(self) -> None:
         self.tables: set[str] = set()
-        self.settlers: list[Callable[[], None]] = []
+        self.settlers: list[Callable[[], None]] = [self._seal]
+        self._sites: list[tuple[dict, str]] = []
         #: What lazy session windows do at the end: run before the other windows' finishers,
         #: since a flush's closes move the clock (``rt.event``) they read.
         self.finishers: list[Callable[..., None]] = []
@@ -125,6 +162,31 @@ class Blocks:
         then would have run)."""
         for settle in self.settlers:
             settle()
+
+    def emit_site(self, namespace: dict, rt: Any, table: str, fields: tuple[str, ...]) -> str:
+        """The prefix ``g`` of the globals through which a written-out ``emit(table,
+        **fields)`` in a replay's loop adds its rows to an :class:`EmitRows`: ``g + "add"``
+        adds a row's ``lsn, ts, *values`` to the block that ``g + "blk"`` names while it
+        is the last item of its table's rows (``g + "list"``); otherwise ``g + "open"()``
+        first puts a new block there (its handler and ``seq`` the runtime's then)."""
+        g = f"_rse{len(self._sites)}_"
+
+        def open_() -> None:
+            rows = rt.rows[table]
+            block = EmitRows(rt.handler, rt.seq, fields)
+            rows.append(block)
+            self.tables.add(table)
+            namespace.update({f"{g}list": rows, f"{g}blk": block, f"{g}add": block.items.extend})
+
+        namespace.update({f"{g}list": [None], f"{g}blk": _NO_BLOCK, f"{g}open": open_})
+        self._sites.append((namespace, g))
+        return g
+
+    def _seal(self) -> None:
+        """End every emit's block: rows emitted from now on go to new ones (the rows counted
+        so far stay as they are, for views that stream a table's new rows)."""
+        for namespace, g in self._sites:
+            namespace[f"{g}blk"] = _NO_BLOCK
 
 
 #: The order sessions close in: their close time, then their close's place in the queue;

@@ -19,7 +19,10 @@ functions below, which keep every observable effect of the expansion:
   the adds come at their events' times (``_native_plan.adds_at_event_time``), the open
   sessions wait in one queue, oldest close first, and the window has one entry in the
   runtime's queue, at its oldest session's close; otherwise one light close per add, whose
-  check is the expansion's;
+  check is the expansion's; in the serial engine's replay, a session window without
+  ``on_close`` functions, added to by log events alone and alone on its table, queues
+  nothing: a session closes at the next add past its close time, and its rows are made in
+  close order when they are asked for (``_native_plan.lazy_session``);
 - sliding (``_sliding_queues``): count, sum and mean added to at their events' times queue
   their decrements in one deque per window, applied before each add or read as the runtime
   would apply its timed writes (otherwise those timed writes, written to the runtime's
@@ -50,25 +53,35 @@ from ..compiler.compile import CompiledProgram
 from ..compiler.inline_windows import inline_calls
 from ..model.windows import Hopping, Session, Sliding, Tumbling
 from ._aligned import aligned
-from ._native_plan import adds_at_event_time, native_plan, only_log_events_add, sole_writer
+from ._native_plan import LAZY, adds_at_event_time, native_plan
 from ._sessions import session
 from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums, sums_sites
 from ._window_parts import CLOCK, FINISH, INLINE, store
 from ._window_rows import FIELDS as ROW_FIELDS
-from ._window_rows import Blocks, WindowRows
+from ._window_rows import Blocks, EmitRows, WindowRows
 from .semantics import SerialRuntime, TimeTravelError
 
-__all__ = ["fuse_windows", "Fused", "native_plan", "Blocks", "WindowRows", "ROW_FIELDS"]
+__all__ = [
+    "fuse_windows",
+    "Fused",
+    "native_plan",
+    "Blocks",
+    "WindowRows",
+    "EmitRows",
+    "ROW_FIELDS",
+]
 
 
 @dataclass
 class Fused:
-    """What :func:`fuse_windows` did: the windows that run natively, why the others keep
-    their expansion (window -> reason), and what writes the native windows' state at the end
+    """What :func:`fuse_windows` did: the windows that run natively (and how), why the others
+    keep their expansion (window -> reason), and what writes the native windows' state at the end
     of the replay (:meth:`finish`)."""
 
     names: list[str] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)
+    #: How each native window runs, in a few words (``native_plan``'s, for this replay).
+    how: dict[str, str] = field(default_factory=dict)
     finishers: list[Callable] = field(default_factory=list)
     #: The tables windows put their rows in as columns, when asked to (``blocks=``).
     blocks: Blocks | None = None
@@ -114,7 +127,8 @@ def fuse_windows(
     program = compiled.program
     fused = Fused(blocks=blocks)
     sites: dict = {}
-    for name, (native, why) in native_plan(program).items():
+    lazy = blocks is not None and batch_closes
+    for name, (native, why) in native_plan(program, compiled.namespace, lazy).items():
         if only is not None and name not in only:
             continue
         if not native:
@@ -127,10 +141,7 @@ def fuse_windows(
         if blocks is not None and not isinstance(window, Sliding):
             extra["blocks"] = blocks
             if isinstance(window, Session):
-                ns = compiled.namespace
-                extra["lazy"] = sole_writer(program, ns, name) and only_log_events_add(
-                    program, ns, name
-                )
+                extra["lazy"] = why == LAZY
         builder = _BUILDERS[type(window)]
         replaced = builder(name, window, compiled.namespace, rt, batch_closes, fail, **extra)
         finish = replaced.pop(FINISH, None)
@@ -142,13 +153,22 @@ def fuse_windows(
             sites[helper] = (site, line)
         compiled.namespace.update(replaced)
         fused.names.append(name)
+        fused.how[name] = why
     if fused.names:
         compiled.handlers = tuple(
             (hname, compiled.namespace[hname]) for hname, _fn in compiled.handlers
         )
     if sites:
         clock = CLOCK if CLOCK in compiled.namespace else None
-        inline_calls(compiled, sites, clock, _own_emits(compiled.namespace, rt, blocks))
+        emits = _own_emits(compiled.namespace, rt, blocks)
+        block = None
+        if emits and blocks is not None:
+            ns = compiled.namespace
+
+            def block(table: str, fields: tuple[str, ...]) -> str:
+                return blocks.emit_site(ns, rt, table, fields)
+
+        inline_calls(compiled, sites, clock, emits, block)
     return fused
 
 
@@ -223,32 +243,29 @@ def _sliding(
         else:
             heapq.heappush(future, (at, next(order), d, 0, "add", key, amount))
 
-    if agg == "count":
+    read = _READS[agg](counts, sums)
 
-        def value(key: Any, ts: int) -> Any:
-            try:
-                return counts.get(key, 0)
-            except Exception as exc:
-                fail(exc)
-
-    elif agg == "sum":
-
-        def value(key: Any, ts: int) -> Any:
-            try:
-                return sums.get(key, 0)
-            except Exception as exc:
-                fail(exc)
-
-    else:
-
-        def value(key: Any, ts: int) -> Any:
-            try:
-                c = counts.get(key, 0)
-                return sums.get(key, 0) / c if c else None
-            except Exception as exc:
-                fail(exc)
+    def value(key: Any, ts: int) -> Any:
+        try:
+            return read(key)
+        except Exception as exc:
+            fail(exc)
 
     return {f"{n}__add": add, f"{n}__value": value}
 
 
+def _mean(counts: dict, sums: dict) -> Callable:
+    def read(key: Any) -> Any:
+        c = counts.get(key, 0)
+        return sums.get(key, 0) / c if c else None
+
+    return read
+
+
+#: Per aggregate of a sliding count, sum or mean, ``read(key)`` over its count and sum states.
+_READS: dict[str, Callable] = {
+    "count": lambda counts, _sums: lambda key: counts.get(key, 0),
+    "sum": lambda _counts, sums: lambda key: sums.get(key, 0),
+    "mean": _mean,
+}
 _BUILDERS = {Tumbling: aligned, Hopping: aligned, Session: session, Sliding: _sliding}

@@ -268,7 +268,7 @@ def test_the_path_and_the_plan_say_which_windows_run_fused_and_why_not():
     program = rk.Program.from_source(FUSION, name="fusion")
     log = rk.Log([{"ts": t, "kind": "a", "k": t % 2, "j": 0, "v": t % 3} for t in range(20)])
     path = rk.replay(program, log).metrics.path
-    assert path["window s"].startswith("fused: one queue of open sessions")
+    assert path["window s"].startswith("fused, lazy: a session closes at the next add past")
     assert path["window w"].startswith("off: a handler listens on the close kind 'w:close'")
     assert "(listen)" in path["window w"]
     assert path["window d"] == "off: added at times other than its events' (ts=...)"

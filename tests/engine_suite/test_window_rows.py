@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 import restream_kit as rk
 from restream_kit.compiler.compile import compile_program
 from restream_kit.io.progress import EpochFinished, Recorder
+from restream_kit.planner.render import plan_text
 from restream_kit.runtime import SerialRuntime
 from restream_kit.runtime._native_plan import only_log_events_add, sole_writer
 from restream_kit.runtime.loop import compile_loop
-from restream_kit.runtime.windows import Blocks, WindowRows, fuse_windows
+from restream_kit.runtime.windows import Blocks, EmitRows, WindowRows, fuse_windows
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
@@ -168,8 +169,8 @@ def test_a_session_closes_lazily_only_when_alone_on_its_table_and_added_to_by_lo
 
 def test_closing_windows_leave_their_rows_as_columns_and_share_a_table_with_emits():
     """A tumbling window's closes put one ``WindowRows`` per start in its table; a handler
-    emitting to the same table puts its rows between them, and the table is the
-    expansion's, row for row."""
+    emitting to the same table puts its rows between them (as ``EmitRows``, the rows it
+    made one after the other), and the table is the expansion's, row for row."""
     source = (
         "w = tumbling(4, 'distinct', table='rows')\n@on('a')\ndef track(e):\n"
         "    w.add((e.k, e.j), e.v)\n"
@@ -179,7 +180,7 @@ def test_closing_windows_leave_their_rows_as_columns_and_share_a_table_with_emit
     events = [(i, t, "a", t % 3, t % 2, t % 4) for i, t in enumerate(range(0, 40, 3))]
     compiled.run_batch(events)
     kinds = {type(r) for r in rt.rows["rows"]}
-    assert kinds == {WindowRows, tuple}
+    assert kinds == {WindowRows, EmitRows}
     program = rk.Program.from_source(HEADER + source, name="shared")
     log = rk.Log([{"ts": t, "kind": k, "k": a, "j": b, "v": c} for _i, t, k, a, b, c in events])
     got = rk.replay(program, log)
@@ -212,3 +213,96 @@ def test_a_lazy_sessions_flush_moves_the_clock_a_sliding_window_is_settled_by():
     got = rk.replay(program, log)
     assert_same_result(got, rk.replay(program, log, native_windows=False))
     assert got.state["w2__n"] == {0: 0}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        "k=e.k, v=e.v, n=w.value(e.k)",  # (int columns from blocks)
+        "k=e.k, hot=e.v > 2",  # (booleans: build_table decides)
+        "k=e.k, lsn=e.v",  # (a row column's name: the same error)
+        "k=(e.k, e.j), v=1.5 if e.v == 3 else e.v",  # (ints and floats in one column)
+    ],
+)
+def test_written_out_emits_leave_blocks_that_make_the_expansions_tables(fields):
+    """Emits written out in the serial loop put their rows in blocks (``EmitRows``), one per
+    run of rows an emit makes one after the other (and per epoch a view streams): a table
+    of one emit's blocks is built from their columns; two emits to one table (and a
+    window's closes there) alternate blocks. The tables, the rows each epoch streams and
+    the errors are the expansion's."""
+    source = (
+        HEADER + "w = sliding(3, 'count')\nc = tumbling(4, 'count', table='hot')\n"
+        "@on('a')\ndef track(e):\n    w.add(e.k)\n    c.add(e.k)\n"
+        f"    if e.v != 1:\n        emit('out', {fields})\n        emit('hot', {fields})\n"
+        "    if e.v == 2:\n        emit('hot', other=e.j)\n"
+    )
+    program = rk.Program.from_source(source, name="blocks")
+    log = rk.Log(
+        [{"ts": t // 2, "kind": "a", "k": t % 3, "j": t % 2, "v": t % 5} for t in range(40)]
+    )
+    try:
+        want, want_epochs = _streamed(program, log, native_windows=False, epoch=7, final=True)
+    except rk.RestreamError as exc:
+        with pytest.raises(type(exc), match=re.escape(str(exc))):
+            _streamed(program, log, epoch=7, final=True)
+        return
+    got, got_epochs = _streamed(program, log, epoch=7, final=True)
+    assert_same_result(got, want)
+    for name in ("out", "hot"):
+        assert got.tables[name].equals(want.tables[name]), name
+    assert got_epochs == want_epochs
+    _program, rt, compiled = _fused(source)
+    assert "emit" not in compiled.run_batch.__code__.co_names
+
+
+@pytest.mark.parametrize(
+    "extra, lazy",
+    [
+        ("", True),
+        ("@w.on_close\ndef closed(key, start, end, value):\n    seen['c'] += 1\n", False),
+        ("@on('b')\ndef other(e):\n    emit('rows', key=e.k)\n", False),
+    ],
+)
+def test_the_path_and_the_plan_say_whether_a_session_closes_lazily(extra, lazy):
+    """``metrics.path`` and the plan say what runs: a lazy session window (no ``on_close``,
+    alone on its table, added to by log events) queues nothing and makes its rows in close
+    order; another one keeps one queue of open sessions; a replay that keeps every
+    expansion says why."""
+    program = rk.Program.from_source(HEADER + LAZY + extra, name="said")
+    kinds = ["a", "a", "b"]
+    log = rk.Log(
+        [{"ts": t, "kind": kinds[t % 3], "k": t % 2, "j": 0, "v": t % 3} for t in range(12)]
+    )
+    how = rk.replay(program, log).metrics.path["window w"]
+    if lazy:
+        assert how.startswith("fused, lazy: a session closes at the next add past its close")
+        assert "nothing queued" in how and "close order" in how
+    else:
+        assert how == "fused: one queue of open sessions, one queued close at a time"
+    assert f"  w: {how}" in plan_text(rk.plan(program))
+    kept = rk.replay(program, log, native_windows=False).metrics.path["window w"]
+    assert kept == "off: native_windows=False"
+
+
+def test_a_sliding_count_read_right_after_its_add_takes_the_count_the_add_made():
+    """``v = w.value(k)`` right after ``w.add(k)`` (same key, read from the event) is the
+    count the add wrote, and applies no decrement again; another key, another window's add
+    or a statement between read as ever: the rows and state are the expansion's."""
+    source = (
+        HEADER + "w = sliding(3, 'count')\nu = sliding(2, 'count')\n"
+        "@on('a')\ndef track(e):\n"
+        "    w.add((e.k, e.j))\n    v = w.value((e.k, e.j))\n"
+        "    u.add(e.k)\n    x = w.value(e.j)\n    y = u.value(e.k)\n"
+        "    w.add(e.j)\n    seen['n'] += 1\n    z = w.value(e.j)\n"
+        "    emit('hot', v=v, x=x, y=y, z=z)\n"
+    )
+    _program, _rt, compiled = _fused(source)
+    code = compiled.run_batch.__code__
+    program = rk.Program.from_source(source, name="fresh")
+    log = rk.Log([{"ts": t // 3, "kind": "a", "k": t % 3, "j": t % 2, "v": 0} for t in range(60)])
+    got, want = rk.replay(program, log), rk.replay(program, log, native_windows=False)
+    assert_same_result(got, want)
+    assert got.tables["hot"].equals(want.tables["hot"])
+    # Written out: the first read takes the add's count (its local), the others look up.
+    assert "emit" not in code.co_names and "w__value" not in code.co_names
+    assert sum(name.endswith("_c") for name in code.co_varnames) >= 1
