@@ -140,12 +140,7 @@ class Workbench:
         neither: on the oracle the run is its own baseline; above the compare limit (or with
         ``compare=False``) a parallel run is not compared."""
         program, log = cell.program, cell.log
-        baseline, on_error, cancel, compare = (
-            opts.baseline,
-            opts.on_error,
-            opts.cancel,
-            opts.compare,
-        )
+        baseline, on_error, cancel = opts.baseline, opts.on_error, opts.cancel
         limit = self.compare_limit if opts.compare_limit is None else opts.compare_limit
 
         # The baseline's own token: stopped with the cell's, or when the cell's replay fails.
@@ -169,8 +164,8 @@ class Workbench:
             return None, BesideBaseline(beside, cell.name, own.cancel)
         if is_oracle(cell.engine):
             return None, None
-        if compare is False or (
-            not compare and len(log) > limit and not self.baselines.has_serial(program, log)
+        if opts.compare is False or (
+            not opts.compare and len(log) > limit and not self.baselines.has_serial(program, log)
         ):
             cell.not_compared = not_compared_line(cell.name, len(log), limit)
             return None, None
