@@ -21,9 +21,7 @@ from .io.compare import Diff, KeyDiff, diff
 from .io.log import Log
 from .io.progress import (
     CancelToken,
-    Observer,
     ProgressEvent,
-    ProgressState,
     ReplayStarted,
     broadcast,
 )
@@ -36,8 +34,10 @@ from .iterate._sweep_cell import sweep_cell
 from .iterate.cells import (
     CELL_BATCH,
     Baseline,
+    CellOptions,
     CellRun,
     CellSweep,
+    RunOptions,
     cancelled_line,
     named_reuse,
     no_reuse,
@@ -133,14 +133,15 @@ class Workbench:
         return Baseline(f"{name} ({run.engine})", run.result, reused=True, record=run.record)
 
     def _baseline_for(
-        self, cell: CellRun, baseline: str | None, on_error: str, cancel: Any, compare: Any, say
+        self, cell: CellRun, opts: RunOptions, say
     ) -> tuple[Baseline | None, BesideBaseline | None]:
         """The cell's baseline now (a named one kept or in the catalog, or replayed first on
         the oracle, where nothing else would start), or one to get beside its replay, or
         neither: on the oracle the run is its own baseline; above the compare limit (or with
         ``compare=False``) a parallel run is not compared."""
         program, log = cell.program, cell.log
-        compare, limit = compare
+        baseline, on_error, cancel = opts.baseline, opts.on_error, opts.cancel
+        limit = self.compare_limit if opts.compare_limit is None else opts.compare_limit
 
         # The baseline's own token: stopped with the cell's, or when the cell's replay fails.
         own = CancelToken()
@@ -163,8 +164,8 @@ class Workbench:
             return None, BesideBaseline(beside, cell.name, own.cancel)
         if is_oracle(cell.engine):
             return None, None
-        if compare is False or (
-            not compare and len(log) > limit and not self.baselines.has_serial(program, log)
+        if opts.compare is False or (
+            not opts.compare and len(log) > limit and not self.baselines.has_serial(program, log)
         ):
             cell.not_compared = not_compared_line(cell.name, len(log), limit)
             return None, None
@@ -172,30 +173,13 @@ class Workbench:
 
     # -- runs ----------------------------------------------------------------------------
 
-    def run(
-        self,
-        name: str,
-        source: str | Program,
-        log: Log | Any,
-        *,
-        baseline: str | None = None,
-        engine: str = "serial",
-        master: str | None = None,
-        epoch: int | str | None = None,
-        observer: Observer | None = None,
-        cancel: CancelToken | None = None,
-        before_replay: Any = None,
-        on_error: str = "stop",
-        progress: ProgressState | None = None,
-        by: str | list[str] | None = None,
-        reuse: bool = True,
-        checkpoint: str | None = None,
-        checkpoint_every: str | None = None,
-        compare: bool | None = None,
-        compare_limit: int | None = None,
-    ) -> CellRun:
+    def run(self, name: str, source: str | Program, log: Log | Any, **options: Any) -> CellRun:
         """Define ``name``, replay it on ``engine``, compare with the baseline, record the run.
 
+        ``options`` are the keywords of :class:`~restream_kit.iterate.cells.RunOptions`
+        (``engine``, ``baseline``, ``master``, ``epoch``, ``by``, ``observer``, ``cancel``,
+        ``before_replay``, ``progress``, ``on_error``, ``reuse``, ``checkpoint``,
+        ``checkpoint_every``, ``compare``, ``compare_limit``); another keyword is a TypeError.
         Errors are kept in the returned ``CellRun`` (``error``) rather than raised, so that a
         view can show them; ``CellRun.ok`` says whether it worked. ``before_replay(cell_run)``
         is called once the baseline is ready (before the replay when it is at hand, else when
@@ -219,40 +203,34 @@ class Workbench:
         ``checkpoint`` and ``checkpoint_every`` go to the replay (``replay(checkpoint=..., resume=True)`` continues a checkpoint it left).
         """
         started = time.monotonic()
+        opts = RunOptions.of(options, "Workbench.run")
+        engine, baseline, cancel = opts.engine, opts.baseline, opts.cancel
         program = source if isinstance(source, Program) else self.define(name, source)
         self.programs[name] = program
         log = log if isinstance(log, Log) else Log(log)
-        params = {"master": master, "epoch": epoch, "baseline": baseline, "by": by}
+        params = {"master": opts.master, "epoch": opts.epoch, "baseline": baseline, "by": opts.by}
         params = {k: v for k, v in params.items() if v}
-        if on_error != "stop":
-            params["on_error"] = on_error
+        if opts.on_error != "stop":
+            params["on_error"] = opts.on_error
         cell = CellRun(name, program, log, engine, params=params)
-        if progress is not None:
-            cell.progress = progress
+        if opts.progress is not None:
+            cell.progress = opts.progress
         self.runs[name] = cell
-        notify = broadcast([cell.progress] + ([observer] if observer is not None else []))
+        notify = broadcast([cell.progress] + ([opts.observer] if opts.observer is not None else []))
         say = sayer(cell, notify, started)
         beside = None
         try:
             if cancel is not None:
                 cancel.check()
-            limit = self.compare_limit if compare_limit is None else compare_limit
-            cell.baseline, beside = self._baseline_for(
-                cell, baseline, on_error, cancel, (compare, limit), say
-            )
-            if cell.baseline is not None and before_replay is not None:
-                before_replay(cell)
-            options = self._options(cell, baseline, reuse, on_error, cancel, notify, say, beside)
-            if master:
-                options["master"] = master
-            if checkpoint:
-                options["checkpoint"] = checkpoint
-                options["checkpoint_every"] = checkpoint_every
+            cell.baseline, beside = self._baseline_for(cell, opts, say)
+            if cell.baseline is not None and opts.before_replay is not None:
+                opts.before_replay(cell)
+            replay_options = self._options(cell, opts, notify, say, beside)
             say("starting", f"starting {engine}")
-            cell.result = replay(program, log, engine=engine, epoch=epoch, **options)
-            if "reuse" in options:
+            cell.result = replay(program, log, engine=engine, epoch=opts.epoch, **replay_options)
+            if "reuse" in replay_options:
                 cell.reuse = named_reuse(cell.result.reuse, baseline)
-            self._compare(cell, beside, before_replay, cancel, by, say)
+            self._compare(cell, beside, opts, say)
         except BaseException as exc:  # noqa: BLE001 - kept for the view, re-raised by callers who want it
             cell.error = exc
             if beside is not None:
@@ -266,21 +244,21 @@ class Workbench:
             # A cancelled cell may have its replay's result (cancelled while comparing):
             # kept in the notebook, recorded as failed.
             result=None if cell.cancelled else cell.result,
-            master=master,
+            master=opts.master,
             params=params,
             error=None if cell.error is None else str(cell.error),
         )
         if cell.baseline is not None and cell.baseline.result is cell.result:
             cell.baseline.record = cell.record
-            if cell.ok and on_error == "stop":
+            if cell.ok and opts.on_error == "stop":
                 self.baselines.remember(program, log, replace(cell.baseline, reused=True))
         cell.wall_s = time.monotonic() - started
         return cell
 
-    def _options(self, cell, baseline, reuse, on_error, cancel, notify, say, beside) -> dict:
+    def _options(self, cell: CellRun, opts: RunOptions, notify, say, beside) -> dict:
         """The replay's options: its observer (which says the replay has started and starts
-        the baseline beside it), reuse of a named baseline, history."""
-        engine = cell.engine
+        the baseline beside it), reuse of a named baseline, history, a checkpoint."""
+        engine, baseline, on_error, cancel = cell.engine, opts.baseline, opts.on_error, opts.cancel
 
         def replaying(event: ProgressEvent) -> None:
             if isinstance(event, ReplayStarted):
@@ -298,7 +276,12 @@ class Workbench:
             options["batch_size"] = CELL_BATCH
         if on_error != "stop":
             options["on_error"] = on_error
-        if baseline is not None and reuse:
+        if opts.master:
+            options["master"] = opts.master
+        if opts.checkpoint:
+            options["checkpoint"] = opts.checkpoint
+            options["checkpoint_every"] = opts.checkpoint_every
+        if baseline is not None and opts.reuse:
             if cell.baseline is None:
                 cell.reuse = no_reuse(baseline, "its serial run on this log runs beside this one")
             else:
@@ -313,8 +296,9 @@ class Workbench:
             options["history"] = True
         return options
 
-    def _compare(self, cell, beside, before_replay, cancel, by, say) -> None:
+    def _compare(self, cell: CellRun, beside, opts: RunOptions, say) -> None:
         """The baseline (the run itself on the oracle, or the one got beside it) and the diff."""
+        before_replay, cancel, by = opts.before_replay, opts.cancel, opts.by
         if cell.baseline is None and beside is None and cell.not_compared is None:
             cell.baseline = Baseline(
                 f"serial replay of {cell.name}", cell.result, reused=False, same_program=True
@@ -354,11 +338,21 @@ class Workbench:
         cell.diff = diff(cell.result, base.result)
         return cell
 
-    def sweep(self, name: str, source: str | Program, log: Log | Any, **options: Any) -> CellSweep:
-        """Define ``name`` and sweep its parameters over ``values=`` (a grid, see
-        :func:`restream_kit.sweep`) on ``engine=``, in one scan where it can; see
-        :func:`restream_kit.iterate._sweep_cell.sweep_cell` for the options and the baseline."""
-        return sweep_cell(self, name, source, log, **options)
+    def sweep(
+        self,
+        name: str,
+        source: str | Program,
+        log: Log | Any,
+        *,
+        values: dict[str, list[Any]],
+        **options: Any,
+    ) -> CellSweep:
+        """Define ``name`` and sweep its parameters over ``values`` (a grid, see
+        :func:`restream_kit.sweep`) on ``engine=``, in one scan where it can; ``options`` are
+        the keywords of :class:`~restream_kit.iterate.cells.CellOptions`. See
+        :func:`restream_kit.iterate._sweep_cell.sweep_cell` for the baseline."""
+        opts = CellOptions.of(options, "Workbench.sweep")
+        return sweep_cell(self, name, source, log, values, opts)
 
     def diff(self, a: str, b: str, by: str | list[str] | None = None) -> Diff | KeyDiff:
         """The diff of the latest runs of cells ``a`` and ``b`` (by the fields ``by``)."""

@@ -244,28 +244,24 @@ class _SerialRun:
         self.notify(ReplayFinished(total, wall))
         resumed = start.next_epoch if start is not None and start.resumed else None
         notes = self.notes + ([self.history_note] if self.history_note else [])
-        if not self.guarded:
-            result = Result(
-                tables=tables,
-                state=stores,
-                metrics=metrics,
-                warnings=notes,
-                resumed_from_epoch=resumed,
-            )
-            if recorded is not None:
-                result.history = recorded.finish(self.program, log, rt, result)
-            return result
-        quarantine = quarantine_table(rt.quarantined)
-        note = quarantine_warning(quarantine, self.on_error)
-        return Result(
-            tables=tables,
-            state={name: dict(d) for name, d in stores.items()},
-            metrics=metrics,
-            warnings=notes + ([note] if note else []),
+        quarantine = quarantine_table()
+        if self.guarded:  # (its stores journal their writes: the result holds plain dicts)
+            quarantine = quarantine_table(rt.quarantined)
+            note = quarantine_warning(quarantine, self.on_error)
+            notes += [note] if note else []
+            stores = {name: dict(d) for name, d in stores.items()}
+        result = Result(
+            tables,
+            stores,
+            metrics,
+            warnings=notes,
             quarantine=quarantine,
             on_error=self.on_error,
             resumed_from_epoch=resumed,
         )
+        if recorded is not None:  # (never on a guarded run: see _history_stores)
+            result.history = recorded.finish(self.program, log, rt, result)
+        return result
 
 
 def _windows_off(native: bool, ck: Any, start: Any, guarded: bool, recorded: Any) -> str | None:

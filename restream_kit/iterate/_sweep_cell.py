@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..engines import is_oracle
 from ..io.log import Log
-from ..io.progress import CancelToken, Observer, ProgressState, broadcast
+from ..io.progress import CancelToken, broadcast
 from ..model.program import Program
-from .cells import CELL_BATCH, Baseline, CellSweep
+from .cells import CELL_BATCH, Baseline, CellOptions, CellSweep
 from .sweeps import sweep
 
 if TYPE_CHECKING:
@@ -25,36 +25,29 @@ def sweep_cell(
     name: str,
     source: str | Program,
     log: Log | Any,
-    *,
     values: dict[str, list[Any]],
-    baseline: str | None = None,
-    engine: str = "serial",
-    master: str | None = None,
-    epoch: int | str | None = None,
-    observer: Observer | None = None,
-    cancel: CancelToken | None = None,
-    before_replay: Any = None,
-    progress: ProgressState | None = None,
-    by: str | list[str] | None = None,
+    options: CellOptions,
 ) -> CellSweep:
     """Define ``name`` and sweep its parameters over ``values`` (a grid, see
-    :func:`restream_kit.sweep`) on ``engine``, in one scan where it can.
+    :func:`restream_kit.sweep`) on ``options.engine``, in one scan where it can.
 
     The baseline each variant is compared with (``CellSweep.diff``) is the serial run of
-    the cell named ``baseline``, or, without one, the serial replay of this program with its
-    parameters' defaults: kept in this session, else the sweep's own variant with the defaults
-    (on the oracle), else the catalog's or a serial replay after the sweep. Errors are kept in
-    the returned ``CellSweep`` (``error``). ``before_replay(cell_sweep)`` is called once the
-    baseline is ready.
+    the cell named ``options.baseline``, or, without one, the serial replay of this program
+    with its parameters' defaults: kept in this session, else the sweep's own variant with the
+    defaults (on the oracle), else the catalog's or a serial replay after the sweep. Errors are
+    kept in the returned ``CellSweep`` (``error``). ``options.before_replay(cell_sweep)`` is
+    called once the baseline is ready.
     """
+    engine, baseline, cancel = options.engine, options.baseline, options.cancel
+    before_replay = options.before_replay
     program = source if isinstance(source, Program) else workbench.define(name, source)
     workbench.programs[name] = program
     log = log if isinstance(log, Log) else Log(log)
-    cell = CellSweep(name, program, log, engine, dict(values), by=by)
-    if progress is not None:
-        cell.progress = progress
+    cell = CellSweep(name, program, log, engine, dict(values), by=options.by)
+    if options.progress is not None:
+        cell.progress = options.progress
     workbench.sweeps[name] = cell
-    observers = [cell.progress] + ([observer] if observer is not None else [])
+    observers = [cell.progress] + ([options.observer] if options.observer is not None else [])
     try:
         if cancel is not None:
             cancel.check()
@@ -64,14 +57,14 @@ def sweep_cell(
             cell.baseline = workbench.baselines.kept(program, log)
         if cell.baseline is not None and before_replay is not None:
             before_replay(cell)
-        options: dict[str, Any] = {"observer": broadcast(observers), "cancel": cancel}
+        replay_options: dict[str, Any] = {"observer": broadcast(observers), "cancel": cancel}
         if is_oracle(engine):
-            options["batch_size"] = CELL_BATCH
-        if epoch is not None:
-            options["epoch"] = epoch
-        if master:
-            options["master"] = master
-        cell.sweep = sweep(program, log, engine=engine, options=options, **values)
+            replay_options["batch_size"] = CELL_BATCH
+        if options.epoch is not None:
+            replay_options["epoch"] = options.epoch
+        if options.master:
+            replay_options["master"] = options.master
+        cell.sweep = sweep(program, log, engine=engine, options=replay_options, **values)
         if baseline is None:
             cell.baseline = _sweep_baseline(workbench, cell, cancel)
             if before_replay is not None:

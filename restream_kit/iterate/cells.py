@@ -6,19 +6,22 @@ data, no UI: ``widgets/`` draws it; ``restream_kit.workbench`` makes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from ..io.catalog import RunRecord
 from ..io.compare import Diff, KeyDiff, diff
 from ..io.log import Log
-from ..io.progress import Cancelled, ProgressState
+from ..io.progress import Cancelled, CancelToken, Observer, ProgressState
 from ..io.result import Result
 from ..model.program import Program
 
 __all__ = [
     "Baseline",
     "CELL_BATCH",
+    "CellOptions",
+    "RunOptions",
     "CellRun",
     "CellSweep",
     "reuse_line",
@@ -30,6 +33,52 @@ __all__ = [
 #: between batches, so that an interrupt stops a slow rule's replay within a second or so
 #: (the engine's own 65,536 take a rule at 100 microseconds an event 6 s).
 CELL_BATCH = 4096
+
+
+Options = TypeVar("Options", bound="CellOptions")
+
+
+@dataclass(frozen=True)
+class CellOptions:
+    """How a cell replays, beside its name, program and log: the keywords ``Workbench.run``
+    and ``Workbench.sweep`` share, built once by :meth:`of` as they enter the workbench."""
+
+    engine: str = "serial"
+    #: The cell whose serial run is the baseline; None: this program's own serial replay.
+    baseline: str | None = None
+    master: str | None = None
+    epoch: int | str | None = None
+    #: Compare with the baseline by these fields (a ``KeyDiff``) rather than row by row.
+    by: str | list[str] | None = None
+    observer: Observer | None = None
+    cancel: CancelToken | None = None
+    #: Called with the cell once its baseline is ready.
+    before_replay: Callable[[Any], None] | None = None
+    progress: ProgressState | None = None
+
+    @classmethod
+    def of(cls: type[Options], given: Mapping[str, Any], where: str) -> Options:
+        """The options of the keywords ``given`` to ``where``; a keyword it does not take is
+        the ``TypeError`` Python raises for a function's."""
+        names = {f.name for f in fields(cls)}
+        for name in given:
+            if name not in names:
+                raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+        return cls(**given)
+
+
+@dataclass(frozen=True)
+class RunOptions(CellOptions):
+    """A run's options (``Workbench.run``): a cell's, and how it replays and compares."""
+
+    on_error: str = "stop"
+    #: Re-run only the stages changed since a named baseline (False: always in full).
+    reuse: bool = True
+    checkpoint: str | None = None
+    checkpoint_every: str | None = None
+    #: True: always compared with a serial replay; False: never; None: under the limit.
+    compare: bool | None = None
+    compare_limit: int | None = None
 
 
 #: How ``replay_reusing`` names a reused run given as a ``Result`` (replaced by the cell's name).

@@ -42,11 +42,11 @@ def plan(
     program: Program | str | Path,
     log: Log | Any = None,
     *,
-    allow_nondeterminism: bool = False,
-    sample_events: int = SAMPLE_EVENTS,
     ts: str | None = None,
     kind: str | None = None,
     require_kinds: bool = False,
+    allow_nondeterminism: bool = False,
+    sample_events: int = SAMPLE_EVENTS,
 ) -> Plan:
     """Plan ``program``; with ``log``, also its data critical path on that log.
 

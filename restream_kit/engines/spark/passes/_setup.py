@@ -40,10 +40,7 @@ class Setup:
 
     rep: Any
     pp: PassPlan
-    program: Program
-    log: Log
     events: Any
-    session: Any
     df: Any
     log_kinds: dict[int, tuple[str, ...]]
     partitions: int
@@ -71,6 +68,19 @@ class Setup:
     # A wave's run (``_waves``): the lsn of its last event; no pass reads an event after it.
     until: int | None = None
     outputs: Any = None  # where tasks write large output tables (``passes._output_files``)
+
+    # The replay's own, read from it rather than copied, so that they cannot disagree.
+    @property
+    def program(self) -> Program:
+        return self.rep.program
+
+    @property
+    def log(self) -> Log:
+        return self.rep.log
+
+    @property
+    def session(self) -> Any:
+        return self.rep.session
 
 
 def wave_end(setup: Setup, lsn: int) -> None:
@@ -121,10 +131,7 @@ def prepare(
     return Setup(
         rep=rep,
         pp=pp,
-        program=program,
-        log=log,
         events=events,
-        session=session,
         df=df,
         log_kinds=log_kinds,
         partitions=partitions,
