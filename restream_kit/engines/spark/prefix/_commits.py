@@ -395,16 +395,21 @@ def _rows_by_chunk(low: Lowered, log: Any, emitted) -> dict[int, dict[str, list]
             for i, o in enumerate(at):
                 fields = {n: v[i] for n, v in zip(names, values)}
                 rows.append(((o, site.handler, site.n), site.table, handler, fields))
-    lsn = log.table.column("lsn")
-    ts = log.table.column("ts")
-    out: dict[int, dict[str, list]] = {}
-    for chunk, rows in by_chunk.items():
+    for rows in by_chunk.values():
         rows.sort(key=lambda r: r[0])
-        at = [r[0][0] for r in rows]
-        lsns = lsn.take(at).to_pylist()
-        tss = ts.take(at).to_pylist()
+    # Only the emitted rows' lsn and ts, read once for every chunk (chunks are in log order):
+    # the log is not read whole.
+    chunks = sorted(by_chunk)
+    at = [r[0][0] for chunk in chunks for r in by_chunk[chunk]]
+    events = log.rows_at(at, ["lsn", "ts"]) if at else None
+    lsns = events.column("lsn").to_pylist() if events is not None else []
+    tss = events.column("ts").to_pylist() if events is not None else []
+    out: dict[int, dict[str, list]] = {}
+    i = 0
+    for chunk in chunks:
         tables: dict[str, list] = {}
-        for (_pos, table, handler, fields), l_, t_ in zip(rows, lsns, tss):
-            tables.setdefault(table, []).append((l_, t_, handler, 0, fields))
+        for _pos, table, handler, fields in by_chunk[chunk]:
+            tables.setdefault(table, []).append((lsns[i], tss[i], handler, 0, fields))
+            i += 1
         out[chunk] = tables
     return out
