@@ -55,7 +55,7 @@ from .._faults import inject_fault
 from .._uri_log import copy_facts
 from ..passes._output_files import OutputFiles, drop_parts
 from ._assembly import Rounds, assemble, from_ipc
-from ._columnar import DELTA_CHUNK, needed_columns, run_epoch
+from ._columnar import DELTA_CHUNK, needed_columns, read_states, run_epoch
 from ._commits import start_deltas
 from ._epoch_events import (
     epoch_payloads,
@@ -310,9 +310,12 @@ def run_prefix(
             label = _round_label(low, job)
             notify(StageStarted(0, label))
             round_started = time.perf_counter()
+            # Only the states the round reads (a history's probes may read any).
+            wanted = read_states(low, job) if history is None else set(deltas)
             shipped = {
                 name: _ipc(pl.concat(frames, how="diagonal_relaxed"))
                 for name, frames in deltas.items()
+                if name in wanted
             }
             shipped.update(carried)
             task = PrefixTask(low, path, columns, spans, job, shipped, cache, chunks)
