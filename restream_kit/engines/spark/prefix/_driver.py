@@ -310,14 +310,7 @@ def run_prefix(
             label = _round_label(low, job)
             notify(StageStarted(0, label))
             round_started = time.perf_counter()
-            # Only the states the round reads (a history's probes may read any).
-            wanted = read_states(low, job) if history is None else set(deltas)
-            shipped = {
-                name: _ipc(pl.concat(frames, how="diagonal_relaxed"))
-                for name, frames in deltas.items()
-                if name in wanted
-            }
-            shipped.update(carried)
+            shipped = _shipped(low, job, deltas, carried, history is not None)
             task = PrefixTask(low, path, columns, spans, job, shipped, cache, chunks)
             task.probes = history and history[1]
             task.outputs = outputs
@@ -349,6 +342,18 @@ def run_prefix(
         if release is not None:
             release()
     return _result(log, state, tables, stages, ran, cut_up.epochs, start, started, notify)
+
+
+def _shipped(low: Lowered, job: int, deltas: dict, carried: dict, probed: bool) -> dict:
+    """What round ``job``'s tasks are sent: the deltas of the states it reads (of every
+    state when a history's probes, which may read any, run) and the read columns carried."""
+    wanted = set(deltas) if probed else read_states(low, job)
+    shipped = {
+        name: _ipc(pl.concat(frames, how="diagonal_relaxed"))
+        for name, frames in deltas.items()
+        if name in wanted
+    }
+    return {**shipped, **carried}
 
 
 def _sources(log: Log, columns, spans, ship_events: bool, shared: str | None) -> tuple:
