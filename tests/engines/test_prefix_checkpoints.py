@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import restream_kit as rk
 from restream_kit.engines.spark.prefix import _commits as _prefix_commits
+from restream_kit.engines.spark.prefix._spans import task_spans
 from restream_kit.io import checkpoint
 from restream_kit.io.progress import EpochFinished, Recorder
 
@@ -215,6 +216,29 @@ def test_a_prefix_checkpoint_resumes_and_starts_changed_rules(
     # A serial checkpoint continued on Spark.
     on_spark = rk.replay(changed, log, **SPARK, epoch=epoch, start_from=(serial_ck, 1))
     assert_same_result(on_spark, reference)
+
+
+def test_waves_of_one_epoch_cut_between_both_cores_commit_the_serial_epochs(
+    logs, tmp_path, spark_session
+):
+    """A wave of one epoch runs on every core: its epoch is cut where a task ends, and its
+    pieces are committed as one epoch, the serial engine's."""
+    program = rk.Program.load(DEFAULTS_AND_DELETES)
+    log = logs["abk"]
+    cut_up = task_spans(log, 400, None, None, 2)  # three epochs, the middle one cut in two
+    assert cut_up.owners == [0, 1, 1, 2] and len(cut_up.spans) == 2
+    assert [len(task_spans(log, 400, None, k, 2).spans) for k in range(3)] == [2, 2, 2]
+    serial_ck, spark_ck = tmp_path / "serial", tmp_path / "spark"
+    want = rk.replay(program, log, epoch=400, checkpoint=serial_ck)
+    got = rk.replay(program, log, **SPARK, epoch=400, checkpoint=spark_ck, checkpoint_every=400)
+    path = dict(got.metrics.path)
+    assert "in 3 waves" in path.pop("checkpoint"), got.metrics.path
+    assert path and all(w.startswith("lowered") for w in path.values()), path
+    assert_same_result(got, want)
+    for k in range(3):
+        assert checkpoint.read(serial_ck, k).state == checkpoint.read(spark_ck, k).state, k
+        assert rows_of_epoch(serial_ck, k) == rows_of_epoch(spark_ck, k), k
+    assert sum(len(rows) for rows in rows_of_epoch(spark_ck, 1).values()) > 5
 
 
 def test_the_plan_says_the_checkpoint_is_committed_per_epoch(logs, root):

@@ -20,7 +20,8 @@ from ....io.progress import EpochFinished, EpochStarted
 from ....io.result import ROW_COLUMNS, build_table
 from ....model.program import Program
 from ._columnar import combine_deltas, epoch_of
-from ._commits import commit_epochs, resumed_tables
+from ._commits import commit_epochs
+from ._epoch_rows import EpochTables, resumed_tables
 from ._output_parts import held_tables
 
 __all__ = ["Rounds", "assemble", "final_state", "from_ipc"]
@@ -71,16 +72,17 @@ def assemble(
     check_cancel,
 ) -> tuple[Any, dict[str, pa.Table]]:
     """(the state, the tables) of the replay ``run`` = (lowered program, program, log, epoch,
-    start, until, the ``OutputFiles`` of its tasks' part files) once its rounds are done: the
+    start, until, the ``OutputFiles`` of its tasks' part files, the epoch of each chunk) once its rounds are done: the
     history's probes taken, the tables the tasks wrote merged (held as files), every epoch
     committed to ``checkpoint`` (the state is then where it left off), else the final state
     folded and each epoch's rows told to ``notify``; ``stages`` gets the driver's times."""
-    low, program, log, epoch, start, until, outputs = run
+    low, program, log, epoch, start, until, outputs, owners = run
     assembled = time.perf_counter()
     if history is not None:
         history[0].take_prefix(history[1], took.probed)
     held = held_tables(low, log, outputs, took.written, took.emitted) if took.written else {}
-    tables, per_epoch = _tables(low, log, took.emitted, bounds)
+    tables, made = _tables(low, log, took.emitted, bounds)
+    made.owners = owners
     if held:  # (in the order of the tables' emit sites, as built in memory)
         tables.update(held)
         order = dict.fromkeys(site.table for site in low.emits)
@@ -89,7 +91,7 @@ def assemble(
         stages["tables (driver)"] = time.perf_counter() - assembled
         committing = time.perf_counter()
         state, committed = commit_epochs(
-            checkpoint, low, program, log, epoch, took.deltas, took.emitted, per_epoch, notify,
+            checkpoint, low, program, log, epoch, took.deltas, took.emitted, made, notify,
             check_cancel, start, until,
         )  # fmt: skip
         if start is not None and until is None:  # (a wave's tables are not the result)
@@ -101,7 +103,7 @@ def assemble(
         # Every event is done: the epochs' rows, in order, for streaming views.
         for number, (lo, hi) in enumerate(bounds):
             notify(EpochStarted(number, hi - lo))
-            notify(EpochFinished(number, hi, 0.0, per_epoch.get(number, {}), None))
+            notify(EpochFinished(number, hi, 0.0, made.slices.get(number, {}), None))
     return state, tables
 
 
@@ -122,8 +124,9 @@ def _split_rows(frame: pl.DataFrame, first: int, bounds) -> list[tuple[int, pl.D
     return [(int(e), part.drop("_e")) for (e,), part in parts.items()]
 
 
-def _tables(low: Lowered, log: Log, emitted, bounds) -> tuple[dict[str, pa.Table], dict]:
-    """Output tables in processing order, and each epoch's rows (for streaming views)."""
+def _tables(low: Lowered, log: Log, emitted, bounds) -> tuple[dict[str, pa.Table], EpochTables]:
+    """Output tables in processing order, and each epoch's slice of them (for streaming views
+    and a checkpoint's commits)."""
     by_table: dict[str, list] = {}
     for index, parts in sorted(emitted.items()):
         frames = [frame for _chunk, frame in parts if frame.height]
@@ -133,16 +136,20 @@ def _tables(low: Lowered, log: Log, emitted, bounds) -> tuple[dict[str, pa.Table
                 (site, pl.concat(frames, how="vertical_relaxed"))
             )
     starts = [lo for lo, _hi in bounds]
-    tables, per_epoch = {}, {}
+    tables, made = {}, EpochTables()
     for name, sites in by_table.items():
-        table, order = _columns_table(name, sites, low, log) or _rows_table(name, sites, low, log)
+        built = _columns_table(name, sites, low, log)
+        if built is not None:
+            made.columnar.add(name)
+        table, order = built or _rows_table(name, sites, low, log)
         tables[name] = table
         # Rows are in processing order, so each epoch's rows are one slice.
         cuts = np.searchsorted(order, starts + [len(log)])
         for number, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
             if hi > lo:
-                per_epoch.setdefault(number, {})[name] = table.slice(lo, hi - lo)
-    return tables, per_epoch
+                made.slices.setdefault(number, {})[name] = table.slice(lo, hi - lo)
+                made.first.setdefault(number, {})[name] = int(order[lo])
+    return tables, made
 
 
 #: Field types a table may take straight from the columns: as ``build_table`` infers them

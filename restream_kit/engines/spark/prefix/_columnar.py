@@ -38,6 +38,7 @@ __all__ = [
     "needed_columns",
     "epoch_of",
     "DELTA_CHUNK",
+    "read_states",
 ]
 
 #: Column naming the epoch a delta row comes from.
@@ -378,12 +379,25 @@ def run_epoch(
 
 def later_reads(low: Lowered, job: int) -> set[int]:
     """Read sites that rounds after ``job`` use, directly or through the writes they need."""
+    return _reads_of(low, lambda level: level > job)
+
+
+def read_states(low: Lowered, job: int) -> set[str]:
+    """The states whose values before an epoch round ``job`` may read (its base): those of
+    the reads its writes and emits use, directly or through the writes they need. Round
+    ``job``'s tasks are sent the deltas of these only."""
+    return {low.reads[site].state for site in _reads_of(low, lambda level: level == job)}
+
+
+def _reads_of(low: Lowered, at: Callable[[int], bool]) -> set[int]:
+    """Read sites the writes and emits of the levels ``at`` accepts use, directly or through
+    the writes they need."""
     wanted: set[int] = set()
     for w in low.writes:
-        if low.states[w.state].level > job:
+        if at(low.states[w.state].level):
             wanted |= low_reads(w.key, w.value, w.when)
     for e in low.emits:
-        if e.level > job:
+        if at(e.level):
             wanted |= low_reads(e.when, *(v for _n, v in e.fields))
     # A read needs the writes of its state, and those may read other states in turn.
     todo = list(wanted)

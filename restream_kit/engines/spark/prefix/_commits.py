@@ -38,9 +38,10 @@ from ....io._arrow_stores import StoreColumns, store_columns, store_from_table
 from ....io.checkpoint import Checkpointer, Start, state_declarations
 from ....io.epochs import Epoch, cut
 from ....io.progress import EpochFinished, EpochStarted
-from ....io.result import build_table
 from ....model.program import Program
 from ._columnar import DELTA_CHUNK
+from ._epoch_rows import EpochTables, joined
+from ._epoch_rows import rows_by_chunk as committed_rows
 
 __all__ = [
     "Carried",
@@ -48,7 +49,6 @@ __all__ = [
     "remaining",
     "why_not_resumed",
     "start_deltas",
-    "resumed_tables",
 ]
 
 
@@ -60,7 +60,7 @@ def commit_epochs(
     epoch: Any,
     deltas: dict[str, list[pl.DataFrame]],
     emitted: dict[int, list[tuple[int, pl.DataFrame]]],
-    per_epoch: dict[int, dict],
+    made: EpochTables,
     notify: Any,
     check_cancel: Any = None,
     start: Start | None = None,
@@ -70,15 +70,19 @@ def commit_epochs(
     the final state (a wave's :class:`Carried`) and each committed epoch's rows (by epoch
     number).
 
-    ``deltas`` and ``emitted`` are ``run_prefix``'s (chunk ``i`` is the ``i``-th epoch with
-    events), ``per_epoch`` each chunk's output tables, for the ``EpochFinished`` events.
+    ``deltas`` and ``emitted`` are ``run_prefix``'s, by chunk (``prefix._spans``: an epoch, or
+    a piece of one), ``made`` the output tables cut at the chunks and the epoch of each chunk
+    (for the ``EpochFinished`` events, and committed as they are where their columns are
+    plain: ``_epoch_rows``).
     ``check_cancel()`` runs before each commit: a cancelled replay stops between epochs, the
     ones committed intact, as on the pass path. ``until``: the last epoch to commit (a
     wave's; the checkpoint is complete only when it is None)."""
     epochs = remaining(cut(log, epoch), start, until)
-    chunks = {ep.index: i for i, ep in enumerate(e for e in epochs if len(e))}
+    pieces: dict[int, list[int]] = {}  # an epoch's chunks (``prefix._spans``)
+    for chunk, owner in enumerate(made.owners):
+        pieces.setdefault(owner, []).append(chunk)
     by_chunk = {name: _split(frames) for name, frames in deltas.items()}
-    rows_by_chunk = _rows_by_chunk(low, log, emitted)
+    rows_by_chunk = committed_rows(low, log, emitted, made)
     stores: dict[str, dict] = {name: {} for name in program.states}
     declared = state_declarations(program)
     tables: dict[str, None] = {}  # tables emitted so far, in order of first emission
@@ -100,12 +104,13 @@ def commit_epochs(
             check_cancel()
         notify(EpochStarted(ep.index, len(ep)))
         started = time.perf_counter()
-        chunk = chunks.get(ep.index)
+        mine = pieces.get(ep.index, [])
         for name, parts in by_chunk.items():
-            frame = parts.get(chunk)
-            if frame is not None:
-                kept[name].fold(frame)
-        new_rows = rows_by_chunk.get(chunk, {})
+            for chunk in mine:
+                frame = parts.get(chunk)
+                if frame is not None:
+                    kept[name].fold(frame)
+        new_rows = joined([rows_by_chunk.get(chunk, {}) for chunk in mine])
         tables.update(dict.fromkeys(new_rows))
         state = {
             "states": declared,
@@ -124,7 +129,7 @@ def commit_epochs(
         ck.commit_soon(ep.index, ep.stop, state, committed[ep.index], last=last)
         if last:
             ck.flush()  # (a replay returns with its checkpoint complete)
-        outputs = per_epoch.get(chunk, {}) if chunk is not None else {}
+        outputs = made.outputs(mine)
         # Every event of the log has run: all rows are final.
         notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
     if until is not None:  # a wave: the next one starts from these values as they are
@@ -228,16 +233,6 @@ def _frame_delta(frame: pl.DataFrame, info: Any) -> pl.DataFrame:
     else:
         delta = frame.with_columns(pl.lit(False).alias("_del"))
     return delta.with_columns(pl.lit(-1, dtype=pl.Int32).alias(DELTA_CHUNK))
-
-
-def resumed_tables(start: Start | Carried, committed: dict[int, dict[str, list]]) -> dict[str, Any]:
-    """A resumed replay's tables: the committed epochs' rows and the new ones, built as the
-    serial engine builds them."""
-    every: dict[str, list] = {}
-    for rows in [*start.rows, *(committed[k] for k in sorted(committed))]:
-        for name, table_rows in rows.items():
-            every.setdefault(name, []).extend(table_rows)
-    return {name: build_table(name, rows) for name, rows in every.items()}
 
 
 def _split(frames: list[pl.DataFrame]) -> dict[int, pl.DataFrame]:
@@ -376,35 +371,3 @@ _ARROW = {
     pl.String: pa.string(),
     pl.Null: pa.null(),
 }
-
-
-def _rows_by_chunk(low: Lowered, log: Any, emitted) -> dict[int, dict[str, list]]:
-    """Each chunk's output rows per table, as the serial engine keeps them: in processing
-    order (position, handler, emit site), ``(lsn, ts, handler, 0, fields)``."""
-    by_chunk: dict[int, list] = {}
-    for index, parts in emitted.items():
-        site = low.emits[index]
-        names = [field for field, _x in site.fields]
-        handler = low.handler_names[site.handler]
-        for chunk, frame in parts:
-            if not frame.height:
-                continue
-            values = [frame.get_column(f"f_{n}").to_list() for n in names]
-            at = frame.get_column("_o").to_list()
-            rows = by_chunk.setdefault(chunk, [])
-            for i, o in enumerate(at):
-                fields = {n: v[i] for n, v in zip(names, values)}
-                rows.append(((o, site.handler, site.n), site.table, handler, fields))
-    lsn = log.table.column("lsn")
-    ts = log.table.column("ts")
-    out: dict[int, dict[str, list]] = {}
-    for chunk, rows in by_chunk.items():
-        rows.sort(key=lambda r: r[0])
-        at = [r[0][0] for r in rows]
-        lsns = lsn.take(at).to_pylist()
-        tss = ts.take(at).to_pylist()
-        tables: dict[str, list] = {}
-        for (_pos, table, handler, fields), l_, t_ in zip(rows, lsns, tss):
-            tables.setdefault(table, []).append((l_, t_, handler, 0, fields))
-        out[chunk] = tables
-    return out

@@ -41,7 +41,6 @@ import polars as pl
 import pyarrow as pa
 
 from ....compiler.lower import ColumnFacts, Lowered, NotLowerable, lower
-from ....io.epochs import cut
 from ....io.log import Log
 from ....io.progress import (
     Progress,
@@ -56,8 +55,8 @@ from .._faults import inject_fault
 from .._uri_log import copy_facts
 from ..passes._output_files import OutputFiles, drop_parts
 from ._assembly import Rounds, assemble, from_ipc
-from ._columnar import DELTA_CHUNK, needed_columns, run_epoch
-from ._commits import remaining, start_deltas
+from ._columnar import DELTA_CHUNK, needed_columns, read_states, run_epoch
+from ._commits import start_deltas
 from ._epoch_events import (
     epoch_payloads,
     eventsfrom_ipc,
@@ -66,10 +65,10 @@ from ._epoch_events import (
     read_rows,
 )
 from ._output_parts import split_emits
+from ._spans import default_epoch, task_spans
 
 __all__ = [
     "default_epoch",
-    "task_groups",
     "prefix_plan",
     "PrefixTask",
     "run_prefix",
@@ -273,9 +272,9 @@ def run_prefix(
     from its state (as a delta before every epoch's).
 
     ``cores`` (the engine gives them with a checkpoint, whose epochs are what it commits, not
-    what Spark need run): the epochs run several to a task, in as few tasks as
-    :func:`default_epoch` makes of the events but at least one per core, each epoch's deltas
-    and rows kept apart.
+    what Spark need run): tasks of about equal events, as few as :func:`default_epoch` makes
+    of them but at least one per core, each running several epochs or a piece of one, each
+    piece's deltas and rows kept apart (``prefix._spans``).
 
     ``until``: the last epoch this run replays and commits (a wave, ``_waves``; None: to
     the log's end). A wave's result holds, as its state, where it left off
@@ -287,7 +286,8 @@ def run_prefix(
 
     ``shared``: the log's ordered copy in a cluster's shared directory (``_shared_log``),
     which the tasks read instead of having their events shipped."""
-    bounds, spans, chunks = _task_spans(log, epoch, start, until, cores)
+    cut_up = task_spans(log, epoch, start, until, cores)
+    bounds, spans, chunks = cut_up.bounds, cut_up.spans, cut_up.chunks
     columns = needed_columns(low)
     outputs = None if ship_events or checkpoint is not None or until is not None else outputs
     path, events = _sources(log, columns, spans, ship_events, shared)
@@ -295,7 +295,7 @@ def run_prefix(
     rounds = low.levels if history is None else max(low.levels, history[1].round + 1)
     rounds = rounds if bounds else 0  # a resume of a complete checkpoint: nothing to run
     names = tuple(f"round {j + 1}" for j in range(rounds))
-    notify(ReplayStarted("spark", total, len(bounds), names, log.span_ms))
+    notify(ReplayStarted("spark", total, cut_up.epochs, names, log.span_ms))
     took = Rounds(start_deltas(low, start))
     deltas, carried = took.deltas, took.carried
     stages: dict[str, float] = {}
@@ -310,11 +310,7 @@ def run_prefix(
             label = _round_label(low, job)
             notify(StageStarted(0, label))
             round_started = time.perf_counter()
-            shipped = {
-                name: _ipc(pl.concat(frames, how="diagonal_relaxed"))
-                for name, frames in deltas.items()
-            }
-            shipped.update(carried)
+            shipped = _shipped(low, job, deltas, carried, history is not None)
             task = PrefixTask(low, path, columns, spans, job, shipped, cache, chunks)
             task.probes = history and history[1]
             task.outputs = outputs
@@ -331,10 +327,10 @@ def run_prefix(
             stages[label] = seconds
             # Where a round's time goes: the tasks' own work, summed (the rest is Spark's).
             stages[f"{label} (tasks, summed)"] = _busy(table)
-            ran[label] = lowered_over(len(bounds), checkpoint is not None, len(spans))
-            notify(StageFinished(0, label, seconds, len(spans), epochs=len(bounds)))
+            ran[label] = lowered_over(cut_up.epochs, checkpoint is not None, len(spans))
+            notify(StageFinished(0, label, seconds, len(spans), epochs=cut_up.epochs))
             on_tasks(len(spans), len(spans))
-        run = (low, program, log, epoch, start, until, outputs)
+        run = (low, program, log, epoch, start, until, outputs, cut_up.owners)
         state, tables = assemble(
             run, took, bounds, history, checkpoint, stages, notify, check_cancel
         )
@@ -345,7 +341,19 @@ def run_prefix(
         release = getattr(map_epochs, "release", None)
         if release is not None:
             release()
-    return _result(log, state, tables, stages, ran, len(bounds), start, started, notify)
+    return _result(log, state, tables, stages, ran, cut_up.epochs, start, started, notify)
+
+
+def _shipped(low: Lowered, job: int, deltas: dict, carried: dict, probed: bool) -> dict:
+    """What round ``job``'s tasks are sent: the deltas of the states it reads (of every
+    state when a history's probes, which may read any, run) and the read columns carried."""
+    wanted = set(deltas) if probed else read_states(low, job)
+    shipped = {
+        name: _ipc(pl.concat(frames, how="diagonal_relaxed"))
+        for name, frames in deltas.items()
+        if name in wanted
+    }
+    return {**shipped, **carried}
 
 
 def _sources(log: Log, columns, spans, ship_events: bool, shared: str | None) -> tuple:
@@ -383,55 +391,6 @@ def _busy(table: pa.Table) -> float:
     """The seconds a round's tasks worked, summed (one figure a task, however many rows)."""
     busy = {row["chunk"]: row["seconds"] for row in table.select(["chunk", "seconds"]).to_pylist()}
     return sum(busy.values())
-
-
-def _task_spans(log: Log, epoch: Any, start: Any, until: int | None, cores: int | None):
-    """The replay's epochs as (bounds, the tasks' spans of events, the epochs each task
-    runs, or None where each task runs one): several epochs to a task with ``cores``."""
-    epochs = [ep for ep in remaining(cut(log, epoch), start, until) if len(ep)]
-    bounds = [(ep.start, ep.stop) for ep in epochs]
-    groups = [(i, i + 1) for i in range(len(bounds))]
-    if cores and bounds:
-        todo = bounds[-1][1] - bounds[0][0]
-        groups = task_groups(bounds, max(cores, -(-todo // default_epoch(todo, cores))))
-    spans = [(bounds[a][0], bounds[b - 1][1]) for a, b in groups]
-    chunks = None
-    if len(groups) < len(bounds):
-        chunks = [(a, [lo for lo, _hi in bounds[a:b]]) for a, b in groups]
-    return bounds, spans, chunks
-
-
-#: Without ``epoch=``, the prefix path cuts a log into as few epochs as keep every core busy
-#: (a multiple of the cores) of at most ``MAX_EPOCH_EVENTS``, and no more than epochs of
-#: ``MIN_EPOCH_EVENTS`` would make (a small log is one epoch): each epoch is one task per round,
-#: whose fixed share (its base is the deltas of the epochs before it) made ten epochs of a
-#: 1M-event log cost 2.5x two.
-MIN_EPOCH_EVENTS = 100_000
-MAX_EPOCH_EVENTS = 2_500_000
-
-
-def default_epoch(rows: int, cores: int) -> int:
-    """Events per epoch on the prefix path when the replay names no epoch size (see
-    :data:`MAX_EPOCH_EVENTS`)."""
-    cores = max(1, cores)
-    waves = max(1, -(-rows // (cores * MAX_EPOCH_EVENTS)))
-    epochs = max(1, min(-(-rows // MIN_EPOCH_EVENTS), cores * waves))
-    return max(1, -(-rows // epochs))
-
-
-def task_groups(bounds: list[tuple[int, int]], tasks: int) -> list[tuple[int, int]]:
-    """Consecutive epochs (``bounds``, as ``(lo, hi)``) gathered into at most ``tasks`` tasks
-    of about equal events: ``(first, end)`` epoch numbers per task, each epoch in the task
-    its first event falls in."""
-    base, total = bounds[0][0], bounds[-1][1] - bounds[0][0]
-    tasks = max(1, min(len(bounds), tasks))
-    owner = [min(tasks - 1, (lo - base) * tasks // max(1, total)) for lo, _hi in bounds]
-    groups, first = [], 0
-    for i in range(1, len(bounds) + 1):
-        if i == len(bounds) or owner[i] != owner[first]:
-            groups.append((first, i))
-            first = i
-    return groups
 
 
 def lowered_over(epochs: int, committed: bool = False, tasks: int | None = None) -> str:
