@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
+
+from bench._notebook_peak import notebook_peak
 
 __all__ = ["main", "run", "peak_of", "TARGET"]
 
@@ -48,9 +51,13 @@ def peak_of(command: list[str], env: dict[str, str], interval: float = 0.05) -> 
     """Run ``command`` and poll its process tree's resident memory; its peak (and its own
     process's: on Spark, the driver's Python without the JVM), wall time, rc."""
     started = time.perf_counter()
-    with subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    ) as proc:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with (
+        tempfile.TemporaryFile("w+") as errors,
+        subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=errors, text=True
+        ) as proc,
+    ):
         root = psutil.Process(proc.pid)
         peak = own = 0  # the tree's, and the command's own process's (the driver)
         while proc.poll() is None:
@@ -62,13 +69,24 @@ def peak_of(command: list[str], env: dict[str, str], interval: float = 0.05) -> 
                 pass
             time.sleep(interval)
         out = proc.stdout.read()
+        errors.seek(0)
+        error = errors.read()[-2000:] if proc.returncode else ""
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "peak_mb": round(peak / 2**20, 1),
         "own_peak_mb": round(own / 2**20, 1),
         "wall_s": round(time.perf_counter() - started, 2),
+        # user + system time of the tree's processes that were waited for (the JVM and its
+        # workers included): steadier than wall time on a shared machine
+        "cpu_s": round(_cpu(after) - _cpu(before), 2),
         "rc": proc.returncode,
         "summary": [line for line in out.splitlines() if line.startswith("replayed")],
+        **({"error": error} if error else {}),
     }
+
+
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 def _rss(proc: psutil.Process) -> int:
@@ -102,55 +120,80 @@ def _log(events: int, users: int, data: Path = DEFAULT_DATA) -> Path:
     return path
 
 
-#: The command line's engine arguments, per ``--engine``.
+#: The command line's engine arguments, per ``--engine`` (the magic takes the same).
 ENGINES = {"serial": ["--engine", "serial"], "spark": ["--engine", "spark", "--master", "local[2]"]}
+#: How the rule is run: a ``restream replay`` process, or a ``%%restream`` cell in a kernel.
+MODES = ("cli", "notebook")
+
+
+def _cli(log: Path, engine: str, env: dict[str, str]) -> dict:
+    command = [sys.executable, "-m", "restream_kit", "replay", str(PROGRAM), "--log", str(log)]
+    return peak_of([*command, *ENGINES[engine], "--quiet"], env)
+
+
+def _measured(mode: str, log: Path, engine: str, env: dict[str, str]) -> dict:
+    got = _cli(log, engine, env) if mode == "cli" else notebook_peak(log, engine, env, PROGRAM)
+    if got["rc"] != 0:
+        raise RuntimeError(f"the {mode} replay of {log} failed: {got.get('error', '')[-600:]}")
+    return got
+
+
+def _one_size(
+    log: Path, engine: str, modes: list[str], runs: list[str], env: dict, home: Path | None
+) -> dict:
+    """Every mode's runs over one log. Without ``home`` each mode starts in a fresh
+    ``RESTREAM_HOME`` (its first run orders the log); with it, all share ``home``."""
+    rows: dict[str, dict] = {}
+    for mode in modes:
+        with tempfile.TemporaryDirectory(prefix="restream-scale-") as fresh:
+            env["RESTREAM_HOME"] = str(home or fresh)
+            rows[mode] = {name: _measured(mode, log, engine, env) for name in runs}
+        print(
+            f"{log.name} {mode:<8} "
+            + " · ".join(
+                f"{name} peak {got['peak_mb']:8.1f} MB (own {got['own_peak_mb']:.0f}) in "
+                f"{got['wall_s']:7.1f} s, CPU {got['cpu_s']:7.1f} s"
+                for name, got in rows[mode].items()
+            ),
+            flush=True,
+        )
+    return rows
 
 
 def run(
-    sizes: list[int], users: int, out: Path, engine: str = "serial", data: Path = DEFAULT_DATA
+    sizes: list[int],
+    users: int,
+    out: Path,
+    engine: str = "serial",
+    data: Path = DEFAULT_DATA,
+    *,
+    modes: list[str] | None = None,
+    runs: list[str] | None = None,
+    home: Path | None = None,
 ) -> dict:
-    """Measure every size cold and warm; write and return the results."""
+    """Measure every size in every mode (``cli``, ``notebook``), cold and warm (``runs``);
+    write and return the results, with each run's ``peak(largest) / peak(smallest)``."""
+    modes, runs = modes or ["cli"], runs or ["cold", "warm"]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    rows = {}
-    for events in sizes:
-        log = _log(events, users, data)
-        with tempfile.TemporaryDirectory(prefix="restream-scale-") as home:
-            env["RESTREAM_HOME"] = home
-            command = [
-                sys.executable,
-                "-m",
-                "restream_kit",
-                "replay",
-                str(PROGRAM),
-                "--log",
-                str(log),
-                *ENGINES[engine],
-                "--quiet",
-            ]
-            cold = peak_of(command, env)
-            warm = peak_of(command, env)
-        for name, got in (("cold", cold), ("warm", warm)):
-            if got["rc"] != 0:
-                raise RuntimeError(f"the {name} replay of {log} failed (exit {got['rc']})")
-        rows[events] = {"cold": cold, "warm": warm}
-        print(
-            f"{events:>12,} events: cold peak {cold['peak_mb']:8.1f} MB in {cold['wall_s']:7.1f} s"
-            f" · warm peak {warm['peak_mb']:8.1f} MB in {warm['wall_s']:7.1f} s"
-            f" (its own process {cold['own_peak_mb']:.0f} / {warm['own_peak_mb']:.0f} MB)",
-            flush=True,
-        )
+    rows = {
+        events: _one_size(_log(events, users, data), engine, modes, runs, env, home)
+        for events in sizes
+    }
     small, large = rows[min(sizes)], rows[max(sizes)]
-    ratios = {k: round(large[k]["peak_mb"] / small[k]["peak_mb"], 3) for k in ("cold", "warm")}
-    print(
-        f"peak({max(sizes):,}) / peak({min(sizes):,}): cold {ratios['cold']:.2f}x, "
-        f"warm {ratios['warm']:.2f}x (target at most {TARGET}x)"
-    )
+    ratios = {
+        mode: {k: round(large[mode][k]["peak_mb"] / small[mode][k]["peak_mb"], 3) for k in runs}
+        for mode in modes
+    }
+    for mode, by_run in ratios.items():
+        said = ", ".join(f"{k} {v:.2f}x" for k, v in by_run.items())
+        print(f"{mode}: peak({max(sizes):,}) / peak({min(sizes):,}): {said} (target {TARGET}x)")
     result = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "program": PROGRAM.relative_to(ROOT).as_posix(),
         "engine": engine,
+        "driver_memory": os.environ.get("RESTREAM_SPARK_DRIVER_MEMORY"),
         "users": users,
         "runs": {str(k): v for k, v in rows.items()},
         "ratio": ratios,
@@ -177,7 +220,25 @@ def main(argv: list[str] | None = None) -> int:
         default=str(DEFAULT_DATA),
         help="folder of the generated logs (sample_data/generated)",
     )
+    parser.add_argument(
+        "--modes", default="cli", help="comma-separated: cli, notebook (a kernel's cell) (cli)"
+    )
+    parser.add_argument(
+        "--runs",
+        default="cold,warm",
+        help="runs per size and mode, in order (cold,warm): names only, the first in a fresh "
+        "home orders the log",
+    )
+    parser.add_argument(
+        "--home",
+        default=None,
+        help="one RESTREAM_HOME for every run, kept (default: a fresh one per size and mode); "
+        "with --runs warm it measures replays of ordered copies already made there",
+    )
     args = parser.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or set(modes) - set(MODES):
+        parser.error(f"--modes takes {', '.join(MODES)}, not {args.modes!r}")
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     except ValueError:
@@ -185,7 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(sizes) < 2 or sizes[0] < 1:
         parser.error("--sizes needs two positive sizes or more")
     try:
-        run(sizes, args.users, Path(args.out), args.engine, Path(args.data))
+        run(
+            sizes,
+            args.users,
+            Path(args.out),
+            args.engine,
+            Path(args.data),
+            modes=modes,
+            runs=[r for r in args.runs.split(",") if r],
+            home=Path(args.home) if args.home else None,
+        )
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"scale FAILED: {exc}", file=sys.stderr)
         return 1
