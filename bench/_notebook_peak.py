@@ -58,9 +58,10 @@ class TreeSampler(threading.Thread):
             self._done.wait(self.interval)
 
     def stop(self) -> dict:
-        """Stop polling; the figures in MB and CPU seconds."""
+        """Stop polling (if started as a thread); the figures in MB and CPU seconds."""
         self._done.set()
-        self.join()
+        if self.is_alive():
+            self.join()
         return {
             "peak_mb": round(self.peak / 2**20, 1),
             "own_peak_mb": round(self.own / 2**20, 1),

@@ -32,9 +32,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
-
-from bench._notebook_peak import notebook_peak
+from bench._notebook_peak import TreeSampler, notebook_peak
 
 __all__ = ["main", "run", "peak_of", "TARGET"]
 
@@ -58,27 +56,22 @@ def peak_of(command: list[str], env: dict[str, str], interval: float = 0.05) -> 
             command, env=env, stdout=subprocess.PIPE, stderr=errors, text=True
         ) as proc,
     ):
-        root = psutil.Process(proc.pid)
-        peak = own = 0  # the tree's, and the command's own process's (the driver)
+        sampler = TreeSampler(proc.pid, interval)
         while proc.poll() is None:
-            try:
-                tree = [root, *root.children(recursive=True)]
-                sizes = [_rss(p) for p in tree]
-                peak, own = max(peak, sum(sizes)), max(own, sizes[0])
-            except psutil.NoSuchProcess:
-                pass
+            sampler.sample()
             time.sleep(interval)
         out = proc.stdout.read()
         errors.seek(0)
         error = errors.read()[-2000:] if proc.returncode else ""
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    polled = sampler.stop()
     return {
-        "peak_mb": round(peak / 2**20, 1),
-        "own_peak_mb": round(own / 2**20, 1),
+        "peak_mb": polled["peak_mb"],
+        "own_peak_mb": polled["own_peak_mb"],
         "wall_s": round(time.perf_counter() - started, 2),
-        # user + system time of the tree's processes that were waited for (the JVM and its
-        # workers included): steadier than wall time on a shared machine
-        "cpu_s": round(_cpu(after) - _cpu(before), 2),
+        # user + system time of the tree: the processes waited for (exact), or as last polled
+        # (the JVM, which its driver does not wait for); steadier than wall on a shared machine
+        "cpu_s": round(max(_cpu(after) - _cpu(before), polled["cpu_s"]), 2),
         "rc": proc.returncode,
         "summary": [line for line in out.splitlines() if line.startswith("replayed")],
         **({"error": error} if error else {}),
@@ -87,13 +80,6 @@ def peak_of(command: list[str], env: dict[str, str], interval: float = 0.05) -> 
 
 def _cpu(usage: resource.struct_rusage) -> float:
     return usage.ru_utime + usage.ru_stime
-
-
-def _rss(proc: psutil.Process) -> int:
-    try:
-        return proc.memory_info().rss
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0
 
 
 def _log(events: int, users: int, data: Path = DEFAULT_DATA) -> Path:
