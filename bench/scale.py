@@ -1,21 +1,29 @@
-"""Peak memory of a CLI replay at two log sizes: memory bounded by state, not the log.
+"""Peak memory of a replay at two log sizes, CLI and notebook: memory bounded by state, not the log.
 
 The rule (``bench/programs/bounded_state.py``) keeps a per-sender EWMA and a per-IP sliding
 count: its state stops growing once the users and IPs have been seen. The logs are written by
 ``sample_data.social_scale`` (a bounded population, rows not in time order) at each size. For
-each size, ``restream replay --engine serial`` (``--engine spark``: ``--engine spark --master
-local[2]``, the JVM and its Python workers counted in the process tree) runs as a whole
-process twice:
+each size and mode, the rule runs on ``--engine serial`` (or ``--engine spark --master
+local[2]``, the JVM and its Python workers counted in the process tree):
 
-- **cold**: a fresh ``RESTREAM_HOME``, so the run includes putting the log in order (DuckDB's
-  external sort into the cached ordered copy);
-- **warm**: the same home again, reading the ordered copy.
+- ``cli``: ``restream replay`` as a whole process;
+- ``notebook``: a fresh Jupyter kernel (jupyter_client) that loads the extension and runs the
+  rule as a ``%%restream`` cell over the log given as a path (``--compare-limit 0``: the cell's
+  own replay, not a comparison with serial); the kernel's process tree is polled from its start
+  to its shutdown (``bench._notebook_peak``).
 
-The peak resident memory of the whole process tree is polled with psutil. The figure is
-``peak(large) / peak(small)`` for each kind of run; the target is at most 1.5x.
+Each mode runs once per name in ``--runs`` (default ``cold,warm``) in the same
+``RESTREAM_HOME``: fresh per size and mode, so the first run (**cold**) puts the log in order
+(DuckDB's external sort into the cached ordered copy) and the next (**warm**) reads the copy;
+with ``--home DIR`` every run shares DIR (``--runs warm`` then measures replays of copies made
+there before).
+
+The peak resident memory of the whole process tree is polled with psutil, with its CPU time
+(user + system, steadier than wall time on a shared machine). The figure is
+``peak(large) / peak(small)`` for each mode and run; the target is at most 1.5x.
 
 ``python -m bench scale [--sizes 1000000,10000000] [--users N] [--engine serial|spark]
-[--data DIR] [--out JSON]``
+[--modes cli,notebook] [--runs cold,warm] [--home DIR] [--data DIR] [--out JSON]``
 """
 
 from __future__ import annotations
