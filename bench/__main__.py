@@ -56,7 +56,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     ),
     "scale": (
         "bench.scale",
-        "peak memory of serial CLI replays at two log sizes, bounded-state rule (cold and warm)",
+        "peak memory at two log sizes, bounded-state rule, CLI or a notebook's kernel, cold and warm",
     ),
     "cells": (
         "bench.cell_bench",

@@ -146,3 +146,24 @@ def test_cells_quick_run(tmp_path):
         assert c["done_s"] >= c["replay_wall_s"] > 0
         # The ratio is printed to one decimal, its two times to the millisecond.
         assert c["ratio"] == pytest.approx(c["done_s"] / c["replay_wall_s"], rel=0.05, abs=0.05)
+
+
+def test_scale_notebook_mode_replays_the_whole_log_in_a_kernel(tmp_path):
+    """``bench scale --modes notebook``: each size's rule runs as a %%restream cell in a kernel,
+    over the whole log, and the kernel's peak is what the ratio divides."""
+    from sample_data.social_scale import write_scaled
+
+    for events in (2000, 4000):
+        write_scaled(tmp_path / f"social_scale_{events}_500.parquet", events, unordered=True)
+    out = tmp_path / "scale.json"
+    command = [sys.executable, "-m", "bench", "scale", "--sizes", "2000,4000", "--users", "500"]
+    command += ["--modes", "notebook", "--runs", "cold", "--data", str(tmp_path), "--out", str(out)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    for events in (2000, 4000):
+        got = result["runs"][str(events)]["notebook"]["cold"]
+        assert (got["run_status"], got["events"]) == ("ok", events)
+        assert got["peak_mb"] > 100 and got["cpu_s"] > 0
+    peaks = [result["runs"][size]["notebook"]["cold"]["peak_mb"] for size in ("4000", "2000")]
+    assert result["ratio"]["notebook"]["cold"] == pytest.approx(peaks[0] / peaks[1], rel=0.01)
