@@ -126,18 +126,16 @@ def _sender(
             rt.made += n
         if rt.last_at is None or last > rt.last_at:
             rt.last_at = last
-        rt.calls = calls = rt.calls + 1
+        rt.calls += 1
+        position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, rt.calls))
         if folded is not None:
-            summed = (name, key, ts - ts % hop)
-            slot = folded.get(summed)
-            if slot is None:  # (the first add's place: the others need none)
-                position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, calls))
+            slot = folded.get((name, key, ts - ts % hop))
+            if slot is None:
                 pk = rt._pk(key) if files is None else None
-                folded[summed] = [target, pk, position, seq0, 1]
+                folded[(name, key, ts - ts % hop)] = [target, pk, position, seq0, 1]
             else:
                 slot[4] += 1
             return
-        position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, calls))
         if files is not None:  # (with its key: its partition is dealt as it is written)
             files.append((WRITE, target, key, position, dumps((name, key, value, seq0))))
             return
