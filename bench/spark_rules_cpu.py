@@ -47,9 +47,8 @@ def tree_cpu() -> dict[str, float] | None:
     todo = [(pid, name, cpu, None) for pid, name, cpu in children.get(os.getpid(), [])]
     while todo:
         pid, name, cpu, above = todo.pop()
-        part = "jvm" if name == "java" else (above or "driver")
-        if above is not None and part != "jvm":
-            part = "workers"
+        # The JVM, what it started (the workers), anything else this process started.
+        part = "jvm" if name == "java" else ("workers" if above is not None else "driver")
         out[part] += cpu
         todo += [(c, n, u, part) for c, n, u in children.get(pid, [])]
     return out
