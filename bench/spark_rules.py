@@ -30,7 +30,10 @@ Two measures, both as ratios against the serial engine measured in the same run:
   reported on its own.
 
 Every Spark result is compared with the serial one before timing. The report gives events/s,
-the time per stage, what ran (``metrics.path``) and the planner's predicted speedup.
+the time per stage, what ran (``metrics.path``) and the planner's predicted speedup; and, warm
+on a local master, each side's CPU time (Spark's by driver, JVM and Python workers,
+``bench/spark_rules_cpu.py``) with the ratio that CPU allows on the master's cores: on a
+shared machine the CPU changes least.
 
 ``--checkpoint`` adds a third side: the Spark replay checkpointing 10 epochs, reported as its
 cost against the uncheckpointed Spark replay. ``--resume`` adds another: a Spark replay
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -58,6 +62,7 @@ import time
 from pathlib import Path
 
 from bench._kills import kills
+from bench.spark_rules_cpu import bound, cpu_spent, tree_cpu
 
 __all__ = ["main", "RULES"]
 
@@ -106,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also time a Spark resume after 5 of 10 checkpointed epochs",
     )
     parser.add_argument(
-        "--on-error", default="stop", choices=("stop", "skip", "quarantine"), help="on_error"
+        "--on-error",
+        default="stop",
+        choices=("stop", "skip", "quarantine"),
+        help="on_error",
     )
     args = parser.parse_args(argv)
     rules = [r for r in args.rules.split(",") if r]
@@ -116,13 +124,24 @@ def main(argv: list[str] | None = None) -> int:
     from bench.serial_vs_loop import _ensure_log
 
     log_path = _ensure_log(args.events, Path(args.log) if args.log else None)
-    report = {"events": args.events, "master": args.master, "log": str(log_path), "rules": {}}
+    report = {
+        "events": args.events,
+        "master": args.master,
+        "log": str(log_path),
+        "rules": {},
+    }
     report["on_error"] = args.on_error
     sides = ["checkpointed"] * args.checkpoint + ["resumed"] * args.resume
     if args.checkpoint and args.checkpoint_every:
         sides.append("checkpointed_once")  # the same commits, in one wave: what waves add
     warm = _warm(
-        log_path, rules, args.runs, args.master, sides, args.on_error, args.checkpoint_every
+        log_path,
+        rules,
+        args.runs,
+        args.master,
+        sides,
+        args.on_error,
+        args.checkpoint_every,
     )
     if not args.master.startswith("local"):
         # The warm session holds the cluster's cores: a whole-process run needs them.
@@ -182,11 +201,13 @@ def _warm(
             rk.replay(program, log, **spark, checkpoint=ck, epoch=epoch)
             manifest = json.loads((ck / "manifest.json").read_text())
             manifest["epochs"], manifest["complete"] = manifest["epochs"][:5], False
+        cpu: dict[str, list] = {"serial": [], "spark": []}
         for i in range(runs):
             for side in sides if i % 2 == 0 else sides[::-1]:
-                started = time.perf_counter()
+                started, before = time.perf_counter(), tree_cpu()
                 if side == "serial":
                     rk.replay(program, log, on_error=on_error)
+                    cpu[side].append(cpu_spent(before, tree_cpu()))
                 elif side in ("checkpointed", "checkpointed_once"):
                     with tempfile.TemporaryDirectory() as tmp:
                         done = rk.replay(
@@ -211,6 +232,7 @@ def _warm(
                     continue
                 else:
                     result = rk.replay(program, log, **spark)
+                    cpu[side].append(cpu_spent(before, tree_cpu()))
                     stages.append(result.metrics.stages)
                 times[side].append(time.perf_counter() - started)
         if half is not None:
@@ -229,6 +251,7 @@ def _warm(
             "predicted_speedup_2": predicted,
             "runs": times,
         }
+        row["cpu"] = _cpu(cpu, master)
         if "checkpointed" in more:
             row["checkpointed_s"] = med["checkpointed"]
             row["checkpoint_cost"] = med["checkpointed"] / med["spark"]
@@ -246,6 +269,13 @@ def _warm(
             f"ratio {row['ratio']:5.2f}x  ({row['spark_events_per_s']:,.0f} events/s; "
             f"predicted {predicted if predicted is None else round(predicted, 2)}x)"
         )
+        if row["cpu"]:
+            c = row["cpu"]
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in c["spark_parts"].items())
+            print(
+                f"    CPU: serial {c['serial_s']:.2f} s, spark {c['spark_s']:.2f} s ({parts}); "
+                f"on {c['cores']} free cores at most {c['bound']:.2f}x"
+            )
         if "checkpointed" in more:
             print(
                 f"    with --checkpoint (10 epochs, {waves[0]}): {med['checkpointed']:.2f} s, "
@@ -269,6 +299,26 @@ def _warm(
     return out
 
 
+def _cpu(cpu: dict, master: str) -> dict | None:
+    """Medians of the CPU each side spent (``bench/spark_rules_cpu.py``), Spark's by part,
+    and the ratio its CPU allows on the master's cores."""
+    if not cpu["spark"] or None in cpu["serial"] + cpu["spark"] or not master.startswith("local"):
+        return None
+    inside = master.removeprefix("local").strip("[]")
+    first = inside.split(",")[0]
+    cores = (os.cpu_count() or 1) if first in ("", "*") else int(first)
+    serial = statistics.median(c["total"] for c in cpu["serial"])
+    spark = statistics.median(c["total"] for c in cpu["spark"])
+    parts = {k: statistics.median(c[k] for c in cpu["spark"]) for k in ("driver", "jvm", "workers")}
+    return {
+        "serial_s": serial,
+        "spark_s": spark,
+        "spark_parts": parts,
+        "cores": cores,
+        "bound": bound(serial, spark, cores),
+    }
+
+
 def _cold(log_path: Path, rule: str, runs: int, master: str) -> dict:
     """Whole CLI processes, alternating, with peak memory from the wrapper."""
     from bench.spark_vs_serial import _WRAPPER
@@ -284,7 +334,10 @@ def _cold(log_path: Path, rule: str, runs: int, master: str) -> dict:
 
     def run(side: str) -> tuple[float, float]:
         proc = subprocess.run(
-            [sys.executable, "-c", _WRAPPER, *sides[side]], capture_output=True, text=True, cwd=ROOT
+            [sys.executable, "-c", _WRAPPER, *sides[side]],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
         )
         last = json.loads(proc.stderr.strip().splitlines()[-1])
         if last["rc"] != 0:

@@ -27,9 +27,19 @@ from . import _rows as W
 from ._emitted import unpack_emitted
 from ._local_arrangement import values_sent
 from ._lookups import lookups_served
+from ._narrow_files import narrow_targets
 from ._plan import ORDER, SINGLE, PassPlan
 from ._setup import Setup
-from ._sources import POSITION, Arranged, LogEvents, Run, Source, Zipped, source_of
+from ._sources import (
+    POSITION,
+    Arranged,
+    LogEvents,
+    NarrowSent,
+    Run,
+    Source,
+    Zipped,
+    source_of,
+)
 from ._sql import raw_key, unquoted
 from ._start_shares import share_frame, shares_rows
 from ._task import PassTask
@@ -207,6 +217,7 @@ def _sends(setup: Setup, p: Any, source: Source) -> W.Sends:
         values_dir=setup.values_dir,
         lookups=lookups_served(setup, p),
         lookups_dir=setup.values_dir if isinstance(source, Arranged) else None,
+        narrow=narrow_targets(setup, p) if setup.narrow else {},
     )
 
 
@@ -254,6 +265,12 @@ def _carried(run: Run, p: Any, source: Source, n: int, ran: Ran) -> str:
         else ", its events from the log's arrangement"
     )
     carried = where_from if local and not (p.consumes and forwarding) else ""
+    if isinstance(source, NarrowSent):
+        by = ", ".join(setup.narrow[p.index])
+        carried = (
+            f", its adds through files, dealt by the driver into partitions of balanced keys"
+            f" of {by}"
+        )
     if p.consumes and forwarding:
         # Events that came from an earlier pass carried the values read there.
         carried = (

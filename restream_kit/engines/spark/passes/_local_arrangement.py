@@ -72,6 +72,7 @@ __all__ = [
     "MARK",
     "Deal",
     "LocalInput",
+    "deal_file",
     "dealt",
     "key_hashes",
     "key_partitions",
@@ -127,7 +128,7 @@ def key_partitions(setup: Any, p: Any, n: int, keys: list) -> dict:
     """The partitions of ``keys`` (values, or tuples for a pass keyed by a tuple) in pass
     ``p`` arranged into ``n``; a key the log has no event of is left out."""
     by = tuple(setup.local[p.index])
-    deal = Deal.load(_deal_file(setup, by, setup.log_kinds[p.index], n))
+    deal = Deal.load(deal_file(setup, by, setup.log_kinds[p.index], n))
     tupled = isinstance(ast.parse(p.partition, mode="eval").body, ast.Tuple)
     types = setup.events.types
 
@@ -180,7 +181,7 @@ def _arranged(setup: Any, own: tuple, extras: tuple, columns: list[str], n: int)
     digest = hashlib.sha256(repr(key[1:]).encode()).hexdigest()[:20]
     path = scratch / f"{fingerprint}.{digest}.arranged"
     if not (path / "_parts.json").exists():
-        deals = [_deal_file(setup, by, kinds, n) for by, kinds in (own, *[e[1:] for e in extras])]
+        deals = [deal_file(setup, by, kinds, n) for by, kinds in (own, *[e[1:] for e in extras])]
         copy, slices = _source(setup)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -218,7 +219,7 @@ def _arranged(setup: Any, own: tuple, extras: tuple, columns: list[str], n: int)
     return made
 
 
-def _deal_file(setup: Any, by: tuple, kinds: tuple, n: int) -> str:
+def deal_file(setup: Any, by: tuple, kinds: tuple, n: int) -> str:
     """The file of the deal of pass keys ``by`` (its events of ``kinds``) into ``n``
     partitions (:class:`Deal`), counted by the executors the first time it is needed."""
     fingerprint = setup.log.fingerprint

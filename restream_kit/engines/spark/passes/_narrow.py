@@ -35,6 +35,7 @@ from ....runtime.loop import compile_loop
 from ....runtime.semantics import SerialRuntime
 from ....runtime.windows import fuse_windows
 from ._emitted import pack_emitted
+from ._narrow_files import NarrowFiles
 from ._output_files import plain_files
 from ._own_closes import OwnCloses
 from ._rows import ERROR, FINAL, PH_LOG, STAT, WRITE, PassSpec, U32x2, dumps, out_rows
@@ -68,26 +69,36 @@ def narrow_senders(spec: PassSpec, program: Program, namespace: dict, rt: Any) -
     docstring); ``rt`` is the pass's :class:`~._shipping.Shipping` runtime."""
     folded: dict = {}
     folds = False
+    # Rows for close passes that take them as files (``_narrow_files``), with their keys.
+    files = NarrowFiles(spec.sends.narrow) if spec.sends.narrow else None
     for name, target in spec.narrow_to.items():
         window = program.windows[name]
         fold = f"{name}__n" in spec.folds and window.agg == "count"
         folds |= fold
-        sender = _sender(rt, name, window, target, folded if fold else None)
+        filed = files if files is not None and target in files.targets else None
+        sender = _sender(rt, name, window, target, folded if fold else None, filed)
         namespace[f"{name}__add"] = sender
-    if folds:
+    if folds or files is not None:
         then = rt.send_folded
 
         def send_folded() -> None:  # (the pass sends its summed writes at its end)
             for (name, key, _start), (target, pk, position, seq0, n) in folded.items():
                 blob = dumps((name, key, None, seq0, n))
-                rt.out.append((WRITE, target, pk, position, blob))
+                if files is not None and target in files.targets:
+                    files.append((WRITE, target, key, position, blob))
+                else:
+                    rt.out.append((WRITE, target, pk, position, blob))
             folded.clear()
+            if files is not None:
+                rt.out.extend(files.flush())  # (a row per file written: its path)
             then()
 
         rt.send_folded = send_folded
 
 
-def _sender(rt: Any, name: str, window: Any, target: int, folded: dict | None) -> Any:
+def _sender(
+    rt: Any, name: str, window: Any, target: int, folded: dict | None, files: Any = None
+) -> Any:
     """The ``add`` of window ``name`` in an adding pass: the add, as one row for ``target``;
     ``folded``: a count's adds into one set of windows summed into one row (at the first's
     place, see :func:`~._window_shapes.folded_counts` for why nothing tells them apart)."""
@@ -109,9 +120,13 @@ def _sender(rt: Any, name: str, window: Any, target: int, folded: dict | None) -
         if folded is not None:
             slot = folded.get((name, key, ts - ts % hop))
             if slot is None:
-                folded[(name, key, ts - ts % hop)] = [target, rt._pk(key), position, seq0, 1]
+                pk = rt._pk(key) if files is None else None
+                folded[(name, key, ts - ts % hop)] = [target, pk, position, seq0, 1]
             else:
                 slot[4] += 1
+            return
+        if files is not None:  # (with its key: its partition is dealt as it is written)
+            files.append((WRITE, target, key, position, dumps((name, key, value, seq0))))
             return
         # (``rt.out``, not a list taken once: the pass hands full lists on and starts anew)
         rt.out.append((WRITE, target, rt._pk(key), position, dumps((name, key, value, seq0))))

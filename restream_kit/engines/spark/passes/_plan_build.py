@@ -111,7 +111,9 @@ def build(program: Program, plan: Any, lookups: bool, closes: bool = True) -> Pa
             stage = _stage_pass(rd, n, j, drafts[j], homes, probes, fold_of, at)
             to = drafts[j].get("narrow_to", {})
             to = {name: at(_index(drafts, d)) for name, d in to.items()}
-            passes.append(replace(stage, narrow=tuple(drafts[j].get("narrow", ())), narrow_to=to))
+            narrow = tuple(drafts[j].get("narrow", ()))
+            keys = dict(drafts[j].get("narrow_keys", {}))
+            passes.append(replace(stage, narrow=narrow, narrow_to=to, narrow_keys=keys))
     return PassPlan(
         tuple(_with_sends(rd, passes, kind_passes)),
         {k: tuple(v) for k, v in kind_passes.items()},

@@ -77,6 +77,8 @@ class Pass:
     # narrow row each (``passes._narrow``); of an adding pass: window -> the pass they go to.
     narrow: tuple[str, ...] = ()
     narrow_to: dict[str, int] = field(default_factory=dict)
+    # Of such a close pass: window -> its key as its adding handler writes it (``e.ip``).
+    narrow_keys: dict[str, str] = field(default_factory=dict)
 
     def partition_value(self, state: str, key: Any) -> Any:
         """The value of this pass's partition expression that ``state``'s key ``key`` has."""

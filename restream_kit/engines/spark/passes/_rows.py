@@ -156,6 +156,9 @@ class Sends:
     # and where their events go as files (from a pass the driver arranged).
     lookups: tuple = ()
     lookups_dir: str | None = None
+    # Close passes whose narrow rows it writes to files (``passes._narrow_files``): pass ->
+    # where (a ``NarrowTarget``).
+    narrow: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

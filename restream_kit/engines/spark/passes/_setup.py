@@ -23,6 +23,7 @@ from .._uri_log import uri_events, uri_frame
 from . import _rows as W
 from ._local_arrangement import use_local
 from ._machine import local_master, replay_dir
+from ._narrow_files import covered, narrow_passes
 from ._plan import BY_KEY, ORDER, SINGLE, PassPlan, forwards
 from ._ranges import copy_ranges, spread_values
 from ._sql import ddl_type, quoted, raw_key, unquoted
@@ -65,6 +66,9 @@ class Setup:
     # and the replay's own directory for the values they send each other.
     local: dict = field(default_factory=dict)
     values_dir: str | None = None
+    # Close passes whose narrow rows go through files (``passes._narrow_files``): pass -> the
+    # log columns of its windows' key.
+    narrow: dict = field(default_factory=dict)
     # A wave's run (``_waves``): the lsn of its last event; no pass reads an event after it.
     until: int | None = None
     outputs: Any = None  # where tasks write large output tables (``passes._output_files``)
@@ -109,7 +113,9 @@ def prepare(
     # The kinds each pass takes from the log: a kind only ever scheduled costs no log scan.
     present = set(log.kinds)
     log_kinds = {p.index: tuple(k for k in p.event_kinds if k in present) for p in passes}
-    local = _arranged_locally(rep, pp, events, log_kinds, start)
+    narrow = narrow_passes(pp, events, log_kinds) if _own_windows(rep, start) else {}
+    local = _arranged_locally(rep, pp, events, log_kinds, start, narrow)
+    narrow = narrow if local else {}
     # Passes whose events the driver arranges read no frame of the log.
     df = None if local else _log_frame(session, log, events)
     # Keys the driver deals into balanced partitions need no more partitions than cores;
@@ -151,7 +157,10 @@ def prepare(
         folds=folded_counts(program),
         zips=zips,
         local=local,
-        values_dir=replay_dir() if local and (zips or any(p.lookup for p in passes)) else None,
+        values_dir=replay_dir()
+        if local and (zips or narrow or any(p.lookup for p in passes))
+        else None,
+        narrow=narrow,
         spread={
             p.index: ("N",) if p.partition == SINGLE else spread_values(session, partitions)
             for p in passes
@@ -250,18 +259,34 @@ def _zipped(
     return df, zips
 
 
+def _own_windows(rep: Any, start: dict | None) -> bool:
+    """Whether the passes run closing windows natively, closes and narrow rows included, as
+    the serial engine would (``passes._jobs._own``): no checkpoint, start, cut, guard or
+    history."""
+    options = rep.options
+    if start is not None or any(
+        getattr(options, k) for k in ("checkpoint", "resume", "start_from")
+    ):
+        return False
+    return rep.until is None and rep.on_error == "stop" and not getattr(rep, "history", None)
+
+
 def _arranged_locally(
-    rep: Any, pp: PassPlan, events: Any, log_kinds: dict, start: dict | None
+    rep: Any, pp: PassPlan, events: Any, log_kinds: dict, start: dict | None, narrow: dict
 ) -> dict:
     """The passes whose events the driver arranges (``passes._local_arrangement``), each with the
     columns it is partitioned by; empty unless every pass with log events can: on a local
     master, a large log of the kernel's, passes of the serial engine's loop over log events
     only, each partitioned by plain columns, and a pass taking events from another zipped.
     A replay from a ``start`` state needs it dealt to their partitions (``passes._start_shares``);
-    otherwise its passes take it as rows through Spark's sort."""
+    otherwise its passes take it as rows through Spark's sort. Closing windows may be among
+    them where nothing they schedule crosses passes but narrow rows through files to the
+    close passes of ``narrow`` (``passes._narrow_files``)."""
     if not dealable(pp, log_kinds, start):
         return {}
-    if pp.schedules or pp.reason or events.pickled:
+    if pp.reason or events.pickled:
+        return {}
+    if pp.schedules and not (_own_windows(rep, start) and covered(pp, narrow)):
         return {}
     passes = pp.passes
     forwarding = forwards(pp)
@@ -269,19 +294,26 @@ def _arranged_locally(
     for p in passes:
         if p.lookup:
             continue  # its events come packed from the pass that looks its key up (_lookups)
+        if p.index in narrow:
+            continue  # its windows' adds come as files (``_narrow_files``)
         senders = any(p.index in q.sends for q in passes[: p.index])
         if not log_kinds[p.index]:
             if senders:
                 return {}
             continue
         raw = raw_key(p.partition, events)
-        if raw is None or p.feeds or p.blind or (senders and not forwarding):
+        # (a narrowed window's states: its adds go as narrow rows instead)
+        blind = [s for s in p.blind if not any(s.startswith(f"{w}__") for w in p.narrow_to)]
+        if raw is None or p.feeds or blind or (senders and not forwarding):
             return {}
         if p.serves or p.consumes or p.probe_kinds:
             if not forwarding:
                 return {}
         by[p.index] = [unquoted(c) for c in raw]
-    if not by or not use_local(rep.session, events, len(rep.log), list(by.values())):
+    if any(q not in narrow for p in passes for q in p.narrow_to.values()):
+        return {}  # (some adds would go as writes, through Spark)
+    keyed = [*by.values(), *narrow.values()]
+    if not by or not use_local(rep.session, events, len(rep.log), keyed):
         return {}
     if forwarding and any(takes_from_passes(passes, p, log_kinds) for p in passes):
         zips = zipped_passes(rep.session, pp, log_kinds, lambda p: by.get(p.index))

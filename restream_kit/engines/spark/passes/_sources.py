@@ -1,6 +1,6 @@
 """Where a pass's input comes from: one small typed source per place, chosen once per pass.
 
-A pass's job runs over one DataFrame. Where its rows come from is one of six sources, each a
+A pass's job runs over one DataFrame. Where its rows come from is one of seven sources, each a
 frozen dataclass with one method, :meth:`frame`, that gives the job its rows (and its number
 of partitions), from what the run holds so far (:class:`Run`: the log's frame, what earlier
 passes sent, the state a replay starts from):
@@ -15,6 +15,8 @@ passes sent, the state a replay starts from):
 - :class:`Arranged`: a marker row per partition; the tasks read their events from the files
   the driver arranged (``_local_arrangement``);
 - :class:`LookedUp`: its events packed by the pass that looks its key up (``_lookups``);
+- :class:`NarrowSent`: a close pass's narrow rows, from the files its adding tasks wrote
+  (``_narrow_files``);
 - :class:`Sent`: rows with positions, sorted by them: its log events, the probe values,
   writes and events earlier passes sent it, the state a replay starts from.
 
@@ -40,6 +42,7 @@ from ._local_arrangement import (
 )
 from ._lookups import looked_up_input, merged_events
 from ._machine import classic
+from ._narrow_files import narrow_batches
 from ._packing import arranged, unpacked
 from ._plan import ORDER, SINGLE
 from ._sql import kinds_sql, quoted, raw_key
@@ -54,6 +57,7 @@ __all__ = [
     "Zipped",
     "Arranged",
     "LookedUp",
+    "NarrowSent",
     "Sent",
     "source_of",
     "task_input",
@@ -218,6 +222,18 @@ class Arranged(Source):
 
 
 @dataclass(frozen=True)
+class NarrowSent(Source):
+    """A close pass's narrow rows, from the files its adding tasks wrote for each of its
+    partitions (``files``, ``passes._narrow_files``): a marker row per partition."""
+
+    files: tuple[tuple[str, ...], ...] = ()
+
+    def frame(self, run: Run, p: Any) -> tuple[Any, int]:
+        n = run.partitions(p)
+        return marker_frame(run.setup.session, n), n
+
+
+@dataclass(frozen=True)
 class LookedUp(Source):
     """Its events packed by the pass that looked its key up: as rows of that pass's output,
     or, when the driver arranged the passes, from the files of each partition (``files``)."""
@@ -296,6 +312,9 @@ def source_of(run: Run, p: Any, plain: bool) -> Source | None:
     kinds = setup.log_kinds[p.index]
     forwarding = setup.wide is not None
     one_kind = kinds[0] if len(kinds) == 1 and plain else None
+    if p.index in setup.narrow:
+        sent = run.sent.get(p.index, {})
+        return NarrowSent(tuple(tuple(sent.get(i, ())) for i in range(run.partitions(p))))
     if p.index in setup.local:
         local = local_input(setup, run.sent.get(p.index, {}), p, run.partitions(p))
         if run.starts is not None:
@@ -381,6 +400,8 @@ def task_input(source: Source, batches: Iterator) -> tuple[Iterator, dict | None
         return (unzip(batches) if source.zipped else batches), (
             None if share is None else start_of(share)
         )
+    if isinstance(source, NarrowSent):
+        return narrow_batches(source.files[local_part(batches)]), None
     if isinstance(source, LookedUp):
         return merged_events(batches, source.files), None
     if isinstance(source, LogEvents) and source.share:

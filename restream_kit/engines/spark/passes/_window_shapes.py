@@ -305,7 +305,7 @@ def _fuse_close(
         return f"its adding stage {add['stage']} runs by log order"
     if part not in (order, key):
         if _narrows(name, add, close, accesses, program, info):
-            _narrow(name, add, close, states, isinstance(program.windows[name], Session))
+            _narrow(name, add, close, states, isinstance(program.windows[name], Session), key)
         return f"keyed by {key}, its adding stage {add['stage']} by {part}"
     add["partition"] = key
     add["handlers"] = tuple(sorted((*add["handlers"], *close["handlers"])))
@@ -339,12 +339,14 @@ def _narrows(
     return not any(info[program.handlers[h].name].schedules for h in close["handlers"])
 
 
-def _narrow(name: str, add: dict, close: dict, states: set, session: bool) -> None:
+def _narrow(name: str, add: dict, close: dict, states: set, session: bool, key: str) -> None:
     """Mark window ``name``'s close stage as fed narrow rows by ``add``: partitioned by
     the window's key (``e.key``, the first element of a tumbling or hopping window's
-    ``(key, start)`` states), holding the window's states whole."""
+    ``(key, start)`` states, ``key`` as the adding handler writes it), holding the window's
+    states whole."""
     close["partition"] = "e.key"
     close["element"] = not session
     close["held"] = {*close.get("held", ()), *states}
     close["narrow"] = [*close.get("narrow", ()), name]
+    close.setdefault("narrow_keys", {})[name] = key
     add.setdefault("narrow_to", {})[name] = close
