@@ -22,7 +22,7 @@ from restream_kit.engines.spark.passes._packing import PackTask
 from restream_kit.engines.spark.passes._rows import dumps
 from restream_kit.engines.spark.passes._start_shares import SHARE
 
-SOURCES = [S.LogEvents, S.Forwarded, S.Zipped, S.Arranged, S.LookedUp, S.Sent]
+SOURCES = [S.LogEvents, S.Forwarded, S.Zipped, S.Arranged, S.NarrowSent, S.LookedUp, S.Sent]
 
 
 def test_every_source_is_a_frozen_dataclass_with_one_method():
@@ -44,6 +44,7 @@ def test_every_source_is_a_frozen_dataclass_with_one_method():
         S.Forwarded(),
         S.Zipped(),
         S.Arranged(LocalInput("/tmp/x", (("a.arrow",),), after=3), zipped=True),
+        S.NarrowSent((("n.arrow",),)),
         S.LookedUp((("v.arrow",),)),
         S.Sent(),
     ],
