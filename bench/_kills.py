@@ -52,7 +52,8 @@ def kills(
         began = time.perf_counter()
         proc = _start(program_path, log_path, master, every, ck)
         opened_at = _opened(ck, proc)
-        whole_cpu = _tree_cpu(proc)
+        timeline: list[tuple[float, int]] = []  # (seconds since it opened, events committed)
+        whole_cpu = _tree_cpu(proc, lambda: _committed(ck, opened_at, timeline))
         whole = time.perf_counter() - began
         out["plain_process_s"], out["plain_cpu_s"], out["whole_cpu_s"] = plain, plain_cpu, whole_cpu
         print(
@@ -65,6 +66,16 @@ def kills(
         replay = time.perf_counter() - opened_at
         out["whole_process_s"], out["replay_s"] = whole, replay
         out["commits"] = len(_manifest(ck)["epochs"])
+        # The worst a kill could lose: the longest stretch of the replay without a new commit
+        # (from its opening to the first, between two, as seen by polling every 0.2 s).
+        seen = [(0.0, 0), *timeline]
+        out["commit_times"] = timeline
+        out["longest_without_commit_s"] = max(b[0] - a[0] for a, b in zip(seen, seen[1:]))
+        print(
+            "    commits of the whole process (s after it opened: events): "
+            + ", ".join(f"{t:.1f}: {n:,}" for t, n in timeline)
+            + f"; at most {out['longest_without_commit_s']:.1f} s without a new commit"
+        )
         runs = []
         for fraction in FRACTIONS:
             ck = Path(tmp) / f"killed-{fraction}"
@@ -141,12 +152,15 @@ def _start(program: Path, log: Path, master: str, every: str, ck: Path | None) -
     )
 
 
-def _tree_cpu(proc: subprocess.Popen, interval: float = 0.2) -> float:
+def _tree_cpu(proc: subprocess.Popen, also: Any = None, interval: float = 0.2) -> float:
     """Wait for ``proc``; the CPU seconds of its process tree (its JVM and Python workers),
-    polled (each process's last sample: a process's final fraction of a second is missed)."""
+    polled (each process's last sample: a process's final fraction of a second is missed).
+    ``also()`` is called at every poll."""
     seen: dict[int, float] = {}
     root = psutil.Process(proc.pid)
     while proc.poll() is None:
+        if also is not None:
+            also()
         try:
             for p in [root, *root.children(recursive=True)]:
                 with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
@@ -178,6 +192,15 @@ def _wait(ck: Path, until: float) -> float | None:
             opened = time.time()
         time.sleep(0.05)
     return opened
+
+
+def _committed(ck: Path, opened_at: float, timeline: list[tuple[float, int]]) -> None:
+    """Add to ``timeline`` the checkpoint's last commit if it is new: when it was seen
+    (seconds after the replay opened ``ck``) and the events it had committed."""
+    with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+        done = _manifest(ck)["epochs"][-1]["done"]
+        if not timeline or timeline[-1][1] != done:
+            timeline.append((time.perf_counter() - opened_at, done))
 
 
 def _since(opened: float | None, killed_at: float) -> float:

@@ -167,3 +167,20 @@ def test_scale_notebook_mode_replays_the_whole_log_in_a_kernel(tmp_path):
         assert got["peak_mb"] > 100 and got["cpu_s"] > 0
     peaks = [result["runs"][size]["notebook"]["cold"]["peak_mb"] for size in ("4000", "2000")]
     assert result["ratio"]["notebook"]["cold"] == pytest.approx(peaks[0] / peaks[1], rel=0.01)
+
+
+def test_kills_timeline_reads_each_new_commit(tmp_path):
+    """``--kills`` follows the whole process's commits in its manifest: each commit is taken
+    once, with the events it had committed, in the order they came."""
+    import restream_kit as rk
+    from bench._kills import _committed
+
+    program = rk.Program.from_file(ROOT / "examples" / "antispam.py")
+    log = rk.Log(ROOT / "sample_data" / "social_small.parquet")
+    ck, timeline = tmp_path / "ck", []
+    _committed(ck, 0.0, timeline)  # no manifest yet: nothing
+    assert timeline == []
+    rk.replay(program, log, epoch=len(log) // 2, checkpoint=ck)
+    _committed(ck, 0.0, timeline)
+    _committed(ck, 0.0, timeline)  # the same commit seen again is not a new one
+    assert [done for _, done in timeline] == [len(log)]
