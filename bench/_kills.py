@@ -54,6 +54,7 @@ def kills(
         opened_at = _opened(ck, proc)
         timeline: list[tuple[float, int]] = []  # (seconds since it opened, events committed)
         whole_cpu = _tree_cpu(proc, lambda: _committed(ck, opened_at, timeline))
+        _committed(ck, opened_at, timeline)  # (a last commit the polls missed)
         whole = time.perf_counter() - began
         out["plain_process_s"], out["plain_cpu_s"], out["whole_cpu_s"] = plain, plain_cpu, whole_cpu
         print(
@@ -70,7 +71,9 @@ def kills(
         # (from its opening to the first, between two, as seen by polling every 0.2 s).
         seen = [(0.0, 0), *timeline]
         out["commit_times"] = timeline
-        out["longest_without_commit_s"] = max(b[0] - a[0] for a, b in zip(seen, seen[1:]))
+        out["longest_without_commit_s"] = max(
+            (b[0] - a[0] for a, b in zip(seen, seen[1:])), default=0.0
+        )
         print(
             "    commits of the whole process (s after it opened: events): "
             + ", ".join(f"{t:.1f}: {n:,}" for t, n in timeline)

@@ -110,6 +110,20 @@ def test_spark_rules_times_resumes_and_on_error(tmp_path):
     assert "resumed after 5 of 10 epochs" in printed
 
 
+def test_spark_rules_kills(tmp_path):
+    """``--kills``: three killed whole processes, each resumed and checked equal to the
+    uncheckpointed result; the timed process's commits followed in its manifest."""
+    results, printed = spark_rules(
+        tmp_path, "--rules", "antispam", "--no-cold", "--kills", "--checkpoint-every", "5s"
+    )
+    kills = results["rules"]["antispam"]["kills"]
+    assert [k["killed_at"] for k in kills["kills"]] == [0.25, 0.5, 0.75]
+    assert all(k["identical"] for k in kills["kills"])
+    assert kills["commit_times"][-1][1] == 3000  # the last commit: the whole log
+    assert kills["plain_cpu_s"] > 0 and kills["whole_cpu_s"] > 0
+    assert "commits of the whole process" in printed
+
+
 @pytest.mark.parametrize(("rule", "events"), [("ewma", 20_000), ("teams", 100_000)])
 def test_hand_job_quick_run(tmp_path, rule, events):
     """The engine against the hand-written job: all three sides agree (the job's rows are
