@@ -49,11 +49,12 @@ def as_rows(rows: Iterable) -> list[tuple]:
 def _from_columns(blocks: list[WindowRows]) -> pa.Table | None:
     """The table of rows that all came from windows, or None where ``build_table`` must
     decide (a field Arrow cannot type as it is, or booleans, which it checks for numbers)."""
-    parts = [b.columns() for b in blocks]
+    given = _session_ints(blocks)
+    parts = [b.columns(omit=frozenset(given)) for b in blocks]
     counts = [p["n"] for p in parts]
     fields = {}
     for name in ROW_FIELDS:
-        array = _field(_window_field, parts, name, counts)
+        array = given[name] if name in given else _field(_window_field, parts, name, counts)
         if array is None:
             return None
         fields[name] = array
@@ -63,12 +64,35 @@ def _from_columns(blocks: list[WindowRows]) -> pa.Table | None:
     else:
         ts = _repeated(parts, "ts", counts) or pa.array(_column(parts, "ts"), pa.int64())
     columns = {
-        "lsn": pa.array(_column(parts, "lsn"), pa.int64()),
+        "lsn": given["lsn"] if "lsn" in given else pa.array(_column(parts, "lsn"), pa.int64()),
         "ts": ts,
         "handler": _strings([b.handler for b in blocks], counts),
-        "seq": pa.array(_column(parts, "seq"), pa.int64()),
+        "seq": given["seq"] if "seq" in given else pa.array(_column(parts, "seq"), pa.int64()),
     }
     return pa.table({**columns, **fields})
+
+
+def _session_ints(blocks: list[WindowRows]) -> dict[str, pa.Array]:
+    """The columns of sessions' rows whose values are integers by how they are made
+    (``WindowRows.int_items``), each taken from the records into one int64 array at C
+    speed, with no list of Python ints between (on keys with about a session per event,
+    those lists were most of the table's cost): the arrays ``pa.array`` makes of the same
+    values. None where some block gives a column otherwise; none at all when there are no
+    rows (``pa.array`` types an empty column as null) or a value is beyond int64 (left to
+    the lists, to fail or fall back as they do)."""
+    total = sum(b.n for b in blocks)
+    if not total:
+        return {}
+    out = {}
+    for name in ("lsn", "seq", "start", "end", "value"):
+        items = [b.int_items(name) for b in blocks]
+        if any(i is None for i in items):
+            continue
+        try:
+            out[name] = pa.array(np.fromiter(chain.from_iterable(items), np.int64, total))
+        except (OverflowError, TypeError):
+            return {}
+    return out
 
 
 def _from_emits(blocks: list[EmitRows]) -> pa.Table | None:

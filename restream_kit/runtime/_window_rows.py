@@ -13,7 +13,7 @@ them, and settles a session window's rows that wait to be made (``runtime._sessi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from operator import itemgetter, truediv
 from typing import Any
 
@@ -21,6 +21,9 @@ __all__ = ["Blocks", "WindowRows", "EmitRows", "FIELDS"]
 
 #: The fields of a closed window's row, in their order.
 FIELDS = ("key", "start", "end", "value")
+#: The items of a session's record that are integers, by the column of its row they give
+#: (``WindowRows.sessions``; a session's row's time is its end).
+_SESSION_INTS = {"lsn": 2, "seq": 3, "start": 5, "end": 6}
 
 
 class WindowRows:
@@ -50,29 +53,41 @@ class WindowRows:
         first, close time, key]``; a session ends at its close time."""
         return cls(len(records), handler, agg, {"records": records})
 
-    def columns(self) -> dict[str, Any]:
-        """``lsn``, ``ts``, ``seq`` and the fields, each a list or one shared value."""
+    def columns(self, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """``lsn``, ``ts``, ``seq`` and the fields, each a list or one shared value; None for
+        a sessions' column in ``omit`` (one taken otherwise: :meth:`int_items`)."""
         n, parts = self.n, self.parts
         if "bucket" in parts:
             bucket = parts["bucket"]
             records: Any = bucket.values()
             keys: Any = list(bucket)
             ts, start, end = parts["ts"], parts["start"], parts["end"]
+            omit = frozenset()
         else:
             records = parts["records"]
             keys = _field(7, records)
-            start = _field(5, records)
-            ts = end = _field(6, records)
+            start = None if "start" in omit else _field(5, records)
+            ts = end = None if "end" in omit else _field(6, records)
         return {
-            "lsn": _field(2, records),
+            "lsn": None if "lsn" in omit else _field(2, records),
             "ts": ts,
-            "seq": _field(3, records),
+            "seq": None if "seq" in omit else _field(3, records),
             "key": keys,
             "start": start,
             "end": end,
-            "value": _values(self.agg, records),
+            "value": None if "value" in omit else _values(self.agg, records),
             "n": n,
         }
+
+    def int_items(self, name: str) -> Iterator[int] | None:
+        """Column ``name``'s values, one after the other, when these rows are sessions' and
+        the column's values are integers by how they are made (``lsn``, ``seq``, ``start``,
+        ``end``, and a count's ``value``: a log event's number and time, an add's number,
+        a time plus the gap, a count); None otherwise."""
+        if "records" not in self.parts:
+            return None
+        index = 0 if name == "value" and self.agg == "count" else _SESSION_INTS.get(name)
+        return None if index is None else map(itemgetter(index), self.parts["records"])
 
     def rows(self) -> list[tuple]:
         """The rows as tuples ``(lsn, ts, handler, seq, fields)``, in order."""
