@@ -17,7 +17,7 @@ from typing import Any
 from ..compiler.compile import CompiledProgram, compile_program
 from ..compiler.inline import SCHEDULED_RUNNER_NAME
 from ..model.program import Program
-from .semantics import RunHook, SerialRuntime, flush, run_events, run_scheduled
+from .semantics import MAX_FLUSH, RunHook, SerialRuntime, flush, run_events, run_scheduled
 
 __all__ = ["Loop", "compile_loop"]
 
@@ -42,9 +42,9 @@ class Loop:
         """Run the scheduled events due by ``t`` (and the timed writes before each)."""
         return run_scheduled(self.rt, self.by_kind, t)
 
-    def flush(self) -> int:
-        """Run the scheduled events left after the log (at most ``MAX_FLUSH``)."""
-        return flush(self.rt, self.by_kind)
+    def flush(self, limit: int = MAX_FLUSH) -> int:
+        """Run the scheduled events left after the log (at most ``limit``); how many ran."""
+        return flush(self.rt, self.by_kind, limit=limit)
 
     def run_events(self, events: Iterable[Any], run: RunHook, *, end: bool = True) -> int:
         """Replay ``events`` with ``run`` making every handler run (the planner's samples:
@@ -66,7 +66,7 @@ def compile_loop(
     """Compile ``program`` against ``rt`` and ``stores`` into a :class:`Loop` over a log of
     ``columns`` (None: no inlined loop, events run through :meth:`Loop.run_events`, as the
     planner's samples run them). ``scheduled``: whether events can be scheduled (a Spark plain pass's
-    cannot: its loop skips the check for due ones); ``options`` go to
+    only when it runs closes of its own; without, its loop skips the check for due ones); ``options`` go to
     :func:`~restream_kit.compiler.compile.compile_program` (``only``, ``hooks``, ``guarded``)."""
     by_kind: dict = {}
     runner = (lambda t: run_scheduled(rt, by_kind, t)) if scheduled else _nothing_scheduled

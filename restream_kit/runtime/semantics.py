@@ -269,11 +269,13 @@ def _run_guarded(rt: SerialRuntime, handlers: tuple, ev: ScheduledEvent) -> None
             rt.rollback(exc)
 
 
-def flush(rt: SerialRuntime, by_kind: dict, run: RunHook | None = None) -> int:
-    """Run the scheduled events left after the log; fail past :data:`MAX_FLUSH` of them."""
-    ran = run_scheduled(rt, by_kind, float("inf"), limit=MAX_FLUSH, run=run)
+def flush(
+    rt: SerialRuntime, by_kind: dict, run: RunHook | None = None, limit: int = MAX_FLUSH
+) -> int:
+    """Run the scheduled events left after the log; fail past ``limit`` of them."""
+    ran = run_scheduled(rt, by_kind, float("inf"), limit=limit, run=run)
     if rt.scheduled:
-        raise flush_overrun()
+        raise flush_overrun(limit)
     return ran
 
 

@@ -144,10 +144,11 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
     loop = compile_loop(program, rt, stores)
     compiled = loop.compiled
     windows = fuse_windows(compiled, rt, only=spec.narrow)
-    closes = OwnCloses(rt, program, spec.narrow, spec.max_flush)
-    closes.ready(loop)
+    loop.handlers_replaced()  # (its scheduled closes run the fused handlers)
+    closes = OwnCloses(loop, program, spec.narrow, spec.max_flush)
     adds = {name: compiled.namespace[f"{name}__add"] for name in spec.narrow}
     per_root = rt.scheduled_per_root
+    run_scheduled = loop.run_scheduled
     loads = pickle.loads
     out: list = []
     n = 0
@@ -161,7 +162,7 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
             closes.lsn.append(np.asarray(lsn, dtype=np.int64))
             closes.ts.append(np.asarray(ts, dtype=np.int64))
             for t, root, blob in zip(ts, lsn, blobs):
-                closes.run(t)  # (the closes due by its time first, as serially)
+                run_scheduled(t)  # (the closes due by its time first, as serially)
                 name, key, value, seq0, *summed = loads(blob)
                 rt.event = (root, t)
                 for _ in range(summed[0] if summed else 1):

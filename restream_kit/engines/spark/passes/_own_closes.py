@@ -5,15 +5,20 @@ runs the window as the serial engine does (``runtime.windows``): its adds merge 
 its closes wait in the runtime's queue of scheduled events, one per window, run as the loop
 reaches their time. What a task adds to the serial engine's loop for them:
 
-- the loop runs the scheduled events due before each event (:meth:`OwnCloses.run`), those due
-  by the log's last event after its partition's last, then those after the log (the flush,
-  :meth:`OwnCloses.finish`), each after the timed writes due before it, as the serial replay;
+- the loop is built to run scheduled events (``compile_loop(..., scheduled=True)``) and takes
+  the fused handlers (``Loop.handlers_replaced``): it runs the closes due before each event
+  itself, as the serial replay's loop; after the partition's last event, those due by the
+  log's last event, then those after the log (the loop's flush, :meth:`OwnCloses.finish`),
+  each after the timed writes due before it;
 - a close's row is emitted at the close's place in the serial order, ``(at, scheduled, root
   event, its number)``, not at a log event's: :meth:`OwnCloses.rows` sends those rows with
   that position, the root event's time found among the partition's events (every close comes
   from an event of its own partition);
 - the task reports the scheduled events made and the latest time one ran, so that the driver
   applies the timed writes waiting after the log that an event then came after.
+
+A pass that also sends events on counts its closes and those in one ``seq`` per root
+(``Shipping.made_by``), its own kinds queued here (``Shipping.runs_here``).
 
 Only in a replay the serial engine would run natively too (no checkpoint, guard, history or
 start state: ``engines.serial._windows_off``), and in a pass that sends no write or event on
@@ -22,23 +27,14 @@ start state: ``engines.serial._windows_off``), and in a pass that sends no write
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 import numpy as np
 
 from ....runtime.loop import Loop
-from ....runtime.semantics import (
-    ScheduledEvent,
-    SerialRuntime,
-    check_schedule,
-    flush_overrun,
-    run_scheduled,
-)
 from ._rows import BLOB_ROWS, EMIT, PH_LOG, PH_SCHED, RUN_HEAD, SIGN, dumps, scheduled_sub
-from ._shipping import Shipping
 
-__all__ = ["OwnCloses", "ShippingCloses", "close_handlers"]
+__all__ = ["OwnCloses", "close_handlers"]
 
 
 def close_handlers(program: Any, windows: tuple[str, ...]) -> frozenset[str]:
@@ -49,33 +45,17 @@ def close_handlers(program: Any, windows: tuple[str, ...]) -> frozenset[str]:
 
 
 class OwnCloses:
-    """The scheduled events of one plain task (see the module docstring)."""
+    """The scheduled events of one plain task (see the module docstring): ``loop`` runs
+    them (built with ``scheduled=True``, its handlers replaced once the windows are fused)."""
 
-    def __init__(self, rt: SerialRuntime, program: Any, windows: tuple[str, ...], limit: int):
-        self.rt = rt
-        self.by_kind: dict = {}
+    def __init__(self, loop: Loop, program: Any, windows: tuple[str, ...], limit: int):
+        self.loop = loop
+        self.rt = loop.rt
         self.handlers = close_handlers(program, windows)
         self.limit = limit
         self.lsn: list = []
         self.ts: list = []
         self.last_at: int | None = None
-
-    def ready(self, loop: Loop) -> None:
-        """Take the loop's handlers of scheduled events, as they are once the windows were
-        fused into them; the loop runs the closes due before each event itself."""
-        loop.handlers_replaced()
-        self.by_kind = loop.by_kind
-
-    def run(self, t: int) -> None:
-        """Run the scheduled events due by ``t`` (what the loop does before an event)."""
-        run_scheduled(self.rt, self.by_kind, t)
-
-    def _note(self, t: int) -> None:
-        scheduled = self.rt.scheduled
-        if scheduled and scheduled[0][0] <= t:
-            at = scheduled[0][0]
-            if self.last_at is None or at > self.last_at:
-                self.last_at = at
 
     def seen(self, batch: Any) -> None:
         """Keep the times of a batch's events: a close's row is placed after its root's."""
@@ -85,16 +65,12 @@ class OwnCloses:
     def finish(self, last_ts: int) -> None:
         """After the partition's last event: what falls due by the log's last event, then the
         events after the log, each after the timed writes due before it."""
-        rt, scheduled = self.rt, self.rt.scheduled
-        self.run(last_ts)
+        loop, rt = self.loop, self.rt
+        loop.run_scheduled(last_ts)
         rt.apply_due(last_ts)
-        ran = 0
-        while scheduled:
-            at = scheduled[0][0]
-            self._note(at)
-            ran += run_scheduled(rt, self.by_kind, at, limit=self.limit - ran)
-            if ran >= self.limit and scheduled:
-                raise flush_overrun(self.limit)
+        if loop.flush(self.limit):
+            # The latest close run after the log: the last run, the flush goes in time order.
+            self.last_at = rt.event[1]
 
     def made(self) -> int:
         """The scheduled events its handlers made (the expansion's count, as ``seq`` goes)."""
@@ -132,22 +108,3 @@ class OwnCloses:
         of those it sent on, the latest made)."""
         last = [t for t in (self.last_at, getattr(self.rt, "last_at", None)) if t is not None]
         return self.made(), max(last, default=None)
-
-
-class ShippingCloses(Shipping):
-    """:class:`Shipping` for a pass that also runs closes of its own: those it queues here
-    (a window run as its expansion) wait in the serial queue. Their runs come after later
-    log events, so the count of each root's scheduled events (``seq``) keeps every root."""
-
-    def __init__(self, spec: Any, program: Any):
-        super().__init__(spec, program)
-        self.latest_root_only = False
-
-    def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
-        if self.spec.index not in self.spec.kind_passes.get(kind, ()):
-            super().schedule(kind, at=at, **fields)
-            return
-        root = self.event[0]
-        check_schedule(at, self.event[1], fields)
-        event = ScheduledEvent(kind, at, root, self.made_by(root, at), fields)
-        heapq.heappush(self.scheduled, (at, next(self.order), event))

@@ -50,7 +50,7 @@ from ._emitted import pack_emitted
 from ._lookups import LookupPacker
 from ._narrow import narrow_senders
 from ._output_files import plain_files
-from ._own_closes import OwnCloses, ShippingCloses
+from ._own_closes import OwnCloses
 from ._rows import (
     BATCH_ROWS,
     ERROR,
@@ -107,7 +107,7 @@ def _runtime(spec: PassSpec, program: Program, number: dict, checkpointed: bool)
     if spec.on_error != "stop":
         rt = guarded_runtime(spec, program)
     elif spec.blind or spec.ships_events:
-        rt = ShippingCloses(spec, program) if spec.closes else Shipping(spec, program)
+        rt = Shipping(spec, program)
     else:
         rt = MadeByRuntime(number) if checkpointed else SerialRuntime()
     if checkpointed and type(rt) is not MadeByRuntime:
@@ -142,10 +142,6 @@ class _PlainPass:
         }
         if start is not None:
             _restore(start, rt, stores, program, made=self.ends is not None)
-        # Closing windows it holds whole: their closes run here, as the serial engine runs them.
-        self.closes = closes = (
-            OwnCloses(rt, program, spec.closes, spec.max_flush) if spec.closes else None
-        )
         hooks, extra, self.served, by_name = _probe_hooks(
             spec, program, columns, tuple(kinds), stores
         )
@@ -162,7 +158,7 @@ class _PlainPass:
             columns=columns,
             kind_order=tuple(kinds),
             extra_globals=extra,
-            scheduled=closes is not None,  # (only a pass's own closes: ``_own_closes``)
+            scheduled=bool(spec.closes),  # (only a pass's own closes: ``_own_closes``)
             only=names,
             hooks=hooks,
             guarded=guarded,
@@ -175,8 +171,9 @@ class _PlainPass:
             mine = [*pass_windows(program, spec.homes, held_elsewhere(spec)), *spec.closes]
             if mine:
                 self.windows = fuse_windows(self.compiled, rt, only=mine)
-        if closes is not None:
-            closes.ready(loop)
+                loop.handlers_replaced()  # (its scheduled closes run the fused handlers)
+        # Closing windows it holds whole: their closes run here, as the serial engine runs them.
+        self.closes = OwnCloses(loop, program, spec.closes, spec.max_flush) if spec.closes else None
         if spec.narrow_to:  # windows keyed otherwise: each add one row (``passes._narrow``)
             narrow_senders(spec, program, self.compiled.namespace, rt)
         # A key function of a probe reads the event's columns by name.

@@ -4,7 +4,9 @@ sends on, and their guarded forms for ``on_error`` skip and quarantine.
 - :class:`Shipping`: the serial runtime with a sink (``runtime.positioned.SinkingRuntime``):
   writes into state a later pass holds (through ``BlindStore``, whose sink is :class:`_Ship`)
   and events scheduled for later passes go out as rows at the positions the receiving passes
-  sort by; everything else, the rules' checks included, is the serial engine's runtime.
+  sort by, those of the closes it runs itself wait in its own queue (``runs_here``); every
+  event scheduled counts in one ``seq`` per root (:meth:`Shipping.made_by`); everything
+  else, the rules' checks included, is the serial engine's runtime.
 - :class:`MadeByRuntime`: in a checkpointed replay, a plain task's timed writes are numbered
   by the runs that made them (``runtime.positioned.MadeBy``), so that the driver orders every
   task's as the serial engine made them.
@@ -85,7 +87,7 @@ class Shipping(Routing, SinkingRuntime):
 
     def __init__(self, spec: PassSpec, program: Program):
         self.number = {"": 0, **{h.name: h.index for h in program.handlers}}
-        super().__init__()  # (its ``scheduled`` stays empty: no event is scheduled here)
+        super().__init__()  # (its ``scheduled``: only the closes it runs itself, ``runs_here``)
         self.sinks = {BlindStore: _Ship(self)}
         self.spec = spec
         self.program = program
@@ -93,9 +95,16 @@ class Shipping(Routing, SinkingRuntime):
         self.out: list = []
         # ``seq``: the events each root event scheduled, counted in one place (:meth:`made_by`)
         # and in the serial engine's mapping, which a window run natively counts in too. The
-        # events of a plain pass come one after the other: the latest root's count is enough.
+        # events of a plain pass come one after the other: the latest root's count is enough,
+        # unless it runs closes of its own (``_own_closes``), which run after later events.
         self.scheduled_per_root: dict[int, int] = {}
-        self.latest_root_only = True
+        self.latest_root_only = not spec.closes
+        # The kinds of those closes: queued here, in the serial queue, not sent on.
+        self.runs_here = frozenset(
+            kind
+            for kind, passes in spec.kind_passes.items()
+            if spec.closes and spec.index in passes
+        )
         self.made = 0
         self.last_at: int | None = None
         self.pk_cache: dict = {}
@@ -154,6 +163,10 @@ class Shipping(Routing, SinkingRuntime):
         check_schedule(at, ev[1], fields)
         root = ev[0]
         seq = self.made_by(root, at)
+        if kind in self.runs_here:
+            event = ScheduledEvent(kind, at, root, seq, fields)
+            heapq.heappush(self.scheduled, (at, next(self.order), event))
+            return
         self.calls += 1
         if kind in self.spec.closes_once:
             # Identical window closes: the first acts, the others find the window gone. A
