@@ -46,10 +46,11 @@ DEFAULT_OUT = ROOT / "bench" / "results" / "result_files.json"
 SIDES = {"files": "0", "driver": str(10**12)}
 
 
-def _peaks(command: list[str], env: dict[str, str]) -> dict:
-    """Run ``command``; its wall time and the peaks of its own and its tree's memory."""
+def _peaks(command: list[str], env: dict[str, str], cwd: Path = ROOT) -> dict:
+    """Run ``command`` in ``cwd``; its wall time and the peaks of its own and its tree's
+    memory."""
     started = time.perf_counter()
-    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL) as proc:
+    with subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL) as proc:
         root = psutil.Process(proc.pid)
         own = tree = 0
         while proc.poll() is None:
@@ -99,14 +100,15 @@ def run(
     with tempfile.TemporaryDirectory(prefix="restream-results-") as home:
         env["RESTREAM_HOME"] = home
         command = [sys.executable, "-m", "restream_kit", "replay", str(program), "--log"]
-        command += [str(log), "--engine", "spark", "--master", "local[2]", "--quiet"]
+        command += [str(log.resolve()), "--engine", "spark", "--master", "local[2]", "--quiet"]
         if checkpoint is not None:
             command += ["--checkpoint-every", checkpoint[0], "--epoch", checkpoint[1]]
         for i in range(runs + 1):  # the first pair warms the log's copy and the caches
             for side in SIDES if i % 2 == 0 else list(SIDES)[::-1]:
                 env["RESTREAM_RESULT_ROWS"] = SIDES[side]
                 ck = ["--checkpoint", f"{home}/ck-{side}-{i}"] if checkpoint is not None else []
-                done = _peaks([*command, *ck, "--out", f"{home}/{side}"], env)
+                # (in ``code``: ``python -m`` puts the working directory first on the path)
+                done = _peaks([*command, *ck, "--out", f"{home}/{side}"], env, code)
                 if i:
                     got[side].append(done)
                 tables[side] = pq.read_table(next(Path(f"{home}/{side}").glob("*.parquet")))
