@@ -10,8 +10,13 @@ whole process tree are reported (medians), and the recorded table is checked equ
 two sides. ``--path prefix`` runs ``bench/programs/lowered_per_event.py`` (a rule that lowers
 to columns, also a row per message) on the prefix path instead.
 
+``--checkpoint-every EVERY`` (with ``--epoch N``) replays with a checkpoint committed in waves
+of that size (``--checkpoint DIR --checkpoint-every EVERY``, a new directory each run), whose
+tables are read back from the commits (``docs/checkpoints.md``); ``--code DIR`` runs the replays
+with the ``restream_kit`` of another checkout (an older version, to compare with).
+
 ``python -m bench result-files [--events 1000000] [--runs 3] [--log PATH] [--path passes|prefix]
-[--out JSON]``
+[--checkpoint-every EVERY [--epoch N]] [--code DIR] [--out JSON]``
 """
 
 from __future__ import annotations
@@ -41,10 +46,11 @@ DEFAULT_OUT = ROOT / "bench" / "results" / "result_files.json"
 SIDES = {"files": "0", "driver": str(10**12)}
 
 
-def _peaks(command: list[str], env: dict[str, str]) -> dict:
-    """Run ``command``; its wall time and the peaks of its own and its tree's memory."""
+def _peaks(command: list[str], env: dict[str, str], cwd: Path = ROOT) -> dict:
+    """Run ``command`` in ``cwd``; its wall time and the peaks of its own and its tree's
+    memory."""
     started = time.perf_counter()
-    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL) as proc:
+    with subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL) as proc:
         root = psutil.Process(proc.pid)
         own = tree = 0
         while proc.poll() is None:
@@ -74,9 +80,19 @@ def _log(events: int, given: str | None) -> Path:
     return _ensure_log(events, Path(given) if given else None)
 
 
-def run(events: int, runs: int, log: Path, out: Path, path: str = "passes") -> dict:
+def run(
+    events: int,
+    runs: int,
+    log: Path,
+    out: Path,
+    path: str = "passes",
+    checkpoint: tuple[str, str] | None = None,
+    code: Path = ROOT,
+) -> dict:
+    """Both sides ``runs`` times (after a warm-up pair); ``checkpoint`` = (every, epoch)
+    commits each run in waves; ``code`` is the checkout whose ``restream_kit`` runs."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["RESTREAM_SPARK_PATH"] = path
     program = PROGRAMS[path]
     got: dict[str, list[dict]] = {side: [] for side in SIDES}
@@ -84,11 +100,15 @@ def run(events: int, runs: int, log: Path, out: Path, path: str = "passes") -> d
     with tempfile.TemporaryDirectory(prefix="restream-results-") as home:
         env["RESTREAM_HOME"] = home
         command = [sys.executable, "-m", "restream_kit", "replay", str(program), "--log"]
-        command += [str(log), "--engine", "spark", "--master", "local[2]", "--quiet"]
+        command += [str(log.resolve()), "--engine", "spark", "--master", "local[2]", "--quiet"]
+        if checkpoint is not None:
+            command += ["--checkpoint-every", checkpoint[0], "--epoch", checkpoint[1]]
         for i in range(runs + 1):  # the first pair warms the log's copy and the caches
             for side in SIDES if i % 2 == 0 else list(SIDES)[::-1]:
                 env["RESTREAM_RESULT_ROWS"] = SIDES[side]
-                done = _peaks([*command, "--out", f"{home}/{side}"], env)
+                ck = ["--checkpoint", f"{home}/ck-{side}-{i}"] if checkpoint is not None else []
+                # (in ``code``: ``python -m`` puts the working directory first on the path)
+                done = _peaks([*command, *ck, "--out", f"{home}/{side}"], env, code)
                 if i:
                     got[side].append(done)
                 tables[side] = pq.read_table(next(Path(f"{home}/{side}").glob("*.parquet")))
@@ -107,6 +127,9 @@ def run(events: int, runs: int, log: Path, out: Path, path: str = "passes") -> d
     events = pq.read_metadata(log).num_rows if log.is_file() else events
     result = {
         "path": path,
+        "checkpoint_every": checkpoint and checkpoint[0],
+        "epoch": checkpoint and checkpoint[1],
+        "code": str(code),
         "events": events,
         "rows": tables["files"].num_rows,
         "runs": runs,
@@ -125,10 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per side (3)")
     parser.add_argument("--log", help="Parquet log (default: a generated social log)")
     parser.add_argument("--path", choices=sorted(PROGRAMS), default="passes", help="(passes)")
+    parser.add_argument("--checkpoint-every", help="commit a checkpoint in waves of this size")
+    parser.add_argument("--epoch", default="100000", help="a checkpoint's epoch (100000)")
+    parser.add_argument("--code", default=str(ROOT), help="the checkout to run (this one)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
     args = parser.parse_args(argv)
+    checkpoint = (args.checkpoint_every, args.epoch) if args.checkpoint_every else None
+    log = _log(args.events, args.log)
     try:
-        run(args.events, args.runs, _log(args.events, args.log), Path(args.out), args.path)
+        run(args.events, args.runs, log, Path(args.out), args.path, checkpoint, Path(args.code))
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"result-files FAILED: {exc}", file=sys.stderr)
         return 1

@@ -30,7 +30,14 @@ from ._arrow_stores import (
 )
 from ._atomic import fsync_path, write_synced
 
-__all__ = ["CheckpointError", "ProgramFunction", "load_value", "program_codes", "save_value"]
+__all__ = [
+    "CheckpointError",
+    "ProgramFunction",
+    "RowsFile",
+    "load_value",
+    "program_codes",
+    "save_value",
+]
 
 
 class CheckpointError(RestreamError):
@@ -91,9 +98,25 @@ def save_value(directory: Path, stem: str, value: Any, what: str) -> None:
     write_synced(directory / f"{stem}.json", data)
 
 
-def load_value(directory: Path, stem: str) -> Any:
-    """The value :func:`save_value` wrote (building only plain values, tables and events)."""
+@dataclass(frozen=True)
+class RowsFile:
+    """One table's rows of an epoch as the file that holds them, not read
+    (``load_value(..., rows_files=True)``): ``lsn, ts, handler, seq, f:<field>..``."""
+
+    path: Path
+
+
+def load_value(directory: Path, stem: str, *, rows_files: bool = False) -> Any:
+    """The value :func:`save_value` wrote (building only plain values, tables and events);
+    with ``rows_files``, a table's rows kept as a file are that :class:`RowsFile`, unread."""
     path = directory / f"{stem}.json"
+
+    def rows(name: Any) -> Any:
+        if not rows_files:
+            return built(name, rows_from_table)
+        if not isinstance(name, str) or "/" in name or not name.endswith(".arrow"):
+            raise values.ValueCodecError(f"bad Arrow file reference {name!r}")
+        return RowsFile(directory / name)
 
     def arrow(name: Any) -> Any:
         import pyarrow as pa
@@ -123,7 +146,7 @@ def load_value(directory: Path, stem: str) -> Any:
         "arrow": arrow,
         "store": lambda payload: keyed(payload, store_from_table),
         "future": lambda payload: keyed(payload, future_from_table),
-        "rows": lambda name: built(name, rows_from_table),
+        "rows": rows,
     }
     try:
         data = path.read_bytes()

@@ -25,7 +25,7 @@ from ..model.errors import OutputError
 from ._table_files import TableFiles
 from .result import ROW_COLUMNS, build_table
 
-__all__ = ["POSITION", "part_table", "write_part", "part_rows", "merge_parts"]
+__all__ = ["POSITION", "part_table", "write_part", "part_rows", "merge_parts", "unified_schema"]
 
 #: The columns of a part file after the output columns: the event's position (time, phase,
 #: order, sub-order), the handler's number, the row's place among the task's rows.
@@ -102,7 +102,7 @@ def part_rows(table: str, path: str) -> list[tuple]:
     return out
 
 
-def _unified(schemas: list[pa.Schema]) -> pa.Schema | None:
+def unified_schema(schemas: list[pa.Schema]) -> pa.Schema | None:
     """The schema ``build_table`` gives the parts' rows taken together, or None when it
     cannot be told from the parts' schemas (then the rows take the general way)."""
     names = schemas[0].names
@@ -132,7 +132,7 @@ def merge_parts(parts: list[str], directory: str | Path) -> TableFiles | None:
     """The parts of one table merged into ``directory/table.parquet`` in processing order
     (DuckDB's external sort, under ``RESTREAM_SORT_MEMORY``), or None when their schemas do
     not tell the table's (the caller then builds it from the rows)."""
-    schema = _unified([pq.read_schema(p).remove_metadata() for p in parts])
+    schema = unified_schema([pq.read_schema(p).remove_metadata() for p in parts])
     if schema is None:
         return None
     directory = Path(directory)

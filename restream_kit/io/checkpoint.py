@@ -7,7 +7,8 @@ A checkpoint directory holds one sub-directory per committed epoch and a manifes
     DIR/epoch-000003/rows.json      the output rows epoch 3 emitted (the engine's raw rows)
     DIR/epoch-000003/state-0.parquet  a state store of 512 keys or more, as typed columns
     DIR/epoch-000003/state-1.arrow  an Arrow table inside the state (Arrow IPC file)
-    DIR/epoch-000003/rows-0.arrow   a big table's rows of epoch 3, as columns
+    DIR/epoch-000003/rows-0.arrow   a big table's rows of epoch 3, as columns (the Spark
+                                    engine reads its tables back from these: _committed_tables)
 
 No file is a pickle: values go through :mod:`restream_kit.model.values` (JSON with type tags), Arrow
 tables inside them to ``.arrow`` files, a state store of :data:`MIN_KEYS` keys or more to a
@@ -90,8 +91,11 @@ class Start:
     """Where a replay starts: after epoch ``epoch`` (``done`` events in), with ``state``.
 
     ``rows`` are the engine's raw output rows of the epochs before (a list per epoch; empty
-    for ``start_from``, whose result covers only the events it replays). ``resumed`` tells a
-    resume of the same checkpoint from a ``start_from`` of a committed snapshot.
+    for ``start_from``, whose result covers only the events it replays, and when the engine
+    asked not to read them: it reads its tables from the checkpoint, ``_committed_tables``);
+    ``tables`` the names of the tables emitted before, in order of first emission.
+    ``resumed`` tells a resume of the same checkpoint from a ``start_from`` of a committed
+    snapshot.
     """
 
     epoch: int
@@ -101,6 +105,7 @@ class Start:
     resumed: bool = True
     complete: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    tables: list[str] = field(default_factory=list)
 
     @property
     def next_epoch(self) -> int:
@@ -175,13 +180,20 @@ class Checkpointer:
 
     # -- reading -------------------------------------------------------------------------
 
-    def load(self) -> Start | None:
-        """The last committed epoch to continue after, or None when nothing is committed."""
+    def load(self, *, rows: bool = True) -> Start | None:
+        """The last committed epoch to continue after, or None when nothing is committed;
+        without ``rows``, the committed rows are left in the checkpoint, unread (only the
+        names of their tables, from the last epoch's: every epoch names every table so far)."""
         epochs = self.manifest["epochs"]
         if not epochs:
             return None
         last = epochs[-1]
-        rows = [load_value(self.directory / e["dir"], "rows") for e in epochs]
+        if rows:
+            rows = [load_value(self.directory / e["dir"], "rows") for e in epochs]
+            tables = list(dict.fromkeys(name for some in rows for name in some))
+        else:
+            rows = []
+            tables = list(load_value(self.directory / last["dir"], "rows", rows_files=True))
         state = load_value(self.directory / last["dir"], "state")
         return Start(
             epoch=last["epoch"],
@@ -191,6 +203,7 @@ class Checkpointer:
             resumed=True,
             complete=bool(self.manifest.get("complete")),
             info=dict(last.get("info", {})),
+            tables=tables,
         )
 
     # -- writing -------------------------------------------------------------------------
@@ -301,9 +314,11 @@ def open_for_replay(
     checkpoint: str | Path | None = None,
     resume: bool = False,
     start_from: Any = None,
+    rows: bool = True,
     **config: Any,
 ) -> tuple[Checkpointer | None, Start | None]:
-    """The checkpointer of a replay (None without ``checkpoint``) and where it starts.
+    """The checkpointer of a replay (None without ``checkpoint``) and where it starts
+    (its committed rows read only with ``rows``: see :meth:`Checkpointer.load`).
 
     A resume of ``checkpoint`` wins over ``start_from``. For ``start_from`` the log must be
     the same; the engine's own check of the state (:func:`check_states` for the serial one)
@@ -325,7 +340,7 @@ def open_for_replay(
     ck = None
     if checkpoint is not None:
         ck = Checkpointer(checkpoint, ident, state_format=state_format, resume=resume)
-        start = ck.load()
+        start = ck.load(rows=rows)
         if start is not None:
             return ck, start
     if snap is None:

@@ -8,6 +8,7 @@ and type for type, and the rows were never sent to the driver: the result holds 
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -167,3 +168,52 @@ def test_prefix_path_large_table_is_file_held_and_loads_the_same_rows(spark_sess
     assert_same_result(got, want)
     assert got["counts"].equals(small["counts"])
     assert got.lazy("counts").collect().equals(got["counts"])
+
+
+# -- checkpointed replays: their tables read back from the commits ---------------------------
+
+
+def _killed_after(ck: Path, epochs: int) -> None:
+    """The checkpoint ``ck`` as a replay killed after its ``epochs``-th commit leaves it: the
+    manifest names the epochs before (the later epochs' folders are written again)."""
+    manifest = json.loads((ck / "manifest.json").read_text())
+    manifest["epochs"], manifest["complete"] = manifest["epochs"][:epochs], False
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("path", ["passes", "prefix"])
+def test_checkpointed_and_resumed_tables_are_read_back_from_the_commits(
+    path, tmp_path, spark_session
+):
+    # The pass path's ``counts`` has ints and floats in each epoch (its epochs' rows are kept
+    # as JSON, typed doubles together); the prefix path's epochs' rows are typed columns in
+    # the checkpoint.
+    program = rk.Program.from_source(MIXED if path == "passes" else LOWERED)
+    log = social_sample(6000)
+    want = rk.replay(program, log)
+    ck = tmp_path / "ck"
+    options = dict(engine="spark", path=path, epoch=1000, checkpoint=ck, result_rows=1500)
+    got = rk.replay(program, log, checkpoint_every=2500, **options)
+    assert "waves" in got.metrics.path["checkpoint"], got.metrics.path
+    ran = {stage: how for stage, how in got.metrics.path.items() if stage != "checkpoint"}
+    assert all(how.startswith("lowered") == (path == "prefix") for how in ran.values()), ran
+    big = {name for name, table in want.tables.items() if table.num_rows >= 1500}
+    held = {name for name, files in _files_of(got).items() if files is not None}
+    assert held == big and held, (held, big)
+    assert got.metrics.rows == want.metrics.rows
+    assert_same_result(got, want)
+    # Killed after its second commit: the resume reads the first two epochs' rows from the
+    # checkpoint, as the whole replay read all of them.
+    _killed_after(ck, 2)
+    resumed = rk.replay(program, log, resume=True, **options)
+    assert resumed.resumed_from_epoch == 2
+    assert {n for n, f in _files_of(resumed).items() if f is not None} == held
+    assert_same_result(resumed, want)
+    for name in held:
+        assert resumed.lazy(name).collect().equals(got[name])
+    # Under ``result_rows`` (1,000,000 by default) every table is read back into memory.
+    options = {**options, "checkpoint": tmp_path / "ck2", "result_rows": None}
+    small = rk.replay(program, log, **options)
+    assert "tables read back from the checkpoint (driver)" in small.metrics.stages
+    assert not isinstance(small.tables, Tables) and small.metrics.rows == want.metrics.rows
+    assert_same_result(small, want)

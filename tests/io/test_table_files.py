@@ -3,7 +3,9 @@
 Two "tasks" write part files of one table, rows interleaved in processing order, one with
 ints and one with floats in a field: merged, they are the table ``build_table`` makes of all
 the rows in processing order. A result holding such a table answers ``len``, ``in``,
-``repr`` and ``summary`` from the footer, without reading the rows.
+``repr`` and ``summary`` from the footer, without reading the rows. A checkpoint's committed
+epochs' rows put together (``io._committed_tables``) are the table ``build_table`` makes of
+them all, as a file or in memory.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from restream_kit.io._committed_tables import committed_tables
 from restream_kit.io._table_files import TableFiles, Tables
 from restream_kit.io._table_parts import merge_parts, part_table, write_part
+from restream_kit.io.checkpoint import Checkpointer
 from restream_kit.io.result import Metrics, Result, build_table
+from restream_kit.model.errors import OutputError
 
 
 def _rows(task: int, n: int) -> list[tuple]:
@@ -68,3 +73,43 @@ def test_a_result_holding_a_file_reads_it_only_when_asked(held, monkeypatch):
     assert result.lazy("t").head(2).collect().height == 2
     monkeypatch.undo()
     assert result["t"].height == held.num_rows and "time" in result["t"].columns
+
+
+def test_committed_tables_are_each_epochs_rows_together_as_build_table_types_them(tmp_path):
+    def rows(first: int, n: int, value) -> list[tuple]:
+        return [(i, 10 * i, "h", 0, {"v": value(i), "s": f"r{i}"}) for i in range(first, first + n)]
+
+    # ``t``: ints as a typed file, then floats as JSON (few rows), then nulls as a file:
+    # doubles together. ``u``: a list of nothing, then lists of ints (built from the rows).
+    # ``c``: bools, then ints: no one type, the error build_table gives.
+    epochs = [
+        {"t": rows(0, 600, int), "u": [(1, 1, "h", 0, {"xs": []})]},
+        {"t": rows(600, 10, lambda i: i + 0.5), "u": [(2, 2, "h", 0, {"xs": [1, 2]})]},
+        {"t": rows(610, 600, lambda i: None), "u": [], "c": rows(0, 3, lambda i: True)},
+    ]
+    ck = Checkpointer(tmp_path / "ck", {"of": "a test"}, state_format="serial")
+    for number, epoch in enumerate(epochs):
+        ck.commit(number, number + 1, {}, epoch)
+    assert sorted(p.name for p in (tmp_path / "ck" / "epoch-000000").iterdir()) == [
+        "rows-0.arrow",
+        "rows.json",
+        "state.json",
+    ]
+    every = {name: [r for epoch in epochs for r in epoch.get(name, [])] for name in "tuc"}
+    for limit in (0, 10_000):
+        tables = committed_tables(ck.directory, ck.manifest["epochs"][:2], limit)
+        assert list(tables) == ["t", "u"]
+        assert (tables.files("t") is not None) == (limit == 0)
+        assert tables.files("u") is None  # (its epochs' types say less than its rows')
+        for name in tables:
+            want = build_table(name, [r for epoch in epochs[:2] for r in epoch[name]])
+            assert tables[name].equals(want), name
+        tables = committed_tables(ck.directory, ck.manifest["epochs"], limit)
+        assert tables["t"].equals(build_table("t", every["t"]))
+        assert str(tables["t"].schema.field("v").type) == "double"
+    ck.commit(3, 4, {}, {"c": rows(3, 3, int)})
+    with pytest.raises(OutputError) as want_error:
+        build_table("c", every["c"] + rows(3, 3, int))
+    with pytest.raises(OutputError) as got_error:
+        committed_tables(ck.directory, ck.manifest["epochs"], 0)
+    assert str(got_error.value) == str(want_error.value)

@@ -134,6 +134,9 @@ class _Replay:
         # history=True: record the run's history as the serial engine would (``_history``).
         self.history, self.history_note = _history_of(program, log, options, self.on_error)
         self.history_why: str | None = None
+        # A checkpointed replay's tables are read back from its commits once it is done
+        # (``_waves``): no committed row is kept in the kernel, nor read by a resume.
+        self.tables_committed = bool(options.checkpoint) and self.history is None
         self.opened: tuple[Any, Any] | None = None  # (checkpointer, start), once opened
         self.begun: Any = None  # the pass path's start, made once (``passes._epochs._begun``)
         self.until: int | None = None  # the last epoch of the wave running (``_waves``)
@@ -217,6 +220,7 @@ class _Replay:
                 checkpoint=self.options.checkpoint,
                 resume=self.options.resume,
                 start_from=self.options.start_from,
+                rows=not self.tables_committed,
             )
         return self.opened
 

@@ -30,9 +30,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...io._committed_tables import committed_tables
 from ...io._every import describe_every, parse_every
 from ...io.epochs import Epoch, cut
 from ...io.progress import ReplayFinished, ReplayStarted
+from .passes._output_files import result_rows
 from .prefix._commits import remaining
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -128,7 +130,7 @@ def in_waves(rep: _Replay, run: Callable[[], Result]) -> Result:
     """``run()`` (one path's replay, ``rep`` the engine's ``_Replay``) in waves when the replay
     commits a checkpoint, else once. Each wave after the first resumes what the one before
     committed; the result is the last wave's, told as the whole replay's."""
-    if not rep.options.checkpoint or rep.history is not None:
+    if not rep.tables_committed:
         return run()  # (a history is recorded over the whole log, without a checkpoint)
     ck, first = rep.open_checkpoint()
     epochs = remaining(cut(rep.log, rep.options.epoch), first)
@@ -159,7 +161,26 @@ def in_waves(rep: _Replay, run: Callable[[], Result]) -> Result:
         raise
     finally:
         rep.notify, rep.until, rep.carried = notify, None, None
-    return _as_whole(result, first, waves, len(epochs), notes)
+    result = _as_whole(result, first, waves, len(epochs), notes)
+    return _with_committed_tables(result, ck, result_rows(rep.options))
+
+
+def _with_committed_tables(result: Any, ck: Any, limit: int) -> Any:
+    """``result`` with its tables read back from the checkpoint ``ck`` (complete now): every
+    epoch's committed rows, those of a resume's earlier run included; a table of ``limit``
+    rows or more as a file (``io._committed_tables``). The paths built none of them."""
+    ck.flush()
+    reading = time.perf_counter()
+    tables = committed_tables(ck.directory, ck.manifest["epochs"], limit)
+    result.metrics.stages["tables read back from the checkpoint (driver)"] = (
+        time.perf_counter() - reading
+    )
+    rows = {name: tables.rows(name) for name in tables}
+    # (a plain dict when every table is in memory, as an uncheckpointed replay's)
+    held = any(tables.files(name) is not None for name in tables)
+    result.tables = tables if held else {name: tables[name] for name in tables}
+    result.metrics = dataclasses.replace(result.metrics, rows=rows)
+    return result
 
 
 def _as_whole(result: Any, first: Any, waves: Waves, epochs: int, notes: list[str]) -> Any:

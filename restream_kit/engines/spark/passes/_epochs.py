@@ -30,10 +30,8 @@ import pyarrow as pa
 from ....io._arrow_stores import (
     MIN_KEYS,
     FutureColumns,
-    RowsColumns,
     future_from_table,
     future_parts_columns,
-    rows_from_table,
 )
 from ....io.checkpoint import (
     CheckpointError,
@@ -97,19 +95,20 @@ def run_checkpointed(setup: Setup) -> Result:
     names = handler_names(program)
     kept = _Kept(begun) if until is not None and ck is not None else None
     every = _commit(setup, ck, kept, epochs, ends, ran, begun)
+    committed = rep.tables_committed  # (the tables are read back from the commits: ``_waves``)
     if kept is not None and kept.last is not None:  # a wave: the next starts from it as it is
         rep.begun, rep.opened, rep.carried = kept.begun(), (ck, kept.start()), kept
     if ck is not None:
-        committed = (
+        said = (
             f", its state at each of the {len(epochs)} epochs' ends committed to the checkpoint"
             if ends
             else ", its state committed to the checkpoint at the end"
         )
         for stage in ran.path:
-            ran.path[stage] += committed
-    tables = emitted_tables(*every, names)
+            ran.path[stage] += said
+    tables = {} if committed else emitted_tables(*every, names)
     # A resume's result has the rows committed before it too (a wave's is not the result).
-    if begun.rows and until is None:
+    if begun.rows and until is None and not committed:
         tables = _with_committed(begun.rows, tables, every, names)
     # Scheduled events in all, as the serial engine counts them (those before a start too).
     ran.scheduled += begun.scheduled
@@ -164,8 +163,8 @@ def _commit(
     rep, program = setup.rep, setup.program
     names = handler_names(program)
     quarantined = _quarantined(ran)
-    seen = dict.fromkeys(begun.rows)  # the tables emitted so far
-    every: tuple[list, dict] = ([], {})  # all epochs' rows, for the tables
+    seen = dict.fromkeys([*begun.tables, *begun.rows])  # the tables emitted so far
+    every: tuple[list, dict] = ([], {})  # all epochs' rows, for the tables (if built here)
     total = len(setup.log)
     for j, ep in enumerate(epochs):
         rep._check_cancel()
@@ -173,10 +172,11 @@ def _commit(
         committing = time.perf_counter()
         last = j == len(epochs) - 1
         final = last and rep.until is None  # (a wave's last epoch is committed from its end)
-        rows, columns = ran.emitted_at.get(j, ([], {}))
-        every[0].extend(rows)
-        for name, chunks in columns.items():
-            every[1].setdefault(name, []).extend(chunks)
+        rows, columns = ran.emitted_at.pop(j, ([], {}))  # (dropped once committed)
+        if not rep.tables_committed:
+            every[0].extend(rows)
+            for name, chunks in columns.items():
+                every[1].setdefault(name, []).extend(chunks)
         new_rows = committed_rows(rows, columns, names)
         seen.update(dict.fromkeys(new_rows))
         # Every table emitted so far, as the serial engine commits them (empty: none now).
@@ -261,6 +261,7 @@ class _Begun:
     rows: dict = field(default_factory=dict)  # a resume's rows committed so far, per table
     quarantined: list = field(default_factory=list)  # a resume's quarantined runs so far
     scheduled: int = 0  # events scheduled before it (the serial engine counts them too)
+    tables: list = field(default_factory=list)  # the tables emitted before it (a resume's)
 
     @classmethod
     def of(cls, program: Any, start: Any) -> _Begun:
@@ -273,24 +274,25 @@ class _Begun:
                 rows.setdefault(name, []).extend(some)
         # A serial checkpoint counts them per root; this engine keeps their total beside.
         before = start.state.get("scheduled_total", sum(state["scheduled_per_root"].values()))
-        return cls(notes, state, start.done, rows, list(state["quarantined"]), before)
+        tables = list(start.tables) if start.resumed else []
+        return cls(notes, state, start.done, rows, list(state["quarantined"]), before, tables)
 
 
 class _Kept:
     """What a wave (``_waves``) committed, kept for the next wave of the same replay: its
     start as a resume would read it back from the checkpoint (:meth:`begun`, :meth:`start`),
-    without reading it, and with the values live (nothing to rebuild)."""
+    without reading it, and with the values live (nothing to rebuild). Its rows stay in the
+    checkpoint only: the replay's tables are read back from there when it is done; the
+    names of the tables emitted so far are kept."""
 
     def __init__(self, begun: _Begun):
-        self.rows = {name: list(rows) for name, rows in begun.rows.items()}
+        self.tables = dict.fromkeys([*begun.tables, *begun.rows])
         self.last: tuple[Epoch, dict] | None = None
 
     def add(self, ep: Epoch, state: dict, rows: dict) -> None:
         """Epoch ``ep`` committed with ``state`` and ``rows`` (table -> rows or columns)."""
         self.last = (ep, state)
-        for name, some in rows.items():
-            some = rows_from_table(some.table) if type(some) is RowsColumns else some
-            self.rows.setdefault(name, []).extend(some)
+        self.tables.update(dict.fromkeys(rows))
 
     def begun(self) -> _Begun:
         ep, state = self.last
@@ -300,7 +302,13 @@ class _Kept:
         live = {**state, "future": future}
         live.pop("scheduled_total", None)
         return _Begun(
-            [], live, ep.stop, self.rows, list(state["quarantined"]), state["scheduled_total"]
+            [],
+            live,
+            ep.stop,
+            {},
+            list(state["quarantined"]),
+            state["scheduled_total"],
+            list(self.tables),
         )
 
     def start(self) -> Start:

@@ -32,6 +32,7 @@ __all__ = [
     "OutputFiles",
     "output_files",
     "outputs_for",
+    "result_rows",
     "plain_files",
     "task_files",
     "drop_parts",
@@ -63,12 +64,19 @@ def outputs_for(options: Any, owner: Any) -> OutputFiles:
     """An :class:`OutputFiles` for a replay with ``options`` (its ``result_rows``, else
     ``$RESTREAM_RESULT_ROWS``), in a new scratch folder removed, at the latest, with
     ``owner`` (should the replay raise before :func:`drop_parts`)."""
-    limit = options.result_rows
-    if limit is None:
-        limit = int(os.environ.get("RESTREAM_RESULT_ROWS", DEFAULT_ROWS))
+    limit = result_rows(options)
     directory = tempfile.mkdtemp(dir=scratch_dir(), prefix="parts-")
     weakref.finalize(owner, shutil.rmtree, directory, True)
     return OutputFiles(directory, limit)
+
+
+def result_rows(options: Any) -> int:
+    """From how many rows a table of a replay with ``options`` is held as a file: its
+    ``result_rows``, else ``$RESTREAM_RESULT_ROWS``, else :data:`DEFAULT_ROWS`."""
+    limit = options.result_rows
+    if limit is None:
+        limit = int(os.environ.get("RESTREAM_RESULT_ROWS", DEFAULT_ROWS))
+    return limit
 
 
 def drop_parts(outputs: OutputFiles | None) -> None:

@@ -94,7 +94,9 @@ def assemble(
             checkpoint, low, program, log, epoch, took.deltas, took.emitted, made, notify,
             check_cancel, start, until,
         )  # fmt: skip
-        if start is not None and until is None:  # (a wave's tables are not the result)
+        # (a wave's tables are not the result; a resume that did not read its committed rows
+        # has its tables read back from the checkpoint: ``_waves``)
+        if start is not None and until is None and start.rows:
             tables = resumed_tables(start, committed)
         stages["state per epoch, committed (driver)"] = time.perf_counter() - committing
     else:

@@ -93,8 +93,10 @@ def commit_epochs(
     elif start is not None:
         for name, values in start.state["stores"].items():
             stores[name] = dict(values)
-    for rows in start.rows if start is not None else ():
-        tables.update(dict.fromkeys(rows))
+    if start is not None:  # (a resume that read its rows, or only their tables' names)
+        tables.update(dict.fromkeys(start.tables))
+        for rows in start.rows:
+            tables.update(dict.fromkeys(rows))
     for name in by_chunk:
         if name not in kept:
             kept[name] = _Kept(low.states[name], stores[name])
@@ -134,7 +136,7 @@ def commit_epochs(
         notify(EpochFinished(ep.index, ep.stop, time.perf_counter() - started, outputs, None))
     if until is not None:  # a wave: the next one starts from these values as they are
         plain = {name: store for name, store in stores.items() if name not in kept}
-        return _carried(epochs, start, kept, plain, committed), committed
+        return _carried(epochs, start, kept, plain, list(tables)), committed
     return {
         name: kept[name].final() if name in kept else store for name, store in stores.items()
     }, committed
@@ -169,27 +171,28 @@ def why_not_resumed(start: Start | None) -> str | None:
 class Carried:
     """Where a wave (``_waves``) left the state, for the next wave of the same replay: the
     values as :class:`_Kept` holds them (columns stay columns), the states no epoch wrote
-    (``stores``), and every committed epoch's rows. It stands for the :class:`Start` a
-    resume would read back from the checkpoint, without reading it."""
+    (``stores``), and the names of the tables emitted so far (their rows stay in the
+    checkpoint, which the replay's tables are read back from: ``_waves``). It stands for the
+    :class:`Start` a resume would read back from the checkpoint, without reading it."""
 
     epoch: int
     done: int
     kept: dict[str, Any]
     stores: dict[str, dict]
-    rows: list[dict[str, list]]
+    tables: list[str]
     resumed: bool = True
+    rows: tuple = ()  # (none: as a :class:`Start` that did not read its rows)
 
     @property
     def next_epoch(self) -> int:
         return self.epoch + 1
 
 
-def _carried(epochs: list[Epoch], start: Any, kept: dict, stores: dict, committed: dict) -> Carried:
+def _carried(epochs: list[Epoch], start: Any, kept: dict, stores: dict, tables: list) -> Carried:
     """Where a wave that committed ``epochs`` (from ``start``) leaves the next one."""
-    rows = [*(start.rows if start is not None else ()), *committed.values()]
     if not epochs:
-        return Carried(start.epoch, start.done, kept, stores, rows)
-    return Carried(epochs[-1].index, epochs[-1].stop, kept, stores, rows)
+        return Carried(start.epoch, start.done, kept, stores, tables)
+    return Carried(epochs[-1].index, epochs[-1].stop, kept, stores, tables)
 
 
 def start_deltas(low: Lowered, start: Start | Carried | None) -> dict[str, list[pl.DataFrame]]:
