@@ -52,10 +52,11 @@ def committed_tables(directory: Path, epochs: list[dict], limit: int) -> Tables:
 
 def _table(name: str, parts: list, limit: int) -> Any:
     """One table from its epochs' ``parts`` (each a :class:`RowsFile` or a list of rows)."""
-    parts = [p for p in parts if _count(p)]
+    counts = [_count(p) for p in parts]  # (a file part's count reads it: once each)
+    parts = [p for p, n in zip(parts, counts) if n]
     if parts:
         try:
-            if sum(map(_count, parts)) >= limit:
+            if sum(counts) >= limit:
                 held = _to_file(name, parts)
             else:
                 held = _in_memory(name, parts)
