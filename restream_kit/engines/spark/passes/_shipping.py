@@ -164,7 +164,7 @@ class Shipping(Routing, SinkingRuntime):
         root = ev[0]
         seq = self.made_by(root, at)
         if kind in self.runs_here:
-            event = ScheduledEvent(kind, at, root, seq, fields)
+            event = self.event_type(kind, at, root, seq, fields)  # (as ``SerialRuntime``)
             heapq.heappush(self.scheduled, (at, next(self.order), event))
             return
         self.calls += 1
