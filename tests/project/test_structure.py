@@ -14,6 +14,9 @@
   semantics.MAX_FLUSH`), of a write or schedule earlier than its event and of a reserved
   field name are written once in ``restream_kit/`` (:data:`RULE_MESSAGES`), and only the
   runtime raises a ``TimeTravelError``.
+- **One runner of scheduled events**: only ``restream_kit/runtime/`` pops the heap of
+  scheduled events, defines a runner of them (:data:`SCHEDULED_RUNNERS`) or imports the
+  runtime's runners; every other module runs them through a ``runtime.loop.Loop``.
 
 Where a rule does not hold yet, a named allowlist (``PENDING_*``) says who owns the offender
 and what removes it. Each test fails for an offender not listed, and for a listed one that no
@@ -83,6 +86,9 @@ RULE_MESSAGES: dict[str, str] = {
 }
 #: Where a ``TimeTravelError`` may be raised: the runtime that owns the write rules.
 TIME_TRAVEL_HOME = "restream_kit/runtime/"
+#: The runtime's functions that run scheduled events, which only ``runtime/`` may define or
+#: import (others call a ``Loop``'s methods of the same names).
+SCHEDULED_RUNNERS = ("run_scheduled", "run_events", "flush")
 
 # -- what does not hold yet: each list only shrinks -------------------------------------------
 
@@ -276,6 +282,33 @@ def time_travel_raisers(root: Path = ROOT) -> dict[str, str]:
     return found
 
 
+def scheduled_runners(root: Path = ROOT) -> dict[str, str]:
+    """Path -> where a module outside the runtime runs scheduled events itself: pops a heap
+    named ``*scheduled*``, defines a module-level :data:`SCHEDULED_RUNNERS` function, or imports
+    one from ``restream_kit.runtime``."""
+    found = {}
+    for path, source in sources(root):
+        if path.startswith(TIME_TRAVEL_HOME):
+            continue
+        tree = _tree(source)
+        for node in ast.walk(tree):
+            said = None
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("heappop"):
+                if node.args and "scheduled" in ast.unparse(node.args[0]):
+                    said = "pops the heap of scheduled events"
+            elif isinstance(node, ast.ImportFrom) and "runtime" in (node.module or ""):
+                names = [a.name for a in node.names if a.name in SCHEDULED_RUNNERS]
+                if names:
+                    said = f"imports the runtime's {', '.join(names)}"
+            if said:
+                found[path] = f"{path}:{node.lineno}: {said}"
+                break
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in SCHEDULED_RUNNERS[:2]:
+                found[path] = f"{path}:{node.lineno}: defines its own {node.name}"
+    return found
+
+
 def _check(found: dict, pending: dict, what: str, fix: str) -> None:
     """No offender outside ``pending``, and no entry of ``pending`` that no longer offends."""
     new = [line for key, line in sorted(found.items(), key=str) if key not in pending]
@@ -329,6 +362,15 @@ def test_only_the_runtime_raises_time_travel():
     )
 
 
+def test_only_the_runtime_runs_scheduled_events():
+    _check(
+        scheduled_runners(),
+        {},
+        "scheduled events run outside the runtime",
+        "feed the events to a runtime.loop.Loop (run_events, run_scheduled, flush)",
+    )
+
+
 # -- the readers themselves ---------------------------------------------------------------------
 
 
@@ -364,6 +406,18 @@ def test_the_readers_see_nested_functions_lazy_imports_and_copies(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text(source)
     (tmp_path / "restream_kit" / "big.py").write_text("x = 1\n" * (MODULE_LIMIT + 1))
+    runner = (
+        "import heapq\n"
+        "from ...runtime.semantics import SerialRuntime\n"
+        "def run_scheduled(rt, t):\n"
+        "    return heapq.heappop(rt.scheduled)\n"
+    )
+    (tmp_path / "restream_kit" / "engines" / "spark" / "_runner.py").write_text(runner)
+    (tmp_path / "restream_kit" / "engines" / "_imports.py").write_text(
+        "from ..runtime.semantics import flush, apply_write\n"
+    )
+    (tmp_path / "restream_kit" / "runtime").mkdir()
+    (tmp_path / "restream_kit" / "runtime" / "_home.py").write_text(runner)
     fns = {f.name: f.lines for f in functions_of("p.py", source)}
     assert fns == {"A.f": 5 + FUNCTION_LIMIT, "A.f.g": 3}
     assert list(long_functions(tmp_path)) == ["restream_kit/engines/spark/_probe.py::A.f"]
@@ -376,6 +430,12 @@ def test_the_readers_see_nested_functions_lazy_imports_and_copies(tmp_path):
     ]
     assert list(time_travel_raisers(tmp_path)) == ["restream_kit/engines/spark/_probe.py"]
     assert list(long_modules(tmp_path)) == ["restream_kit/big.py"]
+    assert scheduled_runners(tmp_path) == {
+        "restream_kit/engines/_imports.py": "restream_kit/engines/_imports.py:1: imports the "
+        "runtime's flush",
+        "restream_kit/engines/spark/_runner.py": "restream_kit/engines/spark/_runner.py:3: "
+        "defines its own run_scheduled",
+    }
 
 
 @pytest.mark.parametrize(
