@@ -23,6 +23,7 @@ from ..compiler.expand_windows import close_kind
 from ..compiler.inline_windows import After
 from ..model.windows import Session
 from ._aligned import FIRST, MERGE, STATE, closing_parts, indent, merger, value_getter
+from ._close_frames import session_frame
 from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, numbered, store
 from ._window_rows import SESSION_ORDER, Blocks, WindowRows
 from .semantics import MAX_FLUSH, ScheduledEvent, SerialRuntime, TimeTravelError, flush_overrun
@@ -40,14 +41,16 @@ def session(
     event_time: bool = False,
     blocks: Blocks | None = None,
     lazy: bool = False,
+    write: Callable | None = None,
 ) -> dict:
     """The native helpers of session window ``n`` (``n__add``, ``n__close``, and what writes
     its state when the replay ends). ``lazy`` (with ``blocks``): its rows are made when asked
-    for (:func:`_lazy`)."""
+    for (:func:`_lazy`). ``write``: what writes the ``on_close`` functions out in a close
+    (``compiler.inline_closes.close_call`` given a frame, ``_close_frames``)."""
     if batch and event_time and lazy and blocks is not None and not window.callbacks:
         return _lazy(n, window, namespace, rt, blocks, fail)
     if batch and event_time:
-        return _queued(n, window, namespace, rt, fail)
+        return _queued(n, window, namespace, rt, fail, write)
     merge, value_of, drop, own = aggregate(window, namespace, n)
     counts = store(namespace, f"{n}__n")
     first = store(namespace, f"{n}__first")
@@ -82,11 +85,18 @@ def session(
         except Exception as exc:
             fail(exc)
 
-    one, _finish = closer(n, window, namespace, rt, value_of, drop, fail)
+    one, _finish = closer(n, window, namespace, rt, value_of, drop, fail, write and write())
     return {f"{n}__add": add, f"{n}__close": one, **own}
 
 
-def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: Callable) -> dict:
+def _queued(
+    n: str,
+    window: Session,
+    namespace: dict,
+    rt: SerialRuntime,
+    fail: Callable,
+    write: Callable | None = None,
+) -> dict:
     """A session window added to at its events' times: one queue of open sessions.
 
     Long because: the add, the close and the queue of open sessions they share are closures
@@ -176,6 +186,9 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
             rows[table].append((lsn, end, handler, seq, fields))
         for fn in callbacks:
             fn(key, rec[5], end, value)
+
+    if write is not None:  # the on_close functions written out (``_close_frames``)
+        emit = write(*session_frame(n, agg, table, handler, rt, open_)) or emit
 
     def close(e: Any) -> None:
         try:

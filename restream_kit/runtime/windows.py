@@ -47,9 +47,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..compiler.compile import CompiledProgram
+from ..compiler.inline_closes import close_call
 from ..compiler.inline_windows import inline_calls
 from ..model.windows import Hopping, Session, Sliding, Tumbling
 from ._aligned import aligned
@@ -128,6 +130,14 @@ def fuse_windows(
     fused = Fused(blocks=blocks)
     sites: dict = {}
     lazy = blocks is not None and batch_closes
+    emits = _own_emits(compiled.namespace, rt)
+    block = None
+    if emits and blocks is not None:
+        ns = compiled.namespace
+
+        def block(table: str, fields: tuple[str, ...], seqs: bool = False) -> str:
+            return blocks.emit_site(ns, rt, table, fields, seqs)
+
     for name, (native, why) in native_plan(program, compiled.namespace, lazy).items():
         if only is not None and name not in only:
             continue
@@ -142,6 +152,13 @@ def fuse_windows(
             extra["blocks"] = blocks
             if isinstance(window, Session):
                 extra["lazy"] = why == LAZY
+        if not isinstance(window, Sliding) and window.callbacks:
+            fns = [compiled.namespace[fn.__name__] for fn in window.callbacks]
+            seqs = partial(block, seqs=True) if block is not None else None
+            line = _line(compiled, name)
+            extra["write"] = partial(
+                close_call, compiled, name, fns, emits, lineno=line, block=seqs
+            )
         builder = _BUILDERS[type(window)]
         replaced = builder(name, window, compiled.namespace, rt, batch_closes, fail, **extra)
         finish = replaced.pop(FINISH, None)
@@ -160,22 +177,16 @@ def fuse_windows(
         )
     if sites:
         clock = CLOCK if CLOCK in compiled.namespace else None
-        emits = _own_emits(compiled.namespace, rt, blocks)
-        block = None
-        if emits and blocks is not None:
-            ns = compiled.namespace
-
-            def block(table: str, fields: tuple[str, ...]) -> str:
-                return blocks.emit_site(ns, rt, table, fields)
-
+        emits = emits if blocks is not None else frozenset()
         inline_calls(compiled, sites, clock, emits, block)
     return fused
 
 
-def _own_emits(namespace: dict, rt: SerialRuntime, blocks: Blocks | None) -> frozenset[str]:
-    """The names bound to ``rt.emit`` when it is the serial runtime's own (the serial
-    engine's replay, which asks for ``blocks``): the loop may write those emits out."""
-    if blocks is None or type(rt).emit is not SerialRuntime.emit:
+def _own_emits(namespace: dict, rt: SerialRuntime) -> frozenset[str]:
+    """The names bound to ``rt.emit`` when it is the serial runtime's own: ``on_close``
+    functions written out write those emits out (``compiler.inline_closes``), and so may the
+    loop, in the serial engine's replay (which asks for ``blocks``)."""
+    if type(rt).emit is not SerialRuntime.emit:
         return frozenset()
     return frozenset(
         name
@@ -183,6 +194,11 @@ def _own_emits(namespace: dict, rt: SerialRuntime, blocks: Blocks | None) -> fro
         if getattr(value, "__func__", None) is SerialRuntime.emit
         and getattr(value, "__self__", None) is rt
     )
+
+
+def _line(compiled: CompiledProgram, n: str) -> int:
+    """Window ``n``'s declaration line (its generated helpers carry it)."""
+    return compiled.namespace[f"{n}__add"].__code__.co_firstlineno
 
 
 def _raiser(filename: str, generated: Callable) -> Callable:
