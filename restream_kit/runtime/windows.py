@@ -57,7 +57,13 @@ from ..model.windows import Hopping, Session, Sliding, Tumbling
 from ._aligned import aligned
 from ._native_plan import LAZY, adds_at_event_time, native_plan
 from ._sessions import session
-from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums, sums_sites
+from ._sliding_queues import (
+    distinct_sites,
+    sliding_distinct,
+    sliding_extremes,
+    sliding_sums,
+    sums_sites,
+)
 from ._window_parts import CLOCK, FINISH, INLINE, store
 from ._window_rows import FIELDS as ROW_FIELDS
 from ._window_rows import Blocks, EmitRows, WindowRows
@@ -227,8 +233,9 @@ def _sliding(
         add, value, finish = sliding_extremes(queues, width, agg, fail)
         return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
     if agg == "distinct":  # (added at its events' times: ``native_plan``)
-        add, value, finish = sliding_distinct(store(namespace, f"{n}__recent"), width, fail)
-        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
+        add, value, finish, keys = sliding_distinct(store(namespace, f"{n}__recent"), width, fail)
+        inline = distinct_sites(n, width, keys)
+        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish, INLINE: inline}
     counts = store(namespace, f"{n}__n") if agg in ("count", "mean") else None
     sums = store(namespace, f"{n}__sum") if agg in ("sum", "mean") else None
     if event_time:  # the decrements fall due in the order they are made: one deque

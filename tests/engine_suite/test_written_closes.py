@@ -3,7 +3,8 @@
 through the general machinery (``native_windows=False``), rows, their order, the final state
 and the first error, over generated ``on_close`` bodies (early returns, locals, loops with
 ``break``, emits that fail midway, dynamic tables, adds to another window, timers, timed
-writes) and logs with ties, gaps and events queued between the closes of one time."""
+writes) and logs with ties, gaps and events queued between the closes of one time; and a
+sliding distinct's ``add`` and ``value`` written out in the replay's loop."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import restream_kit as rk
+from restream_kit.compiler.compile import compile_program
+from restream_kit.runtime import SerialRuntime
+from restream_kit.runtime.windows import fuse_windows
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 
+COLUMNS = ["lsn", "ts", "kind", "k", "j", "v"]
 EXAMPLES = int(os.environ.get("RESTREAM_WINDOW_PROPERTY_EXAMPLES", "40"))
 HEADER = (
     "from restream_kit import emit, on, schedule, state\n"
@@ -180,3 +185,33 @@ def test_an_on_close_function_that_cannot_be_written_out_is_called_beside_one_th
     want, got = _replay(program, log, native_windows=False), _replay(program, log)
     assert isinstance(want, str) and "UnboundLocalError" in want
     assert got == want
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(width=st.integers(1, 6), pairs=st.booleans(), rows=logs)
+def test_a_sliding_distinct_written_out_in_the_loop_equals_the_expansion(width, pairs, rows):
+    """A sliding distinct's ``add`` and ``v = w.value(...)`` written out in the loop
+    (``_sliding_queues.distinct_sites``): the loop calls neither helper, and the values
+    read (of the key added to, and of another, whose oldest values may have just expired),
+    rows and state are the expansion's (values added again, expired, ties)."""
+    key, other = ("(e.k, e.j)", "((e.k + 1) % 3, e.j)") if pairs else ("e.k", "(e.k + 1) % 3")
+    source = (
+        "from restream_kit import emit, on\n"
+        "from restream_kit.windows import sliding\n"
+        f"w = sliding({width}, 'distinct')\n"
+        "@on('a')\n"
+        "def track(e):\n"
+        f"    w.add({key}, e.v)\n"
+        f"    v = w.value({key})\n"
+        f"    u = w.value({other})\n"
+        "    emit('seen', v=v, u=u)\n"
+    )
+    program = rk.Program.from_source(source, name="distinct")
+    rt = SerialRuntime()
+    compiled = compile_program(program, rt, columns=COLUMNS, kind_order=["a"])
+    fuse_windows(compiled, rt)
+    names = compiled.run_batch.__code__.co_names
+    assert "w__add" not in names and "w__value" not in names
+    log = _log(rows)
+    got, want = rk.replay(program, log), rk.replay(program, log, native_windows=False)
+    assert_same_result(got, want)
