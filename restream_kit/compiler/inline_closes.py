@@ -64,8 +64,8 @@ def close_call(
     ``block``: as ``inline_windows.inline_calls``'s ``emit_block``, for rows that each end
     with their own ``seq`` (``runtime._window_rows.EmitRows``)."""
     inputs = compiled.runner_inputs
-    if inputs is None or not callbacks:
-        return None
+    if inputs is None or inputs[4].get("guarded") or not callbacks:
+        return None  # (a guarded replay runs every function as a call it can roll back)
     namespace = compiled.namespace
     defs = {n.name: n for n in inputs[0].body if isinstance(n, ast.FunctionDef)}
     body: list[ast.stmt] = []
