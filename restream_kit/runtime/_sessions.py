@@ -150,7 +150,7 @@ def _queued(
         if rec[7] != at:  # (a later close at the same time never emits: the first does)
             rec[7], rec[4], rec[2], rec[3] = at, next(order), root, seq
 
-    opener, add = numbered(put, rt, fail)
+    _opener, add = numbered(put, rt, fail)
 
     def front() -> tuple | None:
         """The entry of the session that closes first (stale entries moved or dropped)."""
@@ -222,7 +222,16 @@ def _queued(
                 else:
                     heappop(moved)
                 if callbacks:  # what they emit or schedule comes from this close
-                    rt.event = Close(kind, at, rec[2], rec[3], key, None, o)
+                    ev = rt.event  # (already this close's when its own entry runs it)
+                    if not (
+                        type(ev) is Close
+                        and ev.key is key
+                        and ev.kind == kind
+                        and ev.ts == at
+                        and ev.lsn == rec[2]
+                        and ev.seq == rec[3]
+                    ):
+                        rt.event = Close(kind, at, rec[2], rec[3], key, None, o)
                     rt.seq = rec[3]
                 emit(key, rec, at, rec[2], rec[3])
         except Exception as exc:
@@ -238,15 +247,28 @@ def _queued(
                 aggregates[key] = frozenset(rec[1]) if frozen else rec[1]
 
     g = f"_rsn_{n}_"
-    names = {"get": open_.get, "open": opener, "roots": per_root, "root_get": per_root.get}
+    names = {"get": open_.get, "roots": per_root, "root_get": per_root.get, "order": order}
+    names.update(dict=open_, fresh=fresh, queued=queued, scheduled=scheduled)
+    names.update(push=heappush, Close=Close)
     globals_ = {f"{g}{what}": value for what, value in names.items()}
-    globals_[f"{g}order"] = order
 
     def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
-        lines = [*_looked_up(g, p, k), f"    {g}open({k}, {v}, {t}, {p}q)"]
+        # A new session: ``put``'s steps in place.
+        new = [
+            f"{p}o = next({g}order)",
+            f"{p}a = {t} + {gap}",
+            f"{p}r = [1, {FIRST[agg].format(v=v)}, _rs_ev[0], {p}q, {p}o, {t}, {t}, {p}a]",
+            f"{g}dict[{k}] = {p}r",
+            f"{g}fresh.append(({p}a, {p}o, {k}, {p}r))",
+            f"if not {g}queued[0]:",
+            f"    {g}queued[0] = True",
+            f"    {p}c = {g}Close({kind!r}, {p}a, _rs_ev[0], {p}q, {k}, None)",
+            f"    {g}push({g}scheduled, ({p}a, {p}o, {p}c))",
+        ]
+        lines = [*_looked_up(g, p, k), indent("\n".join(new))]
         lines += _added(g, p, agg, v, f"{t} + {gap}", close=7, last=t)
         return "\n".join(lines)
 
