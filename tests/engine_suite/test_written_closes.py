@@ -215,3 +215,37 @@ def test_a_sliding_distinct_written_out_in_the_loop_equals_the_expansion(width, 
     log = _log(rows)
     got, want = rk.replay(program, log), rk.replay(program, log, native_windows=False)
     assert_same_result(got, want)
+
+
+def test_a_table_that_closes_of_two_windows_and_the_loop_emit_to_is_the_expansions():
+    """Rows of one table from two windows' written-out ``on_close`` emits (blocks with a
+    ``seq`` per row) and from an emit written out in the loop (one ``seq`` per block),
+    interleaved: the same table, row for row."""
+    source = (
+        "from restream_kit import emit, on\n"
+        "from restream_kit.windows import session, tumbling\n"
+        "w = tumbling(3, 'count')\n"
+        "s = session(2, 'sum')\n"
+        "@w.on_close\n"
+        "def a(key, start, end, value):\n"
+        "    emit('t', key=key, value=value)\n"
+        "@s.on_close\n"
+        "def b(key, start, end, value):\n"
+        "    emit('t', key=key, value=value * 10)\n"
+        "@on('a')\n"
+        "def track(e):\n"
+        "    w.add(e.k)\n"
+        "    s.add(e.k, e.v)\n"
+        "    if e.v == 2:\n"
+        "        emit('t', key=e.k, value=-1)\n"
+    )
+    program = rk.Program.from_source(source, name="mixed")
+    t, rows = 0, []
+    for i in range(200):
+        t += (0, 1, 2, 5)[i * 7 % 4]
+        rows.append({"ts": t, "kind": "a", "k": i * 5 % 4, "v": i * 3 % 4})
+    log = rk.Log(rows)
+    got, want = rk.replay(program, log), rk.replay(program, log, native_windows=False)
+    assert_same_result(got, want)
+    assert got.tables["t"].equals(want.tables["t"])
+    assert set(got.tables["t"].column("seq").to_pylist()) == {0, 1, 2}
