@@ -107,7 +107,7 @@ def _from_emits(blocks: list[EmitRows]) -> pa.Table | None:
         "lsn": pa.array(_emitted(blocks, 0), pa.int64()),
         "ts": pa.array(_emitted(blocks, 1), pa.int64()),
         "handler": _strings([b.handler for b in blocks], counts),
-        "seq": pa.array(np.repeat(np.array([b.seq for b in blocks], dtype=np.int64), counts)),
+        "seq": _emitted_seqs(blocks, counts),
     }
     for i, name in enumerate(fields, 2):
         array = _field(_item, blocks, i)
@@ -115,6 +115,13 @@ def _from_emits(blocks: list[EmitRows]) -> pa.Table | None:
             return None
         columns[name] = array
     return pa.table(columns)
+
+
+def _emitted_seqs(blocks: list[EmitRows], counts: list[int]) -> pa.Array:
+    """The ``seq`` of every row of ``blocks``: each block's repeated, or its rows' own."""
+    if not any(b.seqs for b in blocks):
+        return pa.array(np.repeat(np.array([b.seq for b in blocks], dtype=np.int64), counts))
+    return pa.array(list(chain.from_iterable(b.seq_column() for b in blocks)), pa.int64())
 
 
 def _field(make: Callable[..., pa.Array], *args: Any) -> pa.Array | None:

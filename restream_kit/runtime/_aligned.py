@@ -27,6 +27,7 @@ from typing import Any
 from ..compiler.expand_windows import close_kind
 from ..compiler.inline_windows import After
 from ..model.windows import Hopping, Tumbling
+from ._close_frames import aligned_frame
 from ._window_parts import FINISH, INLINE, Close, numbered, store
 from ._window_rows import Blocks, WindowRows
 from .semantics import ScheduledEvent, SerialRuntime, TimeTravelError
@@ -145,11 +146,14 @@ def aligned(
     batch: bool,
     fail: Callable,
     blocks: Blocks | None = None,
+    write: Callable | None = None,
 ) -> dict:
     """The native helpers of tumbling or hopping window ``n``: ``n__into``, ``n__add`` and
     ``n__close``, what writes the states at the end, and the add written out in a loop.
     ``blocks``: the windows of a start closing at once leave their rows as one
-    :class:`~._window_rows.WindowRows` (see :class:`~._window_rows.Blocks`).
+    :class:`~._window_rows.WindowRows` (see :class:`~._window_rows.Blocks`). ``write``:
+    what writes the ``on_close`` functions out in a batch's closes
+    (``compiler.inline_closes.close_call`` given a frame, ``_close_frames``).
 
     Long because: the adds, the closes and the open windows they share are closures over
     one set of locals, on the hot path of every event that adds to a window; split into
@@ -168,6 +172,8 @@ def aligned(
     heappush = heapq.heappush
     buckets: dict[int, dict] = {}  # start -> key -> record, of windows not closing
     closing: dict[int, dict] = {}  # start -> its windows, while its batch runs
+    # A batch's closes with the on_close functions written out (``_close_frames``).
+    run = write(*aligned_frame(n, agg, width, kind, table, handler, rt)) if write else None
 
     def put(key: Any, value: Any, start: int, seq: int) -> None:
         """Add ``value`` to window (key, start) with the add's number ``seq``."""
@@ -258,6 +264,15 @@ def aligned(
                     return
                 closing[start] = bucket
                 items = e.items = list(bucket.items())
+            if run is not None:
+                i = run(items, index, start, at)
+                if i >= 0:  # an event queued between two closes runs first
+                    rec = items[i][1]
+                    rest = _Batch(kind, at, rec[2], rec[3], start, items, i)
+                    heappush(scheduled, (at, rec[4], rest))
+                    return
+                del closing[start]
+                return
             for i in range(index, len(items)):
                 key, rec = items[i]
                 if i > index and scheduled:

@@ -23,6 +23,7 @@ from ..compiler.expand_windows import close_kind
 from ..compiler.inline_windows import After
 from ..model.windows import Session
 from ._aligned import FIRST, MERGE, STATE, closing_parts, indent, merger, value_getter
+from ._close_frames import session_frame
 from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, numbered, store
 from ._window_rows import SESSION_ORDER, Blocks, WindowRows
 from .semantics import MAX_FLUSH, ScheduledEvent, SerialRuntime, TimeTravelError, flush_overrun
@@ -40,14 +41,16 @@ def session(
     event_time: bool = False,
     blocks: Blocks | None = None,
     lazy: bool = False,
+    write: Callable | None = None,
 ) -> dict:
     """The native helpers of session window ``n`` (``n__add``, ``n__close``, and what writes
     its state when the replay ends). ``lazy`` (with ``blocks``): its rows are made when asked
-    for (:func:`_lazy`)."""
+    for (:func:`_lazy`). ``write``: what writes the ``on_close`` functions out in a close
+    (``compiler.inline_closes.close_call`` given a frame, ``_close_frames``)."""
     if batch and event_time and lazy and blocks is not None and not window.callbacks:
         return _lazy(n, window, namespace, rt, blocks, fail)
     if batch and event_time:
-        return _queued(n, window, namespace, rt, fail)
+        return _queued(n, window, namespace, rt, fail, write)
     merge, value_of, drop, own = aggregate(window, namespace, n)
     counts = store(namespace, f"{n}__n")
     first = store(namespace, f"{n}__first")
@@ -82,11 +85,18 @@ def session(
         except Exception as exc:
             fail(exc)
 
-    one, _finish = closer(n, window, namespace, rt, value_of, drop, fail)
+    one, _finish = closer(n, window, namespace, rt, value_of, drop, fail, write and write())
     return {f"{n}__add": add, f"{n}__close": one, **own}
 
 
-def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: Callable) -> dict:
+def _queued(
+    n: str,
+    window: Session,
+    namespace: dict,
+    rt: SerialRuntime,
+    fail: Callable,
+    write: Callable | None = None,
+) -> dict:
     """A session window added to at its events' times: one queue of open sessions.
 
     Long because: the add, the close and the queue of open sessions they share are closures
@@ -140,7 +150,7 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
         if rec[7] != at:  # (a later close at the same time never emits: the first does)
             rec[7], rec[4], rec[2], rec[3] = at, next(order), root, seq
 
-    opener, add = numbered(put, rt, fail)
+    _opener, add = numbered(put, rt, fail)
 
     def front() -> tuple | None:
         """The entry of the session that closes first (stale entries moved or dropped)."""
@@ -177,6 +187,9 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
         for fn in callbacks:
             fn(key, rec[5], end, value)
 
+    if write is not None:  # the on_close functions written out (``_close_frames``)
+        emit = write(*session_frame(n, agg, table, handler, rt, open_)) or emit
+
     def close(e: Any) -> None:
         try:
             if type(e) is not Close:  # a close the program scheduled itself
@@ -209,7 +222,16 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
                 else:
                     heappop(moved)
                 if callbacks:  # what they emit or schedule comes from this close
-                    rt.event = Close(kind, at, rec[2], rec[3], key, None, o)
+                    ev = rt.event  # (already this close's when its own entry runs it)
+                    if not (
+                        type(ev) is Close
+                        and ev.key is key
+                        and ev.kind == kind
+                        and ev.ts == at
+                        and ev.lsn == rec[2]
+                        and ev.seq == rec[3]
+                    ):
+                        rt.event = Close(kind, at, rec[2], rec[3], key, None, o)
                     rt.seq = rec[3]
                 emit(key, rec, at, rec[2], rec[3])
         except Exception as exc:
@@ -225,15 +247,28 @@ def _queued(n: str, window: Session, namespace: dict, rt: SerialRuntime, fail: C
                 aggregates[key] = frozenset(rec[1]) if frozen else rec[1]
 
     g = f"_rsn_{n}_"
-    names = {"get": open_.get, "open": opener, "roots": per_root, "root_get": per_root.get}
+    names = {"get": open_.get, "roots": per_root, "root_get": per_root.get, "order": order}
+    names.update(dict=open_, fresh=fresh, queued=queued, scheduled=scheduled)
+    names.update(push=heappush, Close=Close)
     globals_ = {f"{g}{what}": value for what, value in names.items()}
-    globals_[f"{g}order"] = order
 
     def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
         if target is not None:  # (an add's value is None: written out only as a statement)
             return None
         k, v, t = args
-        lines = [*_looked_up(g, p, k), f"    {g}open({k}, {v}, {t}, {p}q)"]
+        # A new session: ``put``'s steps in place.
+        new = [
+            f"{p}o = next({g}order)",
+            f"{p}a = {t} + {gap}",
+            f"{p}r = [1, {FIRST[agg].format(v=v)}, _rs_ev[0], {p}q, {p}o, {t}, {t}, {p}a]",
+            f"{g}dict[{k}] = {p}r",
+            f"{g}fresh.append(({p}a, {p}o, {k}, {p}r))",
+            f"if not {g}queued[0]:",
+            f"    {g}queued[0] = True",
+            f"    {p}c = {g}Close({kind!r}, {p}a, _rs_ev[0], {p}q, {k}, None)",
+            f"    {g}push({g}scheduled, ({p}a, {p}o, {p}c))",
+        ]
+        lines = [*_looked_up(g, p, k), indent("\n".join(new))]
         lines += _added(g, p, agg, v, f"{t} + {gap}", close=7, last=t)
         return "\n".join(lines)
 

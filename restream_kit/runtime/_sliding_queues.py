@@ -27,7 +27,13 @@ from typing import Any
 
 from ..compiler.inline_windows import After
 
-__all__ = ["sliding_extremes", "sliding_distinct", "sliding_sums", "sums_sites"]
+__all__ = [
+    "sliding_extremes",
+    "sliding_distinct",
+    "distinct_sites",
+    "sliding_sums",
+    "sums_sites",
+]
 
 _time_of = itemgetter(0)
 
@@ -227,11 +233,12 @@ def sliding_extremes(
 
 def sliding_distinct(
     store: dict, width: int, fail: Callable
-) -> tuple[Callable, Callable, Callable]:
-    """``(add(key, value, ts), value(key, ts), finish())`` of a sliding distinct whose state
-    is ``store`` (``X__recent``), for adds in time order (at their events' times): each key's
-    values in a dict from value to latest time, ordered by that time (a value added again
-    moves to the end), and a deque of the adds, whose front tells what has expired."""
+) -> tuple[Callable, Callable, Callable, dict]:
+    """``(add(key, value, ts), value(key, ts), finish(), keys)`` of a sliding distinct whose
+    state is ``store`` (``X__recent``), for adds in time order (at their events' times): each
+    key's values in a dict from value to latest time, ordered by that time (a value added
+    again moves to the end), and a deque of the adds, whose front tells what has expired;
+    ``keys`` holds them per key (what :func:`distinct_sites` writes out reads)."""
     keys: dict[Any, tuple[dict, deque]] = {}
 
     def add(key: Any, value: Any, ts: int) -> None:
@@ -261,4 +268,54 @@ def sliding_distinct(
         for key, (latest, _adds) in keys.items():
             store[key] = tuple((t, v) for v, t in latest.items())
 
-    return add, value, finish
+    return add, value, finish, keys
+
+
+def distinct_sites(n: str, width: int, keys: dict) -> dict:
+    """``add`` and ``value`` of sliding distinct ``n`` (:func:`sliding_distinct`, its
+    structures ``keys``) written out in a replay's loop (``compiler.inline_windows``), the
+    same steps in place: helper -> (site, the globals its code uses)."""
+    g = f"_rsn_{n}_"
+    globals_ = {f"{g}keys": keys, f"{g}get": keys.get, f"{g}deque": deque, f"{g}len": len}
+
+    def add(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
+        if target is not None:  # (an add's value is None: written out only as a statement)
+            return None
+        k, v, t = args
+        lines = [
+            f"{p}h = {g}get({k})",
+            f"if {p}h is None:",
+            f"    {p}h = {g}keys[{k}] = ({{}}, {g}deque())",
+            f"{p}l = {p}h[0]",
+            f"{p}a = {p}h[1]",
+            f"{p}m = {t} - {width}",
+            f"while {p}a and {p}a[0][0] <= {p}m:",
+            f"    {p}x = {p}a.popleft()",
+            f"    if {p}l.get({p}x[1]) == {p}x[0]:",  # (not added again since)
+            f"        del {p}l[{p}x[1]]",
+            f"{p}l.pop({v}, None)",
+            f"{p}l[{v}] = {t}",
+            f"{p}a.append(({t}, {v}))",
+        ]
+        return "\n".join(lines)
+
+    def value(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
+        k, t = args
+        out = target if target is not None else f"{p}v"
+        lines = [
+            f"{p}h = {g}get({k})",
+            f"if {p}h is None:",
+            f"    {out} = 0",
+            "else:",
+            f"    {p}l = {p}h[0]",
+            f"    {p}m = {t} - {width}",
+            f"    {p}n = 0",
+            f"    for {p}t in {p}l.values():",  # (oldest first: the expired ones lead)
+            f"        if {p}t > {p}m:",
+            "            break",
+            f"        {p}n += 1",
+            f"    {out} = {g}len({p}l) - {p}n",
+        ]
+        return "\n".join(lines)
+
+    return {f"{n}__add": (add, globals_), f"{n}__value": (value, globals_)}

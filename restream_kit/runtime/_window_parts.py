@@ -25,14 +25,14 @@ CLOCK = "_rsn_clock"
 
 
 class Close(ScheduledEvent):
-    """A close event of a tumbling, hopping or session window (fields ``key``, ``start``);
-    ``order`` its place in the queue (a session's entry, see ``_session``)."""
+    """A close event of a tumbling, hopping or session window (fields ``key``, ``start``:
+    the expansion's close event's, which an error shows); ``_order``, its place in the
+    queue (a session's entry, see ``_sessions``), is kept by the queue's entry, not here."""
 
     def __init__(
-        self, kind: str, ts: int, lsn: int, seq: int, key: Any, start: Any, order: int = 0
+        self, kind: str, ts: int, lsn: int, seq: int, key: Any, start: Any, _order: int = 0
     ):
         self.key = key
-        self.order = order
         if start is not None:
             self.start = start
         self.kind = kind
@@ -126,9 +126,11 @@ def closer(
     value_of: Callable,
     drop: tuple,
     fail: Callable,
+    closed: Callable | None = None,
 ) -> tuple[Callable, Callable]:
     """The close handler ``close(e)``, and ``finish(key, w, start, end, lsn, ts, seq)`` that
-    writes a closing window's row, calls the ``on_close`` functions and deletes its state."""
+    writes a closing window's row, calls the ``on_close`` functions (``closed``: written out
+    in one, ``compiler.inline_closes``) and deletes its state."""
     counts = store(namespace, f"{n}__n")
     table = window.table
     callbacks = [namespace[fn.__name__] for fn in window.callbacks]
@@ -149,8 +151,11 @@ def closer(
         if table is not None:
             fields = {"key": key, "start": start, "end": end, "value": value}
             tables[table].append((lsn, ts, handler, seq, fields))
-        for fn in callbacks:
-            fn(key, start, end, value)
+        if closed is not None:
+            closed(key, start, end, value, lsn, ts, seq)
+        else:
+            for fn in callbacks:
+                fn(key, start, end, value)
         for d in drop:
             d.pop(w, None)
 

@@ -128,30 +128,39 @@ class EmitRows:
     """Rows that one ``emit`` written out in a replay's loop made one after the other
     (``compiler.inline_windows``), each ``lsn, ts, *values`` in turn in the flat list
     ``items`` (a column is a slice of it, ``column(i)``): they share ``handler``, ``seq``
-    and the field names ``fields``."""
+    and the field names ``fields``. ``seqs``: each row ends with its own ``seq`` instead
+    (an emit written out in a window's closes, ``compiler.inline_closes``)."""
 
-    __slots__ = ("handler", "seq", "fields", "items")
+    __slots__ = ("handler", "seq", "fields", "items", "seqs", "width")
 
-    def __init__(self, handler: str, seq: int, fields: tuple[str, ...]):
+    def __init__(self, handler: str, seq: int, fields: tuple[str, ...], seqs: bool = False):
         self.handler = handler
         self.seq = seq
         self.fields = fields
         self.items: list = []
+        self.seqs = seqs
+        self.width = 2 + len(fields) + seqs
 
     def __len__(self) -> int:
-        return len(self.items) // (2 + len(self.fields))
+        return len(self.items) // self.width
 
     def column(self, i: int) -> list:
         """Item ``i`` of every row (0: ``lsn``, 1: ``ts``, then the fields')."""
-        return self.items[i :: 2 + len(self.fields)]
+        return self.items[i :: self.width]
+
+    def seq_column(self) -> list:
+        """Every row's ``seq``."""
+        if self.seqs:
+            return self.items[self.width - 1 :: self.width]
+        return [self.seq] * len(self)
 
     def rows(self) -> list[tuple]:
         """The rows as tuples ``(lsn, ts, handler, seq, fields)``, in order."""
-        handler, seq, fields = self.handler, self.seq, self.fields
+        handler, fields = self.handler, self.fields
         values = zip(*(self.column(i) for i in range(2, 2 + len(fields))))
         return [
             (lsn, ts, handler, seq, dict(zip(fields, vs)))
-            for lsn, ts, vs in zip(self.column(0), self.column(1), values)
+            for lsn, ts, seq, vs in zip(self.column(0), self.column(1), self.seq_column(), values)
         ]
 
 
@@ -178,17 +187,20 @@ class Blocks:
         for settle in self.settlers:
             settle()
 
-    def emit_site(self, namespace: dict, rt: Any, table: str, fields: tuple[str, ...]) -> str:
+    def emit_site(
+        self, namespace: dict, rt: Any, table: str, fields: tuple[str, ...], seqs: bool = False
+    ) -> str:
         """The prefix ``g`` of the globals through which a written-out ``emit(table,
         **fields)`` in a replay's loop adds its rows to an :class:`EmitRows`: ``g + "add"``
-        adds a row's ``lsn, ts, *values`` to the block that ``g + "blk"`` names while it
-        is the last item of its table's rows (``g + "list"``); otherwise ``g + "open"()``
-        first puts a new block there (its handler and ``seq`` the runtime's then)."""
+        adds a row's ``lsn, ts, *values`` (``seqs``: and its ``seq``) to the block that
+        ``g + "blk"`` names while it is the last item of its table's rows (``g + "list"``);
+        otherwise ``g + "open"()`` first puts a new block there (its handler and ``seq`` the
+        runtime's then)."""
         g = f"_rse{len(self._sites)}_"
 
         def open_() -> None:
             rows = rt.rows[table]
-            block = EmitRows(rt.handler, rt.seq, fields)
+            block = EmitRows(rt.handler, rt.seq, fields, seqs)
             rows.append(block)
             self.tables.add(table)
             namespace.update({f"{g}list": rows, f"{g}blk": block, f"{g}add": block.items.extend})

@@ -47,15 +47,23 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..compiler.compile import CompiledProgram
+from ..compiler.inline_closes import close_call
 from ..compiler.inline_windows import inline_calls
 from ..model.windows import Hopping, Session, Sliding, Tumbling
 from ._aligned import aligned
 from ._native_plan import LAZY, adds_at_event_time, native_plan
 from ._sessions import session
-from ._sliding_queues import sliding_distinct, sliding_extremes, sliding_sums, sums_sites
+from ._sliding_queues import (
+    distinct_sites,
+    sliding_distinct,
+    sliding_extremes,
+    sliding_sums,
+    sums_sites,
+)
 from ._window_parts import CLOCK, FINISH, INLINE, store
 from ._window_rows import FIELDS as ROW_FIELDS
 from ._window_rows import Blocks, EmitRows, WindowRows
@@ -128,6 +136,14 @@ def fuse_windows(
     fused = Fused(blocks=blocks)
     sites: dict = {}
     lazy = blocks is not None and batch_closes
+    emits = _own_emits(compiled.namespace, rt)
+    block = None
+    if emits and blocks is not None:
+        ns = compiled.namespace
+
+        def block(table: str, fields: tuple[str, ...], seqs: bool = False) -> str:
+            return blocks.emit_site(ns, rt, table, fields, seqs)
+
     for name, (native, why) in native_plan(program, compiled.namespace, lazy).items():
         if only is not None and name not in only:
             continue
@@ -142,6 +158,13 @@ def fuse_windows(
             extra["blocks"] = blocks
             if isinstance(window, Session):
                 extra["lazy"] = why == LAZY
+        if not isinstance(window, Sliding) and window.callbacks:
+            fns = [compiled.namespace[fn.__name__] for fn in window.callbacks]
+            seqs = partial(block, seqs=True) if block is not None else None
+            line = _line(compiled, name)
+            extra["write"] = partial(
+                close_call, compiled, name, fns, emits, lineno=line, block=seqs
+            )
         builder = _BUILDERS[type(window)]
         replaced = builder(name, window, compiled.namespace, rt, batch_closes, fail, **extra)
         finish = replaced.pop(FINISH, None)
@@ -160,22 +183,16 @@ def fuse_windows(
         )
     if sites:
         clock = CLOCK if CLOCK in compiled.namespace else None
-        emits = _own_emits(compiled.namespace, rt, blocks)
-        block = None
-        if emits and blocks is not None:
-            ns = compiled.namespace
-
-            def block(table: str, fields: tuple[str, ...]) -> str:
-                return blocks.emit_site(ns, rt, table, fields)
-
+        emits = emits if blocks is not None else frozenset()
         inline_calls(compiled, sites, clock, emits, block)
     return fused
 
 
-def _own_emits(namespace: dict, rt: SerialRuntime, blocks: Blocks | None) -> frozenset[str]:
-    """The names bound to ``rt.emit`` when it is the serial runtime's own (the serial
-    engine's replay, which asks for ``blocks``): the loop may write those emits out."""
-    if blocks is None or type(rt).emit is not SerialRuntime.emit:
+def _own_emits(namespace: dict, rt: SerialRuntime) -> frozenset[str]:
+    """The names bound to ``rt.emit`` when it is the serial runtime's own: ``on_close``
+    functions written out write those emits out (``compiler.inline_closes``), and so may the
+    loop, in the serial engine's replay (which asks for ``blocks``)."""
+    if type(rt).emit is not SerialRuntime.emit:
         return frozenset()
     return frozenset(
         name
@@ -183,6 +200,11 @@ def _own_emits(namespace: dict, rt: SerialRuntime, blocks: Blocks | None) -> fro
         if getattr(value, "__func__", None) is SerialRuntime.emit
         and getattr(value, "__self__", None) is rt
     )
+
+
+def _line(compiled: CompiledProgram, n: str) -> int:
+    """Window ``n``'s declaration line (its generated helpers carry it)."""
+    return compiled.namespace[f"{n}__add"].__code__.co_firstlineno
 
 
 def _raiser(filename: str, generated: Callable) -> Callable:
@@ -211,8 +233,9 @@ def _sliding(
         add, value, finish = sliding_extremes(queues, width, agg, fail)
         return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
     if agg == "distinct":  # (added at its events' times: ``native_plan``)
-        add, value, finish = sliding_distinct(store(namespace, f"{n}__recent"), width, fail)
-        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish}
+        add, value, finish, keys = sliding_distinct(store(namespace, f"{n}__recent"), width, fail)
+        inline = distinct_sites(n, width, keys)
+        return {f"{n}__add": add, f"{n}__value": value, FINISH: finish, INLINE: inline}
     counts = store(namespace, f"{n}__n") if agg in ("count", "mean") else None
     sums = store(namespace, f"{n}__sum") if agg in ("sum", "mean") else None
     if event_time:  # the decrements fall due in the order they are made: one deque
