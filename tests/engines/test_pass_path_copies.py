@@ -12,12 +12,14 @@ import pytest
 from engine_matrix import assert_same_result, keep_first_epochs
 
 import restream_kit as rk
-from restream_kit.engines.spark.passes import _local_arrangement
+from restream_kit.engines.spark import _uri_log
+from restream_kit.engines.spark.passes import _local_arrangement, _setup
 from restream_kit.io.log import Log
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "sample_data" / "social_small.parquet"
 ORDINARY = ROOT / "bench" / "programs" / "ordinary.py"
+BOUNDED = ROOT / "bench" / "programs" / "bounded_state.py"
 EPOCH = 3_000
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")]
@@ -105,3 +107,32 @@ def test_keys_are_dealt_largest_first_into_partitions_numbered_by_size():
     parts = dict(zip(hashes.tolist(), deal.of(hashes).tolist()))
     assert parts[9] == 0 and {parts[h] for h in (5, 1, 7, 3)} == {1}
     assert deal.of(np.array([2, 9], dtype=np.uint64)).tolist() == [-1, 0]
+
+
+def test_a_uri_log_s_passes_read_spark_s_copy_as_a_path_log_s_read_the_duckdb_copy(
+    shared, spark_session, monkeypatch, tmp_path
+):
+    """A URI log's pass jobs read the files of Spark's ordered copy, as a path log's read its
+    DuckDB copy: no cache of the log's rows is built; and Spark's copy is in row groups of at
+    most ``ROW_GROUP`` rows, as the DuckDB copy is. Before, the URI log's frame was persisted,
+    every replay building a cache of the whole log (1.5x the path form's wall at 10M events),
+    and Spark's row groups held 1.15M rows (docs/scale.md)."""
+    monkeypatch.setenv("RESTREAM_HOME", str(tmp_path))  # Spark writes its copy here, anew
+    monkeypatch.setattr(_uri_log, "ROW_GROUP", 1_000)
+    for module, name in ((_setup, "_FRAMES"), (_uri_log, "_BASES"), (_uri_log, "_FACTS")):
+        monkeypatch.setattr(module, name, {})  # (the earlier tests' frames, of other copies)
+    program = rk.Program.load(BOUNDED)
+    want = rk.replay(program, rk.Log(shared / "local.parquet"))
+    _no_table(monkeypatch)
+    for form in (str(shared / "local.parquet"), f"file://{shared / 'events'}"):
+        log = rk.Log(form)
+        got = rk.replay(program, log, engine="spark", session=spark_session)
+        assert_same_result(got, want)
+        assert all("sequential" in w for w in got.metrics.path.values()), got.metrics.path
+        df, read_from = _setup._FRAMES[(id(spark_session), log.fingerprint)]
+        assert read_from == str(log.ordered().path)
+        assert not df.is_cached
+        assert "InMemoryRelation" not in df._jdf.queryExecution().optimizedPlan().toString()
+    copy = log.ordered()
+    sizes = [copy.starts[i + 1] - copy.starts[i] for i in range(len(copy.groups))]
+    assert copy.path.name.endswith(".spark") and max(sizes) <= 1_000 and len(sizes) >= 12, sizes

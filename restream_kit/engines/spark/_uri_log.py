@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 
 from ...compiler.lower import ColumnFacts
-from ...io._ordered import OrderedCopy
+from ...io._ordered import ROW_GROUP, OrderedCopy
 from ...io.log import DEFAULT_KIND, RESERVED, Log, LogSummary, own_columns, private_dir
 from ...model.errors import LogError, RestreamError
 from ...planner.checks import EVENT_ATTRIBUTES
@@ -128,7 +128,13 @@ def _write_copy(base: Any, target: Path) -> OrderedCopy:
     tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        base.write.option("parquet.block.size", _GROUP_BYTES).parquet(str(tmp))
+        # Row groups of at most ROW_GROUP rows, as the DuckDB copy's: the prefix path's
+        # epochs and the driver's look-ups read whole groups (Spark's own made 1.15M rows).
+        (
+            base.write.option("parquet.block.size", _GROUP_BYTES)
+            .option("parquet.block.row.count.limit", ROW_GROUP)
+            .parquet(str(tmp))
+        )
         summary, facts = _summarize(base)
         manifest = {**summary.to_json(), "facts": facts}
         (tmp / "_manifest.json").write_text(json.dumps(manifest))

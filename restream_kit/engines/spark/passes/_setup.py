@@ -337,6 +337,8 @@ def _log_frame(session: Any, log: Log, events: Any) -> Any:
     local_file = None
     if log.uri is not None:  # Spark's reader made it (see _uri_log)
         df = uri_frame(session, log)
+        if log.copied:  # it reads Spark's ordered copy: read again, as a path log's, not cached
+            local_file = str(log.ordered().path)
     elif not events.table.num_rows and len(log):  # its tasks read the log's ordered copy
         from pyspark.sql.pandas.types import from_arrow_schema
 
