@@ -24,11 +24,11 @@ import pytest
 from engine_matrix import assert_same_result, social_sample
 
 import restream_kit as rk
-from restream_kit.engines.spark._waves import FIRST_RATE, Waves
+from restream_kit.engines.spark._waves import FIRST_RATE, WORKERS_STARTED, Waves
 from restream_kit.engines.spark.prefix import _commits as _prefix_commits
 from restream_kit.io._every import parse_every
 from restream_kit.io.epochs import Epoch
-from restream_kit.io.progress import EpochFinished, StageStarted
+from restream_kit.io.progress import EpochFinished, Progress, ReplayStarted, StageStarted
 from restream_kit.model.errors import RestreamError
 
 pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
@@ -213,3 +213,49 @@ def test_waves_are_whole_epochs_of_about_the_interval():
     timed.seconds, timed.events = 1.0, 10_000  # as if it had run at 10,000 events/s
     assert timed.next() == first + 10
     assert parse_every("5min") == ("time", 300.0) and parse_every("500000")[0] == "events"
+
+
+@pytest.mark.parametrize("path", sorted(RULES))
+def test_the_first_commit_comes_within_the_bound(path, log_file, tmp_path, spark_session):
+    """A timed interval's first wave is sized at ``FIRST_RATE`` (whole epochs, at least one),
+    not the whole log, and the path's Python workers are started before it: by the time the
+    first wave begins, its checkpoint is open and the replay's jobs have started the
+    workers. The commit timeline is the one ``bench/_kills.py`` reads."""
+    program, log = rk.Program.load(RULES[path]), rk.Log(log_file)
+    ck = tmp_path / "ck"
+    group: list = []  # the replay's Spark jobs when the first wave began
+    timeline: list = []  # ("ran", events replayed so far) and ("commit", events committed)
+    sc = spark_session.sparkContext
+
+    def observe(event):
+        if isinstance(event, ReplayStarted) and not group:
+            assert ck.exists()  # (opened after the workers' start)
+            # (the observer runs on the replay's thread, in its job group)
+            replay_group = sc.getLocalProperty("spark.jobGroup.id")
+            group.append(len(sc.statusTracker().getJobIdsForGroup(replay_group)))
+        elif isinstance(event, Progress):
+            timeline.append(("ran", event.events_done))
+        elif isinstance(event, EpochFinished):
+            timeline.append(("commit", event.events_done))
+
+    interval = 0.1  # s: at FIRST_RATE, 2,000 events (two epochs) in the first wave
+    got = rk.replay(
+        program,
+        log,
+        engine="spark",
+        master="local[2]",
+        path=path,
+        epoch=EPOCH,
+        checkpoint=ck,
+        checkpoint_every=f"{interval * 1000:g}ms",
+        observer=observe,
+    )
+    assert group and group[0] >= 1, group  # the workers' job ran before the first wave
+    assert got.metrics.stages[WORKERS_STARTED] > 0
+    first = next(n for what, n in timeline if what == "commit")
+    bound = -(-FIRST_RATE * interval // EPOCH) * EPOCH  # the interval's events, whole epochs
+    assert first <= bound, timeline
+    # Nothing beyond the first wave was replayed before its commit.
+    before = timeline[: timeline.index(("commit", first))]
+    assert max(n for what, n in before if what == "ran") <= bound, timeline
+    assert _manifest(ck)["complete"] and len(log) > 2 * bound

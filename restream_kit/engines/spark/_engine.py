@@ -181,8 +181,8 @@ class _Replay:
             if low is not None:
                 if self.history is not None and probes is None:
                     return self._serial_history(self._prefix(low, started, None), why)
-                return in_waves(self, lambda: self._prefix(low, started, probes))
-            return in_waves(self, lambda: self._passes(started))
+                return in_waves(self, lambda: self._prefix(low, started, probes), "prefix")
+            return in_waves(self, lambda: self._passes(started), "passes")
         except _PassTaskError:
             raise  # the serial engine has published the error (see passes._plan)
         except Cancelled as exc:

@@ -19,7 +19,9 @@ is over) are never committed: the next wave runs them where the serial engine wo
 How big a wave is comes from ``checkpoint_every`` (:func:`parse_every`): a number of events,
 or a time (``"60s"``, the default) turned into events at the rate the last wave ran at
 (at first :data:`FIRST_RATE`, a rate below what either path reaches on one core). A wave is at
-least one epoch, so a kill loses at most one interval and one epoch of work.
+least one epoch, so a kill loses at most one interval and one epoch of work, counted from
+when the checkpoint is opened: after the path's Python workers are started (``_workers``),
+whose start is no replay work and took most of a fresh process's first wave.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ...io._committed_tables import committed_tables
 from ...io._every import describe_every, parse_every
 from ...io.epochs import Epoch, cut
 from ...io.progress import ReplayFinished, ReplayStarted
+from ._workers import start_workers
 from .passes._output_files import result_rows
 from .prefix._commits import remaining
 
@@ -41,14 +44,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...io.result import Result
     from ._engine import _Replay
 
-__all__ = ["FIRST_RATE", "Waves", "in_waves"]
+__all__ = ["FIRST_RATE", "WORKERS_STARTED", "Waves", "in_waves"]
 
 #: Events a second assumed for the first wave of a timed interval, before any is measured:
 #: well below either Spark path's rate, because the first wave of a process also pays once
-#: for what later ones reuse (its Python workers' start, the log's file for the tasks, the
-#: driver's arrangement): measured at 1M events on a loaded machine, a first wave of 300,000
-#: events took over 12 s of a 5 s interval.
+#: for what later ones reuse (the log's file for the tasks, the driver's arrangement; its
+#: Python workers' start before ``_workers`` moved it ahead of the wave): measured at 1M
+#: events on a loaded machine, a first wave of 300,000 events took over 12 s of a 5 s interval.
 FIRST_RATE = 20_000
+#: ``metrics.stages``: the seconds the path's Python workers took to start, before the first
+#: wave (``_workers``).
+WORKERS_STARTED = "Python workers started, before the first wave (driver)"
 #: The rate the last wave of a replay ran at, by program, log and master: a later replay of
 #: the same in this process (a cell run again) sizes its first wave by it.
 _RATES: dict[tuple, float] = {}
@@ -126,12 +132,18 @@ class WaveNotices:
         self.notify(event)
 
 
-def in_waves(rep: _Replay, run: Callable[[], Result]) -> Result:
-    """``run()`` (one path's replay, ``rep`` the engine's ``_Replay``) in waves when the replay
-    commits a checkpoint, else once. Each wave after the first resumes what the one before
-    committed; the result is the last wave's, told as the whole replay's."""
+def in_waves(rep: _Replay, run: Callable[[], Result], path: str) -> Result:
+    """``run()`` (one path's replay, ``path`` "prefix" or "passes"; ``rep`` the engine's
+    ``_Replay``) in waves when the replay commits a checkpoint, else once. Each wave after the
+    first resumes what the one before committed; the result is the last wave's, told as the
+    whole replay's.
+
+    The path's Python workers are started before the checkpoint is opened (``_workers``): the
+    first wave's clock, and a kill's loss, start with the replay's work, not with their
+    start, which a resume pays again whenever the kill came."""
     if not rep.tables_committed:
         return run()  # (a history is recorded over the whole log, without a checkpoint)
+    workers = start_workers(rep.session, rep.cores, path)
     ck, first = rep.open_checkpoint()
     epochs = remaining(cut(rep.log, rep.options.epoch), first)
     every = parse_every(rep.options.checkpoint_every)
@@ -162,6 +174,8 @@ def in_waves(rep: _Replay, run: Callable[[], Result]) -> Result:
     finally:
         rep.notify, rep.until, rep.carried = notify, None, None
     result = _as_whole(result, first, waves, len(epochs), notes)
+    if workers is not None:
+        result.metrics.stages[WORKERS_STARTED] = workers
     return _with_committed_tables(result, ck, result_rows(rep.options))
 
 

@@ -70,9 +70,15 @@ from ._sources import task_input
 from ._stores import BlindStore, JournalStore, RecordingStore, apply_op
 from ._task_runtime import TaskRuntime, just_after
 
-__all__ = ["PassTask"]
+__all__ = ["PassTask", "warm_batches"]
 
 _NOWHERE = (0, 0, 0, b"")  # the position of a row that has none
+
+
+def warm_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A pass's task that replays nothing (``_workers.start_workers``): sent by reference,
+    it makes an Arrow job's Python worker import this module, and so what a pass imports."""
+    yield from batches
 
 
 class PassTask:

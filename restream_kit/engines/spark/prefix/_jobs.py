@@ -10,7 +10,7 @@ import pyarrow as pa
 from .._job_watch import JobWatch
 from ._driver import _TASK_ARROW, PrefixTask
 
-__all__ = ["SparkEpochs", "local_map_epochs"]
+__all__ = ["SparkEpochs", "local_map_epochs", "warm_elements"]
 
 
 class SparkEpochs:
@@ -98,6 +98,12 @@ class _RoundTask:
             for produced in self.task([batch]):
                 out.write_batch(produced)
         return [sink.getvalue().to_pybytes()]
+
+
+def warm_elements(elements):
+    """A round's task that replays nothing (``_workers.start_workers``): sent by reference,
+    it makes a Python worker import this module, and so what a round's tasks import."""
+    return [len(list(elements))]
 
 
 def local_map_epochs(
