@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from .inline import _NOT_INLINABLE, _Assigned, _function_locals, _MaybeUnbound, _Renamer
-from .inline_windows import EmitBlock
+from .inline_windows import EmitBlock, statements_at
 
 __all__ = ["close_call", "PARAMS", "SIMPLE", "CALLBACKS"]
 
@@ -164,18 +164,7 @@ def _on_close(decorator: ast.expr) -> bool:
 
 
 def _stmt(source: str, lineno: int) -> ast.stmt:
-    return _stmts(source, lineno)[0]
-
-
-def _stmts(source: str, lineno: int) -> list[ast.stmt]:
-    """The statements of ``source``, every node at line ``lineno``."""
-    body = ast.parse(source).body
-    for stmt in body:
-        for n in ast.walk(stmt):
-            if hasattr(n, "lineno"):
-                n.lineno = n.end_lineno = lineno
-                n.col_offset = n.end_col_offset = 0
-    return body
+    return statements_at(source, lineno)[0]
 
 
 class _Emits(ast.NodeTransformer):
@@ -212,7 +201,7 @@ class _Emits(ast.NodeTransformer):
                 stmts[-1].value = kw.value
             row = ", ".join([PARAMS[4], PARAMS[5], *values, PARAMS[6]])
             lines = [f"if {g}list[-1] is not {g}blk:", f"    {g}open()", f"{g}add(({row},))"]
-            return [*stmts, *_stmts("\n".join(lines), node.lineno)]
+            return [*stmts, *statements_at("\n".join(lines), node.lineno)]
         make = _stmt(f"{f} = {{}}", node.lineno)
         # The field values keep their own places in the program (an error names their line).
         make.value.keys = [ast.Constant(kw.arg) for kw in call.keywords]

@@ -19,7 +19,7 @@ from typing import Any
 
 from .inline import EVENT, SCHEDULED_RUNNER_NAME, build_runner
 
-__all__ = ["Site", "After", "EmitBlock", "inline_calls"]
+__all__ = ["Site", "After", "EmitBlock", "inline_calls", "statements_at"]
 
 #: Given the call's argument names (each bound to its argument, evaluated once, in order,
 #: before the statements run; a constant argument is given as its source in parentheses), a
@@ -162,13 +162,7 @@ class _Splicer(ast.NodeTransformer):
             if not isinstance(arg, ast.Constant)
             and (re.search(rf"\b{n}\b", source) or not _reads_event(arg))
         ]
-        body = ast.parse(source).body
-        for stmt in body:
-            for n in ast.walk(stmt):
-                if hasattr(n, "lineno"):
-                    n.lineno = n.end_lineno = lineno
-                    n.col_offset = n.end_col_offset = 0
-        return [*bind, *body]
+        return [*bind, *statements_at(source, lineno)]
 
 
 def _field_of_event(node: ast.expr) -> bool:
@@ -229,3 +223,15 @@ def _emit_source(
         f"_rs_rt.rows[{table!r}].append("
         f"({p}e[0], {p}e[1], _rs_rt.handler, _rs_rt.seq, {p}f))"
     )
+
+
+def statements_at(source: str, lineno: int) -> list[ast.stmt]:
+    """The statements of ``source``, every node placed at line ``lineno`` of the program
+    (generated code reports the user's line it stands for)."""
+    body = ast.parse(source).body
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if hasattr(n, "lineno"):
+                n.lineno = n.end_lineno = lineno
+                n.col_offset = n.end_col_offset = 0
+    return body
