@@ -417,6 +417,9 @@ def test_the_readers_see_nested_functions_lazy_imports_and_copies(tmp_path):
         "from ..runtime.semantics import flush, apply_write\n"
     )
     (tmp_path / "restream_kit" / "runtime").mkdir()
+    (tmp_path / "restream_kit" / "engines" / "_pops.py").write_text(
+        "import heapq\ndef due(rt):\n    return heapq.heappop(rt.scheduled)\n"
+    )
     (tmp_path / "restream_kit" / "runtime" / "_home.py").write_text(runner)
     fns = {f.name: f.lines for f in functions_of("p.py", source)}
     assert fns == {"A.f": 5 + FUNCTION_LIMIT, "A.f.g": 3}
@@ -431,6 +434,8 @@ def test_the_readers_see_nested_functions_lazy_imports_and_copies(tmp_path):
     assert list(time_travel_raisers(tmp_path)) == ["restream_kit/engines/spark/_probe.py"]
     assert list(long_modules(tmp_path)) == ["restream_kit/big.py"]
     assert scheduled_runners(tmp_path) == {
+        "restream_kit/engines/_pops.py": "restream_kit/engines/_pops.py:3: pops the heap of "
+        "scheduled events",
         "restream_kit/engines/_imports.py": "restream_kit/engines/_imports.py:1: imports the "
         "runtime's flush",
         "restream_kit/engines/spark/_runner.py": "restream_kit/engines/spark/_runner.py:3: "
