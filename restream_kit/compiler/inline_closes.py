@@ -85,13 +85,7 @@ def close_call(
         body += stmts
     if not written:
         return None
-    function = ast.parse(frame).body[0]
-    for node in ast.walk(function):
-        for n in ast.iter_child_nodes(node):
-            if hasattr(n, "lineno"):
-                n.lineno = n.end_lineno = lineno
-                n.col_offset = n.end_col_offset = 0
-    function.lineno = function.end_lineno = lineno
+    function = statements_at(frame, lineno)[0]
     function.name = f"_rsc_{window}_closed"
     _Splice(body).visit(function)
     namespace.update(globals_ or {})
