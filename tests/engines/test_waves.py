@@ -250,6 +250,7 @@ def test_the_first_commit_comes_within_the_bound(path, log_file, tmp_path, spark
         checkpoint_every=f"{interval * 1000:g}ms",
         observer=observe,
     )
+    assert_same_result(got, rk.replay(program, log))
     assert group and group[0] >= 1, group  # the workers' job ran before the first wave
     assert got.metrics.stages[WORKERS_STARTED] > 0
     first = next(n for what, n in timeline if what == "commit")
