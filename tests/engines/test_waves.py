@@ -24,6 +24,7 @@ import pytest
 from engine_matrix import assert_same_result, social_sample
 
 import restream_kit as rk
+from restream_kit.engines.spark import _waves
 from restream_kit.engines.spark._waves import FIRST_RATE, WORKERS_STARTED, Waves
 from restream_kit.engines.spark.prefix import _commits as _prefix_commits
 from restream_kit.io._every import parse_every
@@ -216,11 +217,16 @@ def test_waves_are_whole_epochs_of_about_the_interval():
 
 
 @pytest.mark.parametrize("path", sorted(RULES))
-def test_the_first_commit_comes_within_the_bound(path, log_file, tmp_path, spark_session):
+def test_the_first_commit_comes_within_the_bound(
+    path, log_file, tmp_path, spark_session, monkeypatch
+):
     """A timed interval's first wave is sized at ``FIRST_RATE`` (whole epochs, at least one),
     not the whole log, and the path's Python workers are started before it: by the time the
     first wave begins, its checkpoint is open and the replay's jobs have started the
     workers. The commit timeline is the one ``bench/_kills.py`` reads."""
+    # As in a fresh process: no rate remembered from an earlier replay of this program and
+    # log (the first test's), which would size the first wave by it instead.
+    monkeypatch.setattr(_waves, "_RATES", {})
     program, log = rk.Program.load(RULES[path]), rk.Log(log_file)
     ck = tmp_path / "ck"
     group: list = []  # the replay's Spark jobs when the first wave began
