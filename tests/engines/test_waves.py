@@ -21,7 +21,7 @@ from unittest import mock
 
 import pyarrow.parquet as pq
 import pytest
-from engine_matrix import assert_same_result, social_sample
+from engine_matrix import assert_ran_as_planned, assert_same_result, social_sample
 
 import restream_kit as rk
 from restream_kit.engines.spark import _waves
@@ -257,6 +257,8 @@ def test_the_first_commit_comes_within_the_bound(
         observer=observe,
     )
     assert_same_result(got, rk.replay(program, log))
+    assert_ran_as_planned(program, got)
+    assert "waves" in got.metrics.path["checkpoint"], got.metrics.path
     assert group and group[0] >= 1, group  # the workers' job ran before the first wave
     assert got.metrics.stages[WORKERS_STARTED] > 0
     first = next(n for what, n in timeline if what == "commit")
