@@ -53,6 +53,22 @@ def _manifest(directory: Path) -> dict:
     return json.loads((directory / "manifest.json").read_text())
 
 
+def _spark_waves(program, log, path: str, ck: Path, every, observe) -> rk.Result:
+    """A checkpointed Spark replay on ``path`` ("prefix" or "passes") of epochs of ``EPOCH``
+    events, committed every ``every`` (events or a time), watched by ``observe``."""
+    return rk.replay(
+        program,
+        log,
+        engine="spark",
+        master="local[2]",
+        path=path,
+        epoch=EPOCH,
+        checkpoint=ck,
+        checkpoint_every=every,
+        observer=observe,
+    )
+
+
 @pytest.mark.parametrize("path", sorted(RULES))
 def test_a_checkpointed_replay_commits_before_its_end(path, log_file, tmp_path, spark_session):
     program, log = rk.Program.load(RULES[path]), rk.Log(log_file)
@@ -83,17 +99,7 @@ def test_a_checkpointed_replay_commits_before_its_end(path, log_file, tmp_path, 
 
     # States of 50 keys or more are carried from wave to wave as columns (``_Kept``).
     with mock.patch.object(_prefix_commits, "COLUMN_KEYS", 50):
-        got = rk.replay(
-            program,
-            log,
-            engine="spark",
-            master="local[2]",
-            path=path,
-            epoch=EPOCH,
-            checkpoint=ck,
-            checkpoint_every=3 * EPOCH,
-            observer=observe,
-        )
+        got = _spark_waves(program, log, path, ck, 3 * EPOCH, observe)
     assert_same_result(got, want)
     assert "2 waves" in got.metrics.path["checkpoint"], got.metrics.path
     assert got.resumed_from_epoch is None and got.metrics.events == len(log)
@@ -245,17 +251,7 @@ def test_the_first_commit_comes_within_the_bound(
             timeline.append(("commit", event.events_done))
 
     interval = 0.1  # s: at FIRST_RATE, 2,000 events (two epochs) in the first wave
-    got = rk.replay(
-        program,
-        log,
-        engine="spark",
-        master="local[2]",
-        path=path,
-        epoch=EPOCH,
-        checkpoint=ck,
-        checkpoint_every=f"{interval * 1000:g}ms",
-        observer=observe,
-    )
+    got = _spark_waves(program, log, path, ck, f"{interval * 1000:g}ms", observe)
     assert_same_result(got, rk.replay(program, log))
     assert_ran_as_planned(program, got)
     assert "waves" in got.metrics.path["checkpoint"], got.metrics.path
