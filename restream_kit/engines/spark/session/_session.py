@@ -19,7 +19,9 @@ executor for the executor wait (workers died), it cancels the replay's jobs and 
 
 Defaults for a new session: the web UI off (``RESTREAM_SPARK_UI=1`` turns it on), as many
 shuffle partitions as cores, adaptive query execution off (partition counts are chosen by the
-engine), Arrow on, quiet logs, and the workers' Python set to the driver's. Settings given
+engine), Arrow on, quiet logs, the workers' Python set to the driver's, and on a local master
+a bounded share of the heap for Spark's sorts and caches (``_memory``: the heap's peak then
+does not grow with the log). Settings given
 override any of them; a session passed in is used as it is and becomes the process's session.
 Asking for another classic master while a classic session runs is an error (stop it first).
 """
@@ -51,6 +53,7 @@ from ._cluster import (
     watch,
 )
 from ._jvm_archive import java_options
+from ._memory import bounded_pool
 
 __all__ = [
     "get_session",
@@ -144,7 +147,7 @@ def default_conf(master: str) -> dict[str, str]:
         if {host for host, _ in endpoints(master)} <= {"127.0.0.1", "localhost"}:
             # Executors of a one-machine cluster reach the driver on loopback.
             conf["spark.driver.host"] = "127.0.0.1"
-    return conf
+    return bounded_pool(master, conf, {})
 
 
 def session_cores(session: Any) -> int:
@@ -233,6 +236,8 @@ def _classic_session(target: config.SparkTarget) -> Any:
 
     settings = default_conf(master)
     settings.update(target.conf)
+    # The caller's driver memory sets the fraction, unless the caller sets that too.
+    settings = bounded_pool(master, settings, target.conf)
     builder = SparkSession.builder.appName("restream").master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
