@@ -13,7 +13,9 @@ cannot be written out (``return``, closures, a read of a local that may be unass
 signature other than four plain parameters, another decorator) is called as before. The
 statements keep their lines in the program, so an error names the user's line; the caller
 sets the runtime's event (a close event) and ``seq`` before the call, as it did before each
-function's.
+function's; where every function is written out and its statements call nothing that could
+read them (:func:`_quiet`), a frame may set them once its closes are done, and when a
+statement raises (:data:`EAGER`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from .inline import _NOT_INLINABLE, _Assigned, _function_locals, _MaybeUnbound, _Renamer
 from .inline_windows import EmitBlock, statements_at
 
-__all__ = ["close_call", "PARAMS", "SIMPLE", "CALLBACKS"]
+__all__ = ["close_call", "PARAMS", "SIMPLE", "CALLBACKS", "EAGER", "QUIET"]
 
 #: The generated function's parameters: the closed window's key, start, end and value, and
 #: the close's ``lsn``, time and ``seq``.
@@ -39,6 +41,16 @@ PARAMS = ("_rsc_key", "_rsc_start", "_rsc_end", "_rsc_value", "_rsc_lsn", "_rsc_
 SIMPLE = f"def _rsc_closed({', '.join(PARAMS)}):\n    CALLBACKS\n"
 #: The statement of a frame that the ``on_close`` functions' statements replace.
 CALLBACKS = "CALLBACKS"
+#: Names a frame may test (``if EAGER:``), made constants (so Python drops the other branch):
+#: EAGER true when the written-out statements may read the runtime's event or ``seq`` while
+#: they run (a call of anything but a state's ``get`` or ``pop``, a block's row, a plain
+#: builtin), so the frame sets them before each close; QUIET, its opposite: the frame sets
+#: them after its closes, and before re-raising what a statement raised.
+EAGER = "_rsc_eager"
+QUIET = "_rsc_quiet"
+#: Builtins a written-out statement may call without reading the runtime (when the program
+#: does not bind their names).
+_PURE = frozenset({"len", "min", "max", "abs", "int", "float", "str", "bool", "round"})
 
 
 def close_call(
@@ -70,12 +82,14 @@ def close_call(
     defs = {n.name: n for n in inputs[0].body if isinstance(n, ast.FunctionDef)}
     body: list[ast.stmt] = []
     written = 0
+    calls: set[str] = set()  # the functions written-out emits call (a block's)
     for i, fn in enumerate(callbacks):
         node = defs.get(getattr(fn, "__name__", ""))
         stmts = None
         if node is not None:
             writer = _Emits(frozenset(emits), block)
             stmts = _written_out(node, fn, i, writer, compiled.program.filename)
+            calls |= writer.calls
         if stmts is None:  # called, as the close did
             name = f"_rsc_{window}_fn{i}"
             namespace[name] = fn
@@ -87,22 +101,54 @@ def close_call(
         return None
     function = statements_at(frame, lineno)[0]
     function.name = f"_rsc_{window}_closed"
-    _Splice(body).visit(function)
+    quiet = written == len(callbacks) and _quiet(body, calls, namespace)
+    _Splice(body, {EAGER: not quiet, QUIET: quiet}).visit(function)
     namespace.update(globals_ or {})
     module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
     exec(compile(module, compiled.program.filename, "exec"), namespace)
     return namespace.pop(function.name)
 
 
-class _Splice(ast.NodeTransformer):
-    """Puts ``body`` in place of a frame's :data:`CALLBACKS` statement."""
+def _quiet(body: list[ast.stmt], calls: set[str], namespace: dict) -> bool:
+    """Whether the statements ``body`` call nothing but a state's ``get`` or ``pop`` (the
+    compiled program's dicts), ``calls`` (a block's row) and plain builtins the program does
+    not rebind: nothing they run reads the runtime's event or ``seq``."""
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if isinstance(f, ast.Name) and (
+                f.id in calls or (f.id in _PURE and f.id not in namespace)
+            ):
+                continue
+            if (
+                isinstance(f, ast.Attribute)
+                and f.attr in ("get", "pop")
+                and isinstance(f.value, ast.Name)
+                and f.value.id.startswith("_rs_d_")
+            ):
+                continue
+            return False
+    return True
 
-    def __init__(self, body: list[ast.stmt]):
+
+class _Splice(ast.NodeTransformer):
+    """Puts ``body`` in place of a frame's :data:`CALLBACKS` statement, and ``flags``'
+    values (constants) in place of their names."""
+
+    def __init__(self, body: list[ast.stmt], flags: dict[str, bool] | None = None):
         self.body = body
+        self.flags = flags or {}
 
     def visit_Expr(self, node: ast.Expr) -> Any:
         if isinstance(node.value, ast.Name) and node.value.id == CALLBACKS:
             return self.body
+        return self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> Any:
+        if node.id in self.flags:
+            return ast.copy_location(ast.Constant(self.flags[node.id]), node)
         return node
 
 
@@ -170,6 +216,7 @@ class _Emits(ast.NodeTransformer):
         self.emits = emits
         self.block = block
         self.count = 0
+        self.calls: set[str] = set()  # the functions the rows written out call
 
     def visit_Expr(self, node: ast.Expr) -> Any:
         call = node.value
@@ -195,6 +242,7 @@ class _Emits(ast.NodeTransformer):
                 stmts[-1].value = kw.value
             row = ", ".join([PARAMS[4], PARAMS[5], *values, PARAMS[6]])
             lines = [f"if {g}list[-1] is not {g}blk:", f"    {g}open()", f"{g}add(({row},))"]
+            self.calls |= {f"{g}open", f"{g}add"}
             return [*stmts, *statements_at("\n".join(lines), node.lineno)]
         make = _stmt(f"{f} = {{}}", node.lineno)
         # The field values keep their own places in the program (an error names their line).

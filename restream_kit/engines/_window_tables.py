@@ -104,8 +104,8 @@ def _from_emits(blocks: list[EmitRows]) -> pa.Table | None:
         return None
     counts = [len(b) for b in blocks]
     columns = {
-        "lsn": pa.array(_emitted(blocks, 0), pa.int64()),
-        "ts": pa.array(_emitted(blocks, 1), pa.int64()),
+        "lsn": _int64(_emitted(blocks, 0)),
+        "ts": _int64(_emitted(blocks, 1)),
         "handler": _strings([b.handler for b in blocks], counts),
         "seq": _emitted_seqs(blocks, counts),
     }
@@ -141,7 +141,39 @@ def _window_field(parts: list[dict], name: str, counts: list[int]) -> pa.Array:
 
 def _item(blocks: list[EmitRows], i: int) -> pa.Array:
     """Item ``i`` of every row of written-out emits, as a column."""
-    return pa.array(_emitted(blocks, i))
+    values = _emitted(blocks, i)
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        return _int64(values, kinds, typed=False)
+    return (_int_tuples(values) if kinds == {tuple} else None) or pa.array(values)
+
+
+def _int64(values: list, kinds: set | None = None, typed: bool = True) -> pa.Array:
+    """``values`` as an int64 column: at C speed when they are all integers (``kinds``:
+    their types, when known) within int64, else as ``pa.array`` makes it (given the type
+    int64 when ``typed``)."""
+    if (kinds if kinds is not None else set(map(type, values))) == {int}:
+        try:
+            return pa.array(np.fromiter(values, np.int64, len(values)))
+        except OverflowError:
+            pass
+    return pa.array(values, pa.int64()) if typed else pa.array(values)
+
+
+def _int_tuples(values: list) -> pa.Array | None:
+    """``values`` (tuples) as ``pa.array`` types them when they are tuples of integers, not
+    all empty (a key of several fields): a list of int64 column, made at C speed. None
+    otherwise, or for an integer beyond int64 (``pa.array`` decides)."""
+    flat = list(chain.from_iterable(values))
+    if not flat or len(flat) >= 2**31 or set(map(type, flat)) != {int}:
+        return None  # (past 2**31 items, list offsets are not int32)
+    try:
+        items = np.fromiter(flat, np.int64, len(flat))
+    except OverflowError:
+        return None
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, values), np.int32, len(values)), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(items))
 
 
 def _emitted(blocks: list[EmitRows], i: int) -> list:

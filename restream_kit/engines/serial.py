@@ -229,6 +229,7 @@ class _SerialRun:
         tables = {name: emitted_table(name, rows, blocked(name)) for name, rows in rt.rows.items()}
         if recorded is None:  # (freed now, not walked by the collector when it runs again)
             rt.rows.clear()
+            self.fused.release()
         check_state(stores)
         total = len(log)
         metrics = Metrics(

@@ -23,7 +23,7 @@ from ..compiler.expand_windows import close_kind
 from ..compiler.inline_windows import After
 from ..model.windows import Session
 from ._aligned import FIRST, MERGE, STATE, closing_parts, indent, merger, value_getter
-from ._close_frames import session_frame
+from ._close_frames import session_frame, session_loop
 from ._window_parts import CLOCK, FINISH, INLINE, Close, aggregate, closer, numbered, store
 from ._window_rows import SESSION_ORDER, Blocks, WindowRows
 from .semantics import MAX_FLUSH, ScheduledEvent, SerialRuntime, TimeTravelError, flush_overrun
@@ -187,8 +187,11 @@ def _queued(
         for fn in callbacks:
             fn(key, rec[5], end, value)
 
+    loop = None
     if write is not None:  # the on_close functions written out (``_close_frames``)
         emit = write(*session_frame(n, agg, table, handler, rt, open_)) or emit
+        parts = {"open": open_, "fresh": fresh, "moved": moved, "queued": queued, "clock": clock}
+        loop = write(*session_loop(n, agg, table, handler, rt, kind, parts))
 
     def close(e: Any) -> None:
         try:
@@ -196,6 +199,9 @@ def _queued(
                 rec = open_.get(e.key)
                 if rec is not None and rec[6] + gap <= e.ts:
                     emit(e.key, rec, e.ts, e.lsn, e.seq)
+                return
+            if loop is not None:  # (the loop below, written out with the functions)
+                loop(e.ts)
                 return
             at = e.ts
             while True:

@@ -209,6 +209,14 @@ class Blocks:
         self._sites.append((namespace, g))
         return g
 
+    def release(self) -> None:
+        """Let go of the blocks the written-out emits last added to (the program's namespace
+        held them): once their tables are built, they are freed at once, not left to the
+        cyclic collector to walk (the namespace and its functions form a cycle)."""
+        for namespace, g in self._sites:
+            namespace.update({f"{g}list": [None], f"{g}blk": _NO_BLOCK})
+            namespace.pop(f"{g}add", None)
+
     def _seal(self) -> None:
         """End every emit's block: rows emitted from now on go to new ones (the rows counted
         so far stay as they are, for views that stream a table's new rows)."""

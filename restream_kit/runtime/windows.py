@@ -107,6 +107,12 @@ class Fused:
         if self.blocks is not None:
             self.blocks.settle()
 
+    def release(self) -> None:
+        """Let go of the rows written-out emits last added to (``Blocks.release``), once the
+        tables are built from them."""
+        if self.blocks is not None:
+            self.blocks.release()
+
     def blocked(self, table: str) -> bool:
         """Whether windows may have put their rows in ``table`` as columns (``blocks``)."""
         return self.blocks is not None and table in self.blocks.tables

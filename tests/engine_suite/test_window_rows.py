@@ -222,6 +222,10 @@ def test_a_lazy_sessions_flush_moves_the_clock_a_sliding_window_is_settled_by():
         "k=e.k, hot=e.v > 2",  # (booleans: build_table decides)
         "k=e.k, lsn=e.v",  # (a row column's name: the same error)
         "k=(e.k, e.j), v=1.5 if e.v == 3 else e.v",  # (ints and floats in one column)
+        "k=(e.k,) if e.v == 3 else (e.k, e.j), v=e.v * 2**62",  # (int64 overflows)
+        "k=(e.k, e.j * 2**63), v=e.v",  # (a key's integer beyond int64)
+        "k=(e.k, e.j == 1), v=-e.v",  # (booleans in keys)
+        "k=(), v=e.ts, w=() if e.v == 2 else (e.v,)",  # (empty keys)
     ],
 )
 def test_written_out_emits_leave_blocks_that_make_the_expansions_tables(fields):

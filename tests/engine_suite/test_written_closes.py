@@ -8,6 +8,7 @@ sliding distinct's ``add`` and ``value`` written out in the replay's loop."""
 
 from __future__ import annotations
 
+import ast
 import os
 import textwrap
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 import restream_kit as rk
 from restream_kit.compiler.compile import compile_program
+from restream_kit.compiler.inline_closes import _quiet
 from restream_kit.runtime import SerialRuntime
 from restream_kit.runtime.windows import fuse_windows
 
@@ -150,6 +152,19 @@ def test_an_error_in_a_written_out_close_names_the_users_line(window):
         frames.append(tb.tb_frame.f_code.co_name)
         tb = tb.tb_next
     assert "_rsc_w_closed" in frames and "report" not in frames, frames
+
+
+def test_a_close_sets_the_event_per_window_only_where_its_statements_may_read_it():
+    """Statements that call only a state's ``get``/``pop``, a block's row and plain
+    builtins cannot read the runtime's event or ``seq``: their frame sets them once per run
+    of closes (``QUIET``); any other call (``schedule``, a timed write, a builtin the
+    program rebinds, a function of the program) makes it set them before each window."""
+    body = ast.parse("_rs_d_seen[k] = _rs_d_seen.get(k, 0) + 1\n_rse0_add((a, len(k)))").body
+    assert _quiet(body, {"_rse0_add"}, {})
+    assert not _quiet(body, set(), {})
+    assert not _quiet(body, {"_rse0_add"}, {"len": len})
+    for other in ("schedule('t', at=1)", "_rs_rt.write(d, 0, 'add', k, 1, 5)", "f(k)"):
+        assert not _quiet(ast.parse(other).body, {"_rse0_add"}, {}), other
 
 
 def test_an_on_close_function_that_cannot_be_written_out_is_called_beside_one_that_can():
