@@ -119,6 +119,7 @@ def fuse_windows(
     batch_closes: bool = True,
     only: Collection[str] | None = None,
     blocks: Blocks | None = None,
+    lazy: bool = True,
 ) -> Fused:
     """Replace the generated helpers of ``compiled``'s windows with native ones where they
     can run natively (:func:`native_plan` says which and why not); the engine calls
@@ -131,11 +132,13 @@ def fuse_windows(
     windows without ``on_close`` functions leave their rows as columns
     (:mod:`~._window_rows`), and a session window that alone emits to its table makes its
     rows when they are asked for (``blocks.settle``); the caller builds its tables from them
-    (the serial engine, ``engines._window_tables``)."""
+    (the serial engine, ``engines._window_tables``; a Spark pass, ``passes._arrow_rows``).
+    ``lazy=False``: no session window is lazy (a Spark pass runs its closes in its queue,
+    which its counts and its last close's time are read from, ``passes._own_closes``)."""
     program = compiled.program
     fused = Fused(blocks=blocks)
     sites: dict = {}
-    lazy = blocks is not None and batch_closes
+    lazy = lazy and blocks is not None and batch_closes
     emits = _own_emits(compiled.namespace, rt)
     block = None
     if emits and blocks is not None:
