@@ -192,16 +192,17 @@ def fuse_windows(
 
 
 def _own_emits(namespace: dict, rt: SerialRuntime) -> frozenset[str]:
-    """The names bound to ``rt.emit`` when it is the serial runtime's own: ``on_close``
-    functions written out write those emits out (``compiler.inline_closes``), and so may the
-    loop, in the serial engine's replay (which asks for ``blocks``)."""
-    if type(rt).emit is not SerialRuntime.emit:
+    """The names bound to ``rt.emit`` when it is the serial runtime's own, or one marked
+    ``serial_emit`` (it appends the row as the serial runtime's does, a Spark pass's
+    runtime): ``on_close`` functions written out write those emits out
+    (``compiler.inline_closes``), and so may the loop, in a replay that asks for ``blocks``."""
+    own = type(rt).emit
+    if own is not SerialRuntime.emit and not getattr(own, "serial_emit", False):
         return frozenset()
     return frozenset(
         name
         for name, value in namespace.items()
-        if getattr(value, "__func__", None) is SerialRuntime.emit
-        and getattr(value, "__self__", None) is rt
+        if getattr(value, "__func__", None) is own and getattr(value, "__self__", None) is rt
     )
 
 
