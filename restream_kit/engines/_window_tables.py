@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..io.result import ROW_COLUMNS, build_table
 from ..runtime.windows import ROW_FIELDS, EmitRows, WindowRows
 
-__all__ = ["emitted_table", "as_rows"]
+__all__ = ["emitted_table", "block_table", "as_rows"]
 
 
 def emitted_table(name: str, rows: list, blocked: bool) -> pa.Table:
@@ -27,12 +27,18 @@ def emitted_table(name: str, rows: list, blocked: bool) -> pa.Table:
     :class:`WindowRows` in it."""
     if not blocked:
         return build_table(name, rows)
-    table = None
-    if rows and all(type(r) is WindowRows for r in rows):
-        table = _from_columns(rows)
-    elif rows and all(type(r) is EmitRows for r in rows):
-        table = _from_emits(rows)
+    table = block_table(rows)
     return table if table is not None else build_table(name, as_rows(rows))
+
+
+def block_table(rows: list) -> pa.Table | None:
+    """The table of ``rows`` when they are all :class:`WindowRows` or all :class:`EmitRows`
+    and built from their columns at once; None where ``build_table`` must decide."""
+    if rows and all(type(r) is WindowRows for r in rows):
+        return _from_columns(rows)
+    if rows and all(type(r) is EmitRows for r in rows):
+        return _from_emits(rows)
+    return None
 
 
 def as_rows(rows: Iterable) -> list[tuple]:

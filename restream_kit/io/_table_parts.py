@@ -25,7 +25,16 @@ from ..model.errors import OutputError
 from ._table_files import TableFiles
 from .result import ROW_COLUMNS, build_table
 
-__all__ = ["POSITION", "part_table", "write_part", "part_rows", "merge_parts", "unified_schema"]
+__all__ = [
+    "POSITION",
+    "part_table",
+    "positioned",
+    "write_part",
+    "part_rows",
+    "table_rows",
+    "merge_parts",
+    "unified_schema",
+]
 
 #: The columns of a part file after the output columns: the event's position (time, phase,
 #: order, sub-order), the handler's number, the row's place among the task's rows.
@@ -65,18 +74,27 @@ def part_table(name: str, rows: list[tuple], places: Iterable[int]) -> pa.Table 
         table = build_table(name, [r[:5] for r in rows])
     except OutputError:
         return None
+    positions = [r[5] for r in rows]
+    return positioned(
+        table,
+        [
+            pa.array([p[0] for p in positions], pa.int64()),
+            pa.array([p[1] for p in positions], pa.int64()),
+            pa.array([p[2] for p in positions], pa.int64()),
+            pa.array([p[3] for p in positions], pa.binary()),
+            pa.array([r[6] for r in rows], pa.int64()),
+            pa.array(list(places), pa.int64()),
+        ],
+    )
+
+
+def positioned(table: pa.Table, columns: list[pa.Array]) -> pa.Table | None:
+    """``table`` (as ``build_table`` makes it) with its rows' :data:`POSITION` columns
+    (``columns``, in that order) after its own; None when a field's type may not come back
+    from Arrow as it went in (its rows must then travel as rows)."""
     if not all(_plain_type(f.type) for f in table.schema if f.name not in ROW_COLUMNS):
         return None
-    positions = [r[5] for r in rows]
-    columns = {
-        "_rs_t": pa.array([p[0] for p in positions], pa.int64()),
-        "_rs_ph": pa.array([p[1] for p in positions], pa.int64()),
-        "_rs_o": pa.array([p[2] for p in positions], pa.int64()),
-        "_rs_sub": pa.array([p[3] for p in positions], pa.binary()),
-        "_rs_h": pa.array([r[6] for r in rows], pa.int64()),
-        "_rs_i": pa.array(list(places), pa.int64()),
-    }
-    for column, values in columns.items():
+    for column, values in zip(POSITION, columns):
         table = table.append_column(column, values)
     return table
 
@@ -92,7 +110,12 @@ def write_part(table: pa.Table, directory: str | Path) -> str:
 def part_rows(table: str, path: str) -> list[tuple]:
     """A part file's rows as the tasks send rows: ``(table, lsn, ts, handler, seq, fields,
     position, h)``."""
-    got = pq.read_table(path)
+    return table_rows(table, pq.read_table(path))
+
+
+def table_rows(table: str, got: pa.Table) -> list[tuple]:
+    """The rows of a part's table ``got`` (as :func:`part_table` makes one), as the tasks
+    send rows (:func:`part_rows`)."""
     names = [n for n in got.column_names if n not in ROW_COLUMNS and n not in POSITION]
     out = []
     for r in got.to_pylist():

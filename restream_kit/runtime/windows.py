@@ -125,6 +125,7 @@ def fuse_windows(
     batch_closes: bool = True,
     only: Collection[str] | None = None,
     blocks: Blocks | None = None,
+    lazy: bool = True,
 ) -> Fused:
     """Replace the generated helpers of ``compiled``'s windows with native ones where they
     can run natively (:func:`native_plan` says which and why not); the engine calls
@@ -137,11 +138,13 @@ def fuse_windows(
     windows without ``on_close`` functions leave their rows as columns
     (:mod:`~._window_rows`), and a session window that alone emits to its table makes its
     rows when they are asked for (``blocks.settle``); the caller builds its tables from them
-    (the serial engine, ``engines._window_tables``)."""
+    (the serial engine, ``engines._window_tables``; a Spark pass, ``passes._arrow_rows``).
+    ``lazy=False``: no session window is lazy (a Spark pass runs its closes in its queue,
+    which its counts and its last close's time are read from, ``passes._own_closes``)."""
     program = compiled.program
     fused = Fused(blocks=blocks)
     sites: dict = {}
-    lazy = blocks is not None and batch_closes
+    lazy = lazy and blocks is not None and batch_closes
     emits = _own_emits(compiled.namespace, rt)
     block = None
     if emits and blocks is not None:
@@ -195,16 +198,17 @@ def fuse_windows(
 
 
 def _own_emits(namespace: dict, rt: SerialRuntime) -> frozenset[str]:
-    """The names bound to ``rt.emit`` when it is the serial runtime's own: ``on_close``
-    functions written out write those emits out (``compiler.inline_closes``), and so may the
-    loop, in the serial engine's replay (which asks for ``blocks``)."""
-    if type(rt).emit is not SerialRuntime.emit:
+    """The names bound to ``rt.emit`` when it is the serial runtime's own, or one marked
+    ``serial_emit`` (it appends the row as the serial runtime's does, a Spark pass's
+    runtime): ``on_close`` functions written out write those emits out
+    (``compiler.inline_closes``), and so may the loop, in a replay that asks for ``blocks``."""
+    own = type(rt).emit
+    if own is not SerialRuntime.emit and not getattr(own, "serial_emit", False):
         return frozenset()
     return frozenset(
         name
         for name, value in namespace.items()
-        if getattr(value, "__func__", None) is SerialRuntime.emit
-        and getattr(value, "__self__", None) is rt
+        if getattr(value, "__func__", None) is own and getattr(value, "__self__", None) is rt
     )
 
 

@@ -12,6 +12,11 @@ take the general way, as does a table whose columns disagree or whose values Arr
 A task may instead write a large table's rows as a Parquet part file and send only its name
 (``passes._output_files``): the driver merges the table's parts, with its other rows, into
 one file the result reads when asked (:func:`emitted_tables`).
+
+A plain task that commits no checkpoint's epochs sends each table as Arrow where it can
+(:func:`send_emitted`, ``passes._arrow_rows``): the driver joins those tables' parts and
+sorts them by position, with no row made in Python; a table some of whose rows came
+otherwise takes the ways above, the parts giving back their rows.
 """
 
 from __future__ import annotations
@@ -30,10 +35,49 @@ from ....io._arrow_stores import RowsColumns, rows_of_columns
 from ....io._table_parts import merge_parts, part_rows, part_table, write_part
 from ....io.log import scratch_dir
 from ....io.result import ROW_COLUMNS, build_table
-from ._output_files import held_files
+from ..._window_tables import as_rows
+from ._arrow_rows import arrow_blobs, arrow_part, is_arrow, joined_parts, part_tuples, read_arrow
+from ._output_files import OutputFiles, held_files, part_marker, plain_files
 from ._rows import BLOB_ROWS, EMIT, PH_LOG, dumps
 
-__all__ = ["pack_emitted", "unpack_emitted", "emitted_rows", "emitted_tables", "committed_rows"]
+__all__ = [
+    "send_emitted",
+    "pack_emitted",
+    "unpack_emitted",
+    "emitted_rows",
+    "emitted_tables",
+    "committed_rows",
+]
+
+_NOWHERE = (0, 0, 0, b"")
+
+
+def send_emitted(
+    rows_by_table: dict[str, list],
+    number: dict[str, int],
+    closes: Any = None,
+    outputs: OutputFiles | None = None,
+) -> list[tuple]:
+    """The ``EMIT`` rows of a task's emitted rows (``rows_by_table``: the serial runtime's,
+    blocks among them; ``number``: each handler's place in declaration order; ``closes``:
+    the task's ``OwnCloses``, whose handlers' rows sit at their closes' places): each table
+    as Arrow (a part file when it is large, ``outputs``), or the way rows went before."""
+    out: list[tuple] = []
+    rest: dict[str, list] = {}
+    for table, rows in rows_by_table.items():
+        if not rows:
+            continue
+        part = arrow_part(table, rows, number, closes)
+        if part is None:
+            rest[table] = as_rows(rows)
+        elif outputs is not None and part.num_rows >= outputs.rows:
+            out.append(part_marker(table, write_part(part, outputs.directory), part.num_rows))
+        else:
+            out += [(EMIT, -1, None, _NOWHERE, b) for b in arrow_blobs(table, part)]
+    if closes is not None:  # (it takes its rows out of the others)
+        out += closes.rows(rest, number)
+    kept, written = plain_files(outputs, rest, number)
+    return out + written + pack_emitted(kept, number)
 
 
 def pack_emitted(
@@ -72,7 +116,12 @@ def pack_emitted(
 
 
 def unpack_emitted(blob: bytes, rows: list, columns: dict[str, list]) -> None:
-    """Add one ``EMIT`` blob to the driver's rows (tuples) or columns (chunks by table)."""
+    """Add one ``EMIT`` blob to the driver's rows (tuples) or columns (chunks by table; a
+    table's Arrow part as ``{"table", "arrow"}``)."""
+    if is_arrow(blob):
+        table, part = read_arrow(blob)
+        columns.setdefault(table, []).append({"table": table, "arrow": part})
+        return
     got = pickle.loads(blob)
     if type(got) is dict:
         columns.setdefault(got["table"], []).append(got)
@@ -83,6 +132,9 @@ def unpack_emitted(blob: bytes, rows: list, columns: dict[str, list]) -> None:
 def emitted_rows(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, list]:
     """Every emitted row per table, ``(lsn, ts, handler, seq, fields)``, in processing order:
     position, then handler; a run's rows keep their order."""
+    rows, columns, arrow = _arrow_apart(rows, columns)
+    for table, parts in arrow.items():
+        rows.extend(part_tuples(table, parts))
     if not rows and all(_one_shape(chunks) for chunks in columns.values()):
         return {table: _sorted_rows(chunks, handlers) for table, chunks in columns.items()}
     every = list(rows)
@@ -99,6 +151,34 @@ def emitted_rows(rows: list, columns: dict[str, list], handlers: list[str]) -> d
 def emitted_tables(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, Any]:
     """The output tables, exactly as ``build_table`` makes them from :func:`emitted_rows`: a
     table some task wrote as a file is a ``TableFiles``, rows in the same order and types."""
+    rows, columns, arrow = _arrow_apart(rows, columns)
+    joined = {}
+    if arrow:
+        others = {r[0] for r in rows} | set(columns)
+        for table, parts in arrow.items():
+            one = None if table in others else joined_parts(parts)
+            if one is None:  # (with rows that came otherwise, or parts that disagree)
+                rows.extend(part_tuples(table, parts))
+            else:
+                joined[table] = one
+    return {**_tables_of(rows, columns, handlers), **joined}
+
+
+def _arrow_apart(rows: list, columns: dict[str, list]) -> tuple[list, dict, dict]:
+    """The tasks' Arrow parts by table, apart from the other rows and columns (``rows``, a
+    copy, to add to)."""
+    arrow: dict[str, list] = {}
+    rest: dict[str, list] = {}
+    for table, chunks in columns.items():
+        for c in chunks:
+            if "arrow" in c:
+                arrow.setdefault(table, []).append(c["arrow"])
+            else:
+                rest.setdefault(table, []).append(c)
+    return list(rows), rest if arrow else columns, arrow
+
+
+def _tables_of(rows: list, columns: dict[str, list], handlers: list[str]) -> dict[str, Any]:
     held = held_files(columns)
     if not held:
         return _tables_in_memory(rows, columns, handlers)
@@ -178,8 +258,17 @@ def committed_rows(rows: list, columns: dict[str, list], handlers: list[str]) ->
     columns stays columns (``RowsColumns``: one NumPy sort and a take, no row built in
     Python) when each of its fields holds one type; any other table as rows, as
     :func:`emitted_rows` gives them."""
+    rows, columns, arrow = _arrow_apart(rows, columns)
     general = {r[0] for r in rows}
     out: dict[str, Any] = {}
+    for table, parts in arrow.items():
+        one = None if table in general or table in columns else joined_parts(parts)
+        some = None if one is None else _rows_columns(one)
+        if some is None:
+            rows.extend(part_tuples(table, parts))
+            general.add(table)
+        else:
+            out[table] = some
     slow: dict[str, list] = {}
     for table, chunks in columns.items():
         if table in general or not _one_shape(chunks):
@@ -200,6 +289,14 @@ def committed_rows(rows: list, columns: dict[str, list], handlers: list[str]) ->
     if rows or slow:
         out.update(emitted_rows(rows, slow, handlers))
     return out
+
+
+def _rows_columns(table: Any) -> RowsColumns | None:
+    """A joined table's rows for a checkpoint's commit, as columns (``rows_of_columns``)."""
+    fields = {n: table.column(n).to_pylist() for n in table.column_names[len(ROW_COLUMNS) :]}
+    head = [table.column(n).to_numpy() for n in ("lsn", "ts", "seq")]
+    names = table.column("handler").to_pylist()
+    return rows_of_columns(head[0], head[1], names, head[2], fields)
 
 
 def _one_shape(chunks: list[dict]) -> bool:

@@ -33,10 +33,9 @@ from ....model.program import Program
 from ....model.windows import Hopping, Session
 from ....runtime.loop import compile_loop
 from ....runtime.semantics import SerialRuntime
-from ....runtime.windows import fuse_windows
-from ._emitted import pack_emitted
+from ....runtime.windows import Blocks, fuse_windows
+from ._emitted import send_emitted
 from ._narrow_files import NarrowFiles
-from ._output_files import plain_files
 from ._own_closes import OwnCloses
 from ._rows import ERROR, FINAL, PH_LOG, STAT, WRITE, PassSpec, U32x2, dumps, out_rows
 
@@ -143,7 +142,7 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
     stores: dict[str, dict] = {name: {} for name in program.states}
     loop = compile_loop(program, rt, stores)
     compiled = loop.compiled
-    windows = fuse_windows(compiled, rt, only=spec.narrow)
+    windows = fuse_windows(compiled, rt, only=spec.narrow, blocks=Blocks(), lazy=False)
     loop.handlers_replaced()  # (its scheduled closes run the fused handlers)
     closes = OwnCloses(loop, program, spec.narrow, spec.max_flush)
     adds = {name: compiled.namespace[f"{name}__add"] for name in spec.narrow}
@@ -176,9 +175,7 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
         yield out_rows(out, spec)
         return
     number = {h.name: h.index for h in program.handlers}
-    out += closes.rows(rt.rows, number)
-    kept, written = plain_files(spec.outputs, rt.rows, number)
-    out += written + pack_emitted(kept, number)
+    out += send_emitted(rt.rows, number, closes, spec.outputs)
     for name in spec.finals:
         out.append((FINAL, -1, None, _NOWHERE, dumps((name, compiled.stores[name]))))
     # The adding passes counted the closes; this pass reports the latest one it ran.

@@ -38,6 +38,7 @@ __all__ = [
     "drop_parts",
     "in_memory",
     "held_files",
+    "part_marker",
 ]
 
 #: A table of this many rows or more is written by the tasks (``result_rows=``).
@@ -85,7 +86,8 @@ def drop_parts(outputs: OutputFiles | None) -> None:
         shutil.rmtree(outputs.directory, ignore_errors=True)
 
 
-def _marker(table: str, path: str, rows: int) -> tuple:
+def part_marker(table: str, path: str, rows: int) -> tuple:
+    """The ``EMIT`` row naming a part file of table ``table`` of ``rows`` rows."""
     blob = dumps({"table": table, "file": path, "rows": rows})
     return (EMIT, -1, None, (0, 0, 0, b""), blob)
 
@@ -109,7 +111,7 @@ def plain_files(
         if part is None:
             kept[table] = rows
         else:
-            sent.append(_marker(table, write_part(part, outputs.directory), len(rows)))
+            sent.append(part_marker(table, write_part(part, outputs.directory), len(rows)))
     return kept, sent
 
 
@@ -130,7 +132,7 @@ def task_files(outputs: OutputFiles | None, rows: list[tuple]) -> tuple[list, li
         part = part_table(table, [rows[i][1:] for i in places], places)
         if part is not None:
             written.add(table)
-            sent.append(_marker(table, write_part(part, outputs.directory), len(places)))
+            sent.append(part_marker(table, write_part(part, outputs.directory), len(places)))
     return ([r for r in rows if r[0] not in written] if written else rows), sent
 
 

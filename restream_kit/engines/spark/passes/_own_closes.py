@@ -87,12 +87,9 @@ class OwnCloses:
                 found += [(table, r) for r in mine]
         if not found:
             return []
-        lsn = np.concatenate(self.lsn) if self.lsn else np.zeros(0, np.int64)
-        ts = np.concatenate(self.ts) if self.ts else np.zeros(0, np.int64)
-        order = np.argsort(lsn, kind="stable")
         roots = np.asarray([r[0] for _t, r in found], dtype=np.int64)
-        at = np.searchsorted(lsn[order], roots)
-        root_ts = ts[order][np.minimum(at, len(order) - 1)].tolist() if len(order) else []
+        root_ts = self.root_times(roots)
+        root_ts = root_ts.tolist() if root_ts is not None else []
         tuples = []
         for (table, (root, t, handler, seq, fields)), rts in zip(found, root_ts):
             head = RUN_HEAD.pack(rts + SIGN, PH_LOG, root + SIGN)
@@ -102,6 +99,17 @@ class OwnCloses:
             (EMIT, -1, None, (0, 0, 0, b""), dumps(tuples[i : i + BLOB_ROWS]))
             for i in range(0, len(tuples), BLOB_ROWS)
         ]
+
+    def root_times(self, roots: np.ndarray) -> np.ndarray | None:
+        """The times of the partition's events of lsn ``roots`` (the roots of closes run
+        here); None when the partition had no event."""
+        lsn = np.concatenate(self.lsn) if self.lsn else np.zeros(0, np.int64)
+        if not len(lsn):
+            return None
+        ts = np.concatenate(self.ts)
+        order = np.argsort(lsn, kind="stable")
+        at = np.searchsorted(lsn[order], roots)
+        return ts[order][np.minimum(at, len(order) - 1)]
 
     def stat(self) -> tuple[int, int | None]:
         """What the task's ``STAT`` row says of scheduled events: made, the latest run (or,

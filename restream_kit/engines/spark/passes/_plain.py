@@ -41,15 +41,14 @@ from ....runtime.guarded import JournalDict
 from ....runtime.loop import compile_loop
 from ....runtime.positioned import MadeBy
 from ....runtime.semantics import SerialRuntime
-from ....runtime.windows import fuse_windows
+from ....runtime.windows import Blocks, fuse_windows
 from .._codec import MISSING
 from .._history import TaskHistory
 from .._program_ref import column_values, event_type, key_function
 from ._boundaries import Ends, by_epoch, future_rows, made_bytes, state_row, unhandled_rows
-from ._emitted import pack_emitted
+from ._emitted import pack_emitted, send_emitted
 from ._lookups import LookupPacker
 from ._narrow import narrow_senders
-from ._output_files import plain_files
 from ._own_closes import OwnCloses
 from ._rows import (
     BATCH_ROWS,
@@ -170,7 +169,10 @@ class _PlainPass:
         if start is None and fuses_windows(spec):
             mine = [*pass_windows(program, spec.homes, held_elsewhere(spec)), *spec.closes]
             if mine:
-                self.windows = fuse_windows(self.compiled, rt, only=mine)
+                # (Closed windows' rows and written-out emits as columns: ``_arrow_rows``.)
+                self.windows = fuse_windows(
+                    self.compiled, rt, only=mine, blocks=Blocks(), lazy=False
+                )
                 loop.handlers_replaced()  # (its scheduled closes run the fused handlers)
         # Closing windows it holds whole: their closes run here, as the serial engine runs them.
         self.closes = OwnCloses(loop, program, spec.closes, spec.max_flush) if spec.closes else None
@@ -304,12 +306,11 @@ class _PlainPass:
     def _results(self, events: int, started: float) -> None:
         """Emitted rows (each epoch's apart in a checkpointed replay), finals, counts."""
         spec, rt, out = self.spec, self.rt, self.out
-        if self.closes is not None:  # (before the others: it takes its rows out of them)
-            out += self.closes.rows(rt.rows, self.number)
-        if self.ends is None:  # (a large table written as a file, ``_output_files``)
-            kept, written = plain_files(spec.outputs, rt.rows, self.number)
-            out += written + pack_emitted(kept, self.number)
+        if self.ends is None:  # as Arrow where it can (a large table as a file, too)
+            out += send_emitted(rt.rows, self.number, self.closes, spec.outputs)
         else:  # each epoch's rows apart, for its commit
+            if self.closes is not None:  # (before the others: it takes its rows out of them)
+                out += self.closes.rows(rt.rows, self.number)
             parts: dict[int, dict] = {}
             for table, rows in rt.rows.items():
                 for j, part in by_epoch(rows, spec.bounds):

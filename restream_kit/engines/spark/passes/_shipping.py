@@ -158,6 +158,9 @@ class Shipping(Routing, SinkingRuntime):
         ev = self.event
         self.rows[table].append((ev[0], ev[1], self._handler, self.seq, fields))
 
+    # The serial runtime's row, so an ``emit`` may be written out as its (``fuse_windows``).
+    emit.serial_emit = True  # type: ignore[attr-defined]
+
     def schedule(self, kind: str, *, at: int, **fields: Any) -> None:
         ev = self.event
         check_schedule(at, ev[1], fields)
