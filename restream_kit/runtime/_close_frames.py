@@ -104,15 +104,9 @@ def session_frame(
     close ``key``'s session ``rec`` at ``end``, its row and the ``on_close`` functions (the
     caller has set the runtime's event and ``seq``)."""
     g = f"_rsc_{n}_"
-    value = VALUE[agg].format(r="_rsc_rec", g=g)
     frame = f"""
 def emit(_rsc_key, _rsc_rec, _rsc_end, _rsc_lsn, _rsc_seq):
-    del {g}open[_rsc_key]
-    _rsc_rec[4] = None
-    _rsc_value = {value}
-    _rsc_start = _rsc_rec[5]
-    _rsc_ts = _rsc_end
-    {_row(g, table, handler)}
+{_indent(_session_closed(g, agg, table, handler), 4)}
     {CALLBACKS}
 """
     return frame, _globals(g, rt, open=open_)
@@ -126,7 +120,6 @@ def session_loop(
     ``_queued``'s ``close`` loop does, with its ``front`` and ``emit`` written out in it;
     ``parts``: the window's ``open``, ``fresh``, ``moved``, ``queued`` and ``clock``."""
     g = f"_rsc_{n}_"
-    value = VALUE[agg].format(r="_rsc_rec", g=g)
     close = f"{g}Close({kind!r}, _rsc_end, _rsc_lsn, _rsc_seq, _rsc_key, None, _rsc_o)"
     again = f"{g}Close({kind!r}, _rsc_end, _rsc_rec[2], _rsc_rec[3], _rsc_key, None, _rsc_o)"
     # The close's event unless the runtime's is already this one's (its own entry's).
@@ -169,12 +162,7 @@ def run(_rsc_at):
 {_indent(set_event, 12)}
         else:
             _rsc_last = _rsc_entry
-        del {g}open[_rsc_key]
-        _rsc_rec[4] = None
-        _rsc_value = {value}
-        _rsc_start = _rsc_rec[5]
-        _rsc_ts = _rsc_end
-        {_row(g, table, handler)}
+{_indent(_session_closed(g, agg, table, handler), 8)}
         try:
             {CALLBACKS}
         except BaseException:
@@ -188,6 +176,18 @@ def run(_rsc_at):
 """
     more = {"scheduled": rt.scheduled, "future": rt.future, "push": heappush, "pop": heappop}
     return frame, _globals(g, rt, **parts, **more)
+
+
+def _session_closed(g: str, agg: str, table: str | None, handler: str) -> str:
+    """The lines that close session ``_rsc_rec`` of key ``_rsc_key`` at ``_rsc_end``: out of
+    the open sessions, its value, start and time bound for the ``on_close`` functions, and
+    its row."""
+    return f"""del {g}open[_rsc_key]
+_rsc_rec[4] = None
+_rsc_value = {VALUE[agg].format(r="_rsc_rec", g=g)}
+_rsc_start = _rsc_rec[5]
+_rsc_ts = _rsc_end
+{_row(g, table, handler)}"""
 
 
 def _front(g: str) -> str:
