@@ -19,7 +19,7 @@ from typing import Any
 
 from .inline import EVENT, SCHEDULED_RUNNER_NAME, build_runner
 
-__all__ = ["Site", "After", "EmitBlock", "inline_calls", "statements_at"]
+__all__ = ["Site", "After", "EmitBlock", "inline_calls", "statement_add", "statements_at"]
 
 #: Given the call's argument names (each bound to its argument, evaluated once, in order,
 #: before the statements run; a constant argument is given as its source in parentheses), a
@@ -35,6 +35,20 @@ After = tuple[str, str, bool]
 #: go through as a block (``g + "list"``, ``"blk"``, ``"open"``, ``"add"``: see
 #: ``runtime._window_rows.Blocks.emit_site``), or None to append each row as a tuple.
 EmitBlock = Callable[[str, "tuple[str, ...]"], "str | None"]
+
+
+def statement_add(lines: Callable[[str, str, str, str], str]) -> Site:
+    """The :data:`Site` of a window's ``add`` from ``lines(p, key, value, ts)``, its
+    statements: an add's value is None, so it is written out only as a statement (a call
+    whose value goes to a name keeps the call)."""
+
+    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
+        if target is not None:
+            return None
+        k, v, t = args
+        return lines(p, k, v, t)
+
+    return site
 
 
 def inline_calls(

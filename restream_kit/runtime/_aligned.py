@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..compiler.expand_windows import close_kind
-from ..compiler.inline_windows import After
+from ..compiler.inline_windows import statement_add
 from ..model.windows import Hopping, Tumbling
 from ._close_frames import aligned_frame
 from ._window_parts import FINISH, INLINE, Close, numbered, store
@@ -331,10 +331,8 @@ def add_site(n: str, agg: str, width: int, hop: int) -> Callable:
     g = f"_rsn_{n}_"
     many = -(-width // hop)
 
-    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
-        if target is not None:  # (an add's value is None: written out only as a statement)
-            return None
-        k, v, t = args
+    @statement_add
+    def site(p: str, k: str, v: str, t: str) -> str:
         first = FIRST[agg].format(v=v)
         merge = MERGE[agg].format(r=f"{p}w", v=v)
 

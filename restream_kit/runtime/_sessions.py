@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..compiler.expand_windows import close_kind
-from ..compiler.inline_windows import After
+from ..compiler.inline_windows import statement_add
 from ..model.windows import Session
 from ._aligned import FIRST, MERGE, STATE, closing_parts, indent, merger, value_getter
 from ._close_frames import session_frame, session_loop
@@ -258,10 +258,8 @@ def _queued(
     names.update(push=heappush, Close=Close)
     globals_ = {f"{g}{what}": value for what, value in names.items()}
 
-    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
-        if target is not None:  # (an add's value is None: written out only as a statement)
-            return None
-        k, v, t = args
+    @statement_add
+    def site(p: str, k: str, v: str, t: str) -> str:
         # A new session: ``put``'s steps in place.
         new = [
             f"{p}o = next({g}order)",
@@ -417,10 +415,8 @@ def _lazy_site(g: str, agg: str, gap: int) -> Callable:
     """The add of a lazy session window written out in a replay's loop (its globals named
     ``g...``): a new session's record made in place, a closed one's kept for its row."""
 
-    def site(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
-        if target is not None:  # (an add's value is None: written out only as a statement)
-            return None
-        k, v, t = args
+    @statement_add
+    def site(p: str, k: str, v: str, t: str) -> str:
         new = f"{g}open[{k}] = [1, {FIRST[agg].format(v=v)}, _rs_ev[0], {p}q, next({g}order), "
         new += f"{t}, {t} + {gap}, {k}]"
         lines = [

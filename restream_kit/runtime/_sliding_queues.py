@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
-from ..compiler.inline_windows import After
+from ..compiler.inline_windows import After, statement_add
 
 __all__ = [
     "sliding_extremes",
@@ -152,10 +152,8 @@ def sums_sites(n: str, width: int, parts: dict) -> dict:
         lines.append(f"    {g}sum[{p}k] = {g}sum[{p}k] + {p}x[2]")
         return lines
 
-    def add(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
-        if target is not None:  # (an add's value is None: written out only as a statement)
-            return None
-        k, v, t = args
+    @statement_add
+    def add(p: str, k: str, v: str, t: str) -> str:
         lines = expiring(t, p)
         if counts is not None:  # (the new count kept: a read right after takes it)
             lines += [f"{p}c = {g}n_get({k}, 0) + 1", f"{g}n[{k}] = {p}c"]
@@ -278,10 +276,8 @@ def distinct_sites(n: str, width: int, keys: dict) -> dict:
     g = f"_rsn_{n}_"
     globals_ = {f"{g}keys": keys, f"{g}get": keys.get, f"{g}deque": deque, f"{g}len": len}
 
-    def add(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
-        if target is not None:  # (an add's value is None: written out only as a statement)
-            return None
-        k, v, t = args
+    @statement_add
+    def add(p: str, k: str, v: str, t: str) -> str:
         lines = [
             f"{p}h = {g}get({k})",
             f"if {p}h is None:",
