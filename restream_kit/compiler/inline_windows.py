@@ -143,6 +143,23 @@ class _Splicer(ast.NodeTransformer):
             return node
         return self._splice(node, node.value, node.targets[0].id)
 
+    def visit_If(self, node: ast.If) -> Any:
+        """``if helper(a) > 30:`` as ``x = helper(a)`` written out, then ``if x > 30:``,
+        where the call is what the test evaluates first (:func:`_leading_call`): the same
+        evaluations in the same order, the value read as a statement's would be."""
+        call = _leading_call(node.test)
+        if call is None or not (isinstance(call.func, ast.Name) and call.func.id in self.sites):
+            return self.generic_visit(node)
+        name = f"_rw{next(self.numbers)}_v"
+        hoisted = ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], call), node)
+        count = self.count
+        spliced = self._splice(hoisted, call, name)
+        self.last = None  # (the test and the body are not the statement just visited)
+        if self.count == count:  # (the site keeps the call: the test keeps it too)
+            return self.generic_visit(node)
+        node.test = _ReplaceNode(call, ast.Name(name, ast.Load())).visit(node.test)
+        return [*spliced, self.generic_visit(node)]
+
     def _splice(self, node: ast.stmt, call: ast.expr, target: str | None) -> Any:
         if not (
             isinstance(call, ast.Call)
@@ -177,6 +194,33 @@ class _Splicer(ast.NodeTransformer):
             and (re.search(rf"\b{n}\b", source) or not _reads_event(arg))
         ]
         return [*bind, *statements_at(source, lineno)]
+
+
+def _leading_call(test: ast.expr) -> ast.Call | None:
+    """The call an expression evaluates before anything else, if any: the expression itself,
+    or that of the left operand of a comparison or arithmetic, the first operand of ``and``
+    or ``or`` (evaluated whatever the others), or the operand of ``not`` or ``-``."""
+    node = test
+    while not isinstance(node, ast.Call):
+        if isinstance(node, (ast.Compare, ast.BinOp)):
+            node = node.left
+        elif isinstance(node, ast.BoolOp):
+            node = node.values[0]
+        elif isinstance(node, ast.UnaryOp):
+            node = node.operand
+        else:
+            return None
+    return node
+
+
+class _ReplaceNode(ast.NodeTransformer):
+    """Puts ``new`` where the node ``old`` (that very object) stands."""
+
+    def __init__(self, old: ast.AST, new: ast.AST):
+        self.old, self.new = old, new
+
+    def visit(self, node: ast.AST) -> Any:
+        return ast.copy_location(self.new, node) if node is self.old else super().visit(node)
 
 
 def _field_of_event(node: ast.expr) -> bool:

@@ -372,6 +372,42 @@ def test_a_fused_windows_add_is_written_out_in_the_loop(window):
     _assert_same(rk.replay(program, log), rk.replay(program, log, native_windows=False))
 
 
+@pytest.mark.parametrize(
+    ("test", "written"),
+    [
+        ("if w.value(e.k) > 6:", True),  # (as the bench's windowed rules read theirs)
+        ("if not w.value(e.k) - 6 <= 0 and e.v % 2:", True),
+        ("if e.v % 2 and w.value(e.k) > 6:", False),  # (evaluated only when e.v is odd)
+        ("if e.v < 0:\n        pass\n    elif w.value(e.k) > 6:", True),
+    ],
+)
+def test_a_sliding_value_read_first_by_an_if_is_written_out(test, written):
+    """``if w.value(k) > n:`` is written out as ``x = w.value(k)`` and ``if x > n:`` when the
+    call is what the test evaluates first: the same result, and no call of the ``value``
+    helper left in the loop; a call the test may skip stays a call."""
+    source = (
+        "from restream_kit import emit, on\n"
+        "from restream_kit.windows import sliding\n"
+        "w = sliding(20, 'count')\n"
+        "@on('a')\n"
+        "def track(e):\n"
+        "    w.add(e.k)\n"
+        f"    {test}\n"
+        "        emit('busy', k=e.k, v=e.v)\n"
+    )
+    program = rk.Program.from_source(source, name="value_in_if")
+    rt = SerialRuntime()
+    compiled = compile_program(
+        program, rt, columns=["lsn", "ts", "kind", "k", "v"], kind_order=["a"]
+    )
+    fuse_windows(compiled, rt)
+    assert ("w__value" not in compiled.run_batch.__code__.co_names) is written
+    log = rk.Log([{"ts": t, "kind": "a", "k": t % 2, "v": t} for t in range(0, 60, 1)])
+    got, want = rk.replay(program, log), rk.replay(program, log, native_windows=False)
+    _assert_same(got, want)
+    assert got.tables["busy"].num_rows > 0
+
+
 def test_an_event_between_two_closes_of_a_batch_adds_to_closed_and_open_windows():
     """A timer due at a tumbling window's end, queued between the closes of two of its
     windows, runs between them: its add to the window already closed opens it again (a
