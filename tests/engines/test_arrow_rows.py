@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from engine_matrix import assert_same_result, social_sample
+from engine_matrix import assert_ran_as_planned, assert_same_result, social_sample
 
 import restream_kit as rk
 from restream_kit.engines.spark.passes import _arrow_rows, _jobs
@@ -55,6 +55,7 @@ def test_windowed_rules_send_every_table_as_arrow(spark_session, received, rule)
     assert all(t.num_rows for t in want.tables.values())
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, want)
+    assert_ran_as_planned(p, got)  # (the stages it calls parallel, in more than one task)
     assert "rows" not in received, received
     assert {table for table, _kind in received} == set(want.tables)
 
