@@ -41,7 +41,7 @@ from ...history.recorder import History, RecordedProbe, recorded_sites
 from ..options import SparkOptions
 from ._program_ref import key_function
 from .passes._plan import SINGLE
-from .passes._rows import AFTER_RUN, HIST, PH_LOG, dumps
+from .passes._rows import AFTER_RUN, HIST, PH_LOG, dumps, for_driver
 from .prefix._columnar import _align, _dtype, _keyed, combine_deltas
 
 __all__ = [
@@ -390,4 +390,4 @@ class TaskHistory:
 
     def row(self) -> tuple:
         """The task's output row (``passes._rows`` layout) carrying :meth:`blob`."""
-        return (HIST, -1, None, (0, 0, 0, b""), self.blob())
+        return for_driver(HIST, self.blob())

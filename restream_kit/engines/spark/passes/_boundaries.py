@@ -34,6 +34,7 @@ from typing import Any
 from ...serial import RESERVED_FIELDS
 from ._rows import (
     CARRY,
+    NOWHERE,
     PH_LOG,
     PH_TIMED,
     RUN_HEAD,
@@ -45,6 +46,7 @@ from ._rows import (
     U32x2,
     carry_dest,
     dumps,
+    for_driver,
 )
 
 __all__ = [
@@ -56,8 +58,6 @@ __all__ = [
     "unhandled_rows",
     "by_epoch",
 ]
-
-_NOWHERE = (0, 0, 0, b"")
 
 
 class Ends:
@@ -123,14 +123,14 @@ def state_row(
     number of events it has scheduled so far, and, from a fold recording versions, where its
     keys came in (``passes._copies.VersionRecorder.order``)."""
     values = {name: dict(stores[name]) for name in finals}
-    return (SNAP, epoch, None, _NOWHERE, dumps((values, made, order or {})))
+    return for_driver(SNAP, dumps((values, made, order or {})), epoch)
 
 
 def _many(entries: list, epoch: int) -> list[tuple]:
     """Entries ``(tag, position, value)`` as one ``CARRY`` row of ``epoch`` (none if none)."""
     if not entries:
         return []
-    return [(CARRY, carry_dest(TAG_MANY, epoch), None, _NOWHERE, dumps(entries))]
+    return [(CARRY, carry_dest(TAG_MANY, epoch), None, NOWHERE, dumps(entries))]
 
 
 def waiting_rows(heap: list, per_root: dict, epoch: int = 0) -> list[tuple]:

@@ -38,7 +38,7 @@ from ....io.result import ROW_COLUMNS, build_table
 from ..._window_tables import as_rows
 from ._arrow_rows import arrow_blobs, arrow_part, is_arrow, joined_parts, part_tuples, read_arrow
 from ._output_files import OutputFiles, held_files, part_marker, plain_files
-from ._rows import BLOB_ROWS, EMIT, PH_LOG, dumps
+from ._rows import BLOB_ROWS, EMIT, PH_LOG, dumps, for_driver
 
 __all__ = [
     "send_emitted",
@@ -48,8 +48,6 @@ __all__ = [
     "emitted_tables",
     "committed_rows",
 ]
-
-_NOWHERE = (0, 0, 0, b"")
 
 
 def send_emitted(
@@ -73,7 +71,7 @@ def send_emitted(
         elif outputs is not None and part.num_rows >= outputs.rows:
             out.append(part_marker(table, write_part(part, outputs.directory), part.num_rows))
         else:
-            out += [(EMIT, -1, None, _NOWHERE, b) for b in arrow_blobs(table, part)]
+            out += [for_driver(EMIT, b) for b in arrow_blobs(table, part)]
     if closes is not None:  # (it takes its rows out of the others)
         out += closes.rows(rest, number)
     kept, written = plain_files(outputs, rest, number)
@@ -112,7 +110,7 @@ def pack_emitted(
         ]
         for start in range(0, len(tuples), BLOB_ROWS):
             out.append(tuples[start : start + BLOB_ROWS])
-    return [(EMIT, epoch, None, (0, 0, 0, b""), dumps(blob)) for blob in out]
+    return [for_driver(EMIT, dumps(blob), epoch) for blob in out]
 
 
 def unpack_emitted(blob: bytes, rows: list, columns: dict[str, list]) -> None:
@@ -152,16 +150,25 @@ def emitted_tables(rows: list, columns: dict[str, list], handlers: list[str]) ->
     """The output tables, exactly as ``build_table`` makes them from :func:`emitted_rows`: a
     table some task wrote as a file is a ``TableFiles``, rows in the same order and types."""
     rows, columns, arrow = _arrow_apart(rows, columns)
-    joined = {}
-    if arrow:
-        others = {r[0] for r in rows} | set(columns)
-        for table, parts in arrow.items():
-            one = None if table in others else joined_parts(parts)
-            if one is None:  # (with rows that came otherwise, or parts that disagree)
-                rows.extend(part_tuples(table, parts))
-            else:
-                joined[table] = one
+    joined = _joined_or_rows(arrow, rows, columns, lambda table: table)
     return {**_tables_of(rows, columns, handlers), **joined}
+
+
+def _joined_or_rows(arrow: dict, rows: list, columns: dict, finish: Any) -> dict[str, Any]:
+    """Each table's Arrow parts joined (``joined_parts``), as ``finish`` makes them (its
+    value for the table); a table with rows that came otherwise (in ``rows`` or
+    ``columns``), whose parts disagree or that ``finish`` refuses (None) goes into ``rows``
+    as tuples instead."""
+    others = {r[0] for r in rows} | set(columns)
+    out = {}
+    for table, parts in arrow.items():
+        one = None if table in others else joined_parts(parts)
+        done = None if one is None else finish(one)
+        if done is None:
+            rows.extend(part_tuples(table, parts))
+        else:
+            out[table] = done
+    return out
 
 
 def _arrow_apart(rows: list, columns: dict[str, list]) -> tuple[list, dict, dict]:
@@ -259,16 +266,8 @@ def committed_rows(rows: list, columns: dict[str, list], handlers: list[str]) ->
     Python) when each of its fields holds one type; any other table as rows, as
     :func:`emitted_rows` gives them."""
     rows, columns, arrow = _arrow_apart(rows, columns)
+    out: dict[str, Any] = _joined_or_rows(arrow, rows, columns, _rows_columns)
     general = {r[0] for r in rows}
-    out: dict[str, Any] = {}
-    for table, parts in arrow.items():
-        one = None if table in general or table in columns else joined_parts(parts)
-        some = None if one is None else _rows_columns(one)
-        if some is None:
-            rows.extend(part_tuples(table, parts))
-            general.add(table)
-        else:
-            out[table] = some
     slow: dict[str, list] = {}
     for table, chunks in columns.items():
         if table in general or not _one_shape(chunks):

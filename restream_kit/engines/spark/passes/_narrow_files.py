@@ -38,7 +38,7 @@ import pyarrow as pa
 from ....compiler.expand_windows import close_kind
 from ._arranging import Deal, key_hashes
 from ._local_arrangement import deal_file
-from ._rows import FWD
+from ._rows import FWD, NOWHERE
 from ._sql import raw_key, unquoted
 
 __all__ = [
@@ -185,7 +185,7 @@ class NarrowFiles:
             path = os.path.join(where.directory, f"n{target}.{part}.{uuid.uuid4().hex}.arrow")
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)
-            out.append((FWD, target, str(part), (0, 0, 0, b""), path.encode()))
+            out.append((FWD, target, str(part), NOWHERE, path.encode()))
         return out
 
 

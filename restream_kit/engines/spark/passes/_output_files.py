@@ -25,7 +25,7 @@ from typing import Any
 from ....io._table_files import TableFiles
 from ....io._table_parts import part_table, write_part
 from ....io.log import scratch_dir
-from ._rows import EMIT, PH_LOG, dumps
+from ._rows import EMIT, PH_LOG, dumps, for_driver
 from ._setup import Setup, local_master
 
 __all__ = [
@@ -89,7 +89,7 @@ def drop_parts(outputs: OutputFiles | None) -> None:
 def part_marker(table: str, path: str, rows: int) -> tuple:
     """The ``EMIT`` row naming a part file of table ``table`` of ``rows`` rows."""
     blob = dumps({"table": table, "file": path, "rows": rows})
-    return (EMIT, -1, None, (0, 0, 0, b""), blob)
+    return for_driver(EMIT, blob)
 
 
 def plain_files(

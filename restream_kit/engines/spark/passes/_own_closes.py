@@ -32,7 +32,17 @@ from typing import Any
 import numpy as np
 
 from ....runtime.loop import Loop
-from ._rows import BLOB_ROWS, EMIT, PH_LOG, PH_SCHED, RUN_HEAD, SIGN, dumps, scheduled_sub
+from ._rows import (
+    BLOB_ROWS,
+    EMIT,
+    PH_LOG,
+    PH_SCHED,
+    RUN_HEAD,
+    SIGN,
+    dumps,
+    for_driver,
+    scheduled_sub,
+)
 
 __all__ = ["OwnCloses", "close_handlers"]
 
@@ -96,7 +106,7 @@ class OwnCloses:
             position = (t, PH_SCHED, 0, scheduled_sub(head, seq))
             tuples.append((table, root, t, handler, seq, fields, position, number[handler]))
         return [
-            (EMIT, -1, None, (0, 0, 0, b""), dumps(tuples[i : i + BLOB_ROWS]))
+            for_driver(EMIT, dumps(tuples[i : i + BLOB_ROWS]))
             for i in range(0, len(tuples), BLOB_ROWS)
         ]
 

@@ -63,6 +63,7 @@ from ._rows import (
     U32,
     PassSpec,
     dumps,
+    for_driver,
     out_rows,
     probe_array,
 )
@@ -211,7 +212,7 @@ class _PlainPass:
         try:
             events = yield from self._events(batches, packer, looker)
         except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
-            self.out.append((ERROR, -1, None, (0, 0, 0, b""), pickle.dumps(repr(exc), protocol=5)))
+            self.out.append(for_driver(ERROR, pickle.dumps(repr(exc), protocol=5)))
             yield out_rows(self.out, spec)
             return
         if self.windows is not None:  # (what waits past the log's end goes with the timed writes)
@@ -320,17 +321,17 @@ class _PlainPass:
         for name in spec.finals:
             values = self.compiled.stores[name]
             values = dict(values) if self.guarded else values  # (a JournalDict: a plain dict)
-            out.append((FINAL, -1, None, (0, 0, 0, b""), dumps((name, values))))
+            out.append(for_driver(FINAL, dumps((name, values))))
         if self.history is not None:
             out.append(self.history.row())
         if self.guarded and rt.failed:
-            out.append((QUAR, -1, None, (0, 0, 0, b""), dumps(rt.failed)))
+            out.append(for_driver(QUAR, dumps(rt.failed)))
         made, last_at = (rt.made, rt.last_at) if self.ships else (0, None)
         if self.closes is not None:
             made, last_at = self.closes.stat()
         # (Last: that the task ran the serial engine's loop, for ``metrics.path``.)
         stat = (events, time.perf_counter() - started, made, last_at, True)
-        out.append((STAT, -1, None, (0, 0, 0, b""), pickle.dumps(stat, protocol=5)))
+        out.append(for_driver(STAT, pickle.dumps(stat, protocol=5)))
         if self.ships:
             rt.send_folded()
             out[:0] = rt.out

@@ -60,6 +60,8 @@ __all__ = [
     "scheduled_sub",
     "carry_dest",
     "carry_parts",
+    "NOWHERE",
+    "for_driver",
 ]
 
 EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD, HIST, VERS, SNAP = range(
@@ -68,6 +70,8 @@ EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD, HIST, VER
 TAG_PROBE, TAG_EVENT, TAG_WRITE, TAG_SCHED, TAG_STATE, TAG_VERS = range(6)
 PH_TIMED, PH_SCHED, PH_LOG = 0, 1, 2
 BLOB_ROWS = 50_000
+#: The position of a row that has none: what goes to the driver (results, statistics, errors).
+NOWHERE = (0, 0, 0, b"")
 BATCH_ROWS = 65_536
 SIGN = 1 << 63
 RUN_HEAD = struct.Struct(">QBQ")
@@ -78,6 +82,12 @@ U32x2 = struct.Struct(">II")
 #: event, before the next log event (the serial engine's order), so its position is
 #: the event's, then this, then the scheduling handler and count.
 AFTER_RUN = b"\xff" * 4
+
+
+def for_driver(kind: int, blob: bytes, epoch: int = -1) -> tuple:
+    """A row of ``kind`` for the driver, not for a pass (``EMIT``, ``FINAL``, ``STAT``...):
+    of ``epoch`` (-1: of the whole replay), with no partition value and no position."""
+    return (kind, epoch, None, NOWHERE, blob)
 
 
 def scheduled_sub(head: bytes, seq: int) -> bytes:

@@ -62,6 +62,7 @@ from ._rows import (
     TAG_WRITE,
     PassSpec,
     dumps,
+    for_driver,
     out_batch,
     out_schema,
 )
@@ -71,8 +72,6 @@ from ._stores import BlindStore, JournalStore, RecordingStore, apply_op
 from ._task_runtime import TaskRuntime, just_after
 
 __all__ = ["PassTask", "warm_batches"]
-
-_NOWHERE = (0, 0, 0, b"")  # the position of a row that has none
 
 
 def warm_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -242,7 +241,7 @@ class _TaskLoop:
                     yield out_batch(rt, self.schema, spec.slots)
             self._after_log()
         except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
-            rt.out.append((ERROR, -1, None, _NOWHERE, pickle.dumps(repr(exc), protocol=5)))
+            rt.out.append(for_driver(ERROR, pickle.dumps(repr(exc), protocol=5)))
             yield out_batch(rt, self.schema, spec.slots)
             return
         yield from self._results(started)
@@ -415,18 +414,18 @@ class _TaskLoop:
             part = rt.rows[cuts[j] : cuts[j + 1]]
             for start in range(0, len(part), BLOB_ROWS):
                 blob = dumps(part[start : start + BLOB_ROWS])
-                rt.out.append((EMIT, j if marks else -1, None, _NOWHERE, blob))
+                rt.out.append(for_driver(EMIT, blob, j if marks else -1))
         if rt.quarantined:
-            rt.out.append((QUAR, -1, None, _NOWHERE, dumps(rt.quarantined)))
+            rt.out.append(for_driver(QUAR, dumps(rt.quarantined)))
         for name in spec.finals:
             blob = dumps((name, dict(self.stores[name])))
-            rt.out.append((FINAL, -1, None, _NOWHERE, blob))
+            rt.out.append(for_driver(FINAL, blob))
         if recorder is not None:  # (no values: where its keys came in)
             for name, where in recorder.order().items():
-                rt.out.append((FINAL, -1, None, _NOWHERE, dumps((name, None, where))))
+                rt.out.append(for_driver(FINAL, dumps((name, None, where))))
         if rt.history is not None:
             rt.out.append(rt.history.row())
         ran = self.events + rt.ran_scheduled
         stat = (ran, time.perf_counter() - started, rt.made, rt.last_at)
-        rt.out.append((STAT, -1, None, _NOWHERE, pickle.dumps(stat, protocol=5)))
+        rt.out.append(for_driver(STAT, pickle.dumps(stat, protocol=5)))
         yield out_batch(rt, self.schema, spec.slots)
