@@ -49,7 +49,8 @@ CALLBACKS = "CALLBACKS"
 EAGER = "_rsc_eager"
 QUIET = "_rsc_quiet"
 #: Builtins a written-out statement may call without reading the runtime (when the program
-#: does not bind their names).
+#: does not bind their names). They call a value's own methods (``__str__``, ``__len__``), as
+#: operators do: those are taken not to emit or schedule (docs/semantics.md, "QUIET").
 _PURE = frozenset({"len", "min", "max", "abs", "int", "float", "str", "bool", "round"})
 
 
