@@ -175,19 +175,20 @@ def aligned(
     # A batch's closes with the on_close functions written out (``_close_frames``).
     run = write(*aligned_frame(n, agg, width, kind, table, handler, rt)) if write else None
 
-    def put(key: Any, value: Any, start: int, seq: int) -> None:
-        """Add ``value`` to window (key, start) with the add's number ``seq``."""
+    def put(key: Any, value: Any, start: int, seq: int, n: int = 1) -> None:
+        """Add ``value`` to window (key, start) with the add's number ``seq``; ``n``: that
+        many adds of a count, summed (a Spark close pass fed summed adds, ``passes._narrow``)."""
         if closing:  # (an add from an event run between two closes of a batch)
             c = closing.get(start)
             r = c.get(key) if c is not None else None
             if r is not None and r[0]:
-                r[0] += 1
+                r[0] += n
                 merge(r, value)
                 return
         b = buckets.get(start)
         r = b.get(key) if b is not None else None
         if r is not None:
-            r[0] += 1
+            r[0] += n
             merge(r, value)
             return
         ev = rt.event
@@ -200,14 +201,14 @@ def aligned(
             b = buckets[start] = {}
             if batch:
                 heappush(scheduled, (at, o, _Batch(kind, at, root, seq, start)))
-        b[key] = [1, first(value), root, seq, o]
+        b[key] = [n, first(value), root, seq, o]
         if not batch:  # a plain event per window: checkpoints store it
             fields = {"key": key, "start": start}
             heappush(scheduled, (at, o, ScheduledEvent(kind, at, root, seq, fields)))
 
     opener, into = numbered(put, rt, fail)
 
-    def add(key: Any, value: Any, ts: int) -> None:
+    def add(key: Any, value: Any, ts: int, n: int = 1) -> None:
         try:
             root = rt.event[0]
             seq = per_root.get(root, 0)
@@ -215,7 +216,7 @@ def aligned(
             low = ts - width
             while start > low:  # every window of ``ts``, latest first
                 seq += 1
-                put(key, value, start, seq)
+                put(key, value, start, seq, n)
                 start -= hop
             per_root[root] = seq
         except Exception as exc:

@@ -37,11 +37,9 @@ from ....runtime.windows import Blocks, fuse_windows
 from ._emitted import send_emitted
 from ._narrow_files import NarrowFiles
 from ._own_closes import OwnCloses
-from ._rows import ERROR, FINAL, PH_LOG, STAT, WRITE, PassSpec, U32x2, dumps, out_rows
+from ._rows import ERROR, FINAL, PH_LOG, STAT, WRITE, PassSpec, U32x2, dumps, for_driver, out_rows
 
 __all__ = ["narrow_senders", "run_narrow"]
-
-_NOWHERE = (0, 0, 0, b"")
 
 
 def _closes_of(window: Any) -> Any:
@@ -104,6 +102,8 @@ def _sender(
     closes = _closes_of(window)
     hop = window.hop if isinstance(window, Hopping) else getattr(window, "width", 1)
     distinct = window.agg == "distinct"
+    if folded is not None:
+        return _folding_sender(rt, name, window, target, folded, files)
 
     def add(key: Any, value: Any, ts: int) -> None:
         hash(key)  # (an unhashable key or value raises here, in its handler, as serially)
@@ -129,6 +129,36 @@ def _sender(
             return
         # (``rt.out``, not a list taken once: the pass hands full lists on and starts anew)
         rt.out.append((WRITE, target, rt._pk(key), position, dumps((name, key, value, seq0))))
+
+    add.__name__ = f"{name}__add"
+    return add
+
+
+def _folding_sender(rt: Any, name: str, window: Any, target: int, folded: dict, files: Any) -> Any:
+    """The ``add`` of a count whose adds to one window are summed (see :func:`_sender`):
+    only a window's first add in the task makes its row's position; the others count."""
+    closes = _closes_of(window)
+    width = window.width
+    hop = window.hop if isinstance(window, Hopping) else width
+    made_by = rt.made_by
+    pack = U32x2.pack
+    get = folded.get
+    pk = rt._pk if files is None else None  # (through files: dealt as it is written)
+
+    def add(key: Any, value: Any, ts: int) -> None:
+        start = ts - ts % hop
+        w = (name, key, start)
+        slot = get(w)  # (an unhashable key raises here, in its handler, as serially)
+        ev = rt.event
+        root = ev[0]
+        # The closes count as if scheduled here (one per window the add falls in).
+        seq0 = made_by(root, start + width, 1) if hop == width else made_by(root, *closes(ts)[::-1])
+        calls = rt.calls = rt.calls + 1
+        if slot is None:
+            position = (ev[1], PH_LOG, root, pack(rt.hidx, calls))
+            folded[w] = [target, pk(key) if pk is not None else None, position, seq0 - 1, 1]
+        else:
+            slot[4] += 1
 
     add.__name__ = f"{name}__add"
     return add
@@ -164,21 +194,23 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
                 run_scheduled(t)  # (the closes due by its time first, as serially)
                 name, key, value, seq0, *summed = loads(blob)
                 rt.event = (root, t)
-                for _ in range(summed[0] if summed else 1):
-                    per_root[root] = seq0
+                per_root[root] = seq0
+                if summed:  # (a count's adds to one window: the window counts them at once)
+                    adds[name](key, value, t, summed[0])
+                else:
                     adds[name](key, value, t)
             n += batch.num_rows
         closes.finish(spec.last_ts)
         windows.finish(until=spec.last_ts, later=rt.later)
     except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
-        out.append((ERROR, -1, None, _NOWHERE, pickle.dumps(repr(exc), protocol=5)))
+        out.append(for_driver(ERROR, pickle.dumps(repr(exc), protocol=5)))
         yield out_rows(out, spec)
         return
     number = {h.name: h.index for h in program.handlers}
     out += send_emitted(rt.rows, number, closes, spec.outputs)
     for name in spec.finals:
-        out.append((FINAL, -1, None, _NOWHERE, dumps((name, compiled.stores[name]))))
+        out.append(for_driver(FINAL, dumps((name, compiled.stores[name]))))
     # The adding passes counted the closes; this pass reports the latest one it ran.
     stat = (n, time.perf_counter() - started, 0, closes.last_at, True)
-    out.append((STAT, -1, None, _NOWHERE, pickle.dumps(stat, protocol=5)))
+    out.append(for_driver(STAT, pickle.dumps(stat, protocol=5)))
     yield out_rows(out, spec)
