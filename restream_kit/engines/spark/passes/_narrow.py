@@ -36,6 +36,7 @@ from ....runtime.semantics import SerialRuntime
 from ....runtime.windows import Blocks, fuse_windows
 from ._emitted import send_emitted
 from ._narrow_files import NarrowFiles
+from ._narrow_sessions import SessionRuns, folded_sessions, session_sender
 from ._own_closes import OwnCloses
 from ._rows import ERROR, FINAL, PH_LOG, STAT, WRITE, PassSpec, U32x2, dumps, for_driver, out_rows
 
@@ -68,17 +69,25 @@ def narrow_senders(spec: PassSpec, program: Program, namespace: dict, rt: Any) -
     folds = False
     # Rows for close passes that take them as files (``_narrow_files``), with their keys.
     files = NarrowFiles(spec.sends.narrow) if spec.sends.narrow else None
+    sessions = folded_sessions(program, spec.narrow_to)
+    sends = []  # (what sends the runs of sessions still open at the task's end)
     for name, target in spec.narrow_to.items():
         window = program.windows[name]
+        filed = files if files is not None and target in files.targets else None
+        if name in sessions:
+            namespace[f"{name}__add"], send = session_sender(rt, name, window, target, filed)
+            sends.append(send)
+            continue
         fold = f"{name}__n" in spec.folds and window.agg == "count"
         folds |= fold
-        filed = files if files is not None and target in files.targets else None
         sender = _sender(rt, name, window, target, folded if fold else None, filed)
         namespace[f"{name}__add"] = sender
-    if folds or files is not None:
+    if folds or sends or files is not None:
         then = rt.send_folded
 
         def send_folded() -> None:  # (the pass sends its summed writes at its end)
+            for send in sends:
+                send()
             for (name, key, _start), (target, pk, position, seq0, n) in folded.items():
                 blob = dumps((name, key, None, seq0, n))
                 if files is not None and target in files.targets:
@@ -176,6 +185,11 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
     loop.handlers_replaced()  # (its scheduled closes run the fused handlers)
     closes = OwnCloses(loop, program, spec.narrow, spec.max_flush)
     adds = {name: compiled.namespace[f"{name}__add"] for name in spec.narrow}
+    # Lazy session counts come as runs of adds, swept apart (``_narrow_sessions``).
+    runs = {
+        name: SessionRuns(name, program.windows[name], rt.rows)
+        for name in folded_sessions(program, spec.narrow)
+    }
     per_root = rt.scheduled_per_root
     run_scheduled = loop.run_scheduled
     loads = pickle.loads
@@ -191,8 +205,12 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
             closes.lsn.append(np.asarray(lsn, dtype=np.int64))
             closes.ts.append(np.asarray(ts, dtype=np.int64))
             for t, root, blob in zip(ts, lsn, blobs):
+                item = loads(blob)
+                if item[0] in runs:  # (nothing runs between a run's session and others')
+                    runs[item[0]].take(t, *item[1:])
+                    continue
                 run_scheduled(t)  # (the closes due by its time first, as serially)
-                name, key, value, seq0, *summed = loads(blob)
+                name, key, value, seq0, *summed = item
                 rt.event = (root, t)
                 per_root[root] = seq0
                 if summed:  # (a count's adds to one window: the window counts them at once)
@@ -202,6 +220,13 @@ def run_narrow(spec: PassSpec, program: Program, batches: Any, started: float) -
             n += batch.num_rows
         closes.finish(spec.last_ts)
         windows.finish(until=spec.last_ts, later=rt.later)
+        for swept in runs.values():
+            latest = swept.finish(spec.last_ts)
+            if latest is not None:
+                closes.last_at = max(latest, closes.last_at or latest)
+            lsn, ts = swept.root_arrays()
+            closes.lsn.append(lsn)
+            closes.ts.append(ts)
     except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
         out.append(for_driver(ERROR, pickle.dumps(repr(exc), protocol=5)))
         yield out_rows(out, spec)

@@ -37,6 +37,7 @@ from ....model.program import Program
 from ....planner import plan as plan_program
 from ....runtime.windows import native_plan
 from ._lookup_stages import packed_straight
+from ._narrow_sessions import folded_sessions
 from ._plan_build import Unsplit, build
 from ._plan_types import BY_KEY, ORDER, SINGLE, UNFUSED_RUN, Pass, PassPlan, Probe
 from ._window_shapes import closes_once, folded_counts, pass_windows
@@ -140,9 +141,13 @@ def _narrow_note(program: Program, pp: PassPlan, p: Pass, name: str) -> str:
     why = pp.unfused.get(name, "")
     summed = program.windows[name].agg == "count" and f"{name}__n" in folded_counts(program)
     rows = "a row per window and task, its adds summed" if summed else "a row per add"
+    how = "in the serial engine's loop"
+    if folded_sessions(program, (name,)):
+        rows = "a row per run of a key's adds less than the gap apart, in each task"
+        how = "swept from the runs, in position order"
     return (
         f"its adds sent from {adders} as narrow rows ({rows}), its closes in this pass, by "
-        f"{p.partition}, in the serial engine's loop: no write or close sent"
+        f"{p.partition}, {how}: no write or close sent"
         + (f" (not in its adding stage's pass: {why})" if why else "")
     )
 
