@@ -86,6 +86,8 @@ def test_narrow_windows_go_through_files_beside_arranged_passes_and_equal_serial
         assert f"window {name} narrow" in path[f"{name}__close"], path
         assert f"{FILES} of g" in path[f"{name}__close"], path
         assert len(got.metrics.task_events[f"{name}__close"]) == 2
+    # The session count's adds went as runs (``_narrow_sessions``), through the files too.
+    assert "a row per run of a key's adds" in path["visits__close"], path
     # The files went with the replay's own directory.
     scratch = Path(os.environ["RESTREAM_HOME"]) / "scratch"
     assert not list(scratch.glob("values-*")), list(scratch.iterdir())
@@ -98,6 +100,7 @@ def test_the_benchmark_rules_keyed_otherwise_go_through_files_and_equal_serial(a
     narrow = {"windows_ip": "per_ip", "windows_sessions": "sessions", "windows": "per_sender"}
     what = got.metrics.path[f"{narrow[rule]}__close"]
     assert f"window {narrow[rule]} narrow" in what and FILES in what, what
+    assert ("a row per run of a key's adds" in what) == (rule == "windows_sessions"), what
     events = got.metrics.task_events[f"{narrow[rule]}__close"]
     assert len(events) == 2 and min(events) > 0, events
 
