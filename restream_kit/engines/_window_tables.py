@@ -142,7 +142,13 @@ def _field(make: Callable[..., pa.Array], *args: Any) -> pa.Array | None:
 
 def _window_field(parts: list[dict], name: str, counts: list[int]) -> pa.Array:
     """Field ``name`` of closed windows' rows: one integer repeated, or their values."""
-    return _repeated(parts, name, counts) or pa.array(_column(parts, name))
+    return _repeated(parts, name, counts) or _array(_column(parts, name))
+
+
+def _array(values: list) -> pa.Array:
+    """``pa.array(values)``, at C speed when they are all int64 integers (:func:`_ints`)."""
+    ints = _ints(values)
+    return pa.array(ints) if ints is not None else pa.array(values)
 
 
 def _item(blocks: list[EmitRows], i: int) -> pa.Array:
@@ -194,11 +200,10 @@ def _int_tuples(values: list) -> pa.Array | None:
     all empty (a key of several fields): a list of int64 column, made at C speed. None
     otherwise, or for an integer beyond int64 (``pa.array`` decides)."""
     flat = list(chain.from_iterable(values))
-    if not flat or len(flat) >= 2**31 or set(map(type, flat)) != {int}:
+    if len(flat) >= 2**31:
         return None  # (past 2**31 items, list offsets are not int32)
-    try:
-        items = np.fromiter(flat, np.int64, len(flat))
-    except OverflowError:
+    items = _ints(flat)
+    if items is None:
         return None
     offsets = np.zeros(len(values) + 1, dtype=np.int32)
     np.cumsum(np.fromiter(map(len, values), np.int32, len(values)), out=offsets[1:])

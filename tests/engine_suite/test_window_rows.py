@@ -140,14 +140,18 @@ LAZY = "w = session(3, 'sum', table='rows')\n@on('a')\ndef track(e):\n    w.add(
 def test_a_blocks_column_taken_a_chunk_at_a_time_is_the_expansions_whatever_its_later_values(
     late, monkeypatch
 ):
-    """The integer columns of written-out emits are checked and converted a chunk of values
-    at a time (``_window_tables._ints``): a value that is not an int64 integer in a later
-    chunk than the first (a float, a boolean, beyond int64, None, a tuple) makes the table
-    the expansion makes, or the same error."""
+    """The integer columns of written-out emits (keys of integers too) and of closed
+    windows' rows are checked and converted a chunk of values at a time
+    (``_window_tables._ints``): a value that is not an int64 integer in a later chunk than
+    the first (a float, a boolean, beyond int64, None, a tuple) makes the tables the
+    expansion makes, or the same error."""
     monkeypatch.setattr(_window_tables, "_CHUNK", 4)
     source = (
-        HEADER + "w = sliding(3, 'count')\n@on('a')\ndef track(e):\n    w.add(e.k)\n"
-        f"    emit('out', k=e.k, v={late} if e.ts == 30 else e.v)\n"
+        HEADER + "w = sliding(3, 'count')\nc = tumbling(2, 'sum', table='closed')\n"
+        "@on('a')\ndef track(e):\n    w.add(e.k)\n"
+        f"    x = {late} if e.ts == 30 else e.v\n"
+        "    c.add(e.k, x)\n"
+        "    emit('out', k=e.k, v=x, p=(e.k, x))\n"
     )
     program = rk.Program.from_source(source, name="chunks")
     log = rk.Log([{"ts": t, "kind": "a", "k": t % 3, "v": t % 5} for t in range(40)])
@@ -159,7 +163,8 @@ def test_a_blocks_column_taken_a_chunk_at_a_time_is_the_expansions_whatever_its_
         return
     got = rk.replay(program, log)
     assert_same_result(got, want)
-    assert got.tables["out"].equals(want.tables["out"])
+    for name in ("out", "closed"):
+        assert got.tables[name].equals(want.tables[name]), name
     _program, _rt, compiled = _fused(source)
     assert "emit" not in compiled.run_batch.__code__.co_names
 
