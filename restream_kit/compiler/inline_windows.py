@@ -19,13 +19,13 @@ from typing import Any
 
 from .inline import EVENT, SCHEDULED_RUNNER_NAME, build_runner
 
-__all__ = ["Site", "After", "EmitBlock", "inline_calls", "statement_add", "statements_at"]
+__all__ = ["Site", "After", "TIME", "EmitBlock", "inline_calls", "statement_add", "statements_at"]
 
 #: Given the call's argument names (each bound to its argument, evaluated once, in order,
-#: before the statements run; a constant argument is given as its source in parentheses), a
-#: prefix for the names of its own, the name the call's value goes to (None: a call whose
-#: value is dropped) and :data:`After`, the statements that do a helper call's work (source
-#: text), or None to keep the call.
+#: before the statements run; a constant argument is given as its source in parentheses, the
+#: event's time as ``TIME``), a prefix for the names of its own, the name the call's value
+#: goes to (None: a call whose value is dropped) and :data:`After`, the statements that do a
+#: helper call's work (source text), or None to keep the call.
 Site = Callable[[list[str], str, "str | None", "After | None"], "str | None"]
 #: The call written out in the statement just before a site's, in the same block (None if
 #: any other statement): its helper, its prefix, and whether its first argument is the
@@ -35,6 +35,10 @@ After = tuple[str, str, bool]
 #: go through as a block (``g + "list"``, ``"blk"``, ``"open"``, ``"add"``: see
 #: ``runtime._window_rows.Blocks.emit_site``), or None to append each row as a tuple.
 EmitBlock = Callable[[str, "tuple[str, ...]"], "str | None"]
+#: The loop's local that holds its event's time (``_rs_ev[1]``, set first for each event by
+#: ``inline.build_runner``): a site gets it for an argument that is the event's time, which
+#: its code can tell by name (a sliding distinct's read at the time of the add before it).
+TIME = "_rs_t"
 
 
 def statement_add(lines: Callable[[str, str, str, str], str]) -> Site:
@@ -171,11 +175,9 @@ class _Splicer(ast.NodeTransformer):
             return node
         site, lineno = self.sites[call.func.id]
         prefix = f"_rw{next(self.numbers)}_"
-        # A constant argument is written in place (a count's value, None), the others bound.
-        names = [
-            f"({ast.unparse(arg)})" if isinstance(arg, ast.Constant) else f"{prefix}{i}"
-            for i, arg in enumerate(call.args)
-        ]
+        # A constant argument is written in place (a count's value, None), the event's time
+        # as the loop's local that holds it (``TIME``), the others bound.
+        names = [_argument(arg, f"{prefix}{i}") for i, arg in enumerate(call.args)]
         first = call.args[0] if call.args else None
         after = None
         if self.before is not None:
@@ -191,9 +193,20 @@ class _Splicer(ast.NodeTransformer):
             ast.copy_location(ast.Assign([ast.Name(n, ast.Store())], arg), node)
             for n, arg in zip(names, call.args)
             if not isinstance(arg, ast.Constant)
+            and n != TIME
             and (re.search(rf"\b{n}\b", source) or not _reads_event(arg))
         ]
         return [*bind, *statements_at(source, lineno)]
+
+
+def _argument(arg: ast.expr, name: str) -> str:
+    """What a site gets for the call's argument ``arg``: a constant's source in parentheses,
+    ``TIME`` for the loop's event's time, or else ``name``, bound to it."""
+    if isinstance(arg, ast.Constant):
+        return f"({ast.unparse(arg)})"
+    if _field_of_event(arg) and arg.slice.value == 1:
+        return TIME
+    return name
 
 
 def _leading_call(test: ast.expr) -> ast.Call | None:

@@ -142,28 +142,57 @@ def _field(make: Callable[..., pa.Array], *args: Any) -> pa.Array | None:
 
 def _window_field(parts: list[dict], name: str, counts: list[int]) -> pa.Array:
     """Field ``name`` of closed windows' rows: one integer repeated, or their values."""
-    return _repeated(parts, name, counts) or pa.array(_column(parts, name))
+    return _repeated(parts, name, counts) or _array(_column(parts, name))
+
+
+def _array(values: list) -> pa.Array:
+    """``pa.array(values)``, at C speed when they are all int64 integers (:func:`_ints`)."""
+    ints = _ints(values)
+    return pa.array(ints) if ints is not None else pa.array(values)
 
 
 def _item(blocks: list[EmitRows], i: int) -> pa.Array:
     """Item ``i`` of every row of written-out emits, as a column."""
     values = _emitted(blocks, i)
+    ints = _ints(values)
+    if ints is not None:
+        return pa.array(ints)
     kinds = set(map(type, values))
-    if kinds == {int}:
-        return _int64(values, kinds, typed=False)
+    if kinds == {int}:  # (beyond int64: as ``pa.array`` makes it)
+        return pa.array(values)
     return (_int_tuples(values) if kinds == {tuple} else None) or pa.array(values)
 
 
-def _int64(values: list, kinds: set | None = None, typed: bool = True) -> pa.Array:
-    """``values`` as an int64 column: at C speed when they are all integers (``kinds``:
-    their types, when known) within int64, else as ``pa.array`` makes it (given the type
-    int64 when ``typed``)."""
-    if (kinds if kinds is not None else set(map(type, values))) == {int}:
+def _int64(values: list) -> pa.Array:
+    """``values`` as an int64 column: at C speed when they are all integers within int64,
+    else as ``pa.array`` makes it given the type int64."""
+    ints = _ints(values)
+    return pa.array(ints) if ints is not None else pa.array(values, pa.int64())
+
+
+#: How many values :func:`_ints` checks and converts at a time: their objects, read twice
+#: (for their type, then their value), are still in the CPU's cache the second time.
+_CHUNK = 1 << 14
+
+
+def _ints(values: list) -> np.ndarray | None:
+    """``values`` as an int64 array when they are all integers (of type ``int`` itself)
+    within int64; None otherwise, or when there are none. Taken a chunk at a time (a
+    column of a million integers made over a replay lies all over memory: read in one
+    pass for the types and one for the values, it was fetched twice)."""
+    n = len(values)
+    if not n:
+        return None
+    out = np.empty(n, np.int64)
+    for start in range(0, n, _CHUNK):
+        chunk = values[start : start + _CHUNK]
+        if set(map(type, chunk)) != {int}:
+            return None
         try:
-            return pa.array(np.fromiter(values, np.int64, len(values)))
+            out[start : start + len(chunk)] = np.fromiter(chunk, np.int64, len(chunk))
         except OverflowError:
-            pass
-    return pa.array(values, pa.int64()) if typed else pa.array(values)
+            return None
+    return out
 
 
 def _int_tuples(values: list) -> pa.Array | None:
@@ -171,11 +200,10 @@ def _int_tuples(values: list) -> pa.Array | None:
     all empty (a key of several fields): a list of int64 column, made at C speed. None
     otherwise, or for an integer beyond int64 (``pa.array`` decides)."""
     flat = list(chain.from_iterable(values))
-    if not flat or len(flat) >= 2**31 or set(map(type, flat)) != {int}:
+    if len(flat) >= 2**31:
         return None  # (past 2**31 items, list offsets are not int32)
-    try:
-        items = np.fromiter(flat, np.int64, len(flat))
-    except OverflowError:
+    items = _ints(flat)
+    if items is None:
         return None
     offsets = np.zeros(len(values) + 1, dtype=np.int32)
     np.cumsum(np.fromiter(map(len, values), np.int32, len(values)), out=offsets[1:])

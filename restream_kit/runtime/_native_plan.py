@@ -53,8 +53,10 @@ def native_plan(
         elif isinstance(window, Sliding) and window.agg == "distinct" and not at_event:
             out[name] = (False, "off: added at times other than its events' (ts=...)")
         elif isinstance(window, Sliding):
-            if window.agg in ("min", "max", "distinct"):
+            if window.agg in ("min", "max"):
                 how = "a queue per key, changed in place"
+            elif window.agg == "distinct":
+                how = "a dict per key of its values' latest times, changed in place"
             elif at_event:
                 how = "its decrements in one queue, applied as they fall due"
             else:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+from itertools import islice
 from operator import itemgetter
 from typing import Any
 
-from ..compiler.inline_windows import After, statement_add
+from ..compiler.inline_windows import TIME, After, statement_add
 
 __all__ = [
     "sliding_extremes",
@@ -234,39 +235,49 @@ def sliding_distinct(
 ) -> tuple[Callable, Callable, Callable, dict]:
     """``(add(key, value, ts), value(key, ts), finish(), keys)`` of a sliding distinct whose
     state is ``store`` (``X__recent``), for adds in time order (at their events' times): each
-    key's values in a dict from value to latest time, ordered by that time (a value added
-    again moves to the end), and a deque of the adds, whose front tells what has expired;
-    ``keys`` holds them per key (what :func:`distinct_sites` writes out reads)."""
-    keys: dict[Any, tuple[dict, deque]] = {}
+    key's values in a dict from value to latest time (``keys``, what :func:`distinct_sites`
+    writes out reads), ordered by that time (a value added again moves to the end), so the
+    expired ones lead it and an add drops them from its front. A dict of plain values per
+    key, and no queue: a key of one or two values (keyed by pairs) costs little memory, and
+    the cyclic collector does not track it."""
+    keys: dict[Any, dict] = {}
 
     def add(key: Any, value: Any, ts: int) -> None:
         try:
-            held = keys.get(key)
-            if held is None:
-                held = keys[key] = ({}, deque())
-            latest, adds = held
-            limit = ts - width
-            while adds and adds[0][0] <= limit:
-                t, v = adds.popleft()
-                if latest.get(v) == t:  # (not added again since)
-                    del latest[v]
-            latest.pop(value, None)
+            latest = keys.get(key)
+            if latest is None:
+                keys[key] = {value: ts}
+                return
+            _expire(latest, ts - width)
+            if value in latest:
+                del latest[value]
             latest[value] = ts
-            adds.append((ts, value))
         except Exception as exc:
             fail(exc)
 
-    def distinct(held: tuple[dict, deque], ts: int) -> int:
-        latest = held[0]  # oldest first: the expired ones lead
+    def distinct(latest: dict, ts: int) -> int:
         return len(latest) - _expired(latest.values(), ts - width)
 
     value = _reader(keys, 0, distinct, fail)
 
     def finish(**_when: Any) -> None:  # (its state does not depend on the clock)
-        for key, (latest, _adds) in keys.items():
-            store[key] = tuple((t, v) for v, t in latest.items())
+        for key, latest in keys.items():
+            store[key] = tuple(zip(latest.values(), latest))
 
     return add, value, finish, keys
+
+
+def _expire(latest: dict, limit: int) -> None:
+    """Drop from ``latest`` (value -> time, oldest first) the values of times up to
+    ``limit``: those that lead it."""
+    n = _expired(latest.values(), limit)
+    if n == len(latest):
+        latest.clear()
+    elif n == 1:
+        del latest[next(iter(latest))]
+    elif n:
+        for v in list(islice(latest, n)):
+            del latest[v]
 
 
 def distinct_sites(n: str, width: int, keys: dict) -> dict:
@@ -274,44 +285,79 @@ def distinct_sites(n: str, width: int, keys: dict) -> dict:
     structures ``keys``) written out in a replay's loop (``compiler.inline_windows``), the
     same steps in place: helper -> (site, the globals its code uses)."""
     g = f"_rsn_{n}_"
-    globals_ = {f"{g}keys": keys, f"{g}get": keys.get, f"{g}deque": deque, f"{g}len": len}
+    globals_ = {
+        f"{g}keys": keys,
+        f"{g}get": keys.get,
+        f"{g}len": len,
+        f"{g}next": next,
+        f"{g}iter": iter,
+        f"{g}list": list,
+        f"{g}islice": islice,
+    }
+    # The prefixes of the adds written out at the event's time: after one, nothing held for
+    # its key is older than that time's window (its expired values went as it ran).
+    now_adds: set[str] = set()
 
     @statement_add
     def add(p: str, k: str, v: str, t: str) -> str:
+        if t == TIME:
+            now_adds.add(p)
         lines = [
-            f"{p}h = {g}get({k})",
-            f"if {p}h is None:",
-            f"    {p}h = {g}keys[{k}] = ({{}}, {g}deque())",
-            f"{p}l = {p}h[0]",
-            f"{p}a = {p}h[1]",
-            f"{p}m = {t} - {width}",
-            f"while {p}a and {p}a[0][0] <= {p}m:",
-            f"    {p}x = {p}a.popleft()",
-            f"    if {p}l.get({p}x[1]) == {p}x[0]:",  # (not added again since)
-            f"        del {p}l[{p}x[1]]",
-            f"{p}l.pop({v}, None)",
-            f"{p}l[{v}] = {t}",
-            f"{p}a.append(({t}, {v}))",
+            f"{p}l = {g}get({k})",
+            f"if {p}l is None:",
+            f"    {p}l = {g}keys[{k}] = {{{v}: {t}}}",
+            "else:",
+            *_expiring(g, p, f"{t} - {width}", "    "),
+            f"    if {v} in {p}l:",
+            f"        del {p}l[{v}]",
+            f"    {p}l[{v}] = {t}",
         ]
         return "\n".join(lines)
 
-    def value(args: list[str], p: str, target: str | None, _after: After | None) -> str | None:
+    def value(args: list[str], p: str, target: str | None, after: After | None) -> str | None:
         k, t = args
         out = target if target is not None else f"{p}v"
+        if t == TIME and after is not None and after[1] in now_adds and after[2]:
+            # Read at the time of the add just before it, of the same key: every value the
+            # key holds is in the window.
+            return f"{out} = {g}len({after[1]}l)"
         lines = [
-            f"{p}h = {g}get({k})",
-            f"if {p}h is None:",
+            f"{p}l = {g}get({k})",
+            f"if {p}l is None:",
             f"    {out} = 0",
             "else:",
-            f"    {p}l = {p}h[0]",
-            f"    {p}m = {t} - {width}",
-            f"    {p}n = 0",
-            f"    for {p}t in {p}l.values():",  # (oldest first: the expired ones lead)
-            f"        if {p}t > {p}m:",
-            "            break",
-            f"        {p}n += 1",
+            *_counting(p, f"{t} - {width}", "    "),
             f"    {out} = {g}len({p}l) - {p}n",
         ]
         return "\n".join(lines)
 
     return {f"{n}__add": (add, globals_), f"{n}__value": (value, globals_)}
+
+
+def _counting(p: str, limit: str, indent: str) -> list[str]:
+    """Lines that count in ``{p}n`` the values that lead ``{p}l`` with times up to
+    ``limit`` (``_expired``)."""
+    lines = [
+        f"{p}m = {limit}",
+        f"{p}n = 0",
+        f"for {p}t in {p}l.values():",
+        f"    if {p}t > {p}m:",
+        "        break",
+        f"    {p}n += 1",
+    ]
+    return [indent + line for line in lines]
+
+
+def _expiring(g: str, p: str, limit: str, indent: str) -> list[str]:
+    """Lines that drop from ``{p}l`` the values of times up to ``limit`` (``_expire``)."""
+    lines = [
+        f"if {p}n:",
+        f"    if {p}n == {g}len({p}l):",
+        f"        {p}l.clear()",
+        f"    elif {p}n == 1:",
+        f"        del {p}l[{g}next({g}iter({p}l))]",
+        "    else:",
+        f"        for {p}x in {g}list({g}islice({p}l, {p}n)):",
+        f"            del {p}l[{p}x]",
+    ]
+    return _counting(p, limit, indent) + [indent + line for line in lines]

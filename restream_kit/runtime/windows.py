@@ -26,8 +26,8 @@ functions below, which keep every observable effect of the expansion:
 - sliding (``_sliding_queues``): count, sum and mean added to at their events' times queue
   their decrements in one deque per window, applied before each add or read as the runtime
   would apply its timed writes (otherwise those timed writes, written to the runtime's
-  queue directly); min, max and distinct: a queue per key changed in place, whose tuples
-  the state gets when the replay ends;
+  queue directly); min and max: a queue per key changed in place, distinct: a dict of each
+  value's latest time per key, oldest first; the state gets their tuples when the replay ends;
 - the states of closing windows get their open windows' counts and aggregates (a
   ``distinct``'s set as a frozenset) when the replay ends (``Fused.finish``): nothing else
   reads them before;

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import restream_kit as rk
 from restream_kit.compiler.compile import compile_program
+from restream_kit.engines import _window_tables
 from restream_kit.io.progress import EpochFinished, Recorder
 from restream_kit.planner.render import plan_text
 from restream_kit.runtime import SerialRuntime
@@ -133,6 +134,39 @@ def _fused(source: str) -> tuple[rk.Program, SerialRuntime, dict]:
 
 
 LAZY = "w = session(3, 'sum', table='rows')\n@on('a')\ndef track(e):\n    w.add(e.k, e.v)\n"
+
+
+@pytest.mark.parametrize("late", ["1.5", "True", "2**63", "None", "(1, 2)", "e.v"])
+def test_a_blocks_column_taken_a_chunk_at_a_time_is_the_expansions_whatever_its_later_values(
+    late, monkeypatch
+):
+    """The integer columns of written-out emits (keys of integers too) and of closed
+    windows' rows are checked and converted a chunk of values at a time
+    (``_window_tables._ints``): a value that is not an int64 integer in a later chunk than
+    the first (a float, a boolean, beyond int64, None, a tuple) makes the tables the
+    expansion makes, or the same error."""
+    monkeypatch.setattr(_window_tables, "_CHUNK", 4)
+    source = (
+        HEADER + "w = sliding(3, 'count')\nc = tumbling(2, 'sum', table='closed')\n"
+        "@on('a')\ndef track(e):\n    w.add(e.k)\n"
+        f"    x = {late} if e.ts == 30 else e.v\n"
+        "    c.add(e.k, x)\n"
+        "    emit('out', k=e.k, v=x, p=(e.k, x))\n"
+    )
+    program = rk.Program.from_source(source, name="chunks")
+    log = rk.Log([{"ts": t, "kind": "a", "k": t % 3, "v": t % 5} for t in range(40)])
+    try:
+        want = rk.replay(program, log, native_windows=False)
+    except rk.RestreamError as exc:
+        with pytest.raises(type(exc), match=re.escape(str(exc))):
+            rk.replay(program, log)
+        return
+    got = rk.replay(program, log)
+    assert_same_result(got, want)
+    for name in ("out", "closed"):
+        assert got.tables[name].equals(want.tables[name]), name
+    _program, _rt, compiled = _fused(source)
+    assert "emit" not in compiled.run_batch.__code__.co_names
 
 
 @pytest.mark.parametrize(

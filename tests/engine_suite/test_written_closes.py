@@ -232,6 +232,40 @@ def test_a_sliding_distinct_written_out_in_the_loop_equals_the_expansion(width, 
     assert_same_result(got, want)
 
 
+def test_a_sliding_distinct_read_right_after_its_add_counts_only_what_is_in_the_window():
+    """A read of the key just added to, at the add's time, is the key's count of values (its
+    expired ones went as the add ran); a read of that key at another time, or of another
+    key, counts what is in the window then: with ties, values added again, and gaps longer
+    than the window, the expansion's values, row for row."""
+    source = (
+        "from restream_kit import emit, on\n"
+        "from restream_kit.windows import sliding\n"
+        "w = sliding(3, 'distinct')\n"
+        "@on('a')\n"
+        "def track(e):\n"
+        "    w.add(e.k, e.v)\n"
+        "    v = w.value(e.k)\n"
+        "    w.add(e.k, e.v + 1)\n"
+        "    later = w.value(e.k, ts=e.ts + 3)\n"
+        "    w.add(e.k, e.v + 2)\n"
+        "    other = w.value(1 - e.k)\n"
+        "    w.add(e.k, e.v)\n"
+        "    if w.value(e.k) > 3:\n"
+        "        emit('many', k=e.k)\n"
+        "    emit('seen', v=v, later=later, other=other)\n"
+    )
+    program = rk.Program.from_source(source, name="distinct_reads")
+    rows = [(0, 0, 1), (0, 0, 1), (1, 1, 5), (2, 0, 2), (3, 0, 7), (9, 1, 5), (9, 0, 1), (10, 0, 1)]
+    log = rk.Log([{"ts": t, "kind": "a", "k": k, "v": v} for t, k, v in rows])
+    got, want = rk.replay(program, log), rk.replay(program, log, native_windows=False)
+    assert_same_result(got, want)
+    seen = got.tables["seen"]
+    assert seen.column("later").to_pylist() == [0] * len(rows)  # (all expired by then)
+    assert seen.column("v").to_pylist() == [1, 3, 1, 3, 4, 1, 1, 3]
+    assert seen.column("other").to_pylist() == [0, 0, 3, 3, 3, 0, 3, 3]
+    assert got.tables["many"].column("k").to_pylist() == [0, 0]
+
+
 def test_a_table_that_closes_of_two_windows_and_the_loop_emit_to_is_the_expansions():
     """Rows of one table from two windows' written-out ``on_close`` emits (blocks with a
     ``seq`` per row) and from an emit written out in the loop (one ``seq`` per block),

@@ -635,7 +635,7 @@ def test_the_path_says_which_windows_run_fused_in_their_pass_and_why_not():
     source += "    seen[e.dst] += recent.value(e.dst)\n"
     p = rk.Program.from_source(source, "sliding_read")
     said = {q.stage: q.describe(2) for q in plan_passes(p, plan(p)).passes}
-    assert "window peers fused: a queue per key" in said["track"]
+    assert "window peers fused: a dict per key" in said["track"]
     assert "window loud fused: a queue per key" in said["track"]
     assert "window recent not fused: its state is written, folded or read" in said["track"]
     closes = said["per_ip__close"]
@@ -648,8 +648,9 @@ def test_the_path_says_which_windows_run_fused_in_their_pass_and_why_not():
 @pytest.mark.spark
 def test_sliding_windows_keyed_like_their_stage_run_fused_in_its_pass(spark_session):
     """No timed write per add through the expansion: the pass runs the serial engine's
-    native sliding windows (count by timed decrements, distinct and max by a queue per key
-    whose tuples the state gets at the end), and the result is the serial one, states too."""
+    native sliding windows (count by timed decrements, max by a queue per key, distinct by a
+    dict per key, whose tuples the state gets at the end), and the result is the serial one,
+    states too."""
     p = rk.Program.from_source(SLIDING_BY_SENDER, "sliding_fused")
     log = social_sample()
     want = rk.replay(p, log)
