@@ -250,3 +250,54 @@ def test_close_rows_keep_the_serial_order_with_lsns_out_of_time_order(spark_sess
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
     assert_same_result(got, want)
     _fused(got, "track", ("per_k", "spread", "visits"))
+
+
+#: A stage that only adds to a tumbling window (the planner partitions it by the window's
+#: whole ``(key, start)``), an ``on_close`` function counting the closes per key in a state
+#: of its own, under the closed window's key.
+ONLY_ADDS = textwrap.dedent(
+    """
+    from restream_kit import emit, on, state
+    from restream_kit.windows import tumbling
+
+    per_k = tumbling(10, "count", table="per_k")
+    closed = state.Counter()
+
+
+    @on("a")
+    def track(e):
+        per_k.add(e.k)
+
+
+    @per_k.on_close
+    def report(key, start, end, value):
+        closed[key] += 1
+        emit("closed", k=key, start=start, n=closed[key], value=value)
+    """
+)
+
+
+def test_a_stage_only_adding_to_a_window_runs_its_closes_and_their_own_state():
+    p = rk.Program.from_source(ONLY_ADDS, "only_adds")
+    (one,) = plan_passes(p, plan(p)).passes
+    assert one.partition == "e.k" and one.closes == ("per_k",)
+    assert {"per_k__n", "closed"} <= set(one.homes)
+    # The close's own state read by another stage: it stays with the close pass.
+    more = ONLY_ADDS + '\n@on("b")\ndef look(e):\n    emit("seen", n=closed[e.k])\n'
+    p = rk.Program.from_source(more, "read_elsewhere")
+    closing = next(q for q in plan_passes(p, plan(p)).passes if "per_k__close" in q.stages)
+    assert "per_k" not in closing.closes
+    assert "use state other than the window's" in closing.describe(2)
+
+
+@pytest.mark.spark
+def test_a_stage_only_adding_to_a_window_equals_the_serial_engine(spark_session):
+    p = rk.Program.from_source(ONLY_ADDS, "only_adds")
+    log = _log()
+    want = rk.replay(p, log)
+    assert max(r["n"] for r in want.tables["closed"].to_pylist()) > 1
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, want)
+    assert got.metrics.scheduled_events == want.metrics.scheduled_events
+    assert_ran_as_planned(p, got)
+    _fused(got, "track", ("per_k",))

@@ -275,7 +275,10 @@ def _fuse_close(
     add, close = drafts[adders[0]], drafts[closers[0]]
     if set(close["kinds"]) != {kind}:
         return f"its close stage {close['stage']} runs more than its closes"
-    if close["copies"] or any(a.state not in states for _h, a, _k in accesses(close)):
+    # State of the close handlers' own, under the closed window's key (``closed[key]`` in
+    # an ``on_close`` function): held whole where the window is, it may go with it.
+    own = {a.state for _h, a, _k in accesses(close) if a.state not in states}
+    if close["copies"] or not _closes_own(own, close, drafts, accesses):
         return "its close handlers use state other than the window's"
     makers = {
         d["stage"]
@@ -299,11 +302,17 @@ def _fuse_close(
     if key is None:
         return "it is added to under several keys"
     part, order = add["partition"], keyless[0]
+    if part != key and _by_window_states(add, accesses, states, part):
+        # Partitioned by the window's whole ``(key, start)``, it may be by ``key`` alone: a
+        # coarser partitioning keeps each of those keys whole, and its closes then meet it.
+        part = key
     if add.get("lookup") or add.get("element") or part in keyless[1:]:
         return f"its adding stage {add['stage']} is not partitioned by a key of the event"
     if part == order and add["mode"] != "stateless":
         return f"its adding stage {add['stage']} runs by log order"
     if part not in (order, key):
+        if own:
+            return "its close handlers use state other than the window's"
         if _narrows(name, add, close, accesses, program, info):
             _narrow(name, add, close, states, isinstance(program.windows[name], Session), key)
         return f"keyed by {key}, its adding stage {add['stage']} by {part}"
@@ -313,9 +322,26 @@ def _fuse_close(
     add["stage"] = f"{add['stage']}, {close['stage']}"
     add["stages"] = [*add["stages"], *close["stages"]]
     add["closes"] = [*add.get("closes", ()), name]
-    add["held"] = {*add.get("held", ()), *states}
+    add["held"] = {*add.get("held", ()), *states, *own}
     drafts.remove(close)
     return None
+
+
+def _closes_own(own: set, close: dict, drafts: list[dict], accesses: Any) -> bool:
+    """Whether states ``own`` are the close stage's alone, each used under the closed
+    window's key (``e.key``), so that the pass holding the window holds them too."""
+    if not own:
+        return True
+    keyed = all(k == "e.key" and a.event_key for _h, a, k in accesses(close) if a.state in own)
+    elsewhere = any(a.state in own for d in drafts if d is not close for _h, a, _k in accesses(d))
+    return keyed and not elsewhere
+
+
+def _by_window_states(add: dict, accesses: Any, states: set, part: str) -> bool:
+    """Whether stage ``add`` uses no state but the window's (``states``), each under the key
+    it is partitioned by (``part``): a stage that only adds to the window."""
+    used = [(a.state, k) for _h, a, k in accesses(add)]
+    return bool(used) and all(state in states and k == part for state, k in used)
 
 
 def _narrows(
