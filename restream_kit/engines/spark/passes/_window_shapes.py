@@ -239,10 +239,13 @@ def fuse_closes(
     handlers join the adding stage's draft (``closes``: the windows, ``held``: their states,
     which it then holds whole). A stage that only writes (stateless, by log order) is
     partitioned by the key of one of its windows: a ``distinct`` one's first (its sets cost
-    the most to send), then a session's (every add schedules a close of its own). Any other
-    shape keeps the close stage; the result says why, per
-    window, for the path (``window -> why not``). ``keyless``: the partitionings that are
-    no key (``passes._plan``'s ORDER, SINGLE, BY_KEY; by log order first)."""
+    the most to send), then a session's (every add schedules a close of its own); a stage
+    that only adds to one window, partitioned by its whole ``(key, start)``, by its key
+    alone. The close handlers' own state, used under the closed window's key alone, goes
+    with the window (:func:`_closes_own`). Any other shape keeps the close stage; the
+    result says why, per window, for the path (``window -> why not``). ``keyless``: the
+    partitionings that are no key (``passes._plan``'s ORDER, SINGLE, BY_KEY; by log order
+    first)."""
     why: dict[str, str] = {}
     closing = [n for n, w in program.windows.items() if isinstance(w, (Tumbling, Hopping, Session))]
     closing.sort(
