@@ -80,8 +80,10 @@ def narrow_senders(spec: PassSpec, program: Program, namespace: dict, rt: Any) -
             continue
         fold = f"{name}__n" in spec.folds and window.agg == "count"
         folds |= fold
-        sender = _sender(rt, name, window, target, folded if fold else None, filed)
-        namespace[f"{name}__add"] = sender
+        if fold:
+            namespace[f"{name}__add"] = _folding_sender(rt, name, window, target, folded, filed)
+        else:
+            namespace[f"{name}__add"] = _sender(rt, name, window, target, filed)
     if folds or sends or files is not None:
         then = rt.send_folded
 
@@ -102,17 +104,11 @@ def narrow_senders(spec: PassSpec, program: Program, namespace: dict, rt: Any) -
         rt.send_folded = send_folded
 
 
-def _sender(
-    rt: Any, name: str, window: Any, target: int, folded: dict | None, files: Any = None
-) -> Any:
-    """The ``add`` of window ``name`` in an adding pass: the add, as one row for ``target``;
-    ``folded``: a count's adds into one set of windows summed into one row (at the first's
-    place, see :func:`~._window_shapes.folded_counts` for why nothing tells them apart)."""
+def _sender(rt: Any, name: str, window: Any, target: int, files: Any = None) -> Any:
+    """The ``add`` of window ``name`` in an adding pass: the add, as one row for ``target``
+    (a count's adds summed per window: :func:`_folding_sender`)."""
     closes = _closes_of(window)
-    hop = window.hop if isinstance(window, Hopping) else getattr(window, "width", 1)
     distinct = window.agg == "distinct"
-    if folded is not None:
-        return _folding_sender(rt, name, window, target, folded, files)
 
     def add(key: Any, value: Any, ts: int) -> None:
         hash(key)  # (an unhashable key or value raises here, in its handler, as serially)
@@ -125,14 +121,6 @@ def _sender(
         seq0 = rt.made_by(root, last, n) - 1
         rt.calls += 1
         position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, rt.calls))
-        if folded is not None:
-            slot = folded.get((name, key, ts - ts % hop))
-            if slot is None:
-                pk = rt._pk(key) if files is None else None
-                folded[(name, key, ts - ts % hop)] = [target, pk, position, seq0, 1]
-            else:
-                slot[4] += 1
-            return
         if files is not None:  # (with its key: its partition is dealt as it is written)
             files.append((WRITE, target, key, position, dumps((name, key, value, seq0))))
             return
@@ -144,8 +132,9 @@ def _sender(
 
 
 def _folding_sender(rt: Any, name: str, window: Any, target: int, folded: dict, files: Any) -> Any:
-    """The ``add`` of a count whose adds to one window are summed (see :func:`_sender`):
-    only a window's first add in the task makes its row's position; the others count."""
+    """The ``add`` of a count whose adds to one window are summed into one row, at the
+    first's place (:func:`~._window_shapes.folded_counts` says why nothing tells them
+    apart): only a window's first add in the task makes its row's position."""
     closes = _closes_of(window)
     width = window.width
     hop = window.hop if isinstance(window, Hopping) else width
