@@ -114,6 +114,7 @@ def test_quarantined_runs_rows_stay_out_of_the_arrow_tables(spark_session, recei
     got = rk.replay(p, log, engine="spark", path="passes", partitions=3, on_error="quarantine")
     assert_same_result(got, want)
     assert got.quarantine.to_pylist() == want.quarantine.to_pylist()
+    assert_ran_as_planned(p, got)
     tasks = [n for n in got.metrics.task_events["track"] if n]
     assert len(tasks) > 1 and received[("pairs", "arrow")] == len(tasks), received
 

@@ -132,3 +132,4 @@ def test_generated_logs_give_the_serial_sessions(seed, n, partitions, spark_sess
     log = rk.Log(_random_log(seed, n))
     got = rk.replay(p, log, engine="spark", path="passes", partitions=partitions)
     assert_same_result(got, rk.replay(p, log))
+    assert_ran_as_planned(p, got)
