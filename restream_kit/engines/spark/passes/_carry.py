@@ -3,7 +3,7 @@ the driver does not deal it to the partitions it arranges, ``passes._start_share
 
 A state's values go to every pass that holds it (tag ``TAG_STATE``, before everything), a
 timed write to the holders of its state and a scheduled event to the passes of its kind, at
-positions that sort before whatever a run makes at the same time (``_RESTORED``)."""
+positions that sort before whatever a run makes at the same time (``_rows.restored_sub``)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,6 @@ from ._setup import Setup
 __all__ = ["carry_frame"]
 
 _FIRST = -(1 << 63)  # the position of a state row: before every event
-# A restored entry's run: before any run (its bytes sort first, and name no real run).
-_RESTORED = bytes(W.RUN_HEAD.size)
 # The carried rows' columns: those of a pass's output (typed as there), and the entry's tag.
 _CARRY_SCHEMA = pa.schema(
     [
@@ -71,7 +69,7 @@ def carry_frame(setup: Setup, state: dict[str, Any], skip: frozenset = frozenset
                 rows.append((p.index, _FIRST, 0, 0, sub, W.TAG_STATE, where, blob))
         number += len(values)
     for at, n, name, op, key, arg in state["future"]:
-        sub = _RESTORED + n.to_bytes(8, "big")
+        sub = W.restored_sub(n)
         blob = W.dumps((name, key, _pass_op(op, arg)))
         for p in holders.get(name, ()):
             where = pk(p.partition, p.partition_value(name, key))
@@ -79,7 +77,7 @@ def carry_frame(setup: Setup, state: dict[str, Any], skip: frozenset = frozenset
     routes: dict[int, Any] = {}
     per_root = state["scheduled_per_root"]
     for at, n, ev in state["scheduled"]:
-        sub = _RESTORED + n.to_bytes(8, "big")
+        sub = W.restored_sub(n)
         fields = {k: v for k, v in vars(ev).items() if k not in RESERVED_FIELDS}
         blob = W.dumps((ev.kind, fields, ev.lsn, ev.seq, per_root.get(ev.lsn, ev.seq)))
         for target in pp.kind_passes.get(ev.kind, ()):

@@ -62,6 +62,7 @@ __all__ = [
     "carry_parts",
     "NOWHERE",
     "for_driver",
+    "restored_sub",
 ]
 
 EMIT, FINAL, WRITE, SCHED, PROBE, STAT, ERROR, PEND, QUAR, CARRY, FWD, HIST, VERS, SNAP = range(
@@ -77,6 +78,17 @@ SIGN = 1 << 63
 RUN_HEAD = struct.Struct(">QBQ")
 U32 = struct.Struct(">I")
 U32x2 = struct.Struct(">II")
+
+
+def restored_sub(number: int) -> bytes:
+    """The ``sub`` of a timed write or scheduled event restored from a committed state, its
+    serial ``number`` given: before every run's (time ``-SIGN``, lsn ``-SIGN``: no real run),
+    and the same whether the driver carries it to a pass (``passes._carry``) or a task
+    restores it from its share (``passes._boundaries.made_bytes``). Two holders of one state
+    report the same write at the same position, so the commit counts it once and orders it
+    alike across states."""
+    return RUN_HEAD.pack(0, PH_LOG, 0) + number.to_bytes(8, "big")
+
 #: The start of a run's ``sub`` after every write of the run (``U32x2(handler, count)``):
 #: an event scheduled for the time of the log event that schedules it runs after that
 #: event, before the next log event (the serial engine's order), so its position is
