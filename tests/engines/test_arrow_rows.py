@@ -100,11 +100,15 @@ def test_quarantined_runs_rows_stay_out_of_the_arrow_tables(spark_session, recei
     """A guarded pass (its rows undone with the runs that raise) sends what stayed: the
     serial engine's guarded loop, over log events (no window, whose closes the pass would
     run in its own queue, as its expansion)."""
-    source = MIXED.replace("    per_sender.add(e.src)\n", "").replace(
-        "    one = e.src == 856\n",
-        "    one = e.src == 856\n    if e.dst % 10 == 3:\n"
-        "        emit('numbers', n=2, maybe='x')\n        raise ValueError(e.dst)\n",
-    ).replace('pair={"src": e.src, "dst": e.dst}', "src=e.src")
+    source = (
+        MIXED.replace("    per_sender.add(e.src)\n", "")
+        .replace(
+            "    one = e.src == 856\n",
+            "    one = e.src == 856\n    if e.dst % 10 == 3:\n"
+            "        emit('numbers', n=2, maybe='x')\n        raise ValueError(e.dst)\n",
+        )
+        .replace('pair={"src": e.src, "dst": e.dst}', "src=e.src")
+    )
     assert source.count("raise ValueError") == 1 and "src=e.src)" in source
     assert "per_sender.add" not in source
     p = rk.Program.from_source(source, "raising")

@@ -89,6 +89,7 @@ def restored_sub(number: int) -> bytes:
     alike across states."""
     return RUN_HEAD.pack(0, PH_LOG, 0) + number.to_bytes(8, "big")
 
+
 #: The start of a run's ``sub`` after every write of the run (``U32x2(handler, count)``):
 #: an event scheduled for the time of the log event that schedules it runs after that
 #: event, before the next log event (the serial engine's order), so its position is
