@@ -301,3 +301,58 @@ def test_a_stage_only_adding_to_a_window_equals_the_serial_engine(spark_session)
     assert got.metrics.scheduled_events == want.metrics.scheduled_events
     assert_ran_as_planned(p, got)
     _fused(got, "track", ("per_k",))
+
+
+#: A session window the serial engine runs lazily (no ``on_close``, alone in its table, added
+#: to at its events' times), keyed like its stage, beside timed writes that fall due after
+#: the log: those due by the last session's close apply, as when that close runs; the later
+#: ones never do.
+LAZY = textwrap.dedent(
+    """
+    from restream_kit import on, state
+    from restream_kit.windows import session
+
+    visits = session(7, "count", table="visits")
+    soon = state.Counter()
+    never = state.Counter()
+
+
+    @on("a")
+    def track(e):
+        visits.add(e.k)
+        soon.add(e.k, e.v, at=e.ts + 5)
+        never.add(e.k, 1, at=e.ts + 9)
+    """
+)
+
+
+def test_a_lazy_session_window_says_so_in_its_pass():
+    p = rk.Program.from_source(LAZY, "lazy")
+    (one,) = plan_passes(p, plan(p)).passes
+    assert one.closes == ("visits",)
+    assert "run lazily where the serial engine is" in one.describe(2)
+
+
+@pytest.mark.spark
+def test_a_lazy_session_window_in_a_pass_equals_the_serial_engine(spark_session, tmp_path):
+    """Sessions closed at their keys' next adds, ties, gaps, sessions open at the log's end
+    (closed by the flush in each task), and the timed writes due by the last close."""
+    p = rk.Program.from_source(LAZY, "lazy")
+    log = _log()
+    want = rk.replay(p, log)
+    events = log.table.to_pylist()
+    last = max(r["ts"] for r in events)
+    assert max(r["ts"] for r in want.tables["visits"].to_pylist()) == last + 7
+    # Writes due after the log's last event: by the last close (applied) and after it (not).
+    assert sum(want.state["soon"].values()) == sum(r["v"] for r in events)
+    never = sum(want.state["never"].values())
+    assert sum(r["ts"] + 9 <= last for r in events) < never < len(events)
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, want)
+    assert got.metrics.scheduled_events == want.metrics.scheduled_events
+    assert_ran_as_planned(p, got)
+    # The tasks said they ran it lazily; under a checkpoint they run its expansion.
+    what = _fused(got, "track", ("visits",))
+    assert "window visits fused: its adds and closes in this pass" in what, what
+    assert "no write sent, run lazily (its sessions close at their keys' next adds" in what
+    assert "lazily" not in checkpointed_alike(p, log, tmp_path, epoch=150)[1].metrics.path["track"]

@@ -74,6 +74,7 @@ class Ran:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     task_events: dict[str, list[int]] = field(default_factory=dict)  # per stage, per task
     looped: set = field(default_factory=set)  # stages whose tasks ran the serial engine's loop
+    lazy: dict[str, set] = field(default_factory=dict)  # per stage, sessions run lazily
 
 
 def stage_names(pp: PassPlan) -> tuple[str, ...]:
@@ -125,7 +126,8 @@ def run_jobs(
             # Where the pass's time goes: its tasks' own work, summed (the rest is Spark's).
             ran.stage_seconds[f"{p.stage} (tasks, summed)"] = busy
             fused = fuses_windows(spec) or bool(spec.narrow)
-            said = p.describe(n, fused) + _carried(run, p, source, n, ran)
+            lazy = ran.lazy.get(p.stage, ())
+            said = p.describe(n, fused, lazy) + _carried(run, p, source, n, ran)
             for stage in p.stages or (p.stage,):
                 ran.path[stage] = said + (f" ({tasks} tasks)" if tasks else "")
             # (Over every epoch of a checkpoint run at once: ``passes._boundaries``.)
@@ -427,8 +429,9 @@ def _collect(out: Any, ran: Ran, stage: str) -> tuple[int, float]:
         elif kind == W.STAT:
             tasks += 1
             events, task_s, made, last_at, *looped = pickle.loads(blob)
-            if looped:
+            if looped:  # (and the session windows it ran lazily, from a plain task)
                 ran.looped.add(stage)
+                ran.lazy.setdefault(stage, set()).update(*looped[1:])
             ran.task_events.setdefault(stage, []).append(events)
             busy += task_s
             ran.scheduled += made

@@ -82,6 +82,12 @@ class OwnCloses:
             # The latest close run after the log: the last run, the flush goes in time order.
             self.last_at = rt.event[1]
 
+    def ran_until(self, event: Any, last_ts: int) -> None:
+        """After the windows' end: ``event`` is the runtime's latest, which a lazy session
+        window's last close after the log becomes (``runtime._sessions._flushed_to``)."""
+        if event is not None and event[1] > last_ts:
+            self.last_at = max(event[1], self.last_at if self.last_at is not None else event[1])
+
     def made(self) -> int:
         """The scheduled events its handlers made (the expansion's count, as ``seq`` goes)."""
         return sum(self.rt.scheduled_per_root.values())

@@ -37,6 +37,7 @@ import pyarrow as pa
 from ....compiler.compile import dict_name
 from ....compiler.inline import EVENT, key_source
 from ....model.program import Program
+from ....runtime._native_plan import LAZY
 from ....runtime.guarded import JournalDict
 from ....runtime.loop import compile_loop
 from ....runtime.positioned import MadeBy
@@ -171,8 +172,10 @@ class _PlainPass:
             mine = [*pass_windows(program, spec.homes, held_elsewhere(spec)), *spec.closes]
             if mine:
                 # (Closed windows' rows and written-out emits as columns: ``_arrow_rows``.)
+                # A session window the serial engine runs lazily runs lazily here too, when
+                # the task runs the closes and the flush itself (``OwnCloses``).
                 self.windows = fuse_windows(
-                    self.compiled, rt, only=mine, blocks=Blocks(), lazy=False
+                    self.compiled, rt, only=mine, blocks=Blocks(), lazy=bool(spec.closes)
                 )
                 loop.handlers_replaced()  # (its scheduled closes run the fused handlers)
         # Closing windows it holds whole: their closes run here, as the serial engine runs them.
@@ -201,7 +204,7 @@ class _PlainPass:
 
     def run(self, batches: Any, started: float) -> Iterator:
         """The partition's events through the loop; what it sends on, then its results."""
-        spec, rt = self.spec, self.rt
+        spec = self.spec
         sends = spec.sends
         packer = (
             ValuePacker(sends.zip_to, sends.wide, sends.zip_by, sends.values_dir)
@@ -211,15 +214,30 @@ class _PlainPass:
         looker = _looker(spec, self.program)
         try:
             events = yield from self._events(batches, packer, looker)
+            if self.windows is not None:  # (what waits past the log's end: with the timed writes)
+                self._finish_windows()
         except Exception as exc:  # noqa: BLE001 - the driver replays serially for the exact error
             self.out.append(for_driver(ERROR, pickle.dumps(repr(exc), protocol=5)))
             yield out_rows(self.out, spec)
             return
-        if self.windows is not None:  # (what waits past the log's end goes with the timed writes)
-            self.windows.finish(until=spec.last_ts, later=rt.later)
         self._pending()
         self._results(events, started)
         yield out_rows(self.out, spec)
+
+    def _finish_windows(self) -> None:
+        """The fused windows' end, after the log and the flush (``OwnCloses.finish``): a lazy
+        session window closes its sessions left open when the task ran the flush, as the
+        serial engine's does, and its last close counts as a scheduled event run then."""
+        spec, rt = self.spec, self.rt
+        flushed = self.closes is not None
+        self.windows.finish(until=spec.last_ts, later=rt.later, flushed=flushed)
+        if flushed:
+            self.closes.ran_until(rt.event, spec.last_ts)
+
+    def _lazy(self) -> tuple[str, ...]:
+        """The session windows this task ran lazily, for ``metrics.path``."""
+        how = self.windows.how if self.windows is not None else {}
+        return tuple(name for name, said in how.items() if said == LAZY)
 
     def _events(self, batches: Any, packer: Any, looker: Any) -> Iterator:
         """Run the batches; yield what goes to later passes (events forwarded, packed for
@@ -330,7 +348,7 @@ class _PlainPass:
         if self.closes is not None:
             made, last_at = self.closes.stat()
         # (Last: that the task ran the serial engine's loop, for ``metrics.path``.)
-        stat = (events, time.perf_counter() - started, made, last_at, True)
+        stat = (events, time.perf_counter() - started, made, last_at, True, self._lazy())
         out.append(for_driver(STAT, pickle.dumps(stat, protocol=5)))
         if self.ships:
             rt.send_folded()

@@ -35,6 +35,7 @@ from ....compiler.expand_windows import close_kind
 from ....model.errors import RestreamError
 from ....model.program import Program
 from ....planner import plan as plan_program
+from ....runtime._native_plan import lazy_session
 from ....runtime.windows import native_plan
 from ._lookup_stages import packed_straight
 from ._narrow_sessions import folded_sessions
@@ -131,7 +132,8 @@ def _window_notes(program: Program, pp: PassPlan) -> PassPlan:
                 f"its adds and closes in this pass, by {p.partition}, {how}: no close pass, "
                 "no write sent",
             )
-        passes.append(replace(p, windows=names, window_notes=notes))
+        lazy = tuple(name for name in p.closes if looped and lazy_session(program, name))
+        passes.append(replace(p, windows=names, window_notes=notes, lazy=lazy))
     return replace(pp, passes=tuple(passes))
 
 

@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Probe", "Pass", "PassPlan", "ORDER", "SINGLE", "BY_KEY", "UNFUSED_RUN"]
+__all__ = ["Probe", "Pass", "PassPlan", "ORDER", "SINGLE", "BY_KEY", "UNFUSED_RUN", "LAZY_RUN"]
 
 #: Partitioning of a pass with no key: by the log's order (stateless) or one task (sequential).
 ORDER = "<order>"
@@ -73,6 +74,9 @@ class Pass:
     # Closing windows whose adds and closes all run here (``_window_shapes.fuse_closes``): in
     # any loop, native or not.
     closes: tuple[str, ...] = ()
+    # Of ``closes``, the session windows the serial engine runs lazily (``_native_plan``):
+    # where the tasks run them natively, they do too (``passes._plain``).
+    lazy: tuple[str, ...] = ()
     # Closing windows keyed otherwise than their adding stage, whose adds come here as one
     # narrow row each (``passes._narrow``); of an adding pass: window -> the pass they go to.
     narrow: tuple[str, ...] = ()
@@ -91,11 +95,14 @@ class Pass:
     def event_kinds(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((*self.kinds, *self.probe_kinds)))
 
-    def describe(self, partitions: int, fused: bool = True) -> str:
+    def describe(
+        self, partitions: int, fused: bool = True, lazy: Collection[str] | None = None
+    ) -> str:
         """What ran, as the path says it, with each window it holds: run natively in the
         pass (fused) or as its expansion, and why. ``fused``: whether its tasks ran their
         windows natively (``_window_shapes.fuses_windows``: not in a checkpointed, guarded,
-        recorded or started replay, nor outside the serial engine's loop)."""
+        recorded or started replay, nor outside the serial engine's loop). ``lazy``: the
+        session windows its tasks said they ran lazily (None: the plan, before they run)."""
         said = self._describe(partitions)
         for name in self.windows:
             native, how = self.window_notes.get(name, (False, "Spark runs its expansion"))
@@ -105,6 +112,10 @@ class Pass:
                 how = how.replace("in the serial engine's loop", "as its expansion")
             elif native and not fused:
                 native, how = False, UNFUSED_RUN
+            elif native and name in self.lazy and lazy is None:
+                how += f", run lazily where the serial engine is ({LAZY_RUN})"
+            elif native and lazy is not None and name in lazy:
+                how += f", run lazily ({LAZY_RUN})"
             said_as = ("narrow" if name in self.narrow else "fused") if native else "not fused"
             said += f"; window {name} {said_as}: {how}"
         return said
@@ -140,6 +151,8 @@ UNNARROWED_RUN = (
     "its closes as scheduled events in this pass, its adds sent here as writes, as the "
     "serial engine runs its expansion in a checkpointed, guarded, recorded or started replay"
 )
+#: How a session window the serial engine runs lazily runs in a pass holding it whole.
+LAZY_RUN = "its sessions close at their keys' next adds, their rows made in close order at the end"
 UNFUSED_RUN = (
     "its expansion, as the serial engine runs it in a checkpointed, guarded, recorded or "
     "started replay, or outside the serial engine's loop"
