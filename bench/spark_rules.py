@@ -64,7 +64,7 @@ from pathlib import Path
 from bench._kills import kills
 from bench.spark_rules_cpu import bound, cpu_spent, tree_cpu
 
-__all__ = ["main", "RULES"]
+__all__ = ["main", "RULES", "replay_command", "run_process"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = {
@@ -319,12 +319,30 @@ def _cpu(cpu: dict, master: str) -> dict | None:
     }
 
 
-def _cold(log_path: Path, rule: str, runs: int, master: str) -> dict:
-    """Whole CLI processes, alternating, with peak memory from the wrapper."""
+def replay_command(program: Path, log_path: Path) -> list[str]:
+    """A whole ``restream replay`` process of ``program`` over ``log_path`` (serial; add
+    ``--engine spark --master URL`` for Spark), quiet, its result as JSON."""
+    base = [sys.executable, "-m", "restream_kit", "replay", str(program), "--log"]
+    return base + [str(log_path), "--json", "--quiet"]
+
+
+def run_process(command: list[str]) -> tuple[float, float]:
+    """One whole process of ``command`` under the peak-memory wrapper (in ``ROOT``): its
+    seconds and its process tree's peak MiB."""
     from bench.spark_vs_serial import _WRAPPER
 
-    base = [sys.executable, "-m", "restream_kit", "replay", str(RULES[rule]), "--log"]
-    base += [str(log_path), "--json", "--quiet"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRAPPER, *command], capture_output=True, text=True, cwd=ROOT
+    )
+    last = json.loads(proc.stderr.strip().splitlines()[-1])
+    if last["rc"] != 0:
+        raise RuntimeError(f"{' '.join(command[3:5])} failed: {proc.stderr[-2000:]}")
+    return last["seconds"], last["tree_peak_kb"] / 1024
+
+
+def _cold(log_path: Path, rule: str, runs: int, master: str) -> dict:
+    """Whole CLI processes, alternating, with peak memory from the wrapper."""
+    base = replay_command(RULES[rule], log_path)
     sides = {
         "serial": base + ["--engine", "serial"],
         "spark": base + ["--engine", "spark", "--master", master],
@@ -333,16 +351,7 @@ def _cold(log_path: Path, rule: str, runs: int, master: str) -> dict:
     memory: dict[str, list[float]] = {s: [] for s in sides}
 
     def run(side: str) -> tuple[float, float]:
-        proc = subprocess.run(
-            [sys.executable, "-c", _WRAPPER, *sides[side]],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
-        last = json.loads(proc.stderr.strip().splitlines()[-1])
-        if last["rc"] != 0:
-            raise RuntimeError(f"{side} failed: {proc.stderr[-2000:]}")
-        return last["seconds"], last["tree_peak_kb"] / 1024
+        return run_process(sides[side])
 
     # On a local master the driver arranges a large log once and keeps the files for later
     # processes (docs/spark_engine.md): the first process, with none on disk, pays for it.

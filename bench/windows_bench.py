@@ -22,10 +22,13 @@ also on the process's CPU time, which other work on a shared machine changes lea
 and the rows the cell emits per event (the counter emits none: a cell whose windows are
 nearly all of one event, keyed by pairs, pays for about a row per event).
 ``--spark`` also times the Spark engine (``--master``, warm session) on every cell, as a
-ratio to serial, after checking that its result equals the serial one.
+ratio to serial, after checking that its result equals the serial one. ``--process`` also
+times whole ``restream replay`` processes (the command line: loading the log, replaying,
+recording the run), alternating: the cell's and the counter's, serial, and with ``--spark``
+the cell's on Spark; their ratios and process-tree peaks.
 
 ``python -m bench windows [--events N] [--log PARQUET] [--runs R] [--full] [--cells SUBSTR]
-[--spark] [--master URL] [--out JSON]``
+[--spark] [--process] [--master URL] [--out JSON]``
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import itertools
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -126,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", default="", help="only cells whose name contains this")
     parser.add_argument("--spark", action="store_true", help="also time Spark, warm")
     parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help="also time whole `restream replay` processes (the counter's, serial, and Spark's "
+        "with --spark)",
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the JSON")
     args = parser.parse_args(argv)
 
@@ -179,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.spark:
             row.update(_spark(rk, program, log, want, args.runs, args.master, med["window"]))
             line += f"  spark {row['spark_ratio']:.2f}x serial"
+        if args.process:
+            row["process"] = _processes(cell, log_path, args.runs, args.master, args.spark)
+            line += _said(row["process"])
         report["cells"][name] = row
         print(line, flush=True)
     for key, what in (("ratio", "ratio to the counter"), ("cpu_ratio", "on CPU time")):
@@ -190,6 +203,50 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out}")
     return 0
+
+
+def _processes(cell: tuple, log_path: Path, runs: int, master: str, spark: bool) -> dict:
+    """Whole ``restream replay`` processes of the cell and of the counter with its key (and
+    of the cell on Spark), alternating, ``runs`` times each: medians of their seconds and
+    process-tree peaks, and the ratios (the cell to the counter; Spark to serial)."""
+    from bench.spark_rules import replay_command, run_process
+
+    with tempfile.TemporaryDirectory() as scratch:
+        sources = {"window": cell_source(*cell), "counter": counter_source(cell[1])}
+        commands = {}
+        for side, source in sources.items():
+            path = Path(scratch) / f"{side}.py"
+            path.write_text(source)
+            commands[side] = replay_command(path, log_path) + ["--engine", "serial"]
+        if spark:
+            spark_side = replay_command(Path(scratch) / "window.py", log_path)
+            commands["spark"] = spark_side + ["--engine", "spark", "--master", master]
+        seconds: dict[str, list[float]] = {side: [] for side in commands}
+        peaks: dict[str, list[float]] = {side: [] for side in commands}
+        order = list(commands)
+        for i in range(runs):
+            for side in order if i % 2 == 0 else reversed(order):
+                took, peak = run_process(commands[side])
+                seconds[side].append(took)
+                peaks[side].append(peak)
+    med = {side: statistics.median(ts) for side, ts in seconds.items()}
+    row = {
+        "seconds": med,
+        "tree_peak_mib": {side: statistics.median(ps) for side, ps in peaks.items()},
+        "ratio": med["counter"] / med["window"],
+        "runs": seconds,
+    }
+    if spark:
+        row["spark_ratio"] = med["window"] / med["spark"]
+    return row
+
+
+def _said(process: dict) -> str:
+    """A cell's whole processes, for its line of the report."""
+    said = f"  process ratio {process['ratio']:.2f}"
+    if "spark_ratio" in process:
+        said += f"  spark process {process['spark_ratio']:.2f}x serial"
+    return said
 
 
 def _spark(rk, program, log, want, runs: int, master: str, serial_s: float) -> dict:
