@@ -277,3 +277,51 @@ def test_a_resume_commits_writes_restored_by_two_routes_in_the_serial_order(
     first = checkpoint.read(tmp_path / "serial", 1).state["future"]
     assert {name for at, _n, name, *_ in first if at == 5} == {"s0", "s1"}  # the case at hand
     assert_same_commits(tmp_path / "serial", ck, range(1, 3))
+
+
+# Found by the property test of resumes: ``ahead`` runs in one task (``s0`` by two keys), keeps
+# its own timed write to ``s0`` and sends the one to ``s1`` to the pass folding ``s1``. Each
+# was numbered by a count of its own, so the first run's two writes shared a position, and
+# the commit of the first epoch kept only one: a resume from it lost the other.
+OWN_AND_SENT = """
+from restream_kit import state, on
+
+s0 = state.Counter()
+s1 = state.Counter()
+
+
+@on("a")
+def count(e):
+    s1[e.k] += 3
+
+
+@on("a")
+def ahead(e):
+    s0[e.j] += 1
+    s0.set(e.j, s0[0] + 1, at=e.ts + 5)
+    s1.set(e.k, e.v, at=e.ts + 5)
+"""
+OWN_AND_SENT_LOG = [
+    (3, 0, 1, 1), (4, 0, 0, -1), (5, 2, 1, 0), (5, 0, 0, 2),
+    (5, 1, 0, 1), (6, 0, 0, -3), (7, 2, 2, -2), (9, 0, 0, -3),
+]  # fmt: skip
+
+
+def test_a_commit_keeps_a_runs_own_and_sent_timed_writes_and_a_resume_applies_both(
+    spark_session, tmp_path
+):
+    program = rk.Program.from_source(OWN_AND_SENT, name="own_and_sent")
+    log = rk.Log([dict(ts=t, kind="a", k=k, j=j, v=v) for t, k, j, v in OWN_AND_SENT_LOG])
+    want = rk.replay(program, log, epoch=3, checkpoint=tmp_path / "serial")
+    first = checkpoint.read(tmp_path / "serial", 0).state["future"]
+    assert {name for at, _n, name, *_ in first if at == 8} == {"s0", "s1"}  # one run made both
+    ck = tmp_path / "spark"
+    options = dict(engine="spark", partitions=2, epoch=3, checkpoint=ck)
+    got = rk.replay(program, log, **options)
+    assert "sequential" in got.metrics.path["ahead"] and "fold s1" in got.metrics.path
+    assert_same_commits(tmp_path / "serial", ck, range(0, 2))
+    keep_first_epochs(ck, 1)
+    resumed = rk.replay(program, log, **options, resume=True)
+    assert resumed.resumed_from_epoch == 1
+    _same(resumed, want)
+    assert_ran_as_planned(program, resumed)

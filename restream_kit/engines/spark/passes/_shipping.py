@@ -32,7 +32,7 @@ from ....runtime.semantics import (
     check_write,
 )
 from .._program_ref import key_function
-from ._boundaries import unhandled_rows
+from ._boundaries import made_bytes, unhandled_rows
 from ._rows import (
     AFTER_RUN,
     PH_LOG,
@@ -41,7 +41,6 @@ from ._rows import (
     RUN_HEAD,
     SCHED,
     SIGN,
-    U32,
     PassSpec,
     Routing,
     U32x2,
@@ -107,6 +106,10 @@ class Shipping(Routing, SinkingRuntime):
         )
         self.made = 0
         self.last_at: int | None = None
+        # A timed write sent on is numbered by the run that made it and a count the task's
+        # own timed writes share in a checkpointed replay (``passes._plain._runtime``): no two
+        # writes one run makes for one time share a position, and the commit keeps each.
+        self.timed = MadeBy(self, self.number)
         self.pk_cache: dict = {}
         self.home_keys: dict[int, Any] = {}
         self.field_keys: dict[int, Any] = {}
@@ -126,14 +129,6 @@ class Shipping(Routing, SinkingRuntime):
         self._handler = name
         self.hidx = self.number[name]
         self.calls = 0
-        self.rb = None
-
-    def _run_bytes(self) -> bytes:
-        rb = self.rb
-        if rb is None:
-            ev = self.event
-            rb = self.rb = RUN_HEAD.pack(ev[1] + SIGN, PH_LOG, ev[0] + SIGN) + U32.pack(self.hidx)
-        return rb
 
     def _fold(self, state: str, key: Any, arg: int) -> None:
         """Sum an add into its window's one write, sent at the last add's position
@@ -256,8 +251,8 @@ class Shipping(Routing, SinkingRuntime):
         if at is None:
             ev = self.event
             position = (ev[1], PH_LOG, ev[0], U32x2.pack(self.hidx, self.calls))
-        else:
-            position = (at, PH_TIMED, 0, self._run_bytes() + U32.pack(self.calls))
+        else:  # (numbered with the timed writes kept here: one count for the task)
+            position = (at, PH_TIMED, 0, made_bytes(next(self.timed)))
         self._send(state, key, op, position, targets)
 
     def _send(self, state: str, key: Any, op: tuple, position: tuple, targets: tuple) -> None:
