@@ -258,14 +258,14 @@ def test_restored_writes_carry_one_position_by_either_route():
     assert _rows.restored_sub(1) < _rows.restored_sub(2)
 
 
-def test_a_resume_commits_writes_restored_by_two_routes_in_the_serial_order(
-    spark_session, tmp_path
-):
-    program = rk.Program.from_source(TWO_ROUTES, name="routes")
-    log = rk.Log([dict(ts=t, v=v, kind=kind, k=0, j=0) for t, v, kind in TWO_ROUTES_LOG])
-    want = rk.replay(program, log, epoch=2, checkpoint=tmp_path / "serial")
+def _resumed_after_first_epoch(program: rk.Program, log: rk.Log, epoch: int, tmp_path: Path):
+    """``program`` checkpointed serially and on Spark (two partitions, not arranged by the
+    driver), every ``epoch`` events; the Spark replay resumed as if killed after its first
+    epoch committed, checked equal to serial and run as planned: the serial result and the
+    resumed one (checkpoints in ``tmp_path / "serial"`` and ``tmp_path / "spark"``)."""
+    want = rk.replay(program, log, epoch=epoch, checkpoint=tmp_path / "serial")
     ck = tmp_path / "spark"
-    options = dict(engine="spark", partitions=2, epoch=2, checkpoint=ck)
+    options = dict(engine="spark", partitions=2, epoch=epoch, checkpoint=ck)
     with mock.patch.object(_local_arrangement, "LOCAL_ROWS", 10**9):
         rk.replay(program, log, **options)
         keep_first_epochs(ck, 1)
@@ -273,10 +273,19 @@ def test_a_resume_commits_writes_restored_by_two_routes_in_the_serial_order(
     assert resumed.resumed_from_epoch == 1
     _same(resumed, want)
     assert_ran_as_planned(program, resumed)
+    return want, resumed
+
+
+def test_a_resume_commits_writes_restored_by_two_routes_in_the_serial_order(
+    spark_session, tmp_path
+):
+    program = rk.Program.from_source(TWO_ROUTES, name="routes")
+    log = rk.Log([dict(ts=t, v=v, kind=kind, k=0, j=0) for t, v, kind in TWO_ROUTES_LOG])
+    _want, resumed = _resumed_after_first_epoch(program, log, 2, tmp_path)
     assert "share of the state" in resumed.metrics.path["h0"], resumed.metrics.path
     first = checkpoint.read(tmp_path / "serial", 1).state["future"]
     assert {name for at, _n, name, *_ in first if at == 5} == {"s0", "s1"}  # the case at hand
-    assert_same_commits(tmp_path / "serial", ck, range(1, 3))
+    assert_same_commits(tmp_path / "serial", tmp_path / "spark", range(1, 3))
 
 
 # Found by the property test of resumes: ``ahead`` runs in one task (``s0`` by two keys), keeps
@@ -312,16 +321,9 @@ def test_a_commit_keeps_a_runs_own_and_sent_timed_writes_and_a_resume_applies_bo
 ):
     program = rk.Program.from_source(OWN_AND_SENT, name="own_and_sent")
     log = rk.Log([dict(ts=t, kind="a", k=k, j=j, v=v) for t, k, j, v in OWN_AND_SENT_LOG])
-    want = rk.replay(program, log, epoch=3, checkpoint=tmp_path / "serial")
+    _want, resumed = _resumed_after_first_epoch(program, log, 3, tmp_path)
     first = checkpoint.read(tmp_path / "serial", 0).state["future"]
     assert {name for at, _n, name, *_ in first if at == 8} == {"s0", "s1"}  # one run made both
-    ck = tmp_path / "spark"
-    options = dict(engine="spark", partitions=2, epoch=3, checkpoint=ck)
-    got = rk.replay(program, log, **options)
-    assert "sequential" in got.metrics.path["ahead"] and "fold s1" in got.metrics.path
-    assert_same_commits(tmp_path / "serial", ck, range(0, 2))
-    keep_first_epochs(ck, 1)
-    resumed = rk.replay(program, log, **options, resume=True)
-    assert resumed.resumed_from_epoch == 1
-    _same(resumed, want)
-    assert_ran_as_planned(program, resumed)
+    assert "sequential" in resumed.metrics.path["ahead"] and "fold s1" in resumed.metrics.path
+    # Epoch 0 as the first run committed it (the resume kept it), epoch 1 as the resume did.
+    assert_same_commits(tmp_path / "serial", tmp_path / "spark", range(0, 2))
