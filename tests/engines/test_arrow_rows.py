@@ -28,13 +28,15 @@ pytestmark = pytest.mark.filterwarnings("ignore::restream_kit.RestreamWarning")
 @pytest.fixture
 def received(monkeypatch) -> Counter:
     """What the driver receives of each table: ``(table, "arrow")`` per Arrow blob,
-    ``"rows"`` per blob of pickled rows (whose tables it does not tell)."""
+    ``(table, "arrow file")`` per blob naming an Arrow file, ``"rows"`` per blob of pickled
+    rows (whose tables it does not tell)."""
     seen: Counter = Counter()
     unpack = _jobs.unpack_emitted
 
     def watched(blob: bytes, rows: list, columns: dict) -> None:
         if _arrow_rows.is_arrow(blob):
-            seen[(_arrow_rows.read_arrow(blob)[0], "arrow")] += 1
+            how = "arrow file" if blob.startswith(_arrow_rows._FILE_TAG) else "arrow"
+            seen[(_arrow_rows.read_arrow(blob)[0], how)] += 1
         else:
             seen["rows"] += 1
         unpack(blob, rows, columns)
@@ -58,6 +60,26 @@ def test_windowed_rules_send_every_table_as_arrow(spark_session, received, rule)
     assert_ran_as_planned(p, got)  # (the stages it calls parallel, in more than one task)
     assert "rows" not in received, received
     assert {table for table, _kind in received} == set(want.tables)
+
+
+@pytest.mark.spark
+def test_large_tables_reach_the_driver_as_arrow_files(spark_session, received, monkeypatch):
+    """On a local master a task's table of ``arrow_rows`` rows or more goes to the driver as
+    an Arrow file on its disk, not through Spark's JVM (``$RESTREAM_ARROW_FILE_ROWS``
+    lowers the default for this small log): the same result, and the files are gone after."""
+    from restream_kit.io.log import scratch_dir
+
+    monkeypatch.setenv("RESTREAM_ARROW_FILE_ROWS", "1")
+    p = rk.Program.from_file(ROOT / "bench" / "programs" / "windows_keyed.py")
+    log = social_sample()
+    want = rk.replay(p, log)
+    before = set(Path(scratch_dir()).glob("parts-*/*.arrow"))
+    got = rk.replay(p, log, engine="spark", path="passes", partitions=3)
+    assert_same_result(got, want)
+    assert_ran_as_planned(p, got)
+    assert {kind for _table, kind in received} == {"arrow file"}, received
+    assert {table for table, _kind in received} == set(want.tables)
+    assert set(Path(scratch_dir()).glob("parts-*/*.arrow")) <= before
 
 
 #: Fields typed differently by task (a float for one sender, ints for the others; None but

@@ -36,7 +36,15 @@ from ....io._table_parts import merge_parts, part_rows, part_table, write_part
 from ....io.log import scratch_dir
 from ....io.result import ROW_COLUMNS, build_table
 from ..._window_tables import as_rows
-from ._arrow_rows import arrow_blobs, arrow_part, is_arrow, joined_parts, part_tuples, read_arrow
+from ._arrow_rows import (
+    arrow_blobs,
+    arrow_file,
+    arrow_part,
+    is_arrow,
+    joined_parts,
+    part_tuples,
+    read_arrow,
+)
 from ._output_files import OutputFiles, held_files, part_marker, plain_files
 from ._rows import BLOB_ROWS, EMIT, PH_LOG, dumps, for_driver
 
@@ -59,7 +67,8 @@ def send_emitted(
     """The ``EMIT`` rows of a task's emitted rows (``rows_by_table``: the serial runtime's,
     blocks among them; ``number``: each handler's place in declaration order; ``closes``:
     the task's ``OwnCloses``, whose handlers' rows sit at their closes' places): each table
-    as Arrow (a part file when it is large, ``outputs``), or the way rows went before."""
+    as Arrow (a part file when it is large, ``outputs``, and an Arrow file on a local
+    master's disk from ``outputs.arrow_rows``), or the way rows went before."""
     out: list[tuple] = []
     rest: dict[str, list] = {}
     for table, rows in rows_by_table.items():
@@ -70,6 +79,8 @@ def send_emitted(
             rest[table] = as_rows(rows)
         elif outputs is not None and part.num_rows >= outputs.rows:
             out.append(part_marker(table, write_part(part, outputs.directory), part.num_rows))
+        elif outputs is not None and part.num_rows >= outputs.arrow_rows:
+            out.append(for_driver(EMIT, arrow_file(table, part, outputs.directory)))
         else:
             out += [for_driver(EMIT, b) for b in arrow_blobs(table, part)]
     if closes is not None:  # (it takes its rows out of the others)

@@ -25,7 +25,7 @@ from typing import Any
 from ....io._table_files import TableFiles
 from ....io._table_parts import part_table, write_part
 from ....io.log import scratch_dir
-from ._rows import EMIT, PH_LOG, dumps, for_driver
+from ._rows import BLOB_ROWS, EMIT, PH_LOG, dumps, for_driver
 from ._setup import Setup, local_master
 
 __all__ = [
@@ -47,10 +47,13 @@ DEFAULT_ROWS = 1_000_000
 
 @dataclass(frozen=True)
 class OutputFiles:
-    """Where a replay's tasks write their part files, and from how many rows of a table."""
+    """Where a replay's tasks write their part files, and from how many rows of a table;
+    ``arrow_rows``: from how many rows a task's table, sent as Arrow, goes to the driver as
+    a file in ``directory`` rather than through Spark (``passes._arrow_rows.arrow_file``)."""
 
     directory: str
     rows: int
+    arrow_rows: int = BLOB_ROWS
 
 
 def output_files(setup: Setup, checkpointing: bool) -> OutputFiles | None:
@@ -68,7 +71,8 @@ def outputs_for(options: Any, owner: Any) -> OutputFiles:
     limit = result_rows(options)
     directory = tempfile.mkdtemp(dir=scratch_dir(), prefix="parts-")
     weakref.finalize(owner, shutil.rmtree, directory, True)
-    return OutputFiles(directory, limit)
+    # (``$RESTREAM_ARROW_FILE_ROWS``: for tests, whose logs are small)
+    return OutputFiles(directory, limit, int(os.environ.get("RESTREAM_ARROW_FILE_ROWS", BLOB_ROWS)))
 
 
 def result_rows(options: Any) -> int:
