@@ -119,8 +119,8 @@ def _sender(rt: Any, name: str, window: Any, target: int, files: Any = None) -> 
         n, last = closes(ts)
         # The events its root scheduled so far: the closes count as if scheduled here.
         seq0 = rt.made_by(root, last, n) - 1
-        rt.calls += 1
-        position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, rt.calls))
+        calls = rt.call()
+        position = (ev[1], PH_LOG, root, U32x2.pack(rt.hidx, calls))
         if files is not None:  # (with its key: its partition is dealt as it is written)
             files.append((WRITE, target, key, position, dumps((name, key, value, seq0))))
             return
@@ -151,7 +151,7 @@ def _folding_sender(rt: Any, name: str, window: Any, target: int, folded: dict, 
         root = ev[0]
         # The closes count as if scheduled here (one per window the add falls in).
         seq0 = made_by(root, start + width, 1) if hop == width else made_by(root, *closes(ts)[::-1])
-        calls = rt.calls = rt.calls + 1
+        calls = rt.call()
         if slot is None:
             position = (ev[1], PH_LOG, root, pack(rt.hidx, calls))
             folded[w] = [target, pk(key) if pk is not None else None, position, seq0 - 1, 1]

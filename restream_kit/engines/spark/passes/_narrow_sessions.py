@@ -82,7 +82,7 @@ def session_sender(rt: Any, name: str, window: Session, target: int, files: Any)
         ev = rt.event
         root = ev[0]
         seq = made_by(root, ts + gap, 1)  # (its close counts as if scheduled here)
-        calls = rt.calls = rt.calls + 1
+        calls = rt.call()
         if run is not None and ts < run[2] + gap:
             run[1] += 1
             if ts != run[2]:  # (of adds at one time, the first one's close emits)

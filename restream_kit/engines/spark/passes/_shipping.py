@@ -92,6 +92,10 @@ class Shipping(Routing, SinkingRuntime):
         self.program = program
         self.write_pos = None
         self.out: list = []
+        # The run whose calls ``calls`` counts (:meth:`call`), and the handler's number.
+        self._run_event: Any = None
+        self._run_handler = ""
+        self.hidx = self.calls = 0
         # ``seq``: the events each root event scheduled, counted in one place (:meth:`made_by`)
         # and in the serial engine's mapping, which a window run natively counts in too. The
         # events of a plain pass come one after the other: the latest root's count is enough,
@@ -119,21 +123,24 @@ class Shipping(Routing, SinkingRuntime):
         self.dropped: list = []  # closes not sent, for a checkpoint (``closes_waiting``)
         self.once_fields: dict = {}  # the fields of each close sent, for the same
 
-    # The generated loop names the handler before each run: a new run starts its count.
-    @property
-    def handler(self) -> str:
-        return self._handler
-
-    @handler.setter
-    def handler(self, name: str) -> None:
-        self._handler = name
-        self.hidx = self.number[name]
-        self.calls = 0
+    def call(self) -> int:
+        """Count a call of the running handler that makes a position: its count in the run
+        (from 1), with ``hidx`` the handler's number. The generated loop only names the
+        handler before each run, which costs nothing when the run sends nothing; the first
+        such call of a run (another event, or another handler) starts its count."""
+        ev, name = self.event, self.handler
+        if ev is self._run_event and name == self._run_handler:
+            self.calls += 1
+        else:
+            self._run_event, self._run_handler = ev, name
+            self.hidx = self.number[name]
+            self.calls = 1
+        return self.calls
 
     def _fold(self, state: str, key: Any, arg: int) -> None:
         """Sum an add into its window's one write, sent at the last add's position
         (``passes._window_shapes.folded_counts`` says why nothing sees the adds in between)."""
-        self.calls += 1
+        self.call()
         ev = self.event
         slot = self.folded.get((state, key))
         if slot is None:
@@ -151,7 +158,7 @@ class Shipping(Routing, SinkingRuntime):
 
     def emit(self, table: str, **fields: Any) -> None:
         ev = self.event
-        self.rows[table].append((ev[0], ev[1], self._handler, self.seq, fields))
+        self.rows[table].append((ev[0], ev[1], self.handler, self.seq, fields))
 
     # The serial runtime's row, so an ``emit`` may be written out as its (``fuse_windows``).
     emit.serial_emit = True  # type: ignore[attr-defined]
@@ -165,7 +172,7 @@ class Shipping(Routing, SinkingRuntime):
             event = self.event_type(kind, at, root, seq, fields)  # (as ``SerialRuntime``)
             heapq.heappush(self.scheduled, (at, next(self.order), event))
             return
-        self.calls += 1
+        self.call()
         if kind in self.spec.closes_once:
             # Identical window closes: the first acts, the others find the window gone. A
             # generated close's fields are always the same names in the same order.
@@ -247,10 +254,10 @@ class Shipping(Routing, SinkingRuntime):
 
     def ship(self, state: str, key: Any, op: tuple, at: int | None, targets: tuple) -> None:
         """A write for the passes that hold ``state`` (``targets``), at its position."""
-        self.calls += 1
+        calls = self.call()
         if at is None:
             ev = self.event
-            position = (ev[1], PH_LOG, ev[0], U32x2.pack(self.hidx, self.calls))
+            position = (ev[1], PH_LOG, ev[0], U32x2.pack(self.hidx, calls))
         else:  # (numbered with the timed writes kept here: one count for the task)
             position = (at, PH_TIMED, 0, made_bytes(next(self.timed)))
         self._send(state, key, op, position, targets)
