@@ -55,7 +55,7 @@ def as_rows(rows: Iterable) -> list[tuple]:
 def _from_columns(blocks: list[WindowRows]) -> pa.Table | None:
     """The table of rows that all came from windows, or None where ``build_table`` must
     decide (a field Arrow cannot type as it is, or booleans, which it checks for numbers)."""
-    given = _session_ints(blocks)
+    given = _int_columns(blocks)
     parts = [b.columns(omit=frozenset(given)) for b in blocks]
     counts = [p["n"] for p in parts]
     fields = {}
@@ -78,10 +78,10 @@ def _from_columns(blocks: list[WindowRows]) -> pa.Table | None:
     return pa.table({**columns, **fields})
 
 
-def _session_ints(blocks: list[WindowRows]) -> dict[str, pa.Array]:
-    """The columns of sessions' rows whose values are integers by how they are made
+def _int_columns(blocks: list[WindowRows]) -> dict[str, pa.Array]:
+    """The columns of closed windows' rows whose values are integers by how they are made
     (``WindowRows.int_items``), each taken from the records into one int64 array at C
-    speed, with no list of Python ints between (on keys with about a session per event,
+    speed, with no list of Python ints between (on keys with about a window per event,
     those lists were most of the table's cost): the arrays ``pa.array`` makes of the same
     values. None where some block gives a column otherwise; none at all when there are no
     rows (``pa.array`` types an empty column as null) or a value is beyond int64 (left to
@@ -146,21 +146,21 @@ def _window_field(parts: list[dict], name: str, counts: list[int]) -> pa.Array:
 
 
 def _array(values: list) -> pa.Array:
-    """``pa.array(values)``, at C speed when they are all int64 integers (:func:`_ints`)."""
+    """``pa.array(values)``, at C speed when they are all int64 integers (:func:`_ints`) or
+    all tuples of them (:func:`_int_tuples`: a key of several fields)."""
     ints = _ints(values)
-    return pa.array(ints) if ints is not None else pa.array(values)
+    if ints is not None:
+        return pa.array(ints)
+    if values and type(values[0]) is tuple and set(map(type, values)) == {tuple}:
+        tuples = _int_tuples(values)
+        if tuples is not None:
+            return tuples
+    return pa.array(values)
 
 
 def _item(blocks: list[EmitRows], i: int) -> pa.Array:
     """Item ``i`` of every row of written-out emits, as a column."""
-    values = _emitted(blocks, i)
-    ints = _ints(values)
-    if ints is not None:
-        return pa.array(ints)
-    kinds = set(map(type, values))
-    if kinds == {int}:  # (beyond int64: as ``pa.array`` makes it)
-        return pa.array(values)
-    return (_int_tuples(values) if kinds == {tuple} else None) or pa.array(values)
+    return _array(_emitted(blocks, i))
 
 
 def _int64(values: list) -> pa.Array:

@@ -22,8 +22,10 @@ __all__ = ["Blocks", "WindowRows", "EmitRows", "FIELDS"]
 #: The fields of a closed window's row, in their order.
 FIELDS = ("key", "start", "end", "value")
 #: The items of a session's record that are integers, by the column of its row they give
-#: (``WindowRows.sessions``; a session's row's time is its end).
+#: (``WindowRows.sessions``; a session's row's time is its end), and of an aligned window's
+#: (``WindowRows.aligned``; its times are one value for all its rows).
 _SESSION_INTS = {"lsn": 2, "seq": 3, "start": 5, "end": 6}
+_ALIGNED_INTS = {"lsn": 2, "seq": 3}
 
 
 class WindowRows:
@@ -55,14 +57,13 @@ class WindowRows:
 
     def columns(self, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
         """``lsn``, ``ts``, ``seq`` and the fields, each a list or one shared value; None for
-        a sessions' column in ``omit`` (one taken otherwise: :meth:`int_items`)."""
+        a column in ``omit`` (one taken otherwise: :meth:`int_items`)."""
         n, parts = self.n, self.parts
         if "bucket" in parts:
             bucket = parts["bucket"]
             records: Any = bucket.values()
             keys: Any = list(bucket)
             ts, start, end = parts["ts"], parts["start"], parts["end"]
-            omit = frozenset()
         else:
             records = parts["records"]
             keys = _field(7, records)
@@ -80,14 +81,17 @@ class WindowRows:
         }
 
     def int_items(self, name: str) -> Iterator[int] | None:
-        """Column ``name``'s values, one after the other, when these rows are sessions' and
-        the column's values are integers by how they are made (``lsn``, ``seq``, ``start``,
-        ``end``, and a count's ``value``: a log event's number and time, an add's number,
-        a time plus the gap, a count); None otherwise."""
-        if "records" not in self.parts:
-            return None
-        index = 0 if name == "value" and self.agg == "count" else _SESSION_INTS.get(name)
-        return None if index is None else map(itemgetter(index), self.parts["records"])
+        """Column ``name``'s values, one after the other, when they are integers by how
+        they are made (``lsn``, ``seq``, a session's ``start`` and ``end``, and a count's
+        ``value``: a log event's number and time, an add's number, a time plus the gap, a
+        count); None otherwise (an aligned window's times are one value, not a column)."""
+        if "records" in self.parts:
+            records, index = self.parts["records"], _SESSION_INTS.get(name)
+        else:
+            records, index = self.parts["bucket"].values(), _ALIGNED_INTS.get(name)
+        if name == "value" and self.agg == "count":
+            index = 0
+        return None if index is None else map(itemgetter(index), records)
 
     def rows(self) -> list[tuple]:
         """The rows as tuples ``(lsn, ts, handler, seq, fields)``, in order."""

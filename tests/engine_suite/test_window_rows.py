@@ -344,3 +344,31 @@ def test_a_sliding_count_read_right_after_its_add_takes_the_count_the_add_made()
     # Written out: the first read takes the add's count (its local), the others look up.
     assert "emit" not in code.co_names and "w__value" not in code.co_names
     assert sum(name.endswith("_c") for name in code.co_varnames) >= 1
+
+
+_INTS = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**70), 2**70))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.lists(st.tuples(_INTS, _INTS), max_size=8),
+        st.lists(st.lists(_INTS, max_size=3).map(tuple), max_size=8),
+        st.lists(st.one_of(st.tuples(_INTS), st.tuples(st.booleans()), st.tuples()), max_size=6),
+        st.lists(st.one_of(_INTS, st.tuples(_INTS)), max_size=6),
+    )
+)
+def test_a_column_of_keys_is_the_one_arrow_makes_of_the_values(values):
+    """A window's key column (an integer, or a tuple of them: a key of several fields) is
+    made at C speed where it can be, and is then the array ``pa.array`` makes of the same
+    values, type and all; where ``pa.array`` refuses the values, so does it."""
+    import pyarrow as pa
+
+    try:
+        want = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        with pytest.raises(type(exc)):
+            _window_tables._array(values)
+        return
+    got = _window_tables._array(values)
+    assert got.type == want.type and got.equals(want), (got, want)
