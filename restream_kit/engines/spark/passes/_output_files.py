@@ -53,7 +53,7 @@ class OutputFiles:
 
     directory: str
     rows: int
-    arrow_rows: int = BLOB_ROWS
+    arrow_rows: int
 
 
 def output_files(setup: Setup, checkpointing: bool) -> OutputFiles | None:
